@@ -1,0 +1,563 @@
+//! One io_uring ring that owns sockets as direct descriptors.
+//!
+//! Sockets accepted here go straight into the ring's fixed file table and never
+//! enter the process fd table, so a process can hold more sockets than
+//! `RLIMIT_NOFILE` (one table per ring, each at most the soft limit). Receives
+//! are multishot over a provided-buffer ring, so an idle socket pins no buffer.
+//!
+//! The ring knows nothing of what the sockets carry: every operation is tagged
+//! with an opaque `u64` that comes back in its [`Completion`].
+
+use std::io;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicU16, Ordering};
+
+use io_uring::types::{BufRingEntry, CancelBuilder, Fixed, Fd, Timespec};
+use io_uring::{cqueue, opcode, squeue, IoUring};
+
+/// Sizes of one ring. Everything is allocated when the ring is built.
+#[derive(Clone, Debug)]
+pub struct RingConfig {
+    /// Submission queue entries (power of two).
+    pub sq_entries: u32,
+    /// Completion queue entries; keep it well above the SQ so bursts of
+    /// multishot completions (an accept storm) do not overflow.
+    pub cq_entries: u32,
+    /// Slots in the fixed file table: the most sockets this ring can hold.
+    pub fixed_files: u32,
+    /// Provided receive buffers (power of two, at most 32768).
+    pub recv_buffers: u16,
+    /// Bytes per provided receive buffer.
+    pub recv_buffer_size: u32,
+}
+
+impl Default for RingConfig {
+    fn default() -> Self {
+        RingConfig {
+            sq_entries: 4096,
+            cq_entries: 16384,
+            fixed_files: 16384,
+            recv_buffers: 1024,
+            recv_buffer_size: 4096,
+        }
+    }
+}
+
+/// One finished operation, copied out of the completion queue.
+#[derive(Clone, Copy, Debug)]
+pub struct Completion {
+    pub user_data: u64,
+    pub result: i32,
+    pub flags: u32,
+}
+
+impl Completion {
+    /// A multishot operation is still armed and will post again.
+    pub fn more(&self) -> bool {
+        cqueue::more(self.flags)
+    }
+    /// The provided buffer a receive landed in, if any.
+    pub fn buffer_id(&self) -> Option<u16> {
+        cqueue::buffer_select(self.flags)
+    }
+    /// The `-errno` of a failed operation as an `io::Error`.
+    pub fn error(&self) -> Option<io::Error> {
+        (self.result < 0).then(|| io::Error::from_raw_os_error(-self.result))
+    }
+}
+
+const BUF_GROUP: u16 = 0;
+
+/// The provided-buffer ring: the kernel picks a free buffer for each receive,
+/// the owner hands it back with [`Ring::recycle`] once the bytes are consumed.
+struct BufRing {
+    entries: *mut BufRingEntry,
+    entries_len: usize,
+    mask: u16,
+    tail: u16,
+    data: *mut u8,
+    data_len: usize,
+    buf_size: u32,
+}
+
+// SAFETY: the mappings are owned by this value alone; moving it to another
+// thread (a worker built on the main thread) moves sole ownership with it.
+unsafe impl Send for BufRing {}
+
+impl BufRing {
+    fn new(count: u16, buf_size: u32) -> io::Result<Self> {
+        assert!(count.is_power_of_two() && count <= 32768, "recv_buffers must be a power of two <= 32768");
+        assert!(buf_size > 0);
+        let entries_len = count as usize * std::mem::size_of::<BufRingEntry>();
+        let data_len = count as usize * buf_size as usize;
+        let entries = mmap_anon(entries_len)? as *mut BufRingEntry;
+        let data = match mmap_anon(data_len) {
+            Ok(p) => p,
+            Err(e) => {
+                unsafe { libc::munmap(entries.cast(), entries_len) };
+                return Err(e);
+            }
+        };
+        let mut ring = BufRing { entries, entries_len, mask: count - 1, tail: 0, data, data_len, buf_size };
+        for bid in 0..count {
+            ring.push(bid);
+        }
+        ring.publish();
+        Ok(ring)
+    }
+
+    fn push(&mut self, bid: u16) {
+        debug_assert!((bid as usize) * (self.buf_size as usize) < self.data_len);
+        let idx = (self.tail & self.mask) as usize;
+        // SAFETY: idx <= mask < entries; the region is ours until unregistered.
+        let entry = unsafe { &mut *self.entries.add(idx) };
+        entry.set_addr(self.data as u64 + bid as u64 * self.buf_size as u64);
+        entry.set_len(self.buf_size);
+        entry.set_bid(bid);
+        self.tail = self.tail.wrapping_add(1);
+    }
+
+    fn publish(&self) {
+        // SAFETY: the tail lives in entry 0's reserved field, shared with the
+        // kernel; it must be published with release ordering after the entries.
+        unsafe {
+            let tail = BufRingEntry::tail(self.entries) as *const AtomicU16;
+            (*tail).store(self.tail, Ordering::Release);
+        }
+    }
+
+    fn slice(&mut self, bid: u16, len: usize) -> &mut [u8] {
+        let len = len.min(self.buf_size as usize);
+        let off = bid as usize * self.buf_size as usize;
+        assert!(off + len <= self.data_len, "buffer id out of range");
+        // SAFETY: in bounds; the kernel does not write a buffer we have not recycled.
+        unsafe { std::slice::from_raw_parts_mut(self.data.add(off), len) }
+    }
+}
+
+impl Drop for BufRing {
+    fn drop(&mut self) {
+        unsafe {
+            libc::munmap(self.entries.cast(), self.entries_len);
+            libc::munmap(self.data.cast(), self.data_len);
+        }
+    }
+}
+
+fn mmap_anon(len: usize) -> io::Result<*mut u8> {
+    // SAFETY: a fresh private anonymous mapping; checked for failure.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(p.cast())
+}
+
+/// A ring with a sparse fixed file table and a provided-buffer ring.
+pub struct Ring {
+    ring: IoUring,
+    bufs: BufRing,
+    fixed_files: u32,
+    /// Entries pushed since the last submit.
+    unsubmitted: usize,
+    timeout_spec: Box<Timespec>,
+}
+
+impl Ring {
+    pub fn new(cfg: &RingConfig) -> io::Result<Ring> {
+        let ring = IoUring::builder()
+            .setup_cqsize(cfg.cq_entries)
+            .setup_submit_all()
+            .build(cfg.sq_entries)?;
+        ring.submitter().register_files_sparse(cfg.fixed_files).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!(
+                    "registering a fixed file table of {} slots failed ({e}); \
+                     each table is limited by RLIMIT_NOFILE",
+                    cfg.fixed_files
+                ),
+            )
+        })?;
+        let bufs = BufRing::new(cfg.recv_buffers, cfg.recv_buffer_size)?;
+        // SAFETY: the entries stay mapped for the life of the ring (BufRing is
+        // dropped after the IoUring: field order in `Ring`).
+        unsafe {
+            ring.submitter()
+                .register_buf_ring_with_flags(bufs.entries as u64, cfg.recv_buffers, BUF_GROUP, 0)?;
+        }
+        Ok(Ring { ring, bufs, fixed_files: cfg.fixed_files, unsubmitted: 0, timeout_spec: Box::new(Timespec::new()) })
+    }
+
+    /// Slots in the fixed file table.
+    pub fn fixed_files(&self) -> u32 {
+        self.fixed_files
+    }
+
+    /// Have every completion also signal `eventfd`, so another reactor can
+    /// wait for this ring (and other threads can wake it by writing to it).
+    pub fn register_eventfd(&self, eventfd: RawFd) -> io::Result<()> {
+        self.ring.submitter().register_eventfd(eventfd)
+    }
+
+    fn push(&mut self, entry: squeue::Entry) {
+        loop {
+            // SAFETY: callers guarantee every pointer in `entry` stays valid
+            // until its completion (documented on each method).
+            if unsafe { self.ring.submission().push(&entry) }.is_ok() {
+                self.unsubmitted += 1;
+                return;
+            }
+            // Queue full: hand what we have to the kernel and retry.
+            if let Err(e) = self.ring.submit() {
+                // EBUSY means the CQ is backed up; the caller drains it soon.
+                if e.raw_os_error() != Some(libc::EBUSY) {
+                    panic!("io_uring submit failed: {e}");
+                }
+            }
+            self.unsubmitted = 0;
+        }
+    }
+
+    /// Multishot accept on an ordinary listening socket; each connection is
+    /// installed in a free slot of the fixed table and the slot number is the
+    /// completion's result.
+    pub fn accept_multi(&mut self, listener: RawFd, user_data: u64) {
+        let e = opcode::AcceptMulti::new(Fd(listener)).allocate_file_index(true).build().user_data(user_data);
+        self.push(e);
+    }
+
+    /// Multishot receive into provided buffers. A completion without
+    /// `more()` means the receive ended (EOF, error or no free buffer) and
+    /// must be re-armed if the socket is still wanted.
+    pub fn recv_multi(&mut self, slot: u32, user_data: u64) {
+        let e = opcode::RecvMulti::new(Fixed(slot), BUF_GROUP).build().user_data(user_data);
+        self.push(e);
+    }
+
+    /// Send `len` bytes at `buf` on a fixed socket.
+    ///
+    /// # Safety
+    /// `buf..buf+len` must stay valid and unchanged until the completion.
+    pub unsafe fn send(&mut self, slot: u32, buf: *const u8, len: u32, user_data: u64) {
+        let e = opcode::Send::new(Fixed(slot), buf, len).flags(libc::MSG_NOSIGNAL).build().user_data(user_data);
+        self.push(e);
+    }
+
+    /// Vectored send on a fixed socket.
+    ///
+    /// # Safety
+    /// `msg`, its iovec array and every buffer it points to must stay valid
+    /// until the completion.
+    pub unsafe fn sendmsg(&mut self, slot: u32, msg: *const libc::msghdr, user_data: u64) {
+        let e = opcode::SendMsg::new(Fixed(slot), msg).flags(libc::MSG_NOSIGNAL as u32).build().user_data(user_data);
+        self.push(e);
+    }
+
+    /// `shutdown(2)` on a fixed socket: wakes a pending receive with EOF.
+    pub fn shutdown(&mut self, slot: u32, how: i32, user_data: u64) {
+        let e = opcode::Shutdown::new(Fixed(slot), how).build().user_data(user_data);
+        self.push(e);
+    }
+
+    /// Cancel every operation pending on a fixed socket.
+    pub fn cancel_slot(&mut self, slot: u32, user_data: u64) {
+        let e = opcode::AsyncCancel2::new(CancelBuilder::fd(Fixed(slot)).all()).build().user_data(user_data);
+        self.push(e);
+    }
+
+    /// Cancel the operation tagged `target` (e.g. a multishot accept).
+    pub fn cancel_user_data(&mut self, target: u64, user_data: u64) {
+        let e = opcode::AsyncCancel::new(target).build().user_data(user_data);
+        self.push(e);
+    }
+
+    /// Shut a fixed socket down both ways (which ends its pending receive)
+    /// and then close its slot. Hard-linked so the close runs even when the
+    /// shutdown fails (a peer that already reset the connection).
+    pub fn shutdown_and_close(&mut self, slot: u32, shutdown_data: u64, close_data: u64) {
+        self.reserve(2);
+        let a = opcode::Shutdown::new(Fixed(slot), libc::SHUT_RDWR)
+            .build()
+            .flags(squeue::Flags::IO_HARDLINK)
+            .user_data(shutdown_data);
+        let b = opcode::Close::new(Fixed(slot)).build().user_data(close_data);
+        self.push(a);
+        self.push(b);
+    }
+
+    /// Make room for `n` entries so a linked chain is not split by a submit.
+    fn reserve(&mut self, n: usize) {
+        let free = { let sq = self.ring.submission(); sq.capacity() - sq.len() };
+        if free < n {
+            let _ = self.ring.submit();
+            self.unsubmitted = 0;
+        }
+    }
+
+    /// Close the socket in `slot` and free the slot.
+    pub fn close(&mut self, slot: u32, user_data: u64) {
+        let e = opcode::Close::new(Fixed(slot)).build().user_data(user_data);
+        self.push(e);
+    }
+
+    /// Set an integer socket option on a fixed socket (kernel 6.7+).
+    ///
+    /// # Safety
+    /// `value` must stay valid until the completion.
+    pub unsafe fn setsockopt_int(&mut self, slot: u32, level: i32, name: i32, value: *const i32, user_data: u64) {
+        let e = opcode::SetSockOpt::new(Fixed(slot), level as u32, name as u32, value.cast(), 4)
+            .build()
+            .user_data(user_data);
+        self.push(e);
+    }
+
+    /// A timeout that fires every `every`, forever (multishot), so the owner
+    /// gets a tick through the same completion queue as its sockets.
+    pub fn tick(&mut self, every: std::time::Duration, user_data: u64) {
+        *self.timeout_spec = Timespec::new().sec(every.as_secs()).nsec(every.subsec_nanos());
+        let e = opcode::Timeout::new(&*self.timeout_spec as *const Timespec)
+            .count(0)
+            .flags(io_uring::types::TimeoutFlags::MULTISHOT)
+            .build()
+            .user_data(user_data);
+        self.push(e);
+    }
+
+    /// Hand pushed entries to the kernel without waiting.
+    pub fn submit(&mut self) -> io::Result<usize> {
+        if self.unsubmitted == 0 {
+            return Ok(0);
+        }
+        match self.ring.submit() {
+            Ok(n) => {
+                self.unsubmitted = 0;
+                Ok(n)
+            }
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => Ok(0),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Submit and block until at least `want` completions are available.
+    /// For owners that do not wait through an eventfd (tests, tools).
+    pub fn submit_and_wait(&mut self, want: usize) -> io::Result<usize> {
+        let n = self.ring.submit_and_wait(want)?;
+        self.unsubmitted = 0;
+        Ok(n)
+    }
+
+    /// Move up to `out.capacity() - out.len()` completions into `out`.
+    /// Copying them out frees the queue before the owner reacts, so the
+    /// owner may push new operations while handling them.
+    pub fn drain(&mut self, out: &mut Vec<Completion>) -> usize {
+        let room = out.capacity() - out.len();
+        let mut n = 0;
+        let mut cq = self.ring.completion();
+        cq.sync();
+        for cqe in &mut cq {
+            out.push(Completion { user_data: cqe.user_data(), result: cqe.result(), flags: cqe.flags() });
+            n += 1;
+            if n == room {
+                break;
+            }
+        }
+        n
+    }
+
+    /// The bytes a receive put in provided buffer `bid`.
+    pub fn buffer(&mut self, bid: u16, len: usize) -> &mut [u8] {
+        self.bufs.slice(bid, len)
+    }
+
+    /// Give a provided buffer back to the kernel.
+    pub fn recycle(&mut self, bid: u16) {
+        self.bufs.push(bid);
+        self.bufs.publish();
+    }
+}
+
+/// Size a fixed table: the wanted number, capped by the soft RLIMIT_NOFILE
+/// (the kernel refuses larger tables).
+pub fn cap_fixed_files(wanted: u32) -> u32 {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: plain getrlimit into a local.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return wanted;
+    }
+    let soft = lim.rlim_cur.min(u32::MAX as u64) as u32;
+    wanted.min(soft)
+}
+
+/// Raise the soft RLIMIT_NOFILE to the hard limit (tables are capped by it).
+pub fn raise_nofile_limit() -> u64 {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim);
+    }
+    lim.rlim_cur
+}
+
+/// A non-blocking TCP listener with SO_REUSEPORT (several rings can each own
+/// a listener on one port; the kernel spreads connections over them) and
+/// TCP_NODELAY, which accepted sockets inherit.
+pub fn listen_reuseport(addr: std::net::SocketAddr, backlog: i32) -> io::Result<std::net::TcpListener> {
+    use std::os::fd::FromRawFd;
+    let domain = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
+    // SAFETY: plain socket calls on a descriptor we own; errors checked.
+    unsafe {
+        let fd = libc::socket(domain, libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let listener = std::net::TcpListener::from_raw_fd(fd);
+        let one: libc::c_int = 1;
+        for (level, name) in [
+            (libc::SOL_SOCKET, libc::SO_REUSEADDR),
+            (libc::SOL_SOCKET, libc::SO_REUSEPORT),
+            (libc::IPPROTO_TCP, libc::TCP_NODELAY),
+        ] {
+            if libc::setsockopt(fd, level, name, (&one as *const libc::c_int).cast(), 4) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        let (storage, len) = sockaddr_of(addr);
+        if libc::bind(fd, (&storage as *const libc::sockaddr_storage).cast(), len) != 0 {
+            let e = io::Error::last_os_error();
+            return Err(io::Error::new(e.kind(), format!("bind {addr}: {e}")));
+        }
+        if libc::listen(fd, backlog) != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(listener)
+    }
+}
+
+fn sockaddr_of(addr: std::net::SocketAddr) -> (libc::sockaddr_storage, libc::socklen_t) {
+    // SAFETY: zeroed sockaddr_storage is a valid value of the type.
+    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    match addr {
+        std::net::SocketAddr::V4(a) => {
+            let sin = libc::sockaddr_in {
+                sin_family: libc::AF_INET as libc::sa_family_t,
+                sin_port: a.port().to_be(),
+                sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) },
+                sin_zero: [0; 8],
+            };
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin) };
+            (storage, std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t)
+        }
+        std::net::SocketAddr::V6(a) => {
+            let sin6 = libc::sockaddr_in6 {
+                sin6_family: libc::AF_INET6 as libc::sa_family_t,
+                sin6_port: a.port().to_be(),
+                sin6_flowinfo: a.flowinfo(),
+                sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
+                sin6_scope_id: a.scope_id(),
+            };
+            unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6) };
+            (storage, std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    #[test]
+    fn accept_recv_send_close_on_direct_descriptors() {
+        let listener = listen_reuseport("127.0.0.1:0".parse().unwrap(), 128).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let mut ring = Ring::new(&RingConfig {
+            sq_entries: 64,
+            cq_entries: 256,
+            fixed_files: 8,
+            recv_buffers: 8,
+            recv_buffer_size: 64,
+        })
+        .unwrap();
+        use std::os::fd::AsRawFd;
+        ring.accept_multi(listener.as_raw_fd(), 1);
+        ring.submit().unwrap();
+
+        let mut client = std::net::TcpStream::connect(addr).unwrap();
+        let mut done = Vec::with_capacity(16);
+        let slot = loop {
+            ring.submit_and_wait(1).unwrap();
+            done.clear();
+            ring.drain(&mut done);
+            if let Some(c) = done.iter().find(|c| c.user_data == 1) {
+                assert!(c.result >= 0, "accept failed: {:?}", c.error());
+                assert!(c.more());
+                break c.result as u32;
+            }
+        };
+        // The socket is not in the process fd table: only the slot names it.
+        assert!(slot < 8);
+        ring.recv_multi(slot, 2);
+        client.write_all(b"hello ring").unwrap();
+        let got = loop {
+            ring.submit_and_wait(1).unwrap();
+            done.clear();
+            ring.drain(&mut done);
+            if let Some(c) = done.iter().find(|c| c.user_data == 2) {
+                let bid = c.buffer_id().expect("provided buffer");
+                let bytes = ring.buffer(bid, c.result as usize).to_vec();
+                ring.recycle(bid);
+                break bytes;
+            }
+        };
+        assert_eq!(got, b"hello ring");
+        let msg = b"hello client".to_vec();
+        unsafe { ring.send(slot, msg.as_ptr(), msg.len() as u32, 3) };
+        loop {
+            ring.submit_and_wait(1).unwrap();
+            done.clear();
+            ring.drain(&mut done);
+            if let Some(c) = done.iter().find(|c| c.user_data == 3) {
+                assert_eq!(c.result, msg.len() as i32);
+                break;
+            }
+        }
+        let mut buf = [0u8; 12];
+        client.read_exact(&mut buf).unwrap();
+        assert_eq!(&buf, b"hello client");
+        ring.shutdown(slot, libc::SHUT_RDWR, 4);
+        ring.close(slot, 5);
+        let mut closed = false;
+        for _ in 0..10 {
+            ring.submit_and_wait(1).unwrap();
+            done.clear();
+            ring.drain(&mut done);
+            if done.iter().any(|c| c.user_data == 5 && c.result == 0) {
+                closed = true;
+                break;
+            }
+        }
+        assert!(closed);
+        let mut rest = Vec::new();
+        client.read_to_end(&mut rest).unwrap();
+        assert!(rest.is_empty(), "peer sees EOF after close");
+    }
+
+    #[test]
+    fn table_is_capped_by_nofile() {
+        let soft = raise_nofile_limit();
+        assert!(cap_fixed_files(u32::MAX) as u64 <= soft);
+    }
+}

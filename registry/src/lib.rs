@@ -1,0 +1,132 @@
+//! The registry: applications (hashed tokens, approved intents, identify
+//! limits), servers with roles/channels/overwrites, and installations.
+//!
+//! [`Registry`] is the backend-neutral interface (blocking; called from the
+//! node's sidecar thread and from the CLI). [`SqliteRegistry`] is the
+//! embedded backend; a PostgreSQL one is meant to sit behind the same trait.
+
+pub mod model;
+mod schema;
+pub mod snowflake;
+mod sqlite;
+pub mod token;
+
+pub use model::*;
+pub use sqlite::{SqliteRegistry, BUSY_TIMEOUT};
+
+pub type Result<T, E = RegistryError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    /// The store is busy or locked beyond the busy timeout: transient, treat
+    /// as a brownout (keep leases, refuse new identifies), not as "no".
+    #[error("registry unavailable: {0}")]
+    Unavailable(String),
+    #[error("{what} {id} not found")]
+    NotFound { what: &'static str, id: u64 },
+    #[error("invalid argument: {0}")]
+    Invalid(String),
+    #[error("database schema version {found} is newer than this build supports ({supported})")]
+    SchemaTooNew { found: u32, supported: u32 },
+    #[error("random source failed: {0}")]
+    Random(String),
+    #[error("io: {0}")]
+    Io(#[from] std::io::Error),
+    /// Any other backend failure (kept opaque so the trait is backend-neutral).
+    #[error("registry storage: {0}")]
+    Storage(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl From<rusqlite::Error> for RegistryError {
+    fn from(e: rusqlite::Error) -> Self {
+        use rusqlite::ErrorCode::{DatabaseBusy, DatabaseLocked};
+        match e.sqlite_error_code() {
+            Some(DatabaseBusy | DatabaseLocked) => RegistryError::Unavailable(e.to_string()),
+            _ => RegistryError::Storage(Box::new(e)),
+        }
+    }
+}
+
+/// Registry operations. Ids are snowflakes (u64). All methods block.
+pub trait Registry: Send + Sync {
+    /// The application whose token this is, or None for any wrong, unknown or
+    /// malformed token. An optional `Bot ` prefix is tolerated.
+    fn authenticate(&self, token: &str) -> Result<Option<Application>>;
+    fn application(&self, id: u64) -> Result<Option<Application>>;
+    fn list_applications(&self) -> Result<Vec<Application>>;
+    /// Returns the application and its token; the token is shown only here.
+    fn create_application(
+        &self,
+        name: &str,
+        approved_privileged_intents: u64,
+        max_concurrency: u32,
+    ) -> Result<(Application, String)>;
+    /// New token; the old one stops authenticating at once.
+    fn reset_token(&self, app_id: u64) -> Result<String>;
+    /// `bits` must be a subset of [`intents::PRIVILEGED`]; also updates the
+    /// `GATEWAY_*` application flags.
+    fn set_approved_intents(&self, app_id: u64, bits: u64) -> Result<Application>;
+    fn set_max_concurrency(&self, app_id: u64, max_concurrency: u32) -> Result<Application>;
+    fn set_session_start_total(&self, app_id: u64, total: u32) -> Result<Application>;
+    /// Also removes its installations and their managed roles.
+    fn delete_application(&self, app_id: u64) -> Result<bool>;
+
+    /// Also creates the `@everyone` role (id == server id) with
+    /// [`permissions::EVERYONE_DEFAULT`].
+    fn create_server(&self, name: &str, owner_id: u64) -> Result<Server>;
+    /// Removes everything in it, including installations.
+    fn delete_server(&self, server_id: u64) -> Result<bool>;
+    /// `parent` must be a category of the same server.
+    fn create_channel(
+        &self,
+        server_id: u64,
+        name: &str,
+        kind: u8,
+        parent: Option<u64>,
+    ) -> Result<Channel>;
+    fn create_role(&self, server_id: u64, name: &str, permissions: u64) -> Result<Role>;
+    /// Insert or update; an updated overwrite keeps its place in the order.
+    /// A role target must be a role of the channel's server.
+    fn set_overwrite(
+        &self,
+        channel_id: u64,
+        target_id: u64,
+        target_kind: OverwriteKind,
+        allow: u64,
+        deny: u64,
+    ) -> Result<()>;
+    fn delete_overwrite(&self, channel_id: u64, target_id: u64) -> Result<bool>;
+    fn list_servers(&self) -> Result<Vec<Server>>;
+
+    /// Installs (or updates the grant of) `app_id` in `server_id`. A managed
+    /// role carrying `permissions` is created on first install and kept in
+    /// sync on update.
+    fn install(&self, app_id: u64, server_id: u64, permissions: u64) -> Result<Installation>;
+    /// Removes the installation and its managed role; false if not installed.
+    fn uninstall(&self, app_id: u64, server_id: u64) -> Result<bool>;
+    /// Gives the bot member an extra role of that server.
+    fn add_installation_role(&self, app_id: u64, server_id: u64, role_id: u64) -> Result<()>;
+    fn remove_installation_role(&self, app_id: u64, server_id: u64, role_id: u64) -> Result<bool>;
+    fn installations_of_app(&self, app_id: u64) -> Result<Vec<Installation>>;
+    fn installation(&self, app_id: u64, server_id: u64) -> Result<Option<Installation>>;
+
+    fn server_snapshot(&self, server_id: u64) -> Result<Option<ServerSnapshot>>;
+    /// Installed servers of `app_id` with `(id >> 22) % shard_count == shard_id`,
+    /// ascending.
+    fn servers_for_shard(&self, app_id: u64, shard_id: u32, shard_count: u32) -> Result<Vec<u64>>;
+
+    /// Records one identify and returns the limit after it.
+    fn record_session_start(&self, app_id: u64, now_ms: u64) -> Result<SessionStartLimit>;
+    /// Over the rolling [`SESSION_START_WINDOW_MS`] ending at `now_ms`.
+    fn session_start_remaining(&self, app_id: u64, now_ms: u64) -> Result<SessionStartLimit>;
+
+    /// Increases on every committed change (by any process): poll it to learn
+    /// that leases/snapshots must be refreshed (e.g. after a CLI revoke).
+    fn revision(&self) -> Result<u64>;
+
+    /// Idempotent demo data: app "demo-bot", server "Demo Server" with a
+    /// category and `#general`, the bot installed. The token is only
+    /// returned by the call that created the app. None if "demo-bot" exists
+    /// but its demo server or `#general` has since been removed.
+    fn seed_demo(&self) -> Result<Option<DemoSeed>>;
+}

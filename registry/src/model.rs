@@ -1,0 +1,190 @@
+//! Plain data types shared by every registry backend, and the wire constants
+//! the registry itself relies on (privileged intents, default permissions).
+
+/// Privileged gateway intents: the only intents an application must be
+/// approved for.
+pub mod intents {
+    pub const GUILD_MEMBERS: u64 = 1 << 1;
+    pub const GUILD_PRESENCES: u64 = 1 << 8;
+    pub const MESSAGE_CONTENT: u64 = 1 << 15;
+    pub const PRIVILEGED: u64 = GUILD_MEMBERS | GUILD_PRESENCES | MESSAGE_CONTENT;
+}
+
+/// Permission bits the registry uses when creating servers and installs.
+pub mod permissions {
+    pub const ADMINISTRATOR: u64 = 1 << 3;
+    pub const VIEW_CHANNEL: u64 = 1 << 10;
+    pub const SEND_MESSAGES: u64 = 1 << 11;
+    pub const EMBED_LINKS: u64 = 1 << 14;
+    pub const READ_MESSAGE_HISTORY: u64 = 1 << 16;
+    /// What a new server's `@everyone` role is given.
+    pub const EVERYONE_DEFAULT: u64 = VIEW_CHANNEL | SEND_MESSAGES | READ_MESSAGE_HISTORY;
+}
+
+/// Application flags as Discord reports them in READY and
+/// `/oauth2/applications/@me`. The registry derives the `GATEWAY_*` bits
+/// from the approved privileged intents, so `Application::flags` is ready to
+/// be put on the wire.
+pub mod app_flags {
+    pub const GATEWAY_PRESENCE: u64 = 1 << 12;
+    pub const GATEWAY_GUILD_MEMBERS: u64 = 1 << 14;
+    pub const GATEWAY_MESSAGE_CONTENT: u64 = 1 << 18;
+    pub const GATEWAY_MASK: u64 =
+        GATEWAY_PRESENCE | GATEWAY_GUILD_MEMBERS | GATEWAY_MESSAGE_CONTENT;
+
+    /// The `GATEWAY_*` flags matching a set of approved privileged intents.
+    pub fn from_approved_intents(bits: u64) -> u64 {
+        use super::intents::*;
+        let mut f = 0;
+        if bits & GUILD_PRESENCES != 0 {
+            f |= GATEWAY_PRESENCE;
+        }
+        if bits & GUILD_MEMBERS != 0 {
+            f |= GATEWAY_GUILD_MEMBERS;
+        }
+        if bits & MESSAGE_CONTENT != 0 {
+            f |= GATEWAY_MESSAGE_CONTENT;
+        }
+        f
+    }
+}
+
+/// Discord channel types (the `type` field of a channel).
+pub mod channel_kind {
+    pub const TEXT: u8 = 0;
+    pub const VOICE: u8 = 2;
+    pub const CATEGORY: u8 = 4;
+    pub const ANNOUNCEMENT: u8 = 5;
+    pub const STAGE: u8 = 13;
+    pub const FORUM: u8 = 15;
+}
+
+/// Defaults for new applications (Discord's values for a small bot).
+pub const DEFAULT_MAX_CONCURRENCY: u32 = 1;
+pub const DEFAULT_SESSION_START_TOTAL: u32 = 1000;
+/// `session_start_limit` is counted over a rolling window of this length.
+pub const SESSION_START_WINDOW_MS: u64 = 24 * 60 * 60 * 1000;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Application {
+    pub id: u64,
+    pub name: String,
+    /// Equals `id` for applications created here (as for newer Discord apps).
+    pub bot_user_id: u64,
+    pub bot_username: String,
+    /// Approved privileged intents (subset of [`intents::PRIVILEGED`]).
+    pub approved_intents: u64,
+    pub max_concurrency: u32,
+    pub session_start_total: u32,
+    pub flags: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Server {
+    pub id: u64,
+    pub name: String,
+    pub owner_id: u64,
+    pub created_at_ms: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Role {
+    /// The `@everyone` role has `id == server_id`.
+    pub id: u64,
+    pub server_id: u64,
+    pub name: String,
+    pub permissions: u64,
+    pub position: i32,
+    pub color: u32,
+    pub hoist: bool,
+    pub mentionable: bool,
+    /// True for the role an installation creates for its bot.
+    pub managed: bool,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Channel {
+    pub id: u64,
+    pub server_id: u64,
+    pub name: String,
+    /// See [`channel_kind`].
+    pub kind: u8,
+    pub position: i32,
+    pub parent_id: Option<u64>,
+    pub topic: Option<String>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum OverwriteKind {
+    Role = 0,
+    Member = 1,
+}
+
+impl OverwriteKind {
+    pub fn as_u8(self) -> u8 {
+        self as u8
+    }
+    pub fn from_u8(v: u8) -> Option<Self> {
+        match v {
+            0 => Some(Self::Role),
+            1 => Some(Self::Member),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Overwrite {
+    pub target_id: u64,
+    pub kind: OverwriteKind,
+    pub allow: u64,
+    pub deny: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ChannelWithOverwrites {
+    pub channel: Channel,
+    /// In the order they were first set.
+    pub overwrites: Vec<Overwrite>,
+}
+
+/// Everything needed for a GUILD_CREATE and for computing channel permissions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServerSnapshot {
+    pub server: Server,
+    /// Ordered by (position, id); `@everyone` first.
+    pub roles: Vec<Role>,
+    /// Ordered by (position, id).
+    pub channels: Vec<ChannelWithOverwrites>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Installation {
+    pub application_id: u64,
+    pub server_id: u64,
+    /// Granted bitset: bounds the bot's effective permissions in the server.
+    pub permissions: u64,
+    /// Roles the bot member holds (ascending ids); includes the managed role.
+    pub role_ids: Vec<u64>,
+    /// The role created by the install, removed by uninstall.
+    pub managed_role_id: Option<u64>,
+    pub installed_at_ms: u64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SessionStartLimit {
+    pub total: u32,
+    pub remaining: u32,
+    /// Until the oldest identify in the window leaves it (0 if none).
+    pub reset_after_ms: u64,
+    pub max_concurrency: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DemoSeed {
+    pub app: Application,
+    /// Only when this call created the application: tokens are not stored.
+    pub token: Option<String>,
+    pub server_id: u64,
+    pub general_channel_id: u64,
+}

@@ -1,0 +1,225 @@
+//! Applications, tokens and the identify log.
+
+use rusqlite::{params, Connection, OptionalExtension, Row};
+
+use super::{to_i, to_u, validate_name};
+use crate::model::*;
+use crate::{snowflake, token, RegistryError, Result};
+
+const COLS: &str = "id, name, bot_user_id, bot_username, approved_intents, \
+                    max_concurrency, session_start_total, flags";
+
+fn row(r: &Row<'_>) -> rusqlite::Result<Application> {
+    Ok(Application {
+        id: to_u(r.get(0)?),
+        name: r.get(1)?,
+        bot_user_id: to_u(r.get(2)?),
+        bot_username: r.get(3)?,
+        approved_intents: to_u(r.get(4)?),
+        max_concurrency: r.get(5)?,
+        session_start_total: r.get(6)?,
+        flags: to_u(r.get(7)?),
+    })
+}
+
+pub fn get(c: &Connection, id: u64) -> Result<Option<Application>> {
+    Ok(c.query_row(
+        &format!("SELECT {COLS} FROM applications WHERE id = ?1"),
+        [to_i(id)],
+        row,
+    )
+    .optional()?)
+}
+
+pub fn require(c: &Connection, id: u64) -> Result<Application> {
+    get(c, id)?.ok_or(RegistryError::NotFound {
+        what: "application",
+        id,
+    })
+}
+
+pub fn by_name(c: &Connection, name: &str) -> Result<Option<Application>> {
+    Ok(c.query_row(
+        &format!("SELECT {COLS} FROM applications WHERE name = ?1 ORDER BY id LIMIT 1"),
+        [name],
+        row,
+    )
+    .optional()?)
+}
+
+pub fn list(c: &Connection) -> Result<Vec<Application>> {
+    let mut st = c.prepare(&format!("SELECT {COLS} FROM applications ORDER BY id"))?;
+    let v = st.query_map([], row)?.collect::<rusqlite::Result<_>>()?;
+    Ok(v)
+}
+
+pub fn authenticate(c: &Connection, raw: &str) -> Result<Option<Application>> {
+    let tok = token::strip_prefix(raw);
+    let Some(id) = token::parse_app_id(tok) else {
+        return Ok(None);
+    };
+    let found: Option<(Vec<u8>, Vec<u8>)> = c
+        .query_row(
+            "SELECT token_salt, token_hash FROM applications WHERE id = ?1",
+            [to_i(id)],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .optional()?;
+    match found {
+        Some((salt, hash)) if token::verify(tok, &salt, &hash) => get(c, id),
+        _ => Ok(None),
+    }
+}
+
+fn check_intents(bits: u64) -> Result<()> {
+    if bits & !intents::PRIVILEGED != 0 {
+        return Err(RegistryError::Invalid(format!(
+            "approved intents {bits:#x} include non-privileged bits (allowed mask {:#x})",
+            intents::PRIVILEGED
+        )));
+    }
+    Ok(())
+}
+
+fn check_concurrency(n: u32) -> Result<()> {
+    if n == 0 {
+        return Err(RegistryError::Invalid(
+            "max_concurrency must be >= 1".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// New salt + hash for a fresh token of `app_id`; returns the token.
+fn new_credentials(app_id: u64) -> Result<(String, [u8; token::SALT_LEN], [u8; token::HASH_LEN])> {
+    let tok = token::generate(app_id)?;
+    let salt = token::random_bytes::<{ token::SALT_LEN }>()?;
+    let hash = token::hash(&salt, &tok);
+    Ok((tok, salt, hash))
+}
+
+pub fn create(
+    c: &Connection,
+    name: &str,
+    approved: u64,
+    max_concurrency: u32,
+) -> Result<(Application, String)> {
+    validate_name("application", name)?;
+    check_intents(approved)?;
+    check_concurrency(max_concurrency)?;
+    let id = snowflake::global().next_id();
+    let (tok, salt, hash) = new_credentials(id)?;
+    let app = Application {
+        id,
+        name: name.to_owned(),
+        bot_user_id: id,
+        bot_username: name.to_owned(),
+        approved_intents: approved,
+        max_concurrency,
+        session_start_total: DEFAULT_SESSION_START_TOTAL,
+        flags: app_flags::from_approved_intents(approved),
+    };
+    c.execute(
+        "INSERT INTO applications (id, name, bot_user_id, bot_username, approved_intents,
+             max_concurrency, session_start_total, flags, token_salt, token_hash, created_at_ms)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
+        params![
+            to_i(app.id),
+            app.name,
+            to_i(app.bot_user_id),
+            app.bot_username,
+            to_i(app.approved_intents),
+            app.max_concurrency,
+            app.session_start_total,
+            to_i(app.flags),
+            &salt[..],
+            &hash[..],
+            to_i(snowflake::unix_ms_now()),
+        ],
+    )?;
+    Ok((app, tok))
+}
+
+pub fn reset_token(c: &Connection, app_id: u64) -> Result<String> {
+    require(c, app_id)?;
+    let (tok, salt, hash) = new_credentials(app_id)?;
+    c.execute(
+        "UPDATE applications SET token_salt = ?2, token_hash = ?3 WHERE id = ?1",
+        params![to_i(app_id), &salt[..], &hash[..]],
+    )?;
+    Ok(tok)
+}
+
+pub fn set_approved_intents(c: &Connection, app_id: u64, bits: u64) -> Result<Application> {
+    check_intents(bits)?;
+    let app = require(c, app_id)?;
+    let flags = (app.flags & !app_flags::GATEWAY_MASK) | app_flags::from_approved_intents(bits);
+    c.execute(
+        "UPDATE applications SET approved_intents = ?2, flags = ?3 WHERE id = ?1",
+        params![to_i(app_id), to_i(bits), to_i(flags)],
+    )?;
+    require(c, app_id)
+}
+
+pub fn set_max_concurrency(c: &Connection, app_id: u64, n: u32) -> Result<Application> {
+    check_concurrency(n)?;
+    require(c, app_id)?;
+    c.execute(
+        "UPDATE applications SET max_concurrency = ?2 WHERE id = ?1",
+        params![to_i(app_id), n],
+    )?;
+    require(c, app_id)
+}
+
+pub fn set_session_start_total(c: &Connection, app_id: u64, total: u32) -> Result<Application> {
+    require(c, app_id)?;
+    c.execute(
+        "UPDATE applications SET session_start_total = ?2 WHERE id = ?1",
+        params![to_i(app_id), total],
+    )?;
+    require(c, app_id)
+}
+
+pub fn delete(c: &Connection, app_id: u64) -> Result<bool> {
+    Ok(c.execute("DELETE FROM applications WHERE id = ?1", [to_i(app_id)])? > 0)
+}
+
+/// Identifies at or before `now - window` no longer count.
+fn cutoff(now_ms: u64) -> i64 {
+    to_i(now_ms).saturating_sub(SESSION_START_WINDOW_MS as i64)
+}
+
+pub fn record_session_start(c: &Connection, app_id: u64, now_ms: u64) -> Result<SessionStartLimit> {
+    require(c, app_id)?;
+    // Prune for every application: the table stays at one day of identifies.
+    c.execute(
+        "DELETE FROM identify_log WHERE at_ms <= ?1",
+        [cutoff(now_ms)],
+    )?;
+    c.execute(
+        "INSERT INTO identify_log (application_id, at_ms) VALUES (?1, ?2)",
+        params![to_i(app_id), to_i(now_ms)],
+    )?;
+    session_start_limit(c, app_id, now_ms)
+}
+
+pub fn session_start_limit(c: &Connection, app_id: u64, now_ms: u64) -> Result<SessionStartLimit> {
+    let app = require(c, app_id)?;
+    let (used, oldest): (i64, Option<i64>) = c.query_row(
+        "SELECT COUNT(*), MIN(at_ms) FROM identify_log WHERE application_id = ?1 AND at_ms > ?2",
+        params![to_i(app_id), cutoff(now_ms)],
+        |r| Ok((r.get(0)?, r.get(1)?)),
+    )?;
+    // Rolling window: the next slot frees when the oldest identify ages out.
+    let reset_after_ms = oldest.map_or(0, |t| {
+        (t.saturating_add(SESSION_START_WINDOW_MS as i64) - to_i(now_ms))
+            .clamp(0, SESSION_START_WINDOW_MS as i64) as u64
+    });
+    let used = u32::try_from(used).unwrap_or(u32::MAX);
+    Ok(SessionStartLimit {
+        total: app.session_start_total,
+        remaining: app.session_start_total.saturating_sub(used),
+        reset_after_ms,
+        max_concurrency: app.max_concurrency,
+    })
+}

@@ -1,0 +1,297 @@
+//! The embedded backend: one SQLite file (WAL, busy timeout) shared by the
+//! node's sidecar and the CLI. Every operation is one transaction.
+
+mod apps;
+mod installs;
+mod servers;
+
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use rusqlite::{Connection, TransactionBehavior};
+
+use crate::model::*;
+use crate::{schema, Registry, Result};
+
+/// How long a write waits for another process's write before reporting
+/// [`crate::RegistryError::Unavailable`].
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// SQLite stores signed 64-bit integers; u64 ids and bitsets keep their bit
+/// pattern through these casts.
+pub(crate) fn to_i(v: u64) -> i64 {
+    v as i64
+}
+pub(crate) fn to_u(v: i64) -> u64 {
+    v as u64
+}
+
+pub struct SqliteRegistry {
+    // Mutex: makes the registry Sync and gives transactions the &mut they need.
+    conn: Mutex<Connection>,
+    path: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for SqliteRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SqliteRegistry")
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl SqliteRegistry {
+    /// Opens (creating file, parent directories and schema as needed).
+    pub fn open(path: &Path) -> Result<Self> {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir)?;
+        }
+        create_private_file(path)?;
+        let conn = Connection::open(path)?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        // journal_mode answers with a row, so it is read, not just set.
+        let _mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+        conn.execute_batch("PRAGMA synchronous = NORMAL;")?;
+        Self::init(conn, Some(path.to_path_buf()))
+    }
+
+    pub fn open_in_memory() -> Result<Self> {
+        Self::init(Connection::open_in_memory()?, None)
+    }
+
+    fn init(mut conn: Connection, path: Option<PathBuf>) -> Result<Self> {
+        conn.execute_batch("PRAGMA foreign_keys = ON;")?;
+        schema::migrate(&mut conn)?;
+        Ok(Self {
+            conn: Mutex::new(conn),
+            path,
+        })
+    }
+
+    /// How long an operation waits on another process's write lock before
+    /// failing with [`crate::RegistryError::Unavailable`] (default
+    /// [`BUSY_TIMEOUT`]). The node may want it short to bound identify latency.
+    pub fn set_busy_timeout(&self, timeout: Duration) -> Result<()> {
+        Ok(self.lock().busy_timeout(timeout)?)
+    }
+
+    /// None for an in-memory registry.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    pub fn schema_version() -> u32 {
+        schema::SCHEMA_VERSION
+    }
+
+    /// A server with a chosen id (tests, load generators that need known
+    /// shard placement). Like [`Registry::create_server`] otherwise.
+    pub fn create_server_with_id(&self, id: u64, name: &str, owner_id: u64) -> Result<Server> {
+        self.write(|c| servers::create_with_id(c, id, name, owner_id))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Connection> {
+        // A panic mid-operation rolled its transaction back; the connection is fine.
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Consistent snapshot for multi-statement reads.
+    fn read<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let mut c = self.lock();
+        let tx = c.transaction()?;
+        let out = f(&tx)?;
+        tx.commit()?;
+        Ok(out)
+    }
+
+    /// IMMEDIATE so two writers queue on the busy timeout instead of failing
+    /// on a read-to-write upgrade. Bumps `revision` if anything changed.
+    fn write<T>(&self, f: impl FnOnce(&Connection) -> Result<T>) -> Result<T> {
+        let mut c = self.lock();
+        let tx = c.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let before = tx.total_changes();
+        let out = f(&tx)?;
+        if tx.total_changes() != before {
+            tx.execute(
+                "UPDATE meta SET value = value + 1 WHERE key = 'revision'",
+                [],
+            )?;
+        }
+        tx.commit()?;
+        Ok(out)
+    }
+}
+
+#[cfg(unix)]
+fn create_private_file(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    // Holds token hashes: owner-only. SQLite gives -wal/-shm the same mode.
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
+#[cfg(not(unix))]
+fn create_private_file(_path: &Path) -> std::io::Result<()> {
+    Ok(())
+}
+
+pub(crate) fn validate_name(what: &str, name: &str) -> Result<()> {
+    let n = name.chars().count();
+    if n == 0 || n > 100 || name.trim().is_empty() {
+        return Err(crate::RegistryError::Invalid(format!(
+            "{what} name must be 1..=100 characters and not blank"
+        )));
+    }
+    Ok(())
+}
+
+impl Registry for SqliteRegistry {
+    fn authenticate(&self, token: &str) -> Result<Option<Application>> {
+        self.read(|c| apps::authenticate(c, token))
+    }
+
+    fn application(&self, id: u64) -> Result<Option<Application>> {
+        self.read(|c| apps::get(c, id))
+    }
+
+    fn list_applications(&self) -> Result<Vec<Application>> {
+        self.read(apps::list)
+    }
+
+    fn create_application(
+        &self,
+        name: &str,
+        approved_privileged_intents: u64,
+        max_concurrency: u32,
+    ) -> Result<(Application, String)> {
+        self.write(|c| apps::create(c, name, approved_privileged_intents, max_concurrency))
+    }
+
+    fn reset_token(&self, app_id: u64) -> Result<String> {
+        self.write(|c| apps::reset_token(c, app_id))
+    }
+
+    fn set_approved_intents(&self, app_id: u64, bits: u64) -> Result<Application> {
+        self.write(|c| apps::set_approved_intents(c, app_id, bits))
+    }
+
+    fn set_max_concurrency(&self, app_id: u64, max_concurrency: u32) -> Result<Application> {
+        self.write(|c| apps::set_max_concurrency(c, app_id, max_concurrency))
+    }
+
+    fn set_session_start_total(&self, app_id: u64, total: u32) -> Result<Application> {
+        self.write(|c| apps::set_session_start_total(c, app_id, total))
+    }
+
+    fn delete_application(&self, app_id: u64) -> Result<bool> {
+        self.write(|c| {
+            for inst in installs::of_app(c, app_id)? {
+                installs::uninstall(c, app_id, inst.server_id)?;
+            }
+            apps::delete(c, app_id)
+        })
+    }
+
+    fn create_server(&self, name: &str, owner_id: u64) -> Result<Server> {
+        self.write(|c| servers::create(c, name, owner_id))
+    }
+
+    fn delete_server(&self, server_id: u64) -> Result<bool> {
+        self.write(|c| servers::delete(c, server_id))
+    }
+
+    fn create_channel(
+        &self,
+        server_id: u64,
+        name: &str,
+        kind: u8,
+        parent: Option<u64>,
+    ) -> Result<Channel> {
+        self.write(|c| servers::create_channel(c, server_id, name, kind, parent))
+    }
+
+    fn create_role(&self, server_id: u64, name: &str, permissions: u64) -> Result<Role> {
+        self.write(|c| servers::create_role(c, server_id, name, permissions, false))
+    }
+
+    fn set_overwrite(
+        &self,
+        channel_id: u64,
+        target_id: u64,
+        target_kind: OverwriteKind,
+        allow: u64,
+        deny: u64,
+    ) -> Result<()> {
+        self.write(|c| servers::set_overwrite(c, channel_id, target_id, target_kind, allow, deny))
+    }
+
+    fn delete_overwrite(&self, channel_id: u64, target_id: u64) -> Result<bool> {
+        self.write(|c| servers::delete_overwrite(c, channel_id, target_id))
+    }
+
+    fn list_servers(&self) -> Result<Vec<Server>> {
+        self.read(servers::list)
+    }
+
+    fn install(&self, app_id: u64, server_id: u64, permissions: u64) -> Result<Installation> {
+        self.write(|c| installs::install(c, app_id, server_id, permissions))
+    }
+
+    fn uninstall(&self, app_id: u64, server_id: u64) -> Result<bool> {
+        self.write(|c| installs::uninstall(c, app_id, server_id))
+    }
+
+    fn add_installation_role(&self, app_id: u64, server_id: u64, role_id: u64) -> Result<()> {
+        self.write(|c| installs::add_role(c, app_id, server_id, role_id))
+    }
+
+    fn remove_installation_role(&self, app_id: u64, server_id: u64, role_id: u64) -> Result<bool> {
+        self.write(|c| installs::remove_role(c, app_id, server_id, role_id))
+    }
+
+    fn installations_of_app(&self, app_id: u64) -> Result<Vec<Installation>> {
+        self.read(|c| installs::of_app(c, app_id))
+    }
+
+    fn installation(&self, app_id: u64, server_id: u64) -> Result<Option<Installation>> {
+        self.read(|c| installs::get(c, app_id, server_id))
+    }
+
+    fn server_snapshot(&self, server_id: u64) -> Result<Option<ServerSnapshot>> {
+        self.read(|c| servers::snapshot(c, server_id))
+    }
+
+    fn servers_for_shard(&self, app_id: u64, shard_id: u32, shard_count: u32) -> Result<Vec<u64>> {
+        self.read(|c| installs::servers_for_shard(c, app_id, shard_id, shard_count))
+    }
+
+    fn record_session_start(&self, app_id: u64, now_ms: u64) -> Result<SessionStartLimit> {
+        self.write(|c| apps::record_session_start(c, app_id, now_ms))
+    }
+
+    fn session_start_remaining(&self, app_id: u64, now_ms: u64) -> Result<SessionStartLimit> {
+        self.read(|c| apps::session_start_limit(c, app_id, now_ms))
+    }
+
+    fn revision(&self) -> Result<u64> {
+        self.read(|c| {
+            let v: i64 = c.query_row("SELECT value FROM meta WHERE key = 'revision'", [], |r| {
+                r.get(0)
+            })?;
+            Ok(to_u(v))
+        })
+    }
+
+    fn seed_demo(&self) -> Result<Option<DemoSeed>> {
+        self.write(installs::seed_demo)
+    }
+}

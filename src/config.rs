@@ -1,0 +1,292 @@
+//! Node configuration: a TOML file (`--config`), then command-line flags on
+//! top. Every address, path and size has a default that runs on a laptop.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Config {
+    /// Where the registry file and the demo token live.
+    pub data_dir: PathBuf,
+    /// One port for REST (`/api/...`) and WebSocket (any other path).
+    pub gateway_addr: SocketAddr,
+    /// Metrics and health.
+    pub admin_addr: SocketAddr,
+    /// URL handed to clients in `/gateway` and `resume_gateway_url`;
+    /// empty means `ws://` (or `wss://`) + gateway_addr.
+    pub public_url: String,
+    /// Worker threads (one per core when 0).
+    pub workers: usize,
+    /// Registry file; empty means `<data_dir>/registry.sqlite`.
+    pub registry_path: PathBuf,
+    pub tls: TlsConfig,
+    pub limits: Limits,
+    pub ring: RingSizes,
+    pub demo: Demo,
+}
+
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TlsConfig {
+    /// PEM certificate chain; with `key`, the gateway port speaks wss/https.
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Limits {
+    /// Sessions one worker may hold; sets how many rings (fixed file tables) it opens.
+    pub max_sessions_per_worker: u32,
+    /// Largest client message (bytes); larger closes with 4002.
+    pub inbound_message_bytes: usize,
+    pub commands_per_window: u32,
+    pub command_window_ms: u64,
+    pub heartbeat_interval_ms: u64,
+    /// Time allowed from TCP accept to a complete HTTP request head.
+    pub handshake_timeout_ms: u64,
+    /// How long a disconnected session stays resumable.
+    pub resume_window_ms: u64,
+    /// Unsent bytes a session may queue before it is closed (4000, resumable).
+    pub outbound_buffer_bytes: usize,
+    /// After SIGTERM: time from op 7 to closing what is left.
+    pub shutdown_grace_ms: u64,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RingSizes {
+    pub sq_entries: u32,
+    pub cq_entries: u32,
+    /// Provided receive buffers per ring (power of two).
+    pub recv_buffers: u16,
+    pub recv_buffer_size: u32,
+    /// Fixed-table slots per ring beyond its share of sessions (the kernel
+    /// does not spread connections evenly over SO_REUSEPORT listeners).
+    pub headroom_percent: u32,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Demo {
+    pub enabled: bool,
+    pub interval_ms: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            data_dir: PathBuf::from("./gatewayd-data"),
+            gateway_addr: "127.0.0.1:8080".parse().unwrap(),
+            admin_addr: "127.0.0.1:9090".parse().unwrap(),
+            public_url: String::new(),
+            workers: 0,
+            registry_path: PathBuf::new(),
+            tls: TlsConfig::default(),
+            limits: Limits::default(),
+            ring: RingSizes::default(),
+            demo: Demo::default(),
+        }
+    }
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_sessions_per_worker: 25_000,
+            inbound_message_bytes: 4096,
+            commands_per_window: 120,
+            command_window_ms: 60_000,
+            heartbeat_interval_ms: 41_250,
+            handshake_timeout_ms: 10_000,
+            resume_window_ms: 120_000,
+            outbound_buffer_bytes: 4 << 20,
+            shutdown_grace_ms: 3_000,
+        }
+    }
+}
+
+impl Default for RingSizes {
+    fn default() -> Self {
+        RingSizes { sq_entries: 4096, cq_entries: 32768, recv_buffers: 2048, recv_buffer_size: 4096, headroom_percent: 25 }
+    }
+}
+
+impl Default for Demo {
+    fn default() -> Self {
+        Demo { enabled: true, interval_ms: 1000 }
+    }
+}
+
+/// Flags of `gatewayd run`; each overrides the config file.
+#[derive(clap::Args, Debug, Default, Clone)]
+pub struct RunArgs {
+    /// TOML configuration file (see README for every key).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    #[arg(long)]
+    pub gateway_addr: Option<SocketAddr>,
+    #[arg(long)]
+    pub admin_addr: Option<SocketAddr>,
+    #[arg(long)]
+    pub public_url: Option<String>,
+    #[arg(long)]
+    pub workers: Option<usize>,
+    #[arg(long)]
+    pub registry_path: Option<PathBuf>,
+    #[arg(long)]
+    pub tls_cert: Option<PathBuf>,
+    #[arg(long)]
+    pub tls_key: Option<PathBuf>,
+    #[arg(long)]
+    pub max_sessions_per_worker: Option<u32>,
+    #[arg(long)]
+    pub heartbeat_interval_ms: Option<u64>,
+    #[arg(long)]
+    pub handshake_timeout_ms: Option<u64>,
+    #[arg(long)]
+    pub resume_window_ms: Option<u64>,
+    #[arg(long)]
+    pub shutdown_grace_ms: Option<u64>,
+    /// Post a demo MESSAGE_CREATE every N ms.
+    #[arg(long)]
+    pub demo_interval_ms: Option<u64>,
+    /// Do not run the demo traffic source.
+    #[arg(long)]
+    pub no_demo: bool,
+}
+
+impl Config {
+    pub fn load(args: &RunArgs) -> Result<Config, String> {
+        let mut cfg = match &args.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).map_err(|e| format!("reading config {}: {e}", path.display()))?;
+                toml::from_str(&text).map_err(|e| format!("config {}: {e}", path.display()))?
+            }
+            None => Config::default(),
+        };
+        macro_rules! set {
+            ($flag:expr => $field:expr) => {
+                if let Some(v) = $flag.clone() {
+                    $field = v;
+                }
+            };
+        }
+        set!(args.data_dir => cfg.data_dir);
+        set!(args.gateway_addr => cfg.gateway_addr);
+        set!(args.admin_addr => cfg.admin_addr);
+        set!(args.public_url => cfg.public_url);
+        set!(args.workers => cfg.workers);
+        set!(args.registry_path => cfg.registry_path);
+        set!(args.max_sessions_per_worker => cfg.limits.max_sessions_per_worker);
+        set!(args.heartbeat_interval_ms => cfg.limits.heartbeat_interval_ms);
+        set!(args.handshake_timeout_ms => cfg.limits.handshake_timeout_ms);
+        set!(args.resume_window_ms => cfg.limits.resume_window_ms);
+        set!(args.shutdown_grace_ms => cfg.limits.shutdown_grace_ms);
+        set!(args.demo_interval_ms => cfg.demo.interval_ms);
+        if args.tls_cert.is_some() {
+            cfg.tls.cert = args.tls_cert.clone();
+        }
+        if args.tls_key.is_some() {
+            cfg.tls.key = args.tls_key.clone();
+        }
+        if args.no_demo {
+            cfg.demo.enabled = false;
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.tls.cert.is_some() != self.tls.key.is_some() {
+            return Err("tls: set both cert and key, or neither".into());
+        }
+        if !self.ring.recv_buffers.is_power_of_two() {
+            return Err("ring.recv_buffers must be a power of two".into());
+        }
+        if self.limits.heartbeat_interval_ms < 100 {
+            return Err("limits.heartbeat_interval_ms must be at least 100".into());
+        }
+        if self.limits.inbound_message_bytes < 128 {
+            return Err("limits.inbound_message_bytes must be at least 128".into());
+        }
+        if self.workers > 255 {
+            return Err("workers: at most 255 (the session id encodes the worker in one byte)".into());
+        }
+        if self.demo.interval_ms == 0 {
+            return Err("demo.interval_ms must be positive".into());
+        }
+        Ok(())
+    }
+
+    pub fn registry_file(&self) -> PathBuf {
+        if self.registry_path.as_os_str().is_empty() {
+            self.data_dir.join("registry.sqlite")
+        } else {
+            self.registry_path.clone()
+        }
+    }
+
+    pub fn tls_enabled(&self) -> bool {
+        self.tls.cert.is_some()
+    }
+
+    /// The URL bots are told to connect (and resume) to.
+    pub fn gateway_url(&self) -> String {
+        if !self.public_url.is_empty() {
+            return self.public_url.trim_end_matches('/').to_string();
+        }
+        let scheme = if self.tls_enabled() { "wss" } else { "ws" };
+        format!("{scheme}://{}", self.gateway_addr)
+    }
+
+    /// The REST base clients should use.
+    pub fn api_base(&self) -> String {
+        let scheme = if self.tls_enabled() { "https" } else { "http" };
+        format!("{scheme}://{}/api/v10", self.gateway_addr)
+    }
+
+    pub fn worker_count(&self) -> usize {
+        if self.workers > 0 {
+            self.workers
+        } else {
+            shards::available_cores().len().max(1)
+        }
+    }
+
+    pub fn data_path(&self, name: impl AsRef<Path>) -> PathBuf {
+        self.data_dir.join(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_then_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g.toml");
+        std::fs::write(&path, "workers = 3\n[limits]\nheartbeat_interval_ms = 5000\n[demo]\ninterval_ms = 250\n").unwrap();
+        let args = RunArgs { config: Some(path), heartbeat_interval_ms: Some(2000), ..Default::default() };
+        let cfg = Config::load(&args).unwrap();
+        assert_eq!(cfg.workers, 3);
+        assert_eq!(cfg.limits.heartbeat_interval_ms, 2000, "flag wins");
+        assert_eq!(cfg.demo.interval_ms, 250);
+        assert_eq!(cfg.limits.inbound_message_bytes, 4096);
+    }
+
+    #[test]
+    fn unknown_keys_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g.toml");
+        std::fs::write(&path, "wrokers = 3\n").unwrap();
+        let err = Config::load(&RunArgs { config: Some(path), ..Default::default() }).unwrap_err();
+        assert!(err.contains("wrokers"), "{err}");
+    }
+}

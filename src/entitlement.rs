@@ -1,0 +1,177 @@
+//! Who may see what: effective channel permissions (PROTOCOL.md,
+//! "Permissions") and the per-event decision. Bitsets only; computed once
+//! per identify (or snapshot change), never per event.
+
+use crate::gateway::intents::{self, perm};
+use crate::gateway::session::Identity;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    Role,
+    Member,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct Overwrite {
+    pub id: u64,
+    pub target: Target,
+    pub allow: u64,
+    pub deny: u64,
+}
+
+/// The bot member's permissions in one channel of server `server_id`.
+///
+/// `everyone` is the @everyone role's permissions, `role_perms` those of the
+/// member's roles. ADMINISTRATOR grants everything and skips overwrites. The
+/// installation's `granted` bitset bounds the result.
+pub fn channel_permissions(
+    server_id: u64,
+    member_id: u64,
+    member_roles: &[u64],
+    everyone: u64,
+    role_perms: u64,
+    overwrites: &[Overwrite],
+    granted: u64,
+) -> u64 {
+    let base = everyone | role_perms;
+    if base & perm::ADMINISTRATOR != 0 {
+        return perm::ALL & granted;
+    }
+    let mut p = base;
+    // @everyone overwrite (its id is the server id), then roles, then member.
+    if let Some(o) = overwrites.iter().find(|o| o.target == Target::Role && o.id == server_id) {
+        p = (p & !o.deny) | o.allow;
+    }
+    let (mut deny, mut allow) = (0u64, 0u64);
+    for o in overwrites.iter().filter(|o| o.target == Target::Role && o.id != server_id && member_roles.contains(&o.id)) {
+        deny |= o.deny;
+        allow |= o.allow;
+    }
+    p = (p & !deny) | allow;
+    if let Some(o) = overwrites.iter().find(|o| o.target == Target::Member && o.id == member_id) {
+        p = (p & !o.deny) | o.allow;
+    }
+    p & granted
+}
+
+/// Which form of an event a session gets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Variant {
+    Full,
+    /// MESSAGE_CONTENT redacted: content, embeds, attachments, components, poll emptied.
+    Redacted,
+}
+
+/// What an event needs from a recipient.
+#[derive(Clone, Copy, Debug)]
+pub struct Requirement<'a> {
+    pub server_id: u64,
+    /// 0 for server-wide events.
+    pub channel_id: u64,
+    pub intent: u64,
+    pub permissions: u64,
+    /// The event has message content subject to the MESSAGE_CONTENT rule.
+    pub has_content: bool,
+    /// User ids mentioned by the message (they see full content).
+    pub mentions: &'a [u64],
+}
+
+/// Decide for one session: `None` if it must not get the event.
+pub fn decide(id: &Identity, req: &Requirement) -> Option<Variant> {
+    if id.intents & req.intent != req.intent {
+        return None;
+    }
+    let guild = id.guild(req.server_id)?;
+    if req.channel_id != 0 {
+        let p = guild.channel_permissions(req.channel_id)?;
+        let need = perm::VIEW_CHANNEL | req.permissions;
+        if p & need != need {
+            return None;
+        }
+    }
+    if !req.has_content || id.intents & intents::MESSAGE_CONTENT != 0 || req.mentions.contains(&id.bot_user_id) {
+        Some(Variant::Full)
+    } else {
+        Some(Variant::Redacted)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::session::GuildAccess;
+    use shards::SessionId;
+
+    const S: u64 = 1000;
+    const BOT: u64 = 7;
+    const VIEW: u64 = perm::VIEW_CHANNEL;
+    const SEND: u64 = perm::SEND_MESSAGES;
+
+    fn ow(id: u64, target: Target, allow: u64, deny: u64) -> Overwrite {
+        Overwrite { id, target, allow, deny }
+    }
+
+    #[test]
+    fn everyone_then_roles_then_member() {
+        // @everyone denies view in the channel, a role allows it back.
+        let o = [ow(S, Target::Role, 0, VIEW), ow(55, Target::Role, VIEW, 0)];
+        assert_eq!(channel_permissions(S, BOT, &[55], VIEW | SEND, 0, &o, u64::MAX) & VIEW, VIEW);
+        assert_eq!(channel_permissions(S, BOT, &[], VIEW | SEND, 0, &o, u64::MAX) & VIEW, 0, "no role: denied");
+        // A member deny beats the role allow.
+        let o2 = [o[0], o[1], ow(BOT, Target::Member, 0, VIEW)];
+        assert_eq!(channel_permissions(S, BOT, &[55], VIEW, 0, &o2, u64::MAX) & VIEW, 0);
+        // Role denies are applied before role allows: allow wins across roles.
+        let o3 = [ow(55, Target::Role, 0, VIEW), ow(56, Target::Role, VIEW, 0)];
+        assert_eq!(channel_permissions(S, BOT, &[55, 56], VIEW, 0, &o3, u64::MAX) & VIEW, VIEW);
+    }
+
+    #[test]
+    fn administrator_and_granted_bound() {
+        let o = [ow(S, Target::Role, 0, VIEW)];
+        let p = channel_permissions(S, BOT, &[1], 0, perm::ADMINISTRATOR, &o, u64::MAX);
+        assert_eq!(p & VIEW, VIEW, "administrator ignores overwrites");
+        // The installation grants less than the roles: bounded.
+        let p = channel_permissions(S, BOT, &[1], VIEW | SEND, SEND, &[], SEND);
+        assert_eq!(p, SEND);
+    }
+
+    fn identity(intents: u64, perms: u64) -> Identity {
+        Identity {
+            session_id: SessionId::new(0, 1),
+            application_id: 1,
+            bot_user_id: BOT,
+            intents,
+            shard: (0, 1),
+            token_digest: [0; 32],
+            guilds: vec![GuildAccess { id: S, channels: vec![(10, perms)] }],
+            user_json: "{}".into(),
+        }
+    }
+
+    fn msg<'a>(mentions: &'a [u64]) -> Requirement<'a> {
+        Requirement {
+            server_id: S,
+            channel_id: 10,
+            intent: intents::GUILD_MESSAGES,
+            permissions: 0,
+            has_content: true,
+            mentions,
+        }
+    }
+
+    #[test]
+    fn decisions() {
+        let gm = intents::GUILD_MESSAGES;
+        assert_eq!(decide(&identity(0, VIEW), &msg(&[])), None, "missing intent");
+        assert_eq!(decide(&identity(gm, 0), &msg(&[])), None, "no VIEW_CHANNEL");
+        assert_eq!(decide(&identity(gm, VIEW), &msg(&[])), Some(Variant::Redacted));
+        assert_eq!(decide(&identity(gm | intents::MESSAGE_CONTENT, VIEW), &msg(&[])), Some(Variant::Full));
+        assert_eq!(decide(&identity(gm, VIEW), &msg(&[BOT])), Some(Variant::Full), "mention exception");
+        let mut other_server = msg(&[]);
+        other_server.server_id = S + 1;
+        assert_eq!(decide(&identity(gm, VIEW), &other_server), None);
+        let mut unknown_channel = msg(&[]);
+        unknown_channel.channel_id = 11;
+        assert_eq!(decide(&identity(gm, VIEW), &unknown_channel), None);
+    }
+}

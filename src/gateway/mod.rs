@@ -1,0 +1,13 @@
+//! The Discord Gateway v10 protocol as a state machine, without sockets.
+//!
+//! `session` consumes client payloads and writes server frames into a byte
+//! buffer; `payload` renders the JSON the server sends; `close` names every
+//! close code. The worker (src/worker.rs) moves bytes; nothing here does I/O.
+
+pub mod close;
+pub mod identify;
+pub mod intents;
+pub mod payload;
+pub mod session;
+
+pub use close::{Close, CloseCode};

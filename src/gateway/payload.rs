@@ -1,0 +1,154 @@
+//! JSON the server sends, rendered into WebSocket text frames.
+//!
+//! Control payloads are tiny and rendered with `write!`; READY and
+//! GUILD_CREATE are rendered once per identify (src/sidecar.rs) with
+//! serde_json. Dispatch frames are assembled from a prefix and the event's
+//! pre-serialised `d`, so the payload is never re-encoded per session.
+
+use std::io::Write;
+
+use net::ws::{self, OpCode};
+
+/// Append one unfragmented text frame holding `payload`.
+pub fn frame(out: &mut Vec<u8>, payload: &[u8]) {
+    ws::encode_frame(OpCode::Text, payload, out);
+}
+
+/// Append a text frame built from `parts` without joining them first.
+pub fn frame_parts(out: &mut Vec<u8>, parts: &[&[u8]]) {
+    let len: usize = parts.iter().map(|p| p.len()).sum();
+    let mut header = [0u8; ws::MAX_SERVER_HEADER];
+    let n = ws::encode_header(OpCode::Text, true, len, &mut header);
+    out.extend_from_slice(&header[..n]);
+    for p in parts {
+        out.extend_from_slice(p);
+    }
+}
+
+pub fn hello(out: &mut Vec<u8>, heartbeat_interval_ms: u64) {
+    let mut p = [0u8; 96];
+    let n = {
+        let mut w = &mut p[..];
+        let _ = write!(w, r#"{{"op":10,"d":{{"heartbeat_interval":{heartbeat_interval_ms},"_trace":["gatewayd"]}},"s":null,"t":null}}"#);
+        96 - w.len()
+    };
+    frame(out, &p[..n]);
+}
+
+pub fn heartbeat_ack(out: &mut Vec<u8>) {
+    frame(out, br#"{"op":11,"d":null,"s":null,"t":null}"#);
+}
+
+/// Op 1 from the server: asks the client to heartbeat now.
+pub fn heartbeat_request(out: &mut Vec<u8>) {
+    frame(out, br#"{"op":1,"d":null,"s":null,"t":null}"#);
+}
+
+pub fn reconnect(out: &mut Vec<u8>) {
+    frame(out, br#"{"op":7,"d":null,"s":null,"t":null}"#);
+}
+
+pub fn invalid_session(out: &mut Vec<u8>, resumable: bool) {
+    if resumable {
+        frame(out, br#"{"op":9,"d":true,"s":null,"t":null}"#);
+    } else {
+        frame(out, br#"{"op":9,"d":false,"s":null,"t":null}"#);
+    }
+}
+
+/// Append a dispatch (op 0) frame for event `t` with sequence `seq` whose
+/// `d` is the concatenation of `d_parts` (already valid JSON).
+pub fn dispatch(out: &mut Vec<u8>, t: &str, seq: u64, d_parts: &[&[u8]]) {
+    let mut num = itoa::Buffer::new();
+    let s = num.format(seq).as_bytes();
+    let mut parts: [&[u8]; 10] = [b""; 10];
+    parts[0] = br#"{"op":0,"t":""#;
+    parts[1] = t.as_bytes();
+    parts[2] = br#"","s":"#;
+    parts[3] = s;
+    parts[4] = br#","d":"#;
+    let mut n = 5;
+    for p in d_parts.iter().take(4) {
+        parts[n] = p;
+        n += 1;
+    }
+    parts[n] = b"}";
+    frame_parts(out, &parts[..=n]);
+}
+
+/// ISO 8601 UTC timestamp (`2026-11-30T08:38:50.123000+00:00`) from Unix ms,
+/// the form Discord uses in `timestamp` and `joined_at`.
+pub fn iso8601(unix_ms: u64) -> String {
+    let secs = unix_ms / 1000;
+    let ms = unix_ms % 1000;
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    let (y, m, d) = civil_from_days(days);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}000+00:00",
+        rem / 3600,
+        (rem / 60) % 60,
+        rem % 60
+    )
+}
+
+/// Howard Hinnant's days-to-civil algorithm.
+fn civil_from_days(z: i64) -> (i64, u32, u32) {
+    let z = z + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (if m <= 2 { y + 1 } else { y }, m, d)
+}
+
+/// The Unix time in ms encoded in a Discord snowflake.
+pub fn snowflake_ms(id: u64) -> u64 {
+    (id >> 22) + 1_420_070_400_000
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn payload_of(frame: &[u8]) -> &[u8] {
+        let len = frame[1] & 0x7f;
+        match len {
+            126 => &frame[4..],
+            127 => &frame[10..],
+            _ => &frame[2..],
+        }
+    }
+
+    #[test]
+    fn dispatch_is_valid_json_with_seq() {
+        let mut out = Vec::new();
+        dispatch(&mut out, "MESSAGE_CREATE", 42, &[br#"{"content":"hi"}"#]);
+        assert_eq!(out[0], 0x81);
+        let v: serde_json::Value = serde_json::from_slice(payload_of(&out)).unwrap();
+        assert_eq!(v["op"], 0);
+        assert_eq!(v["s"], 42);
+        assert_eq!(v["t"], "MESSAGE_CREATE");
+        assert_eq!(v["d"]["content"], "hi");
+    }
+
+    #[test]
+    fn hello_carries_interval() {
+        let mut out = Vec::new();
+        hello(&mut out, 41250);
+        let v: serde_json::Value = serde_json::from_slice(payload_of(&out)).unwrap();
+        assert_eq!(v["op"], 10);
+        assert_eq!(v["d"]["heartbeat_interval"], 41250);
+    }
+
+    #[test]
+    fn iso_dates() {
+        assert_eq!(iso8601(0), "1970-01-01T00:00:00.000000+00:00");
+        assert_eq!(iso8601(1_796_027_930_123), "2026-11-30T08:38:50.123000+00:00");
+        assert_eq!(iso8601(951_782_400_000), "2000-02-29T00:00:00.000000+00:00");
+    }
+}

@@ -1,0 +1,52 @@
+#![recursion_limit = "256"]
+//! gatewayd: a Discord Gateway v10 compatible node. `gatewayd run` (the
+//! default) serves bots; `gatewayd registry ...` manages the registry.
+
+mod admin;
+mod config;
+mod demo;
+mod entitlement;
+mod gateway;
+mod messages;
+mod metrics;
+mod node;
+mod registry_cli;
+mod rest;
+mod sidecar;
+mod worker;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(name = "gatewayd", version, about = "Discord Gateway v10 compatible node on thread-per-core io_uring workers")]
+struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    run: config::RunArgs,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the node (the default).
+    Run(config::RunArgs),
+    /// Manage applications, servers and installations in the registry.
+    Registry(registry_cli::RegistryArgs),
+}
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Some(Command::Registry(args)) => registry_cli::run(args),
+        Some(Command::Run(args)) => config::Config::load(&args).and_then(node::run),
+        None => config::Config::load(&cli.run).and_then(node::run),
+    };
+    if let Err(e) = result {
+        eprintln!("gatewayd: {e}");
+        std::process::exit(1);
+    }
+}

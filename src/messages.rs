@@ -1,0 +1,95 @@
+//! Messages between threads. Workers own their sessions; everything that
+//! crosses a thread boundary is one of these, through a bounded channel.
+
+use std::os::fd::RawFd;
+use std::sync::Arc;
+
+use crate::gateway::identify::Identify;
+use crate::gateway::session::GuildAccess;
+use crate::gateway::Close;
+
+/// Names one connection of one worker: ring, fixed-file slot and the slot's
+/// generation (a reused slot never receives a reply meant for the old one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ConnKey {
+    pub ring: u8,
+    pub gen: u16,
+    pub slot: u32,
+}
+
+/// What a worker asks of the registry sidecar.
+pub enum SidecarRequest {
+    Identify { worker: usize, conn: ConnKey, identify: Identify },
+    Rest { worker: usize, conn: ConnKey, route: RestRoute, token: Option<String> },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestRoute {
+    GatewayBot,
+    UsersMe,
+    ApplicationsMe,
+}
+
+/// The registry's answer to an Identify, ready to render READY from.
+pub struct IdentifyOk {
+    pub application_id: u64,
+    pub application_flags: u64,
+    pub bot_user_id: u64,
+    /// The bot user object as JSON.
+    pub user_json: Arc<str>,
+    pub intents: u64,
+    pub shard: (u32, u32),
+    pub token_digest: [u8; 32],
+    /// Sorted by server id, each with its GUILD_CREATE `d`.
+    pub guilds: Vec<(GuildAccess, Vec<u8>)>,
+}
+
+pub enum IdentifyRefusal {
+    /// Close with this code (bad token 4004, 4011, 4014...).
+    Close(Close),
+    /// Op 9 `d:false` (e.g. the registry is unavailable): retry later.
+    InvalidSession,
+}
+
+/// A committed event, pre-serialised, with what a recipient needs.
+pub struct Event {
+    pub t: &'static str,
+    pub server_id: u64,
+    pub channel_id: u64,
+    pub intent: u64,
+    pub permissions: u64,
+    pub has_content: bool,
+    pub mentions: Vec<u64>,
+    /// `d` for recipients entitled to message content.
+    pub full: Vec<u8>,
+    /// `d` with content fields emptied.
+    pub redacted: Vec<u8>,
+    pub commit_unix_ns: u64,
+}
+
+pub enum ToWorker {
+    Identified { conn: ConnKey, result: Result<Box<IdentifyOk>, IdentifyRefusal> },
+    RestReply { conn: ConnKey, status: u16, body: Vec<u8> },
+    Event(Arc<Event>),
+    /// Drain: op 7 to every session, then close.
+    Shutdown,
+}
+
+/// The sending half of a worker's inbox. Writing the eventfd wakes the
+/// worker, whose loop waits on it together with its rings' completions.
+#[derive(Clone)]
+pub struct WorkerHandle {
+    pub tx: crossbeam_channel::Sender<ToWorker>,
+    pub wake_fd: RawFd,
+}
+
+impl WorkerHandle {
+    /// False if the inbox is full (the message is dropped, never blocks).
+    pub fn send(&self, msg: ToWorker) -> bool {
+        let ok = self.tx.try_send(msg).is_ok();
+        let one: u64 = 1;
+        // SAFETY: writing 8 bytes to an eventfd we own for the process lifetime.
+        unsafe { libc::write(self.wake_fd, (&one as *const u64).cast(), 8) };
+        ok
+    }
+}

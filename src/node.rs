@@ -1,0 +1,187 @@
+//! Starting and stopping a node: the registry, the sidecar, one worker per
+//! core, the admin endpoint and the demo source, wired by messages.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Sender;
+use registry::{Registry, SqliteRegistry};
+
+use crate::config::Config;
+use crate::messages::*;
+use crate::metrics::WorkerMetrics;
+use crate::worker::{Worker, WorkerSetup};
+
+/// Read-only state every thread shares (plus lock-free counters).
+pub struct Shared {
+    pub cfg: Config,
+    pub gateway_url: String,
+    pub tls: Option<Arc<rustls::ServerConfig>>,
+    pub sidecar: Sender<SidecarRequest>,
+    pub metrics: Box<[WorkerMetrics]>,
+    pub ready_workers: AtomicUsize,
+    pub shutting_down: AtomicBool,
+    pub started: Instant,
+}
+
+/// Sidecar queue bound: identifies and REST calls waiting for the registry.
+const SIDECAR_QUEUE: usize = 16_384;
+/// Worker inbox bound.
+const INBOX: usize = 65_536;
+
+pub fn run(cfg: Config) -> Result<(), String> {
+    std::fs::create_dir_all(&cfg.data_dir).map_err(|e| format!("creating data dir {}: {e}", cfg.data_dir.display()))?;
+    let nofile = net::uring::raise_nofile_limit();
+    let registry = SqliteRegistry::open(&cfg.registry_file())
+        .map_err(|e| format!("opening registry {}: {e}", cfg.registry_file().display()))?;
+    let demo = if cfg.demo.enabled { Some(seed_demo(&cfg, &registry)?) } else { None };
+
+    let tls = match (&cfg.tls.cert, &cfg.tls.key) {
+        (Some(c), Some(k)) => Some(net::tls::load_server_config(c, k).map_err(|e| format!("TLS: {e}"))?),
+        _ => None,
+    };
+    let workers = cfg.worker_count();
+    // Rings per worker: each fixed file table is capped by RLIMIT_NOFILE, so a
+    // worker holding more sessions than one table allows opens several.
+    let want = cfg.limits.max_sessions_per_worker as u64 * (100 + cfg.ring.headroom_percent as u64) / 100;
+    let table_cap = net::uring::cap_fixed_files(u32::MAX).max(64) as u64;
+    let rings = want.div_ceil(table_cap).max(1) as usize;
+    let slots = want.div_ceil(rings as u64).max(64) as u32;
+    tracing::info!(workers, rings_per_worker = rings, slots_per_ring = slots, nofile, "sizing workers");
+
+    let mut setups = Vec::with_capacity(workers);
+    for w in 0..workers {
+        let setup = WorkerSetup::new(&cfg, rings, slots).map_err(|e| {
+            format!(
+                "worker {w}: setting up io_uring on {}: {e} (io_uring with direct descriptors is required; \
+                 check the kernel version, RLIMIT_NOFILE and RLIMIT_MEMLOCK)",
+                cfg.gateway_addr
+            )
+        })?;
+        setups.push(setup);
+    }
+    let mut inboxes = Vec::with_capacity(workers);
+    let mut handles = Vec::with_capacity(workers);
+    for s in &setups {
+        let (tx, rx) = crossbeam_channel::bounded(INBOX);
+        handles.push(WorkerHandle { tx, wake_fd: s.wake_fd });
+        inboxes.push(rx);
+    }
+    let handles: Arc<[WorkerHandle]> = handles.into();
+    let (sidecar_tx, sidecar_rx) = crossbeam_channel::bounded(SIDECAR_QUEUE);
+    let gateway_url = cfg.gateway_url();
+    let shared = Arc::new(Shared {
+        gateway_url: gateway_url.clone(),
+        tls,
+        sidecar: sidecar_tx,
+        metrics: (0..workers).map(|_| WorkerMetrics::default()).collect(),
+        ready_workers: AtomicUsize::new(0),
+        shutting_down: AtomicBool::new(false),
+        started: Instant::now(),
+        cfg: cfg.clone(),
+    });
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let sidecar = crate::sidecar::Sidecar {
+        registry: Box::new(registry),
+        workers: handles.clone(),
+        gateway_url: gateway_url.clone(),
+    };
+    let sidecar_stop = stop.clone();
+    let sidecar_thread = std::thread::Builder::new()
+        .name("sidecar".into())
+        .spawn(move || sidecar.run(sidecar_rx, sidecar_stop))
+        .map_err(|e| e.to_string())?;
+
+    let cores = shards::worker_cores(workers);
+    let mut worker_threads = Vec::with_capacity(workers);
+    for (w, (setup, inbox)) in setups.into_iter().zip(inboxes).enumerate() {
+        let shared = shared.clone();
+        let core = cores.get(w).copied();
+        let wake_fd = setup.wake_fd;
+        let builder = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound).name(&format!("worker-{w}"));
+        let handle = builder
+            .spawn(move || async move {
+                if let Some(core) = core {
+                    if !shards::pin_current_thread(core) {
+                        tracing::warn!(worker = w, core, "could not pin worker to its core");
+                    }
+                }
+                Worker::new(w, shared, inbox, setup).run(wake_fd).await
+            })
+            .map_err(|e| format!("starting worker {w} (glommio): {e}"))?;
+        worker_threads.push(handle);
+    }
+
+    let admin = crate::admin::start(cfg.admin_addr, shared.clone()).map_err(|e| format!("admin {}: {e}", cfg.admin_addr))?;
+    let demo_thread = demo.map(|seed| crate::demo::start(seed, cfg.demo.interval_ms, handles.clone(), stop.clone()));
+
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while shared.ready_workers.load(Ordering::SeqCst) < workers {
+        if Instant::now() > deadline {
+            return Err("workers did not start within 10 s".into());
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let scheme = if cfg.tls_enabled() { "https" } else { "http" };
+    println!("gatewayd is up");
+    println!("  gateway:  {gateway_url}");
+    println!("  REST:     {scheme}://{}/api/v10", cfg.gateway_addr);
+    println!("  admin:    http://{}/metrics", cfg.admin_addr);
+    if cfg.demo.enabled {
+        println!("  demo bot token: stored in {}", cfg.data_path("demo-token").display());
+    }
+
+    // Block until SIGTERM or SIGINT, then drain.
+    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])
+        .map_err(|e| e.to_string())?;
+    let sig = signals.forever().next();
+    tracing::info!(?sig, "draining: op 7 to every session");
+    shared.shutting_down.store(true, Ordering::SeqCst);
+    for h in handles.iter() {
+        h.send(ToWorker::Shutdown);
+    }
+    for t in worker_threads {
+        let _ = t.join();
+    }
+    stop.store(true, Ordering::SeqCst);
+    let _ = sidecar_thread.join();
+    if let Some(t) = demo_thread {
+        let _ = t.join();
+    }
+    drop(admin);
+    tracing::info!("stopped");
+    Ok(())
+}
+
+/// Seed the demo application on first start and publish its token.
+fn seed_demo(cfg: &Config, registry: &SqliteRegistry) -> Result<crate::demo::DemoTarget, String> {
+    let token_path = cfg.data_path("demo-token");
+    let seed = match registry.seed_demo().map_err(|e| format!("seeding demo data: {e}"))? {
+        Some(s) => s,
+        None => return Err("demo data is incomplete (demo-bot exists without its server); use a fresh --data-dir or --no-demo".into()),
+    };
+    match &seed.token {
+        Some(token) => {
+            write_secret(&token_path, token).map_err(|e| format!("writing {}: {e}", token_path.display()))?;
+            println!("demo bot token (shown once, also in {}): {token}", token_path.display());
+        }
+        None => {
+            if !token_path.exists() {
+                // The token was lost: issue a new one rather than leave the demo unusable.
+                let token = registry.reset_token(seed.app.id).map_err(|e| e.to_string())?;
+                write_secret(&token_path, &token).map_err(|e| format!("writing {}: {e}", token_path.display()))?;
+                println!("demo bot token reset (in {}): {token}", token_path.display());
+            }
+        }
+    }
+    Ok(crate::demo::DemoTarget { server_id: seed.server_id, channel_id: seed.general_channel_id })
+}
+
+fn write_secret(path: &std::path::Path, secret: &str) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    writeln!(f, "{secret}")
+}

@@ -1,0 +1,168 @@
+//! `gatewayd registry ...`: manage the registry file while the node runs or
+//! not (SQLite in WAL mode; identifies read it fresh).
+
+use std::path::PathBuf;
+
+use clap::{Args, Subcommand};
+use registry::{OverwriteKind, Registry, SqliteRegistry};
+
+#[derive(Args)]
+pub struct RegistryArgs {
+    /// Data directory holding registry.sqlite.
+    #[arg(long, default_value = "./gatewayd-data")]
+    data_dir: PathBuf,
+    /// Registry file (default: <data-dir>/registry.sqlite).
+    #[arg(long)]
+    registry_path: Option<PathBuf>,
+    #[command(subcommand)]
+    cmd: RegistryCmd,
+}
+
+#[derive(Subcommand)]
+enum RegistryCmd {
+    /// Create an application (bot); prints its id and token (shown once).
+    AddApp {
+        #[arg(long)]
+        name: String,
+        /// Approved privileged intents bitset (GUILD_MEMBERS 2, GUILD_PRESENCES 256, MESSAGE_CONTENT 32768).
+        #[arg(long, default_value_t = 0)]
+        privileged_intents: u64,
+        #[arg(long, default_value_t = 1)]
+        max_concurrency: u32,
+    },
+    /// Issue a new token; the old one stops working.
+    ResetToken {
+        #[arg(long)]
+        app: u64,
+    },
+    /// Change the approved privileged intents of an application.
+    SetIntents {
+        #[arg(long)]
+        app: u64,
+        #[arg(long)]
+        privileged_intents: u64,
+    },
+    /// Delete an application and all its installations.
+    DeleteApp {
+        #[arg(long)]
+        app: u64,
+    },
+    /// Create a server with a #general text channel.
+    AddServer {
+        #[arg(long)]
+        name: String,
+    },
+    /// Add a channel to a server.
+    AddChannel {
+        #[arg(long)]
+        server: u64,
+        #[arg(long)]
+        name: String,
+        /// 0 text, 2 voice, 4 category, 5 announcement.
+        #[arg(long, default_value_t = 0)]
+        kind: u8,
+    },
+    /// Add a role to a server.
+    AddRole {
+        #[arg(long)]
+        server: u64,
+        #[arg(long)]
+        name: String,
+        #[arg(long)]
+        permissions: u64,
+    },
+    /// Set a channel permission overwrite for a role or member.
+    SetOverwrite {
+        #[arg(long)]
+        channel: u64,
+        #[arg(long)]
+        target: u64,
+        /// "role" or "member".
+        #[arg(long, default_value = "role")]
+        kind: String,
+        #[arg(long, default_value_t = 0)]
+        allow: u64,
+        #[arg(long, default_value_t = 0)]
+        deny: u64,
+    },
+    /// Install an application in a server with a granted permission bitset.
+    Install {
+        #[arg(long)]
+        app: u64,
+        #[arg(long)]
+        server: u64,
+        /// Default: VIEW_CHANNEL | SEND_MESSAGES | READ_MESSAGE_HISTORY.
+        #[arg(long, default_value_t = (1 << 10) | (1 << 11) | (1 << 16))]
+        permissions: u64,
+    },
+    /// Remove an application from a server (revoke).
+    #[command(alias = "revoke")]
+    Uninstall {
+        #[arg(long)]
+        app: u64,
+        #[arg(long)]
+        server: u64,
+    },
+    /// List applications, servers and installations.
+    List,
+}
+
+pub fn run(args: RegistryArgs) -> Result<(), String> {
+    let path = args.registry_path.unwrap_or_else(|| args.data_dir.join("registry.sqlite"));
+    let reg = SqliteRegistry::open(&path).map_err(|e| format!("opening {}: {e}", path.display()))?;
+    let e = |e: registry::RegistryError| e.to_string();
+    match args.cmd {
+        RegistryCmd::AddApp { name, privileged_intents, max_concurrency } => {
+            let (app, token) = reg.create_application(&name, privileged_intents, max_concurrency).map_err(e)?;
+            println!("application_id={}", app.id);
+            println!("token={token}");
+        }
+        RegistryCmd::ResetToken { app } => println!("token={}", reg.reset_token(app).map_err(e)?),
+        RegistryCmd::SetIntents { app, privileged_intents } => {
+            let a = reg.set_approved_intents(app, privileged_intents).map_err(e)?;
+            println!("application_id={} approved_intents={}", a.id, a.approved_intents);
+        }
+        RegistryCmd::DeleteApp { app } => println!("deleted={}", reg.delete_application(app).map_err(e)?),
+        RegistryCmd::AddServer { name } => {
+            let s = reg.create_server(&name, 0).map_err(e)?;
+            let c = reg.create_channel(s.id, "general", 0, None).map_err(e)?;
+            println!("server_id={}", s.id);
+            println!("channel_id={}", c.id);
+        }
+        RegistryCmd::AddChannel { server, name, kind } => {
+            println!("channel_id={}", reg.create_channel(server, &name, kind, None).map_err(e)?.id)
+        }
+        RegistryCmd::AddRole { server, name, permissions } => {
+            println!("role_id={}", reg.create_role(server, &name, permissions).map_err(e)?.id)
+        }
+        RegistryCmd::SetOverwrite { channel, target, kind, allow, deny } => {
+            let kind = match kind.as_str() {
+                "role" => OverwriteKind::Role,
+                "member" => OverwriteKind::Member,
+                other => return Err(format!("--kind must be role or member, not {other:?}")),
+            };
+            reg.set_overwrite(channel, target, kind, allow, deny).map_err(e)?;
+            println!("ok");
+        }
+        RegistryCmd::Install { app, server, permissions } => {
+            let i = reg.install(app, server, permissions).map_err(e)?;
+            println!("installed application_id={} server_id={} permissions={}", i.application_id, i.server_id, i.permissions);
+        }
+        RegistryCmd::Uninstall { app, server } => println!("uninstalled={}", reg.uninstall(app, server).map_err(e)?),
+        RegistryCmd::List => {
+            for a in reg.list_applications().map_err(e)? {
+                println!(
+                    "application {} name={:?} approved_intents={} max_concurrency={}",
+                    a.id, a.name, a.approved_intents, a.max_concurrency
+                );
+                for i in reg.installations_of_app(a.id).map_err(e)? {
+                    println!("  installed in server {} permissions={}", i.server_id, i.permissions);
+                }
+            }
+            for s in reg.list_servers().map_err(e)? {
+                println!("server {} name={:?}", s.id, s.name);
+            }
+        }
+    }
+    Ok(())
+}

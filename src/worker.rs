@@ -1,0 +1,1155 @@
+//! One worker: a pinned thread running a glommio executor whose single task
+//! drives this worker's io_uring rings. The worker owns its connections,
+//! sessions and resumable sessions; other threads reach it only through its
+//! inbox (a bounded channel plus an eventfd write).
+//!
+//! Waiting: every ring signals one blocking eventfd on each completion, and
+//! other threads write the same eventfd to wake us. glommio awaits it with a
+//! `BufferedFile` read on its own ring, so the executor parks in the kernel
+//! until there is work.
+
+use std::collections::HashMap;
+use std::net::TcpListener;
+use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::Receiver;
+use net::http::{self, RequestHead};
+use net::tls::TlsSession;
+use net::uring::{Completion, Ring, RingConfig};
+use net::ws::{self, Message, OpCode};
+use shards::SessionId;
+
+use crate::entitlement::{self, Requirement, Variant};
+use crate::gateway::identify::{self, Resume};
+use crate::gateway::session::{Action, Identity, Limits, Phase, Session};
+use crate::gateway::{payload, Close, CloseCode};
+use crate::messages::*;
+use crate::metrics::WorkerMetrics;
+use crate::node::Shared;
+use crate::rest;
+
+// Operation kinds carried in the top byte of user_data.
+const OP_ACCEPT: u8 = 1;
+const OP_RECV: u8 = 2;
+const OP_SEND: u8 = 3;
+const OP_CLOSE: u8 = 4;
+const OP_SHUTDOWN: u8 = 5;
+const OP_TICK: u8 = 6;
+const OP_CANCEL: u8 = 7;
+
+const TICK: Duration = Duration::from_millis(250);
+/// How long a closing connection waits for the peer's FIN after ours.
+const LINGER_MS: u64 = 2_000;
+/// Buffers above this are released when they drain, so idle sessions are small.
+const KEEP_BUFFER: usize = 16 * 1024;
+
+fn ud(kind: u8, ring: u8, gen: u16, slot: u32) -> u64 {
+    (kind as u64) << 56 | (ring as u64) << 48 | (gen as u64) << 32 | slot as u64
+}
+
+fn ud_parts(u: u64) -> (u8, ConnKey) {
+    ((u >> 56) as u8, ConnKey { ring: (u >> 48) as u8, gen: (u >> 32) as u16, slot: u as u32 })
+}
+
+enum ConnState {
+    /// Reading an HTTP request head (REST, or the WebSocket upgrade).
+    Http,
+    WebSocket(Box<WsConn>),
+    /// Our FIN is sent (or about to be); waiting for the peer's until `deadline`.
+    Closing,
+}
+
+struct WsConn {
+    decoder: ws::Decoder,
+    session: Session,
+    /// Set when the session must not be kept for Resume after this connection.
+    end_session: bool,
+}
+
+struct Conn {
+    gen: u16,
+    state: ConnState,
+    tls: Option<Box<TlsSession>>,
+    /// Received plaintext not yet parsed.
+    inbuf: Vec<u8>,
+    /// Plaintext queued for the socket; every frame of one batch coalesces here.
+    out: Vec<u8>,
+    /// Bytes handed to the kernel (ciphertext under TLS); immutable while `sending`.
+    wire: Vec<u8>,
+    wire_off: usize,
+    sending: bool,
+    queued: bool,
+    /// Shut down writing once `out` and `wire` are flushed.
+    close_after_flush: bool,
+    write_shut: bool,
+    /// Handshake deadline (Http) or linger deadline (Closing), in ms.
+    deadline_ms: u64,
+    /// A REST answer is awaited from the sidecar; later requests wait.
+    rest_pending: bool,
+    keep_alive: bool,
+    /// The Close op has been submitted; the slot is being freed.
+    closed: bool,
+}
+
+impl Conn {
+    fn new(gen: u16, tls: Option<Box<TlsSession>>, deadline_ms: u64) -> Conn {
+        Conn {
+            gen,
+            state: ConnState::Http,
+            tls,
+            inbuf: Vec::new(),
+            out: Vec::new(),
+            wire: Vec::new(),
+            wire_off: 0,
+            sending: false,
+            queued: false,
+            close_after_flush: false,
+            write_shut: false,
+            deadline_ms,
+            rest_pending: false,
+            keep_alive: true,
+            closed: false,
+        }
+    }
+
+    fn session(&self) -> Option<&Session> {
+        match &self.state {
+            ConnState::WebSocket(w) => Some(&w.session),
+            _ => None,
+        }
+    }
+}
+
+struct RingState {
+    ring: Ring,
+    listener: TcpListener,
+    conns: Vec<Option<Box<Conn>>>,
+    gens: Vec<u16>,
+    accepting: bool,
+}
+
+/// A session whose connection dropped: kept for Resume until `expires_ms`.
+struct Detached {
+    identity: Box<Identity>,
+    seq: u64,
+    /// An event was due while detached; without a replay buffer we cannot
+    /// resume it gap-free, so Resume answers op 9.
+    missed: bool,
+    expires_ms: u64,
+}
+
+pub struct Worker {
+    id: usize,
+    shared: Arc<Shared>,
+    inbox: Receiver<ToWorker>,
+    rings: Vec<RingState>,
+    limits: Limits,
+    completions: Vec<Completion>,
+    scratch: Vec<u8>,
+    queue: Vec<ConnKey>,
+    detached: HashMap<SessionId, Detached>,
+    /// Live sessions by id, so a Resume can take over a half-dead connection.
+    live: HashMap<SessionId, ConnKey>,
+    /// Send buffers of connections closed while their send was in flight,
+    /// kept until the kernel is done with them.
+    graveyard: HashMap<u64, Vec<u8>>,
+    open: usize,
+    draining_until: Option<u64>,
+    started: Instant,
+    tick_armed: bool,
+}
+
+/// Everything a worker needs, built on the main thread so setup errors
+/// (bind, ring limits) are reported before the node says it is ready.
+pub struct WorkerSetup {
+    pub rings: Vec<(Ring, TcpListener)>,
+    pub wake_fd: RawFd,
+}
+
+impl WorkerSetup {
+    pub fn new(shared_cfg: &crate::config::Config, rings: usize, slots_per_ring: u32) -> std::io::Result<WorkerSetup> {
+        // SAFETY: a plain eventfd; blocking on purpose (glommio reads it).
+        let wake_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if wake_fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let mut out = Vec::new();
+        for _ in 0..rings {
+            let ring = Ring::new(&RingConfig {
+                sq_entries: shared_cfg.ring.sq_entries,
+                cq_entries: shared_cfg.ring.cq_entries,
+                fixed_files: slots_per_ring,
+                recv_buffers: shared_cfg.ring.recv_buffers,
+                recv_buffer_size: shared_cfg.ring.recv_buffer_size,
+            })?;
+            ring.register_eventfd(wake_fd)?;
+            let listener = net::uring::listen_reuseport(shared_cfg.gateway_addr, 4096)?;
+            out.push((ring, listener));
+        }
+        Ok(WorkerSetup { rings: out, wake_fd })
+    }
+}
+
+impl Worker {
+    pub fn new(id: usize, shared: Arc<Shared>, inbox: Receiver<ToWorker>, setup: WorkerSetup) -> Worker {
+        let cfg = &shared.cfg;
+        let limits = Limits {
+            heartbeat_interval_ms: cfg.limits.heartbeat_interval_ms,
+            commands_per_window: cfg.limits.commands_per_window,
+            command_window_ms: cfg.limits.command_window_ms,
+        };
+        let rings = setup
+            .rings
+            .into_iter()
+            .map(|(ring, listener)| {
+                let n = ring.fixed_files() as usize;
+                RingState { ring, listener, conns: (0..n).map(|_| None).collect(), gens: vec![0; n], accepting: false }
+            })
+            .collect();
+        Worker {
+            id,
+            shared,
+            inbox,
+            rings,
+            limits,
+            completions: Vec::with_capacity(4096),
+            scratch: Vec::with_capacity(4096),
+            queue: Vec::with_capacity(1024),
+            detached: HashMap::new(),
+            live: HashMap::new(),
+            graveyard: HashMap::new(),
+            open: 0,
+            draining_until: None,
+            started: Instant::now(),
+            tick_armed: false,
+        }
+    }
+
+    fn metrics(&self) -> &WorkerMetrics {
+        &self.shared.metrics[self.id]
+    }
+
+    fn now_ms(&self) -> u64 {
+        self.started.elapsed().as_millis() as u64
+    }
+
+    /// The worker's task: runs until drained after a shutdown request.
+    pub async fn run(mut self, wake_fd: RawFd) {
+        // SAFETY: dup gives glommio its own descriptor of the eventfd to own and close.
+        let waiter = unsafe { glommio::io::BufferedFile::from_raw_fd(libc::dup(wake_fd)) };
+        for r in 0..self.rings.len() {
+            self.arm_accept(r);
+        }
+        self.rings[0].ring.tick(TICK, ud(OP_TICK, 0, 0, 0));
+        self.tick_armed = true;
+        self.shared.ready_workers.fetch_add(1, Ordering::SeqCst);
+        tracing::info!(worker = self.id, rings = self.rings.len(), "worker listening");
+        loop {
+            let t0 = Instant::now();
+            self.turn();
+            WorkerMetrics::add(&self.metrics().busy_ns, t0.elapsed().as_nanos() as u64);
+            if self.finished() {
+                break;
+            }
+            for r in &mut self.rings {
+                if let Err(e) = r.ring.submit() {
+                    tracing::error!(worker = self.id, error = %e, "io_uring submit failed");
+                }
+            }
+            if let Err(e) = waiter.read_at(0, 8).await {
+                tracing::error!(worker = self.id, error = %e, "waiting on the worker eventfd failed");
+                glommio::timer::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        tracing::info!(worker = self.id, "worker stopped");
+    }
+
+    fn finished(&self) -> bool {
+        match self.draining_until {
+            Some(until) => self.open == 0 || self.now_ms() > until + LINGER_MS + 1000,
+            None => false,
+        }
+    }
+
+    /// One pass: completions, inbox, then flush what became sendable.
+    fn turn(&mut self) {
+        loop {
+            let mut progressed = false;
+            for r in 0..self.rings.len() {
+                self.completions.clear();
+                let n = self.rings[r].ring.drain(&mut self.completions);
+                progressed |= n > 0;
+                for i in 0..n {
+                    let c = self.completions[i];
+                    self.on_completion(r, c);
+                }
+            }
+            for _ in 0..1024 {
+                match self.inbox.try_recv() {
+                    Ok(msg) => {
+                        progressed = true;
+                        self.on_message(msg);
+                    }
+                    Err(_) => break,
+                }
+            }
+            self.flush();
+            if !progressed {
+                break;
+            }
+        }
+    }
+
+    fn conn(&mut self, key: ConnKey) -> Option<&mut Conn> {
+        conn_in(&mut self.rings, key)
+    }
+
+    fn arm_accept(&mut self, r: usize) {
+        let rs = &mut self.rings[r];
+        if rs.accepting || self.draining_until.is_some() {
+            return;
+        }
+        rs.accepting = true;
+        rs.ring.accept_multi(rs.listener.as_raw_fd(), ud(OP_ACCEPT, r as u8, 0, 0));
+    }
+
+    fn on_completion(&mut self, r: usize, c: Completion) {
+        let (kind, key) = ud_parts(c.user_data);
+        match kind {
+            OP_ACCEPT => self.on_accept(r, c),
+            OP_RECV => self.on_recv(r, key, c),
+            OP_SEND => self.on_send(key, c),
+            OP_CLOSE => {
+                // The slot is free in the kernel; free ours unless a send still runs.
+                let slot = key.slot as usize;
+                let rs = &mut self.rings[r];
+                if let Some(conn) = rs.conns[slot].as_ref() {
+                    if conn.gen == key.gen {
+                        let conn = rs.conns[slot].take().expect("checked");
+                        if conn.sending {
+                            self.graveyard.insert(ud(OP_SEND, r as u8, key.gen, key.slot), conn.wire);
+                        }
+                    }
+                }
+            }
+            OP_TICK => {
+                if !c.more() {
+                    self.rings[0].ring.tick(TICK, ud(OP_TICK, 0, 0, 0));
+                }
+                self.on_tick();
+            }
+            OP_SHUTDOWN | OP_CANCEL => {}
+            _ => tracing::error!(kind, "completion of unknown kind"),
+        }
+    }
+
+    fn on_accept(&mut self, r: usize, c: Completion) {
+        if !c.more() {
+            self.rings[r].accepting = false;
+        }
+        if c.result < 0 {
+            WorkerMetrics::inc(&self.metrics().accept_errors);
+            let err = c.error().expect("negative");
+            if c.result == -libc::ENFILE || c.result == -libc::EMFILE {
+                tracing::warn!(worker = self.id, ring = r, "fixed file table full: not accepting on this ring until a slot frees");
+            } else if c.result != -libc::ECANCELED {
+                tracing::warn!(worker = self.id, ring = r, error = %err, "accept failed");
+                self.arm_accept(r);
+            }
+            return;
+        }
+        if !c.more() {
+            self.arm_accept(r);
+        }
+        let slot = c.result as u32;
+        let now = self.now_ms();
+        let tls = match &self.shared.tls {
+            Some(cfg) => match TlsSession::new(cfg.clone()) {
+                Ok(t) => Some(Box::new(t)),
+                Err(e) => {
+                    tracing::error!(error = %e, "TLS session setup failed");
+                    self.rings[r].ring.close(slot, ud(OP_CLOSE, r as u8, 0, slot));
+                    return;
+                }
+            },
+            None => None,
+        };
+        let rs = &mut self.rings[r];
+        let gen = rs.gens[slot as usize].wrapping_add(1);
+        rs.gens[slot as usize] = gen;
+        debug_assert!(rs.conns[slot as usize].is_none(), "kernel gave a slot we still hold");
+        rs.conns[slot as usize] = Some(Box::new(Conn::new(gen, tls, now + self.shared.cfg.limits.handshake_timeout_ms)));
+        rs.ring.recv_multi(slot, ud(OP_RECV, r as u8, gen, slot));
+        self.open += 1;
+        WorkerMetrics::inc(&self.metrics().connections_accepted);
+        WorkerMetrics::inc(&self.metrics().connections_open);
+        if self.draining_until.is_some() {
+            self.begin_close(ConnKey { ring: r as u8, gen, slot }, None);
+        }
+    }
+
+    fn on_recv(&mut self, r: usize, key: ConnKey, c: Completion) {
+        let bid = c.buffer_id();
+        let alive = self.conn(key).map(|c| !c.closed).unwrap_or(false);
+        if !alive {
+            if let Some(b) = bid {
+                self.rings[r].ring.recycle(b);
+            }
+            return;
+        }
+        if c.result > 0 {
+            let b = bid.expect("a receive with data has a buffer");
+            // Copy out of the provided buffer so it goes straight back to the kernel.
+            let max_in = http::MAX_HEAD.max(self.shared.cfg.limits.inbound_message_bytes + 14) * 2;
+            let (rs_ring, conns) = {
+                let rs = &mut self.rings[r];
+                (&mut rs.ring, &mut rs.conns)
+            };
+            let conn = conns[key.slot as usize].as_deref_mut().expect("alive");
+            let data = rs_ring.buffer(b, c.result as usize);
+            let mut fail = None;
+            match conn.tls.as_deref_mut() {
+                Some(tls) => {
+                    if let Err(e) = tls.receive(data, &mut conn.inbuf, max_in) {
+                        tracing::debug!(error = %e, "TLS error");
+                        fail = Some(());
+                    }
+                }
+                None => {
+                    if matches!(conn.state, ConnState::Closing) {
+                        // Draining the peer's leftovers while we linger.
+                    } else if conn.inbuf.len() + data.len() > max_in {
+                        fail = Some(());
+                    } else {
+                        conn.inbuf.extend_from_slice(data);
+                    }
+                }
+            }
+            rs_ring.recycle(b);
+            if fail.is_some() {
+                self.begin_close(key, Some(Close::new(CloseCode::DecodeError, "decode error: input exceeds limits")));
+            } else {
+                self.queue_flush(key);
+                self.process_input(key);
+            }
+            if !c.more() {
+                if let Some(conn) = self.conn(key) {
+                    if !conn.closed {
+                        self.rings[r].ring.recv_multi(key.slot, c.user_data);
+                    }
+                }
+            }
+            return;
+        }
+        if c.result == -libc::ENOBUFS {
+            // Every provided buffer was in use; ask again.
+            self.rings[r].ring.recv_multi(key.slot, c.user_data);
+            return;
+        }
+        // EOF or error: the peer is gone (resumable unless it said otherwise).
+        self.finish(key);
+    }
+
+    fn on_send(&mut self, key: ConnKey, c: Completion) {
+        if let Some(_buf) = self.graveyard.remove(&c.user_data) {
+            return; // the kernel is done with a dead connection's buffer
+        }
+        let metrics = &self.shared.metrics[self.id];
+        let Some(conn) = conn_in(&mut self.rings, key) else { return };
+        if c.result < 0 {
+            conn.sending = false;
+            conn.wire.clear();
+            self.finish(key);
+            return;
+        }
+        conn.wire_off += c.result as usize;
+        if conn.wire_off < conn.wire.len() {
+            // Short write: send the rest from the same buffer.
+            let (ptr, len) = (conn.wire[conn.wire_off..].as_ptr(), (conn.wire.len() - conn.wire_off) as u32);
+            let ring = &mut self.rings[key.ring as usize].ring;
+            // SAFETY: `wire` is not touched while `sending`, and outlives the op (graveyard).
+            unsafe { ring.send(key.slot, ptr, len, ud(OP_SEND, key.ring, key.gen, key.slot)) };
+            return;
+        }
+        WorkerMetrics::add(&metrics.bytes_out, conn.wire.len() as u64);
+        conn.sending = false;
+        conn.wire.clear();
+        conn.wire_off = 0;
+        if conn.wire.capacity() > KEEP_BUFFER {
+            conn.wire = Vec::new();
+        }
+        self.queue_flush(key);
+    }
+
+    /// Note that a connection has something to send; sends go out at the end of the turn.
+    fn queue_flush(&mut self, key: ConnKey) {
+        if let Some(conn) = self.conn(key) {
+            if !conn.queued {
+                conn.queued = true;
+                self.queue.push(key);
+            }
+        }
+    }
+
+    /// One send per connection per turn, carrying everything queued for it.
+    fn flush(&mut self) {
+        let mut queue = std::mem::take(&mut self.queue);
+        for key in queue.drain(..) {
+            let Some(conn) = self.conn(key) else { continue };
+            conn.queued = false;
+            if conn.sending || conn.closed {
+                continue;
+            }
+            match conn.tls.as_deref_mut() {
+                Some(tls) => {
+                    if !conn.out.is_empty() {
+                        if tls.write_plaintext(&[&conn.out]).is_err() {
+                            conn.out.clear();
+                        }
+                        conn.out.clear();
+                    }
+                    tls.take_ciphertext(&mut conn.wire);
+                }
+                None => std::mem::swap(&mut conn.out, &mut conn.wire),
+            }
+            if conn.out.capacity() > KEEP_BUFFER {
+                conn.out = Vec::new();
+            }
+            if conn.wire.is_empty() {
+                if conn.close_after_flush && !conn.write_shut {
+                    conn.write_shut = true;
+                    let ring = &mut self.rings[key.ring as usize].ring;
+                    ring.shutdown(key.slot, libc::SHUT_WR, ud(OP_SHUTDOWN, key.ring, key.gen, key.slot));
+                }
+                continue;
+            }
+            conn.sending = true;
+            conn.wire_off = 0;
+            let (ptr, len) = (conn.wire.as_ptr(), conn.wire.len() as u32);
+            let ring = &mut self.rings[key.ring as usize].ring;
+            // SAFETY: `wire` stays untouched until the completion (or the graveyard holds it).
+            unsafe { ring.send(key.slot, ptr, len, ud(OP_SEND, key.ring, key.gen, key.slot)) };
+        }
+        self.queue = queue;
+    }
+
+    /// Parse everything buffered for a connection.
+    fn process_input(&mut self, key: ConnKey) {
+        loop {
+            let now = self.now_ms();
+            let Some(conn) = conn_in(&mut self.rings, key) else { return };
+            if conn.closed || conn.close_after_flush {
+                return;
+            }
+            match &mut conn.state {
+                ConnState::Closing => {
+                    conn.inbuf.clear();
+                    return;
+                }
+                ConnState::Http => {
+                    if conn.rest_pending || conn.inbuf.is_empty() {
+                        return;
+                    }
+                    match http::parse_head(&conn.inbuf) {
+                        Ok(None) => return,
+                        Err(e) => {
+                            let status = e.status();
+                            http::write_response(status, rest::JSON, br#"{"message": "bad request", "code": 0}"#, false, &[], &mut conn.out);
+                            conn.inbuf.clear();
+                            self.close_after_flush(key);
+                            return;
+                        }
+                        Ok(Some((n, head))) => {
+                            conn.inbuf.drain(..n);
+                            self.on_http_request(key, head, now);
+                        }
+                    }
+                }
+                ConnState::WebSocket(wsc) => {
+                    let step = {
+                        let WsConn { decoder, session, .. } = &mut **wsc;
+                        match decoder.decode(&mut conn.inbuf) {
+                            Ok(None) => return,
+                            Err(e) => Step::Close(ws_error_close(e), 0),
+                            Ok(Some((n, None))) => Step::Consumed(n),
+                            Ok(Some((n, Some(msg)))) => match msg {
+                                Message::Text(t) => match identify::parse(t.as_bytes(), &mut self.scratch) {
+                                    Err(close) => Step::Close(close, n),
+                                    Ok(p) => match session.on_payload(p, now, &mut conn.out) {
+                                        Ok(Action::None) => Step::Consumed(n),
+                                        Ok(a) => Step::Act(a, n),
+                                        Err(close) => Step::Close(close, n),
+                                    },
+                                },
+                                Message::Binary(_) => Step::Close(
+                                    Close::new(CloseCode::DecodeError, "decode error: binary payloads are not supported (encoding=json)"),
+                                    n,
+                                ),
+                                Message::Ping(p) => {
+                                    ws::encode_frame(OpCode::Pong, p, &mut conn.out);
+                                    Step::Consumed(n)
+                                }
+                                Message::Pong(_) => Step::Consumed(n),
+                                Message::Close(code, _) => Step::PeerClose(code, n),
+                            },
+                        }
+                    };
+                    let n = match &step {
+                        Step::Consumed(n) | Step::Act(_, n) | Step::Close(_, n) | Step::PeerClose(_, n) => *n,
+                    };
+                    conn.inbuf.drain(..n.min(conn.inbuf.len()));
+                    if conn.inbuf.capacity() > KEEP_BUFFER && conn.inbuf.is_empty() {
+                        conn.inbuf = Vec::new();
+                    }
+                    self.queue_flush(key);
+                    match step {
+                        Step::Consumed(_) => {}
+                        Step::Act(a, _) => self.on_action(key, a),
+                        Step::Close(close, _) => {
+                            self.begin_close(key, Some(close));
+                            return;
+                        }
+                        Step::PeerClose(code, _) => {
+                            self.on_peer_close(key, code);
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_http_request(&mut self, key: ConnKey, head: RequestHead, now: u64) {
+        let gateway_url = self.shared.gateway_url.clone();
+        let worker = self.id;
+        let max_message = self.shared.cfg.limits.inbound_message_bytes;
+        let limits = self.limits;
+        let Some(conn) = self.conn(key) else { return };
+        conn.keep_alive = head.keep_alive;
+        if rest::is_api(&head.path) {
+            WorkerMetrics::inc(&self.shared.metrics[worker].rest_requests);
+            let conn = self.conn(key).expect("live");
+            match rest::route(&head.method, &head.path) {
+                rest::Route::Gateway => {
+                    http::write_response(200, rest::JSON, &rest::gateway_body(&gateway_url), head.keep_alive, &[], &mut conn.out)
+                }
+                rest::Route::NotFound => http::write_response(404, rest::JSON, rest::NOT_FOUND, head.keep_alive, &[], &mut conn.out),
+                rest::Route::MethodNotAllowed => {
+                    http::write_response(405, rest::JSON, rest::METHOD_NOT_ALLOWED, head.keep_alive, &[], &mut conn.out)
+                }
+                rest::Route::Authed(route) => {
+                    conn.rest_pending = true;
+                    let token = rest::bearer(head.authorization.as_deref());
+                    let req = SidecarRequest::Rest { worker, conn: key, route, token };
+                    if self.shared.sidecar.try_send(req).is_err() {
+                        let conn = self.conn(key).expect("live");
+                        conn.rest_pending = false;
+                        http::write_response(503, rest::JSON, br#"{"message": "busy", "code": 0}"#, false, &[], &mut conn.out);
+                        self.close_after_flush(key);
+                        return;
+                    }
+                }
+            }
+            if head.content_length > 0 {
+                // We serve no request bodies; rather than skip one, end the connection.
+                self.close_after_flush(key);
+            } else if !head.keep_alive {
+                let pending = self.conn(key).map(|c| c.rest_pending).unwrap_or(false);
+                if !pending {
+                    self.close_after_flush(key);
+                }
+            }
+            return;
+        }
+        if !head.is_websocket_upgrade || head.websocket_key.is_none() {
+            let status = if head.is_websocket_upgrade || !head.websocket_version_ok && head.websocket_key.is_some() { 400 } else { 426 };
+            http::write_response(status, rest::JSON, rest::UPGRADE_REQUIRED, false, &[("Upgrade", "websocket")], &mut conn.out);
+            self.close_after_flush(key);
+            return;
+        }
+        http::write_upgrade_response(head.websocket_key.as_deref().expect("checked"), &mut conn.out);
+        let mut wsc = Box::new(WsConn {
+            decoder: ws::Decoder::new(max_message),
+            session: Session::new(limits, now, &mut conn.out),
+            end_session: false,
+        });
+        let version = http::query_param(&head.query, "v");
+        let encoding = http::query_param(&head.query, "encoding");
+        let refusal = if !matches!(version, None | Some("10") | Some("9")) {
+            Some(Close::new(CloseCode::InvalidApiVersion, "invalid API version: use v=10 (v=9 is accepted)"))
+        } else if matches!(encoding, Some(e) if e != "json") {
+            Some(Close::new(CloseCode::DecodeError, "encoding not supported: encoding=etf is refused, use encoding=json"))
+        } else {
+            None
+        };
+        wsc.end_session = refusal.is_some();
+        conn.state = ConnState::WebSocket(wsc);
+        conn.deadline_ms = u64::MAX;
+        if !conn.inbuf.is_empty() && refusal.is_none() {
+            // A client that pipelined frames after the upgrade: handled by the caller's loop.
+        }
+        self.queue_flush(key);
+        if let Some(close) = refusal {
+            self.begin_close(key, Some(close));
+        }
+    }
+
+    fn on_action(&mut self, key: ConnKey, action: Action) {
+        match action {
+            Action::None => {}
+            Action::Identify(identify) => {
+                let req = SidecarRequest::Identify { worker: self.id, conn: key, identify };
+                if self.shared.sidecar.try_send(req).is_err() {
+                    // The registry link is saturated: tell the client to back off.
+                    if let Some(conn) = self.conn(key) {
+                        if let ConnState::WebSocket(w) = &mut conn.state {
+                            w.session.authentication_failed();
+                            payload::invalid_session(&mut conn.out, false);
+                        }
+                    }
+                    WorkerMetrics::inc(&self.metrics().identifies_refused);
+                }
+            }
+            Action::Resume(r) => self.on_resume(key, r),
+            Action::MembersChunk { guild_ids, nonce } => {
+                let Some(conn) = self.conn(key) else { return };
+                let ConnState::WebSocket(w) = &mut conn.state else { return };
+                let Some(id) = w.session.identity.clone() else { return };
+                for g in guild_ids {
+                    if id.guild(g).is_none() {
+                        continue;
+                    }
+                    let d = serde_json::json!({
+                        "guild_id": g.to_string(),
+                        "members": [{"user": serde_json::from_str::<serde_json::Value>(&id.user_json).unwrap_or_default(),
+                                     "roles": [], "joined_at": payload::iso8601(0), "deaf": false, "mute": false, "flags": 0, "pending": false}],
+                        "chunk_index": 0,
+                        "chunk_count": 1,
+                        "not_found": [],
+                        "nonce": nonce,
+                    });
+                    let d = serde_json::to_vec(&d).expect("json");
+                    w.session.dispatch("GUILD_MEMBERS_CHUNK", &[&d], &mut conn.out);
+                }
+            }
+        }
+    }
+
+    fn on_resume(&mut self, key: ConnKey, r: Resume) {
+        let now = self.now_ms();
+        let sid = SessionId::parse(&r.session_id);
+        // A live connection still holding the session (the client noticed the
+        // drop before we did): end it, keeping the session resumable.
+        if let Some(sid) = sid {
+            if let Some(old) = self.live.get(&sid).copied() {
+                if old != key {
+                    self.begin_close(old, Some(Close::new(CloseCode::UnknownError, "session resumed on another connection")));
+                }
+            }
+        }
+        let outcome = match sid {
+            // Handing a session to another worker comes with the replay rings (issue 3).
+            Some(sid) if sid.worker() as usize == self.id => match self.detached.remove(&sid) {
+                Some(d) if d.identity.token_digest != crate::sidecar::token_digest(&r.token) => {
+                    self.detached.insert(sid, d); // a wrong token must not end someone's session
+                    None
+                }
+                Some(d) if d.missed || d.seq != r.seq || now > d.expires_ms => None,
+                Some(d) => Some(d),
+                None => None,
+            },
+            _ => None,
+        };
+        self.metrics().sessions_detached.store(self.detached.len() as u64, Ordering::Relaxed);
+        let Some(conn) = self.conn(key) else { return };
+        let ConnState::WebSocket(w) = &mut conn.state else { return };
+        match outcome {
+            Some(d) => {
+                let sid = d.identity.session_id;
+                w.session.resumed(d.identity, d.seq, &mut conn.out);
+                self.live.insert(sid, key);
+                WorkerMetrics::inc(&self.metrics().resumes);
+                WorkerMetrics::inc(&self.metrics().sessions_ready);
+            }
+            None => {
+                w.session.authentication_failed();
+                payload::invalid_session(&mut conn.out, false);
+                WorkerMetrics::inc(&self.metrics().resumes_refused);
+            }
+        }
+        self.queue_flush(key);
+    }
+
+    fn on_identified(&mut self, key: ConnKey, result: Result<Box<IdentifyOk>, IdentifyRefusal>) {
+        let worker = self.id;
+        let gateway_url = self.shared.gateway_url.clone();
+        let Some(conn) = self.conn(key) else { return };
+        let ConnState::WebSocket(w) = &mut conn.state else { return };
+        if w.session.phase() != Phase::Authenticating {
+            return;
+        }
+        match result {
+            Err(IdentifyRefusal::Close(close)) => {
+                WorkerMetrics::inc(&self.metrics().identifies_refused);
+                self.begin_close(key, Some(close));
+            }
+            Err(IdentifyRefusal::InvalidSession) => {
+                w.session.authentication_failed();
+                payload::invalid_session(&mut conn.out, false);
+                WorkerMetrics::inc(&self.metrics().identifies_refused);
+                self.queue_flush(key);
+            }
+            Ok(ok) => {
+                let mut random = [0u8; 16];
+                let _ = getrandom::fill(&mut random);
+                let session_id = SessionId::new(worker as u8, u128::from_le_bytes(random));
+                let ready_d = serde_json::json!({
+                    "v": 10,
+                    "user": serde_json::from_str::<serde_json::Value>(&ok.user_json).unwrap_or_default(),
+                    "guilds": ok.guilds.iter().map(|g| serde_json::json!({"id": g.0.id.to_string(), "unavailable": true})).collect::<Vec<_>>(),
+                    "session_id": session_id.as_str(),
+                    "session_type": "normal",
+                    "resume_gateway_url": gateway_url,
+                    "shard": [ok.shard.0, ok.shard.1],
+                    "application": {"id": ok.application_id.to_string(), "flags": ok.application_flags},
+                    "private_channels": [],
+                    "relationships": [],
+                    "presences": [],
+                    "guild_join_requests": [],
+                    "geo_ordered_rtc_regions": [],
+                    "user_settings": {},
+                    "auth": {},
+                    "_trace": ["gatewayd"],
+                });
+                let ready_d = serde_json::to_vec(&ready_d).expect("json");
+                let identity = Box::new(Identity {
+                    session_id,
+                    application_id: ok.application_id,
+                    bot_user_id: ok.bot_user_id,
+                    intents: ok.intents,
+                    shard: ok.shard,
+                    token_digest: ok.token_digest,
+                    guilds: ok.guilds.iter().map(|g| g.0.clone()).collect(),
+                    user_json: ok.user_json.clone(),
+                });
+                w.session.become_ready(identity, &ready_d, ok.guilds.iter().map(|g| g.1.as_slice()), &mut conn.out);
+                self.live.insert(session_id, key);
+                WorkerMetrics::inc(&self.metrics().identifies);
+                WorkerMetrics::inc(&self.metrics().sessions_ready);
+                self.queue_flush(key);
+            }
+        }
+    }
+
+    fn on_message(&mut self, msg: ToWorker) {
+        match msg {
+            ToWorker::Identified { conn, result } => self.on_identified(conn, result),
+            ToWorker::RestReply { conn: key, status, body } => {
+                let Some(conn) = self.conn(key) else { return };
+                conn.rest_pending = false;
+                http::write_response(status, rest::JSON, &body, conn.keep_alive, &[], &mut conn.out);
+                let keep = conn.keep_alive;
+                self.queue_flush(key);
+                if keep {
+                    self.process_input(key);
+                } else {
+                    self.close_after_flush(key);
+                }
+            }
+            ToWorker::Event(ev) => self.deliver(&ev),
+            ToWorker::Shutdown => self.drain(),
+        }
+    }
+
+    /// Fan one event out to every entitled session of this worker.
+    fn deliver(&mut self, ev: &Event) {
+        WorkerMetrics::inc(&self.metrics().events_in);
+        let req = Requirement {
+            server_id: ev.server_id,
+            channel_id: ev.channel_id,
+            intent: ev.intent,
+            permissions: ev.permissions,
+            has_content: ev.has_content,
+            mentions: &ev.mentions,
+        };
+        let limit = self.shared.cfg.limits.outbound_buffer_bytes;
+        let (mut delivered, mut redacted) = (0u64, 0u64);
+        let mut overflow = Vec::new();
+        for r in 0..self.rings.len() {
+            let rs = &mut self.rings[r];
+            for slot in 0..rs.conns.len() {
+                let Some(conn) = rs.conns[slot].as_deref_mut() else { continue };
+                let ConnState::WebSocket(w) = &mut conn.state else { continue };
+                if w.session.phase() != Phase::Ready {
+                    continue;
+                }
+                let Some(id) = w.session.identity.as_deref() else { continue };
+                let Some(variant) = entitlement::decide(id, &req) else { continue };
+                let d = match variant {
+                    Variant::Full => &ev.full,
+                    Variant::Redacted => {
+                        redacted += 1;
+                        &ev.redacted
+                    }
+                };
+                w.session.dispatch(ev.t, &[d], &mut conn.out);
+                delivered += 1;
+                let key = ConnKey { ring: r as u8, gen: conn.gen, slot: slot as u32 };
+                if conn.out.len() + conn.wire.len() > limit {
+                    overflow.push(key);
+                } else if !conn.queued {
+                    conn.queued = true;
+                    self.queue.push(key);
+                }
+            }
+        }
+        for d in self.detached.values_mut() {
+            if entitlement::decide(&d.identity, &req).is_some() {
+                d.missed = true;
+            }
+        }
+        for key in overflow {
+            self.begin_close(key, Some(Close::new(CloseCode::UnknownError, "send buffer full: the client is not reading")));
+        }
+        WorkerMetrics::add(&self.metrics().deliveries, delivered);
+        WorkerMetrics::add(&self.metrics().deliveries_redacted, redacted);
+    }
+
+    fn on_tick(&mut self) {
+        let now = self.now_ms();
+        let mut to_close: Vec<(ConnKey, Option<Close>, bool)> = Vec::new();
+        for r in 0..self.rings.len() {
+            let rs = &mut self.rings[r];
+            for slot in 0..rs.conns.len() {
+                let Some(conn) = rs.conns[slot].as_deref_mut() else { continue };
+                if conn.closed {
+                    continue;
+                }
+                let key = ConnKey { ring: r as u8, gen: conn.gen, slot: slot as u32 };
+                match &mut conn.state {
+                    ConnState::Http => {
+                        if now > conn.deadline_ms && !conn.rest_pending {
+                            to_close.push((key, None, true));
+                        }
+                    }
+                    ConnState::WebSocket(w) => {
+                        if conn.close_after_flush {
+                            continue;
+                        }
+                        match w.session.on_tick(now, &mut conn.out) {
+                            Ok(()) => {
+                                if !conn.out.is_empty() && !conn.queued {
+                                    conn.queued = true;
+                                    self.queue.push(key);
+                                }
+                            }
+                            Err(close) => to_close.push((key, Some(close), false)),
+                        }
+                    }
+                    ConnState::Closing => {
+                        if now > conn.deadline_ms {
+                            to_close.push((key, None, false));
+                        }
+                    }
+                }
+            }
+            if !rs.accepting && self.draining_until.is_none() {
+                // A full table stopped the multishot accept; retry now that slots may be free.
+                self.arm_accept(r);
+            }
+        }
+        for (key, close, handshake) in to_close {
+            let closing = matches!(self.conn(key).map(|c| &c.state), Some(ConnState::Closing));
+            if handshake {
+                WorkerMetrics::inc(&self.metrics().handshake_timeouts);
+                if let Some(conn) = self.conn(key) {
+                    http::write_response(408, rest::JSON, br#"{"message": "request timeout", "code": 0}"#, false, &[], &mut conn.out);
+                }
+                self.close_after_flush(key);
+            } else if closing {
+                self.finish(key);
+            } else {
+                self.begin_close(key, close);
+            }
+        }
+        self.detached.retain(|_, d| d.expires_ms > now);
+        self.metrics().sessions_detached.store(self.detached.len() as u64, Ordering::Relaxed);
+        if let Some(until) = self.draining_until {
+            if now > until {
+                let keys: Vec<ConnKey> = self.all_keys();
+                for key in keys {
+                    let is_closing = matches!(self.conn(key).map(|c| &c.state), Some(ConnState::Closing));
+                    if is_closing {
+                        if now > until + LINGER_MS {
+                            self.finish(key);
+                        }
+                    } else {
+                        self.begin_close(key, Some(Close::new(CloseCode::UnknownError, "node shutting down: resume elsewhere")));
+                    }
+                }
+            }
+        }
+    }
+
+    fn all_keys(&self) -> Vec<ConnKey> {
+        let mut keys = Vec::new();
+        for (r, rs) in self.rings.iter().enumerate() {
+            for (slot, c) in rs.conns.iter().enumerate() {
+                if let Some(c) = c.as_deref() {
+                    if !c.closed {
+                        keys.push(ConnKey { ring: r as u8, gen: c.gen, slot: slot as u32 });
+                    }
+                }
+            }
+        }
+        keys
+    }
+
+    /// SIGTERM: stop accepting, op 7 to every session, close the rest later.
+    fn drain(&mut self) {
+        if self.draining_until.is_some() {
+            return;
+        }
+        let now = self.now_ms();
+        self.draining_until = Some(now + self.shared.cfg.limits.shutdown_grace_ms);
+        for r in 0..self.rings.len() {
+            let rs = &mut self.rings[r];
+            rs.ring.cancel_user_data(ud(OP_ACCEPT, r as u8, 0, 0), ud(OP_CANCEL, r as u8, 0, 0));
+        }
+        for key in self.all_keys() {
+            let Some(conn) = self.conn(key) else { continue };
+            match &mut conn.state {
+                ConnState::WebSocket(_) => {
+                    payload::reconnect(&mut conn.out);
+                    self.queue_flush(key);
+                }
+                ConnState::Http => {
+                    if !conn.rest_pending {
+                        self.close_after_flush(key);
+                    }
+                }
+                ConnState::Closing => {}
+            }
+        }
+    }
+
+    fn close_after_flush(&mut self, key: ConnKey) {
+        let now = self.now_ms();
+        let Some(conn) = self.conn(key) else { return };
+        conn.close_after_flush = true;
+        if !matches!(conn.state, ConnState::WebSocket(_)) {
+            conn.state = ConnState::Closing;
+        }
+        conn.deadline_ms = now + LINGER_MS;
+        self.queue_flush(key);
+    }
+
+    /// Start closing: a WebSocket close frame (if any), then FIN after the
+    /// flush, then wait for the peer's FIN (bounded by LINGER_MS).
+    fn begin_close(&mut self, key: ConnKey, close: Option<Close>) {
+        let now = self.now_ms();
+        let id = self.id;
+        let Some(conn) = self.conn(key) else { return };
+        if conn.closed || matches!(conn.state, ConnState::Closing) {
+            return;
+        }
+        let state = std::mem::replace(&mut conn.state, ConnState::Closing);
+        if let ConnState::WebSocket(w) = state {
+            let keep = match close {
+                Some(c) => {
+                    ws::encode_close(c.code, c.reason, &mut conn.out);
+                    self.shared.metrics[id].close_sent(c.code);
+                    c.resumable() && !w.end_session
+                }
+                None => !w.end_session,
+            };
+            self.end_session(w, keep, now);
+        }
+        let Some(conn) = self.conn(key) else { return };
+        conn.close_after_flush = true;
+        conn.deadline_ms = now + LINGER_MS;
+        conn.inbuf = Vec::new();
+        self.queue_flush(key);
+    }
+
+    fn on_peer_close(&mut self, key: ConnKey, code: Option<u16>) {
+        let now = self.now_ms();
+        let Some(conn) = self.conn(key) else { return };
+        let state = std::mem::replace(&mut conn.state, ConnState::Closing);
+        // Echo the close (RFC 6455 handshake). 1000/1001 end the session.
+        let echo = code.unwrap_or(1000);
+        ws::encode_close(if ws::is_valid_close_code(echo) { echo } else { 1000 }, "", &mut conn.out);
+        conn.close_after_flush = true;
+        conn.deadline_ms = now + LINGER_MS;
+        if let ConnState::WebSocket(w) = state {
+            let keep = !matches!(code, Some(1000) | Some(1001)) && !w.end_session;
+            self.end_session(w, keep, now);
+        }
+        self.queue_flush(key);
+    }
+
+    /// A connection's session ends; keep it for Resume when allowed.
+    fn end_session(&mut self, w: Box<WsConn>, resumable: bool, now: u64) {
+        let WsConn { session, .. } = *w;
+        if session.phase() != Phase::Ready {
+            return;
+        }
+        WorkerMetrics::dec(&self.metrics().sessions_ready);
+        let seq = session.seq;
+        let Some(identity) = session.identity else { return };
+        self.live.remove(&identity.session_id);
+        if resumable && self.draining_until.is_none() {
+            let expires_ms = now + self.shared.cfg.limits.resume_window_ms;
+            self.detached.insert(identity.session_id, Detached { identity, seq, missed: false, expires_ms });
+            self.metrics().sessions_detached.store(self.detached.len() as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Tear the socket down now: RDWR shutdown wakes the pending receive,
+    /// then the slot is closed; the Conn is freed on the close completion.
+    fn finish(&mut self, key: ConnKey) {
+        let now = self.now_ms();
+        let Some(conn) = self.conn(key) else { return };
+        if conn.closed {
+            return;
+        }
+        conn.closed = true;
+        let state = std::mem::replace(&mut conn.state, ConnState::Closing);
+        if let ConnState::WebSocket(w) = state {
+            let keep = !w.end_session;
+            self.end_session(w, keep, now);
+        }
+        self.open -= 1;
+        WorkerMetrics::dec(&self.metrics().connections_open);
+        let ring = &mut self.rings[key.ring as usize].ring;
+        ring.shutdown_and_close(
+            key.slot,
+            ud(OP_SHUTDOWN, key.ring, key.gen, key.slot),
+            ud(OP_CLOSE, key.ring, key.gen, key.slot),
+        );
+    }
+}
+
+/// The live connection `key` names, borrowing only the rings.
+fn conn_in(rings: &mut [RingState], key: ConnKey) -> Option<&mut Conn> {
+    let c = rings.get_mut(key.ring as usize)?.conns.get_mut(key.slot as usize)?.as_deref_mut()?;
+    (c.gen == key.gen).then_some(c)
+}
+
+enum Step {
+    Consumed(usize),
+    Act(Action, usize),
+    Close(Close, usize),
+    PeerClose(Option<u16>, usize),
+}
+
+fn ws_error_close(e: ws::WsError) -> Close {
+    match e {
+        ws::WsError::MessageTooBig => Close::new(CloseCode::DecodeError, "decode error: message larger than 4096 bytes"),
+        ws::WsError::InvalidUtf8 => Close::new(CloseCode::DecodeError, "decode error: text is not valid UTF-8"),
+        ws::WsError::Protocol(_) => Close::websocket(1002, "websocket protocol error"),
+    }
+}

@@ -35,7 +35,9 @@ pub fn run(cfg: Config) -> Result<(), String> {
     let nofile = net::uring::raise_nofile_limit();
     let registry = SqliteRegistry::open(&cfg.registry_file())
         .map_err(|e| format!("opening registry {}: {e}", cfg.registry_file().display()))?;
-    let demo = if cfg.demo.enabled { Some(seed_demo(&cfg, &registry)?) } else { None };
+    // The demo data is always seeded (it is how a fresh node is usable);
+    // `--no-demo` only stops the traffic source.
+    let demo_target = seed_demo(&cfg, &registry)?;
 
     let tls = match (&cfg.tls.cert, &cfg.tls.key) {
         (Some(c), Some(k)) => Some(net::tls::load_server_config(c, k).map_err(|e| format!("TLS: {e}"))?),
@@ -115,7 +117,10 @@ pub fn run(cfg: Config) -> Result<(), String> {
     }
 
     let admin = crate::admin::start(cfg.admin_addr, shared.clone()).map_err(|e| format!("admin {}: {e}", cfg.admin_addr))?;
-    let demo_thread = demo.map(|seed| crate::demo::start(seed, cfg.demo.interval_ms, handles.clone(), stop.clone()));
+    let demo_thread = cfg
+        .demo
+        .enabled
+        .then(|| crate::demo::start(demo_target, cfg.demo.interval_ms, handles.clone(), stop.clone()));
 
     let deadline = Instant::now() + Duration::from_secs(10);
     while shared.ready_workers.load(Ordering::SeqCst) < workers {
@@ -129,9 +134,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     println!("  gateway:  {gateway_url}");
     println!("  REST:     {scheme}://{}/api/v10", cfg.gateway_addr);
     println!("  admin:    http://{}/metrics", cfg.admin_addr);
-    if cfg.demo.enabled {
-        println!("  demo bot token: stored in {}", cfg.data_path("demo-token").display());
-    }
+    println!("  demo bot token: stored in {}", cfg.data_path("demo-token").display());
 
     // Block until SIGTERM or SIGINT, then drain.
     let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])

@@ -1079,13 +1079,15 @@ impl Worker {
         let now = self.now_ms();
         let Some(conn) = self.conn(key) else { return };
         let state = std::mem::replace(&mut conn.state, ConnState::Closing);
-        // Echo the close (RFC 6455 handshake). 1000/1001 end the session.
+        // Echo the close (RFC 6455 handshake).
         let echo = code.unwrap_or(1000);
         ws::encode_close(if ws::is_valid_close_code(echo) { echo } else { 1000 }, "", &mut conn.out);
         conn.close_after_flush = true;
         conn.deadline_ms = now + LINGER_MS;
         if let ConnState::WebSocket(w) = state {
-            let keep = !matches!(code, Some(1000) | Some(1001)) && !w.end_session;
+            // 1000/1001, or a close without a code (a deliberate close by the
+            // library), end the session; anything else keeps it resumable.
+            let keep = !matches!(code, None | Some(1000) | Some(1001)) && !w.end_session;
             self.end_session(w, keep, now);
         }
         self.queue_flush(key);

@@ -1,0 +1,196 @@
+//! Session lifecycle against a real node: resume, drain on SIGTERM, wss://.
+
+mod common;
+
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use common::Node;
+use serde_json::{json, Value};
+use tungstenite::{Message, WebSocket};
+
+const INTENTS: u64 = (1 << 0) | (1 << 9) | (1 << 15);
+
+fn connect(node: &Node) -> WebSocket<TcpStream> {
+    let stream = TcpStream::connect(node.gateway).unwrap();
+    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let (ws, _) = tungstenite::client(format!("ws://{}/?v=10&encoding=json", node.gateway), stream).unwrap();
+    ws
+}
+
+fn recv<S: std::io::Read + std::io::Write>(ws: &mut WebSocket<S>) -> Value {
+    loop {
+        match ws.read().expect("read") {
+            Message::Text(t) => return serde_json::from_str(&t).unwrap(),
+            Message::Close(c) => panic!("closed: {c:?}"),
+            _ => {}
+        }
+    }
+}
+
+fn send<S: std::io::Read + std::io::Write>(ws: &mut WebSocket<S>, v: Value) {
+    ws.send(Message::text(v.to_string())).unwrap();
+}
+
+/// Hello, Identify, READY; returns (session_id, last seq seen).
+fn identify<S: std::io::Read + std::io::Write>(ws: &mut WebSocket<S>, token: &str) -> (String, u64) {
+    let hello = recv(ws);
+    assert_eq!(hello["op"], 10);
+    send(ws, json!({"op": 2, "d": {"token": token, "intents": INTENTS, "properties": {"os": "linux"}}}));
+    let ready = recv(ws);
+    assert_eq!(ready["t"], "READY", "{ready}");
+    assert_eq!(ready["s"], 1);
+    let gc = recv(ws);
+    assert_eq!(gc["t"], "GUILD_CREATE");
+    assert_eq!(gc["s"], 2);
+    (ready["d"]["session_id"].as_str().unwrap().to_string(), 2)
+}
+
+#[test]
+fn resume_after_a_dropped_connection_keeps_the_session() {
+    // One worker: resuming on another worker's connection comes with the replay rings.
+    let node = Node::start(&["--workers", "1", "--no-demo"]);
+    let mut ws = connect(&node);
+    let (session_id, seq) = identify(&mut ws, &node.token);
+    // Drop the TCP connection without a close frame (a network failure).
+    drop(ws);
+    std::thread::sleep(Duration::from_millis(200));
+    let mut ws = connect(&node);
+    assert_eq!(recv(&mut ws)["op"], 10);
+    send(&mut ws, json!({"op": 6, "d": {"token": format!("Bot {}", node.token), "session_id": session_id, "seq": seq}}));
+    let resumed = recv(&mut ws);
+    assert_eq!(resumed["t"], "RESUMED", "{resumed}");
+    assert_eq!(resumed["s"], seq + 1, "the sequence continues");
+
+    // A wrong token cannot take the session over, and an unknown id gets op 9 false.
+    let mut other = connect(&node);
+    assert_eq!(recv(&mut other)["op"], 10);
+    send(&mut other, json!({"op": 6, "d": {"token": "nope", "session_id": "00ffffffffffffffffffffffffffffff", "seq": 1}}));
+    let inv = recv(&mut other);
+    assert_eq!((inv["op"].clone(), inv["d"].clone()), (json!(9), json!(false)));
+}
+
+#[test]
+fn client_close_1000_ends_the_session() {
+    let node = Node::start(&["--workers", "1", "--no-demo"]);
+    let mut ws = connect(&node);
+    let (session_id, seq) = identify(&mut ws, &node.token);
+    ws.close(None).unwrap();
+    // The server answers the close handshake.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        match ws.read() {
+            Ok(Message::Close(_)) | Err(_) => break,
+            Ok(_) => assert!(Instant::now() < deadline),
+        }
+    }
+    let mut ws = connect(&node);
+    assert_eq!(recv(&mut ws)["op"], 10);
+    send(&mut ws, json!({"op": 6, "d": {"token": node.token, "session_id": session_id, "seq": seq}}));
+    let inv = recv(&mut ws);
+    assert_eq!((inv["op"].clone(), inv["d"].clone()), (json!(9), json!(false)), "a 1000 close is not resumable");
+}
+
+#[test]
+fn missed_events_make_resume_refuse_until_replay_exists() {
+    let node = Node::start(&["--workers", "1", "--demo-interval-ms", "100"]);
+    let mut ws = connect(&node);
+    let (session_id, seq) = identify(&mut ws, &node.token);
+    drop(ws);
+    std::thread::sleep(Duration::from_millis(500)); // demo events are due meanwhile
+    let mut ws = connect(&node);
+    assert_eq!(recv(&mut ws)["op"], 10);
+    send(&mut ws, json!({"op": 6, "d": {"token": node.token, "session_id": session_id, "seq": seq}}));
+    // Never a gap: without the events it cannot replay, so it says so.
+    let inv = recv(&mut ws);
+    assert_eq!((inv["op"].clone(), inv["d"].clone()), (json!(9), json!(false)), "{inv}");
+}
+
+#[test]
+fn sigterm_sends_reconnect_to_every_session_then_closes() {
+    let mut node = Node::start(&["--no-demo", "--shutdown-grace-ms", "500"]);
+    let mut sessions: Vec<_> = (0..6).map(|_| connect(&node)).collect();
+    for ws in &mut sessions {
+        identify(ws, &node.token);
+    }
+    unsafe { libc::kill(node.child.id() as i32, libc::SIGTERM) };
+    for ws in &mut sessions {
+        let v = recv(ws);
+        assert_eq!(v["op"], 7, "op 7 Reconnect first: {v}");
+        // Then the node closes the connection (resumable code) or the socket ends.
+        loop {
+            match ws.read() {
+                Ok(Message::Close(Some(frame))) => {
+                    let code: u16 = frame.code.into();
+                    assert!((4000..=4009).contains(&code) && code != 4004, "resumable close, got {code}");
+                    break;
+                }
+                Ok(Message::Close(None)) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    }
+    let status = node.child.wait().unwrap();
+    assert!(status.success(), "clean exit after drain: {status}");
+}
+
+#[test]
+fn wss_with_a_rustls_certificate() {
+    use std::sync::Arc;
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (cert_path, key_path) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    std::fs::write(&cert_path, cert.cert.pem()).unwrap();
+    std::fs::write(&key_path, cert.key_pair.serialize_pem()).unwrap();
+    let node = Node::start(&[
+        "--no-demo",
+        "--tls-cert",
+        cert_path.to_str().unwrap(),
+        "--tls-key",
+        key_path.to_str().unwrap(),
+        "--public-url",
+        "wss://localhost",
+    ]);
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert.cert.der().clone()).unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = TcpStream::connect(node.gateway).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let conn = rustls::ClientConnection::new(Arc::new(config), "localhost".try_into().unwrap()).unwrap();
+    let tls = rustls::StreamOwned::new(conn, tcp);
+    let (mut ws, _) = tungstenite::client("wss://localhost/?v=10&encoding=json", tls).unwrap();
+    let (_, _) = identify(&mut ws, &node.token);
+    send(&mut ws, json!({"op": 1, "d": 2}));
+    assert_eq!(recv(&mut ws)["op"], 11);
+
+    // REST over https on the same port.
+    let tcp = TcpStream::connect(node.gateway).unwrap();
+    let conn = rustls::ClientConnection::new(
+        Arc::new(
+            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates({
+                    let mut r = rustls::RootCertStore::empty();
+                    r.add(cert.cert.der().clone()).unwrap();
+                    r
+                })
+                .with_no_client_auth(),
+        ),
+        "localhost".try_into().unwrap(),
+    )
+    .unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    use std::io::{Read, Write};
+    tls.write_all(b"GET /api/v10/gateway HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
+    let mut body = Vec::new();
+    let _ = tls.read_to_end(&mut body);
+    let text = String::from_utf8_lossy(&body);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains(r#"{"url":"wss://localhost"}"#), "{text}");
+}

@@ -71,6 +71,9 @@ pub enum ToWorker {
     Identified { conn: ConnKey, result: Result<Box<IdentifyOk>, IdentifyRefusal> },
     RestReply { conn: ConnKey, status: u16, body: Vec<u8> },
     Event(Arc<Event>),
+    /// A connection handed over by another worker (its socket arrives on one
+    /// of our rings through MSG_RING, tagged with the same token).
+    Adopt { token: u64, conn: Box<crate::worker::Conn>, action: crate::gateway::session::Action },
     /// Drain: op 7 to every session, then close.
     Shutdown,
 }

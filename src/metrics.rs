@@ -27,6 +27,8 @@ pub struct WorkerMetrics {
     pub rest_requests: AtomicU64,
     pub handshake_timeouts: AtomicU64,
     pub inbox_full_drops: AtomicU64,
+    pub handovers_out: AtomicU64,
+    pub handovers_in: AtomicU64,
     /// Gateway closes sent, indexed by code - 4000 (0..=14); 15 counts WebSocket-level closes.
     pub closes: [AtomicU64; 16],
     pub busy_ns: AtomicU64,
@@ -53,7 +55,7 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
     fn family(out: &mut String, name: &str, kind: &str, help: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
     }
-    let per_worker: [(&str, &str, &str, fn(&WorkerMetrics) -> &AtomicU64); 16] = [
+    let per_worker: [(&str, &str, &str, fn(&WorkerMetrics) -> &AtomicU64); 18] = [
         ("gatewayd_connections", "gauge", "Open TCP connections (HTTP, WebSocket, closing).", |m| &m.connections_open),
         ("gatewayd_connections_accepted_total", "counter", "TCP connections accepted.", |m| &m.connections_accepted),
         ("gatewayd_accept_errors_total", "counter", "Accepts that failed (e.g. fixed file table full).", |m| &m.accept_errors),
@@ -70,6 +72,8 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
         ("gatewayd_rest_requests_total", "counter", "REST requests served.", |m| &m.rest_requests),
         ("gatewayd_handshake_timeouts_total", "counter", "Connections closed for not completing the HTTP handshake in time.", |m| &m.handshake_timeouts),
         ("gatewayd_worker_inbox_drops_total", "counter", "Messages dropped because a worker inbox was full.", |m| &m.inbox_full_drops),
+        ("gatewayd_handovers_out_total", "counter", "Connections passed to the worker owning their session or placement.", |m| &m.handovers_out),
+        ("gatewayd_handovers_in_total", "counter", "Connections adopted from another worker.", |m| &m.handovers_in),
     ];
     for (name, kind, help, get) in per_worker {
         family(out, name, kind, help);

@@ -19,6 +19,10 @@ pub struct Shared {
     pub gateway_url: String,
     pub tls: Option<Arc<rustls::ServerConfig>>,
     pub sidecar: Sender<SidecarRequest>,
+    /// Every worker's inbox, for handing connections over.
+    pub workers: Arc<[WorkerHandle]>,
+    /// Every worker's ring descriptors: MSG_RING targets.
+    pub ring_fds: Vec<Vec<std::os::fd::RawFd>>,
     pub metrics: Box<[WorkerMetrics]>,
     pub ready_workers: AtomicUsize,
     pub shutting_down: AtomicBool,
@@ -77,6 +81,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
         gateway_url: gateway_url.clone(),
         tls,
         sidecar: sidecar_tx,
+        workers: handles.clone(),
+        ring_fds: setups.iter().map(|s| s.rings.iter().map(|(r, _)| r.ring_fd()).collect()).collect(),
         metrics: (0..workers).map(|_| WorkerMetrics::default()).collect(),
         ready_workers: AtomicUsize::new(0),
         shutting_down: AtomicBool::new(false),

@@ -39,6 +39,14 @@ const OP_CLOSE: u8 = 4;
 const OP_SHUTDOWN: u8 = 5;
 const OP_TICK: u8 = 6;
 const OP_CANCEL: u8 = 7;
+/// The receive of a connection being handed over was asked to stop.
+const OP_HANDOVER_CANCEL: u8 = 8;
+/// Our half of a MSG_RING socket pass.
+const OP_PASS: u8 = 9;
+/// A socket passed to us; the low 48 bits carry the handover token.
+const OP_ADOPT: u8 = 10;
+/// An unmatched half of a handover is dropped after this long.
+const ADOPT_TIMEOUT_MS: u64 = 5_000;
 
 const TICK: Duration = Duration::from_millis(250);
 /// How long a closing connection waits for the peer's FIN after ours.
@@ -69,7 +77,9 @@ struct WsConn {
     end_session: bool,
 }
 
-struct Conn {
+/// A connection: its socket slot's state, buffers, TLS and gateway session.
+/// Moves between workers whole (see `Handover`).
+pub struct Conn {
     gen: u16,
     state: ConnState,
     tls: Option<Box<TlsSession>>,
@@ -92,6 +102,28 @@ struct Conn {
     keep_alive: bool,
     /// The Close op has been submitted; the slot is being freed.
     closed: bool,
+    /// Set while this connection is being moved to its session's worker.
+    handover: Option<Box<Handover>>,
+}
+
+/// Moving a connection to the worker that owns its session (a Resume) or
+/// its `(application, shard)` placement (an Identify): stop receiving here,
+/// pass the socket with MSG_RING, send the state by message.
+struct Handover {
+    to: usize,
+    action: Option<Action>,
+    recv_done: bool,
+    passed: bool,
+    /// Pairs our message with the socket's arrival on the new owner's ring.
+    token: u64,
+}
+
+/// The two halves of an incoming handover, which arrive in either order.
+#[derive(Default)]
+struct Adoption {
+    slot: Option<(usize, Result<u32, i32>)>,
+    conn: Option<(Box<Conn>, Action)>,
+    since_ms: u64,
 }
 
 impl Conn {
@@ -112,6 +144,7 @@ impl Conn {
             rest_pending: false,
             keep_alive: true,
             closed: false,
+            handover: None,
         }
     }
 
@@ -160,6 +193,8 @@ pub struct Worker {
     draining_until: Option<u64>,
     started: Instant,
     tick_armed: bool,
+    adopting: HashMap<u64, Adoption>,
+    handovers: u64,
 }
 
 /// Everything a worker needs, built on the main thread so setup errors
@@ -225,6 +260,8 @@ impl Worker {
             draining_until: None,
             started: Instant::now(),
             tick_armed: false,
+            adopting: HashMap::new(),
+            handovers: 0,
         }
     }
 
@@ -342,6 +379,23 @@ impl Worker {
                 self.on_tick();
             }
             OP_SHUTDOWN | OP_CANCEL => {}
+            OP_HANDOVER_CANCEL => {
+                // Nothing to cancel: the receive had already ended.
+                if c.result == -libc::ENOENT || c.result == -libc::EALREADY {
+                    if let Some(h) = self.conn(key).and_then(|c| c.handover.as_deref_mut()) {
+                        h.recv_done = true;
+                    }
+                    self.try_pass(key);
+                }
+            }
+            OP_PASS => self.on_passed(r, key, c),
+            OP_ADOPT => {
+                let token = c.user_data & 0xFFFF_FFFF_FFFF;
+                let now = self.now_ms();
+                let a = self.adopting.entry(token).or_insert_with(|| Adoption { since_ms: now, ..Default::default() });
+                a.slot = Some((r, if c.result >= 0 { Ok(c.result as u32) } else { Err(c.result) }));
+                self.try_adopt(token);
+            }
             _ => tracing::error!(kind, "completion of unknown kind"),
         }
     }
@@ -393,6 +447,27 @@ impl Worker {
 
     fn on_recv(&mut self, r: usize, key: ConnKey, c: Completion) {
         let bid = c.buffer_id();
+        if !c.more() {
+            let handing_over = match self.conn(key).and_then(|c| c.handover.as_deref_mut()) {
+                Some(h) => {
+                    h.recv_done = true;
+                    true
+                }
+                None => false,
+            };
+            if handing_over {
+                if c.result > 0 {
+                    let b = bid.expect("a receive with data has a buffer");
+                    let data = self.rings[r].ring.buffer(b, c.result as usize).to_vec();
+                    if let Some(conn) = self.conn(key) {
+                        conn.inbuf.extend_from_slice(&data);
+                    }
+                    self.rings[r].ring.recycle(b);
+                }
+                self.try_pass(key);
+                return;
+            }
+        }
         let alive = self.conn(key).map(|c| !c.closed).unwrap_or(false);
         if !alive {
             if let Some(b) = bid {
@@ -437,7 +512,7 @@ impl Worker {
             }
             if !c.more() {
                 if let Some(conn) = self.conn(key) {
-                    if !conn.closed {
+                    if !conn.closed && conn.handover.is_none() {
                         self.rings[r].ring.recv_multi(key.slot, c.user_data);
                     }
                 }
@@ -481,7 +556,11 @@ impl Worker {
         if conn.wire.capacity() > KEEP_BUFFER {
             conn.wire = Vec::new();
         }
-        self.queue_flush(key);
+        if conn.handover.is_some() {
+            self.try_pass(key);
+        } else {
+            self.queue_flush(key);
+        }
     }
 
     /// Note that a connection has something to send; sends go out at the end of the turn.
@@ -500,7 +579,7 @@ impl Worker {
         for key in queue.drain(..) {
             let Some(conn) = self.conn(key) else { continue };
             conn.queued = false;
-            if conn.sending || conn.closed {
+            if conn.sending || conn.closed || conn.handover.is_some() {
                 continue;
             }
             match conn.tls.as_deref_mut() {
@@ -541,7 +620,7 @@ impl Worker {
         loop {
             let now = self.now_ms();
             let Some(conn) = conn_in(&mut self.rings, key) else { return };
-            if conn.closed || conn.close_after_flush {
+            if conn.closed || conn.close_after_flush || conn.handover.is_some() {
                 return;
             }
             match &mut conn.state {
@@ -701,6 +780,15 @@ impl Worker {
         match action {
             Action::None => {}
             Action::Identify(identify) => {
+                // The session belongs on the worker its (application, shard) is placed on.
+                let workers = self.shared.workers.len() as u32;
+                if let Some(app) = registry::token::parse_app_id(&identify.token) {
+                    let to = shards::worker_for(app, identify.shard.0, workers) as usize;
+                    if to != self.id {
+                        self.start_handover(key, to, Action::Identify(identify));
+                        return;
+                    }
+                }
                 let req = SidecarRequest::Identify { worker: self.id, conn: key, identify };
                 if self.shared.sidecar.try_send(req).is_err() {
                     // The registry link is saturated: tell the client to back off.
@@ -741,6 +829,13 @@ impl Worker {
     fn on_resume(&mut self, key: ConnKey, r: Resume) {
         let now = self.now_ms();
         let sid = SessionId::parse(&r.session_id);
+        // The session lives on the worker its id names: move the connection there.
+        if let Some(to) = sid.map(|s| s.worker() as usize) {
+            if to != self.id && to < self.shared.workers.len() {
+                self.start_handover(key, to, Action::Resume(r));
+                return;
+            }
+        }
         // A live connection still holding the session (the client noticed the
         // drop before we did): end it, keeping the session resumable.
         if let Some(sid) = sid {
@@ -860,6 +955,12 @@ impl Worker {
                 }
             }
             ToWorker::Event(ev) => self.deliver(&ev),
+            ToWorker::Adopt { token, conn, action } => {
+                let now = self.now_ms();
+                let a = self.adopting.entry(token).or_insert_with(|| Adoption { since_ms: now, ..Default::default() });
+                a.conn = Some((conn, action));
+                self.try_adopt(token);
+            }
             ToWorker::Shutdown => self.drain(),
         }
     }
@@ -976,6 +1077,15 @@ impl Worker {
             }
         }
         self.detached.retain(|_, d| d.expires_ms > now);
+        let stale: Vec<u64> =
+            self.adopting.iter().filter(|(_, a)| now > a.since_ms + ADOPT_TIMEOUT_MS).map(|(t, _)| *t).collect();
+        for token in stale {
+            let a = self.adopting.remove(&token).expect("listed");
+            tracing::warn!(worker = self.id, token, "handover half never arrived: dropped");
+            if let Some((r, Ok(slot))) = a.slot {
+                self.rings[r].ring.close(slot, ud(OP_CANCEL, r as u8, 0, slot));
+            }
+        }
         self.metrics().sessions_detached.store(self.detached.len() as u64, Ordering::Relaxed);
         if let Some(until) = self.draining_until {
             if now > until {
@@ -992,6 +1102,88 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// Begin moving a connection to worker `to`; `action` runs there.
+    fn start_handover(&mut self, key: ConnKey, to: usize, action: Action) {
+        let Some(conn) = self.conn(key) else { return };
+        conn.handover = Some(Box::new(Handover { to, action: Some(action), recv_done: false, passed: false, token: 0 }));
+        let ring = &mut self.rings[key.ring as usize].ring;
+        ring.cancel_user_data(ud(OP_RECV, key.ring, key.gen, key.slot), ud(OP_HANDOVER_CANCEL, key.ring, key.gen, key.slot));
+    }
+
+    /// Pass the socket once its receive has stopped and no send is running.
+    fn try_pass(&mut self, key: ConnKey) {
+        let token = (self.id as u64) << 40 | (self.handovers & 0xFF_FFFF_FFFF);
+        let Some(conn) = conn_in(&mut self.rings, key) else { return };
+        let ready = !conn.sending && !conn.closed;
+        let Some(h) = conn.handover.as_deref_mut() else { return };
+        if !ready || !h.recv_done || h.passed {
+            return;
+        }
+        h.passed = true;
+        h.token = token;
+        let to = h.to;
+        self.handovers += 1;
+        let target_rings = &self.shared.ring_fds[to];
+        let ri = (token % target_rings.len() as u64) as usize;
+        self.rings[key.ring as usize].ring.pass_and_close(
+            key.slot,
+            target_rings[ri],
+            (OP_ADOPT as u64) << 56 | (ri as u64) << 48 | token,
+            ud(OP_PASS, key.ring, key.gen, key.slot),
+            ud(OP_CLOSE, key.ring, key.gen, key.slot),
+        );
+    }
+
+    /// Our half of the pass finished: send the state to the new owner.
+    fn on_passed(&mut self, r: usize, key: ConnKey, c: Completion) {
+        let rs = &mut self.rings[r];
+        let Some(mut conn) = rs.conns[key.slot as usize].take_if(|c| c.gen == key.gen) else { return };
+        self.open -= 1;
+        WorkerMetrics::dec(&self.metrics().connections_open);
+        let Some(mut h) = conn.handover.take() else { return };
+        if c.result < 0 {
+            tracing::warn!(worker = self.id, error = %c.error().expect("negative"), "passing a connection failed; it is closed");
+            return;
+        }
+        let token = h.token;
+        let action = h.action.take().expect("set at start");
+        WorkerMetrics::inc(&self.metrics().handovers_out);
+        if !self.shared.workers[h.to].send(ToWorker::Adopt { token, conn, action }) {
+            WorkerMetrics::inc(&self.metrics().inbox_full_drops);
+        }
+    }
+
+    /// Install an adopted connection once both halves are here.
+    fn try_adopt(&mut self, token: u64) {
+        let ready = matches!(self.adopting.get(&token), Some(a) if a.slot.is_some() && a.conn.is_some());
+        let failed = matches!(self.adopting.get(&token), Some(Adoption { slot: Some((_, Err(_))), .. }));
+        if failed {
+            self.adopting.remove(&token);
+            return;
+        }
+        if !ready {
+            return;
+        }
+        let a = self.adopting.remove(&token).expect("checked");
+        let (r, Ok(slot)) = a.slot.expect("checked") else { return };
+        let (mut conn, action) = a.conn.expect("checked");
+        let rs = &mut self.rings[r];
+        let gen = rs.gens[slot as usize].wrapping_add(1);
+        rs.gens[slot as usize] = gen;
+        conn.gen = gen;
+        conn.queued = false;
+        debug_assert!(rs.conns[slot as usize].is_none());
+        rs.conns[slot as usize] = Some(conn);
+        rs.ring.recv_multi(slot, ud(OP_RECV, r as u8, gen, slot));
+        self.open += 1;
+        WorkerMetrics::inc(&self.metrics().connections_open);
+        WorkerMetrics::inc(&self.metrics().handovers_in);
+        let key = ConnKey { ring: r as u8, gen, slot };
+        self.on_action(key, action);
+        self.queue_flush(key);
+        self.process_input(key);
     }
 
     fn all_keys(&self) -> Vec<ConnKey> {

@@ -48,19 +48,27 @@ fn identify<S: std::io::Read + std::io::Write>(ws: &mut WebSocket<S>, token: &st
 
 #[test]
 fn resume_after_a_dropped_connection_keeps_the_session() {
-    // One worker: resuming on another worker's connection comes with the replay rings.
-    let node = Node::start(&["--workers", "1", "--no-demo"]);
+    // Four workers: the kernel spreads the reconnects over them, so most
+    // resumes land on a worker that is not the session's and are handed over.
+    let node = Node::start(&["--workers", "4", "--no-demo"]);
     let mut ws = connect(&node);
-    let (session_id, seq) = identify(&mut ws, &node.token);
-    // Drop the TCP connection without a close frame (a network failure).
+    let (session_id, mut seq) = identify(&mut ws, &node.token);
+    for round in 0..8 {
+        // Drop the TCP connection without a close frame (a network failure).
+        drop(ws);
+        std::thread::sleep(Duration::from_millis(100));
+        ws = connect(&node);
+        assert_eq!(recv(&mut ws)["op"], 10);
+        send(&mut ws, json!({"op": 6, "d": {"token": format!("Bot {}", node.token), "session_id": session_id, "seq": seq}}));
+        let resumed = recv(&mut ws);
+        assert_eq!(resumed["t"], "RESUMED", "round {round}: {resumed}");
+        assert_eq!(resumed["s"], seq + 1, "the sequence continues");
+        seq += 1;
+        // The resumed connection is fully alive where it now lives.
+        send(&mut ws, json!({"op": 1, "d": seq}));
+        assert_eq!(recv(&mut ws)["op"], 11);
+    }
     drop(ws);
-    std::thread::sleep(Duration::from_millis(200));
-    let mut ws = connect(&node);
-    assert_eq!(recv(&mut ws)["op"], 10);
-    send(&mut ws, json!({"op": 6, "d": {"token": format!("Bot {}", node.token), "session_id": session_id, "seq": seq}}));
-    let resumed = recv(&mut ws);
-    assert_eq!(resumed["t"], "RESUMED", "{resumed}");
-    assert_eq!(resumed["s"], seq + 1, "the sequence continues");
 
     // A wrong token cannot take the session over, and an unknown id gets op 9 false.
     let mut other = connect(&node);
@@ -72,7 +80,7 @@ fn resume_after_a_dropped_connection_keeps_the_session() {
 
 #[test]
 fn client_close_1000_ends_the_session() {
-    let node = Node::start(&["--workers", "1", "--no-demo"]);
+    let node = Node::start(&["--no-demo"]);
     let mut ws = connect(&node);
     let (session_id, seq) = identify(&mut ws, &node.token);
     ws.close(None).unwrap();
@@ -93,7 +101,7 @@ fn client_close_1000_ends_the_session() {
 
 #[test]
 fn missed_events_make_resume_refuse_until_replay_exists() {
-    let node = Node::start(&["--workers", "1", "--demo-interval-ms", "100"]);
+    let node = Node::start(&["--demo-interval-ms", "100"]);
     let mut ws = connect(&node);
     let (session_id, seq) = identify(&mut ws, &node.token);
     drop(ws);
@@ -193,4 +201,22 @@ fn wss_with_a_rustls_certificate() {
     let text = String::from_utf8_lossy(&body);
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     assert!(text.contains(r#"{"url":"wss://localhost"}"#), "{text}");
+}
+
+#[test]
+fn sessions_of_one_application_shard_live_on_its_placed_worker() {
+    let node = Node::start(&["--workers", "4", "--no-demo"]);
+    let mut sessions: Vec<_> = (0..12).map(|_| connect(&node)).collect();
+    for ws in &mut sessions {
+        identify(ws, &node.token);
+    }
+    let (_, metrics) = common::http_get(node.admin, "/metrics").unwrap();
+    let per_worker: Vec<u64> = metrics
+        .lines()
+        .filter(|l| l.starts_with("gatewayd_sessions{"))
+        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(per_worker.len(), 4);
+    assert_eq!(per_worker.iter().sum::<u64>(), 12);
+    assert_eq!(per_worker.iter().filter(|n| **n > 0).count(), 1, "one (application, shard) lives on one worker: {per_worker:?}");
 }

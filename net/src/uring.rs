@@ -304,6 +304,32 @@ impl Ring {
         }
     }
 
+    /// Pass the socket in `slot` to another ring's fixed table (a free slot
+    /// there is allocated; its completion there carries `target_data` and the
+    /// new slot as result), then close it here. Hard-linked: the local slot is
+    /// closed whether or not the pass succeeded.
+    pub fn pass_and_close(&mut self, slot: u32, target_ring: RawFd, target_data: u64, own_data: u64, close_data: u64) {
+        self.reserve(2);
+        let a = opcode::MsgRingSendFd::new(
+            Fd(target_ring),
+            Fixed(slot),
+            io_uring::types::DestinationSlot::auto_target(),
+            target_data,
+        )
+        .build()
+        .flags(squeue::Flags::IO_HARDLINK)
+        .user_data(own_data);
+        let b = opcode::Close::new(Fixed(slot)).build().user_data(close_data);
+        self.push(a);
+        self.push(b);
+    }
+
+    /// The ring's own descriptor, the address other rings pass sockets to.
+    pub fn ring_fd(&self) -> RawFd {
+        use std::os::fd::AsRawFd;
+        self.ring.as_raw_fd()
+    }
+
     /// Close the socket in `slot` and free the slot.
     pub fn close(&mut self, slot: u32, user_data: u64) {
         let e = opcode::Close::new(Fixed(slot)).build().user_data(user_data);

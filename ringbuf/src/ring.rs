@@ -1,0 +1,756 @@
+//! `SessionRing`: one per session, both the send queue and the resume buffer.
+//!
+//! Entries are numbered by a contiguous `seq`. The ring holds
+//! `first..=last`; `unsent` is the first entry not yet written to the socket:
+//!
+//! ```text
+//!   dropped/acked | held, sent          | held, unsent         | future
+//!   ... first-1   | first .. unsent-1   | unsent ..= last      | last+1 ...
+//! ```
+//!
+//! Invariants: `first <= unsent <= last + 1`; `last - first + 1 <= max_held`;
+//! only sent entries are ever dropped. Storage is a chain of chunks from a
+//! shared `RingSlab`; chunk boundaries are aligned to `seq % CHUNK`, so the
+//! slot of `seq` is `seq % CHUNK` in the chunk covering it and the number of
+//! chunks held is exactly the number of aligned 64-seq blocks that
+//! `first..=last` touches (zero when empty). Resume is "move `unsent` back
+//! and send normally".
+
+use crate::arena::RecordRef;
+use crate::slab::{ChunkId, ChunkSlab, CHUNK};
+
+const CHUNK_U64: u64 = CHUNK as u64;
+
+/// One queued delivery as callers see it. 32 bytes; only 24 are stored
+/// (`seq` is implied by position).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Entry {
+    /// The arena record to send: the full or the redacted variant.
+    pub record: RecordRef,
+    pub seq: u64,
+    /// When it was pushed (caller's monotonic clock); drives `expire`.
+    pub at_ms: u64,
+}
+
+/// What a slot of a ring chunk stores.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Slot {
+    record: RecordRef,
+    at_ms: u64,
+}
+
+/// The per-worker pool that all session rings take chunks from.
+pub type RingSlab = ChunkSlab<Slot>;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingConfig {
+    /// Send-queue bound: a push that would exceed it fails with `Full`.
+    pub max_unsent: u32,
+    /// Resume-history bound: at it, a push drops the oldest sent entry.
+    /// `max_unsent <= max_held`, so there is always a sent entry to drop.
+    pub max_held: u32,
+    /// Byte bound on unsent record payloads (frame headers not counted);
+    /// `u64::MAX` for none. Should be at least the arena's `max_record`.
+    pub max_unsent_bytes: u64,
+}
+
+impl Default for RingConfig {
+    fn default() -> Self {
+        RingConfig {
+            max_unsent: 5000,
+            max_held: 5000,
+            max_unsent_bytes: u64::MAX,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PushError {
+    /// The unsent backlog is at its bound: close the session resumably.
+    #[error("session send queue full")]
+    Full,
+    /// The worker's ring slab is exhausted: treat like `Full`.
+    #[error("ring slab exhausted")]
+    NoChunks,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ReplayError {
+    /// Answer with op 9 `d:false`.
+    #[error("seq {seq} not held (can resume after {oldest_resumable}..={last})")]
+    NotHeld {
+        seq: u64,
+        oldest_resumable: u64,
+        last: u64,
+    },
+}
+
+#[derive(Debug)]
+pub struct SessionRing {
+    /// Chunk covering `first`, `None` iff empty.
+    head: Option<ChunkId>,
+    /// Chunk covering `last`, `None` iff empty.
+    tail: Option<ChunkId>,
+    /// Chunk covering `unsent`, `None` iff nothing is unsent. Cached so a
+    /// send batch does not walk the chain from `head`.
+    send: Option<ChunkId>,
+    max_unsent: u32,
+    max_held: u32,
+    first: u64,
+    unsent: u64,
+    last: u64,
+    unsent_bytes: u64,
+    max_unsent_bytes: u64,
+}
+
+impl SessionRing {
+    /// An empty ring whose next push must carry `last_seq + 1`. Holds no
+    /// chunks until then.
+    pub fn new(config: &RingConfig, last_seq: u64) -> SessionRing {
+        assert!(config.max_unsent >= 1);
+        assert!(config.max_unsent <= config.max_held);
+        assert!(last_seq < u64::MAX / 2);
+        SessionRing {
+            head: None,
+            tail: None,
+            send: None,
+            max_unsent: config.max_unsent,
+            max_held: config.max_held,
+            first: last_seq + 1,
+            unsent: last_seq + 1,
+            last: last_seq,
+            unsent_bytes: 0,
+            max_unsent_bytes: config.max_unsent_bytes,
+        }
+    }
+
+    /// Appends `entry` (whose seq must be `last_seq() + 1`) as unsent.
+    /// On error nothing changes.
+    pub fn push(&mut self, slab: &mut RingSlab, entry: Entry) -> Result<(), PushError> {
+        assert_eq!(entry.seq, self.last + 1, "ring seq must be contiguous");
+        let len = u64::from(entry.record.len);
+        if self.len_unsent() >= self.max_unsent
+            || self.unsent_bytes.saturating_add(len) > self.max_unsent_bytes
+        {
+            return Err(PushError::Full);
+        }
+        let held = self.len_held();
+        assert!(held <= self.max_held);
+        let drop_oldest = held == self.max_held;
+        // Decide before mutating so an error leaves the ring untouched.
+        let drop_frees = drop_oldest && (held == 1 || (self.first + 1).is_multiple_of(CHUNK_U64));
+        let needs_chunk = held - u32::from(drop_oldest) == 0 || entry.seq.is_multiple_of(CHUNK_U64);
+        if needs_chunk && !drop_frees && slab.free_count() == 0 {
+            return Err(PushError::NoChunks);
+        }
+        if drop_oldest {
+            assert!(self.first < self.unsent, "max_unsent <= max_held");
+            self.drop_first(slab);
+        }
+        if needs_chunk {
+            let c = slab.alloc().expect("checked above");
+            match self.tail {
+                Some(t) => slab.set_next(t, Some(c)),
+                None => self.head = Some(c),
+            }
+            self.tail = Some(c);
+        }
+        let tail = self.tail.expect("non-empty ring has a tail");
+        slab.get_mut(tail)[slot(entry.seq)] = Slot {
+            record: entry.record,
+            at_ms: entry.at_ms,
+        };
+        self.last = entry.seq;
+        self.unsent_bytes += len;
+        if self.send.is_none() {
+            debug_assert_eq!(self.unsent, entry.seq);
+            self.send = Some(tail);
+        }
+        Ok(())
+    }
+
+    /// The unsent entries in order; take a prefix for a send batch, then
+    /// `mark_sent(n)` once it is written. Borrows only the slab.
+    pub fn unsent<'a>(&self, slab: &'a RingSlab) -> Entries<'a> {
+        Entries {
+            slab,
+            chunk: self.send,
+            seq: self.unsent,
+            end: self.last + 1,
+        }
+    }
+
+    /// All held entries (sent history, then unsent) in order.
+    pub fn held<'a>(&self, slab: &'a RingSlab) -> Entries<'a> {
+        Entries {
+            slab,
+            chunk: self.head,
+            seq: self.first,
+            end: self.last + 1,
+        }
+    }
+
+    /// One held entry by seq (walks the chain: for resume checks, not per event).
+    pub fn get(&self, slab: &RingSlab, seq: u64) -> Option<Entry> {
+        let chunk = self.locate(slab, seq)?;
+        let s = slab.get(chunk)[slot(seq)];
+        Some(Entry {
+            record: s.record,
+            seq,
+            at_ms: s.at_ms,
+        })
+    }
+
+    /// The first `n` unsent entries have been written to the socket.
+    pub fn mark_sent(&mut self, slab: &RingSlab, n: u32) {
+        assert!(n <= self.len_unsent(), "marking more than is unsent");
+        if n == 0 {
+            return;
+        }
+        let mut it = self.unsent(slab);
+        let mut bytes = 0u64;
+        for _ in 0..n {
+            bytes += u64::from(it.next().expect("n <= len_unsent").record.len);
+        }
+        self.unsent_bytes -= bytes;
+        self.unsent += u64::from(n);
+        debug_assert_eq!(it.seq, self.unsent);
+        self.send = if self.unsent <= self.last {
+            it.chunk
+        } else {
+            None
+        };
+    }
+
+    /// The client has everything up to `seq` (heartbeat `d`): drop sent
+    /// entries `<= seq`. Never touches unsent ones, so a stale or bogus
+    /// value is harmless.
+    pub fn ack(&mut self, slab: &mut RingSlab, seq: u64) {
+        let upto = seq.min(self.unsent - 1);
+        while self.first <= upto {
+            self.drop_first(slab);
+        }
+    }
+
+    /// Whether a Resume with the client's `seq` can be served: everything
+    /// after it is still held (`first - 1 <= seq <= last`).
+    pub fn check_resume(&self, seq: u64) -> Result<(), ReplayError> {
+        if seq >= self.first - 1 && seq <= self.last {
+            Ok(())
+        } else {
+            Err(ReplayError::NotHeld {
+                seq,
+                oldest_resumable: self.first - 1,
+                last: self.last,
+            })
+        }
+    }
+
+    /// Resume: drops everything `<= seq` (the client has it) and moves the
+    /// unsent cursor to `seq + 1`, so the normal send path replays the rest
+    /// in order. `seq` may be past the sent cursor (a partial write the
+    /// client did receive). On error nothing changes.
+    pub fn rewind_for_resume(&mut self, slab: &mut RingSlab, seq: u64) -> Result<(), ReplayError> {
+        self.check_resume(seq)?;
+        self.unsent = seq + 1;
+        // Recomputed below; `seq` may be past the old cursor's chunk.
+        self.send = None;
+        while self.first <= seq {
+            self.drop_first(slab);
+        }
+        debug_assert_eq!(self.first, self.unsent);
+        self.send = self.head;
+        self.unsent_bytes = self.unsent(slab).map(|e| u64::from(e.record.len)).sum();
+        Ok(())
+    }
+
+    /// Drops the longest prefix of sent entries older than the window
+    /// (`now_ms - at_ms > window_ms`), freeing chunks as they empty.
+    pub fn expire(&mut self, slab: &mut RingSlab, now_ms: u64, window_ms: u64) {
+        while self.first < self.unsent {
+            let head = self.head.expect("non-empty ring has a head");
+            let at_ms = slab.get(head)[slot(self.first)].at_ms;
+            if now_ms.saturating_sub(at_ms) <= window_ms {
+                break;
+            }
+            self.drop_first(slab);
+        }
+    }
+
+    /// Frees every chunk; seq numbering continues after `last_seq()`.
+    pub fn clear(&mut self, slab: &mut RingSlab) {
+        let mut chunk = self.head;
+        while let Some(c) = chunk {
+            chunk = slab.next(c);
+            slab.free(c);
+        }
+        self.head = None;
+        self.tail = None;
+        self.send = None;
+        self.first = self.last + 1;
+        self.unsent = self.last + 1;
+        self.unsent_bytes = 0;
+    }
+
+    pub fn len_held(&self) -> u32 {
+        (self.last + 1 - self.first) as u32
+    }
+
+    pub fn len_unsent(&self) -> u32 {
+        (self.last + 1 - self.unsent) as u32
+    }
+
+    pub fn unsent_bytes(&self) -> u64 {
+        self.unsent_bytes
+    }
+
+    /// Seq of the newest entry (or the starting seq if none was pushed).
+    pub fn last_seq(&self) -> u64 {
+        self.last
+    }
+
+    /// Seq the next push must carry.
+    pub fn next_seq(&self) -> u64 {
+        self.last + 1
+    }
+
+    /// Oldest held seq; `last_seq() + 1` when empty.
+    pub fn first_held_seq(&self) -> u64 {
+        self.first
+    }
+
+    /// `len_unsent / max_unsent`; a ring at 0.8 or more counts as degraded.
+    pub fn fill_ratio(&self) -> f32 {
+        self.len_unsent() as f32 / self.max_unsent as f32
+    }
+
+    pub fn chunks_held(&self) -> u32 {
+        if self.first > self.last {
+            0
+        } else {
+            (self.last / CHUNK_U64 - self.first / CHUNK_U64 + 1) as u32
+        }
+    }
+
+    /// Drops `first` (which must be sent), freeing its chunk if it empties.
+    fn drop_first(&mut self, slab: &mut RingSlab) {
+        assert!(self.first < self.unsent, "only sent entries are dropped");
+        let head = self.head.expect("non-empty ring has a head");
+        self.first += 1;
+        let empty = self.first > self.last;
+        if empty || self.first.is_multiple_of(CHUNK_U64) {
+            let next = slab.next(head);
+            slab.free(head);
+            self.head = next;
+            if empty {
+                assert!(next.is_none());
+                self.tail = None;
+                debug_assert!(self.send.is_none());
+            }
+        }
+    }
+
+    /// The chunk covering a held `seq`.
+    fn locate(&self, slab: &RingSlab, seq: u64) -> Option<ChunkId> {
+        if seq < self.first || seq > self.last {
+            return None;
+        }
+        let mut chunk = self.head.expect("non-empty ring has a head");
+        for _ in self.first / CHUNK_U64..seq / CHUNK_U64 {
+            chunk = slab.next(chunk).expect("chain covers first..=last");
+        }
+        Some(chunk)
+    }
+
+    #[cfg(test)]
+    fn check_invariants(&self, slab: &RingSlab) {
+        assert!(self.first <= self.unsent && self.unsent <= self.last + 1);
+        assert!(self.len_held() <= self.max_held);
+        assert_eq!(self.head.is_none(), self.first > self.last);
+        assert_eq!(self.tail.is_none(), self.first > self.last);
+        assert_eq!(self.send, self.locate(slab, self.unsent));
+        assert_eq!(self.tail, self.locate(slab, self.last));
+        let mut n = 0;
+        let mut c = self.head;
+        while let Some(id) = c {
+            n += 1;
+            if Some(id) == self.tail {
+                assert_eq!(slab.next(id), None);
+            }
+            c = slab.next(id);
+        }
+        assert_eq!(n, self.chunks_held());
+        let bytes: u64 = self.unsent(slab).map(|e| u64::from(e.record.len)).sum();
+        assert_eq!(bytes, self.unsent_bytes);
+    }
+}
+
+fn slot(seq: u64) -> usize {
+    (seq % CHUNK_U64) as usize
+}
+
+/// Iterator over a contiguous seq range of one ring. Copies entries out; no
+/// allocation.
+#[derive(Clone, Debug)]
+pub struct Entries<'a> {
+    slab: &'a RingSlab,
+    /// Chunk covering `seq` while `seq < end`.
+    chunk: Option<ChunkId>,
+    seq: u64,
+    end: u64,
+}
+
+impl Iterator for Entries<'_> {
+    type Item = Entry;
+
+    fn next(&mut self) -> Option<Entry> {
+        if self.seq >= self.end {
+            return None;
+        }
+        let chunk = self.chunk.expect("chunk covers a held seq");
+        let s = self.slab.get(chunk)[slot(self.seq)];
+        let e = Entry {
+            record: s.record,
+            seq: self.seq,
+            at_ms: s.at_ms,
+        };
+        self.seq += 1;
+        if self.seq.is_multiple_of(CHUNK_U64) && self.seq < self.end {
+            self.chunk = self.slab.next(chunk);
+        }
+        Some(e)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        let n = (self.end - self.seq) as usize;
+        (n, Some(n))
+    }
+}
+
+impl ExactSizeIterator for Entries<'_> {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::VecDeque;
+
+    fn rec(seq: u64, len: u32) -> RecordRef {
+        RecordRef { pos: seq * 8, len }
+    }
+
+    fn entry(seq: u64, at_ms: u64, len: u32) -> Entry {
+        Entry {
+            record: rec(seq, len),
+            seq,
+            at_ms,
+        }
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(std::mem::size_of::<RecordRef>(), 16);
+        assert_eq!(std::mem::size_of::<Entry>(), 32);
+        assert_eq!(std::mem::size_of::<Slot>(), 24);
+        assert_eq!(std::mem::size_of::<SessionRing>(), 64);
+    }
+
+    #[test]
+    fn idle_ring_holds_no_chunks() {
+        let mut slab = RingSlab::new(4);
+        let cfg = RingConfig::default();
+        let mut r = SessionRing::new(&cfg, 1);
+        assert_eq!(r.chunks_held(), 0);
+        r.push(&mut slab, entry(2, 0, 10)).unwrap();
+        assert_eq!(r.chunks_held(), 1);
+        r.mark_sent(&slab, 1);
+        r.expire(&mut slab, 200_000, 120_000);
+        assert_eq!(r.chunks_held(), 0);
+        assert_eq!(slab.free_count(), 4);
+        assert_eq!(r.next_seq(), 3);
+    }
+
+    #[test]
+    fn full_at_max_unsent_and_history_drops_oldest_sent() {
+        let mut slab = RingSlab::new(200);
+        let cfg = RingConfig {
+            max_unsent: 100,
+            max_held: 150,
+            max_unsent_bytes: u64::MAX,
+        };
+        let mut r = SessionRing::new(&cfg, 0);
+        for s in 1..=100 {
+            r.push(&mut slab, entry(s, s, 1)).unwrap();
+        }
+        assert_eq!(r.push(&mut slab, entry(101, 0, 1)), Err(PushError::Full));
+        assert_eq!(r.fill_ratio(), 1.0);
+        r.mark_sent(&slab, 100);
+        for s in 101..=200 {
+            r.push(&mut slab, entry(s, s, 1)).unwrap();
+        }
+        assert_eq!(r.len_held(), 150);
+        assert_eq!(r.first_held_seq(), 51);
+        assert_eq!(
+            r.check_resume(49),
+            Err(ReplayError::NotHeld {
+                seq: 49,
+                oldest_resumable: 50,
+                last: 200
+            })
+        );
+        r.rewind_for_resume(&mut slab, 50).unwrap();
+        let seqs: Vec<u64> = r.unsent(&slab).map(|e| e.seq).collect();
+        assert_eq!(seqs, (51..=200).collect::<Vec<_>>());
+        // Rewinding may put more than max_unsent back in the queue; the
+        // next push reports Full.
+        assert_eq!(r.push(&mut slab, entry(201, 0, 1)), Err(PushError::Full));
+        r.clear(&mut slab);
+        assert_eq!(slab.free_count(), 200);
+    }
+
+    #[test]
+    fn byte_budget() {
+        let mut slab = RingSlab::new(4);
+        let cfg = RingConfig {
+            max_unsent_bytes: 100,
+            ..RingConfig::default()
+        };
+        let mut r = SessionRing::new(&cfg, 0);
+        r.push(&mut slab, entry(1, 0, 60)).unwrap();
+        assert_eq!(r.push(&mut slab, entry(2, 0, 41)), Err(PushError::Full));
+        r.push(&mut slab, entry(2, 0, 40)).unwrap();
+        assert_eq!(r.unsent_bytes(), 100);
+        r.mark_sent(&slab, 1);
+        assert_eq!(r.unsent_bytes(), 40);
+        r.clear(&mut slab);
+    }
+
+    #[test]
+    fn no_chunks_leaves_ring_untouched() {
+        let mut slab = RingSlab::new(1);
+        let cfg = RingConfig::default();
+        let mut r = SessionRing::new(&cfg, 0);
+        for s in 1..=63 {
+            r.push(&mut slab, entry(s, 0, 1)).unwrap();
+        }
+        assert_eq!(r.push(&mut slab, entry(64, 0, 1)), Err(PushError::NoChunks));
+        assert_eq!(r.last_seq(), 63);
+        r.check_invariants(&slab);
+        r.clear(&mut slab);
+    }
+
+    /// The specification: a deque of held entries plus the unsent cursor.
+    #[derive(Debug)]
+    struct Model {
+        held: VecDeque<Entry>,
+        unsent: u64,
+        last: u64,
+        cfg: RingConfig,
+    }
+
+    impl Model {
+        fn first(&self) -> u64 {
+            self.held.front().map_or(self.last + 1, |e| e.seq)
+        }
+        fn unsent_entries(&self) -> Vec<Entry> {
+            self.held
+                .iter()
+                .filter(|e| e.seq >= self.unsent)
+                .copied()
+                .collect()
+        }
+        fn chunks(&self) -> u32 {
+            if self.held.is_empty() {
+                0
+            } else {
+                (self.last / CHUNK_U64 - self.first() / CHUNK_U64 + 1) as u32
+            }
+        }
+        fn chunks_after_push(&self, seq: u64) -> u32 {
+            let first = if self.held.len() as u32 == self.cfg.max_held {
+                self.held.get(1).map_or(seq, |e| e.seq)
+            } else {
+                self.held.front().map_or(seq, |e| e.seq)
+            };
+            (seq / CHUNK_U64 - first / CHUNK_U64 + 1) as u32
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Push {
+            ring: usize,
+            dt: u64,
+            len: u32,
+        },
+        MarkSent {
+            ring: usize,
+            frac: u8,
+        },
+        Rewind {
+            ring: usize,
+            back: u64,
+        },
+        Ack {
+            ring: usize,
+            back: u64,
+        },
+        Expire {
+            ring: usize,
+            window: u64,
+        },
+        Clear {
+            ring: usize,
+        },
+        /// Many pushes at once so chunks fill and the slab runs dry.
+        Burst {
+            ring: usize,
+            n: u16,
+        },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        let ring = 0..3usize;
+        prop_oneof![
+            6 => (ring.clone(), 0..50u64, 0..40u32).prop_map(|(ring, dt, len)| Op::Push { ring, dt, len }),
+            3 => (ring.clone(), any::<u8>()).prop_map(|(ring, frac)| Op::MarkSent { ring, frac }),
+            1 => (ring.clone(), 0..300u64).prop_map(|(ring, back)| Op::Rewind { ring, back }),
+            1 => (ring.clone(), 0..300u64).prop_map(|(ring, back)| Op::Ack { ring, back }),
+            2 => (ring.clone(), 0..2000u64).prop_map(|(ring, window)| Op::Expire { ring, window }),
+            1 => ring.clone().prop_map(|ring| Op::Clear { ring }),
+            2 => (ring, 1..200u16).prop_map(|(ring, n)| Op::Burst { ring, n }),
+        ]
+    }
+
+    fn model_push(m: &mut Model, free: u32, e: Entry) -> Result<(), PushError> {
+        let unsent = m.unsent_entries();
+        let bytes: u64 = unsent.iter().map(|e| u64::from(e.record.len)).sum();
+        if unsent.len() as u32 >= m.cfg.max_unsent
+            || bytes + u64::from(e.record.len) > m.cfg.max_unsent_bytes
+        {
+            return Err(PushError::Full);
+        }
+        if m.chunks_after_push(e.seq) > m.chunks() + free {
+            return Err(PushError::NoChunks);
+        }
+        if m.held.len() as u32 == m.cfg.max_held {
+            let dropped = m.held.pop_front().unwrap();
+            assert!(dropped.seq < m.unsent);
+        }
+        m.held.push_back(e);
+        m.last = e.seq;
+        Ok(())
+    }
+
+    fn check(r: &SessionRing, m: &Model, slab: &RingSlab) {
+        r.check_invariants(slab);
+        assert_eq!(r.last_seq(), m.last);
+        assert_eq!(r.first_held_seq(), m.first());
+        assert_eq!(r.len_held() as usize, m.held.len());
+        assert_eq!(
+            r.held(slab).collect::<Vec<_>>(),
+            m.held.iter().copied().collect::<Vec<_>>()
+        );
+        assert_eq!(r.unsent(slab).collect::<Vec<_>>(), m.unsent_entries());
+        assert_eq!(r.len_unsent() as usize, m.unsent_entries().len());
+        assert_eq!(r.chunks_held(), m.chunks());
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
+
+        #[test]
+        fn ring_matches_model(
+            ops in prop::collection::vec(op(), 1..200),
+            slab_chunks in 1..12u32,
+            max_held in 1..300u32,
+            unsent_frac in 1..=100u32,
+            byte_budget in prop_oneof![Just(u64::MAX), 40..3000u64],
+            start in prop_oneof![Just(0u64), 0..1000u64],
+        ) {
+            let max_unsent = (max_held * unsent_frac / 100).max(1);
+            let cfg = RingConfig { max_unsent, max_held, max_unsent_bytes: byte_budget };
+            let mut slab = RingSlab::new(slab_chunks);
+            let mut rings: Vec<SessionRing> = (0..3).map(|i| SessionRing::new(&cfg, start + i * 37)).collect();
+            let mut models: Vec<Model> = (0..3).map(|i| Model {
+                held: VecDeque::new(),
+                unsent: start + i * 37 + 1,
+                last: start + i * 37,
+                cfg,
+            }).collect();
+            let mut now = 0u64;
+            for op in ops {
+                let free_model = |models: &Vec<Model>| slab_chunks - models.iter().map(|m| m.chunks()).sum::<u32>();
+                match op {
+                    Op::Push { ring, dt, len } => {
+                        now += dt;
+                        let e = entry(rings[ring].next_seq(), now, len);
+                        let free = free_model(&models);
+                        let want = model_push(&mut models[ring], free, e);
+                        prop_assert_eq!(rings[ring].push(&mut slab, e), want);
+                    }
+                    Op::Burst { ring, n } => {
+                        for _ in 0..n {
+                            now += 1;
+                            let e = entry(rings[ring].next_seq(), now, 3);
+                            let free = free_model(&models);
+                            let want = model_push(&mut models[ring], free, e);
+                            prop_assert_eq!(rings[ring].push(&mut slab, e), want);
+                            if want.is_err() { break; }
+                        }
+                    }
+                    Op::MarkSent { ring, frac } => {
+                        let m = &mut models[ring];
+                        let n = (m.unsent_entries().len() as u64 * u64::from(frac) / 255) as u32;
+                        m.unsent += u64::from(n);
+                        rings[ring].mark_sent(&slab, n);
+                    }
+                    Op::Rewind { ring, back } => {
+                        let m = &mut models[ring];
+                        let seq = m.last.saturating_sub(back);
+                        let ok = seq + 1 >= m.first() && seq <= m.last;
+                        let got = rings[ring].rewind_for_resume(&mut slab, seq);
+                        prop_assert_eq!(got.is_ok(), ok);
+                        if ok {
+                            m.held.retain(|e| e.seq > seq);
+                            m.unsent = seq + 1;
+                        }
+                    }
+                    Op::Ack { ring, back } => {
+                        let m = &mut models[ring];
+                        let seq = m.last.saturating_sub(back);
+                        let unsent = m.unsent;
+                        m.held.retain(|e| e.seq > seq || e.seq >= unsent);
+                        rings[ring].ack(&mut slab, seq);
+                    }
+                    Op::Expire { ring, window } => {
+                        let m = &mut models[ring];
+                        while let Some(e) = m.held.front() {
+                            if e.seq < m.unsent && now.saturating_sub(e.at_ms) > window {
+                                m.held.pop_front();
+                            } else {
+                                break;
+                            }
+                        }
+                        rings[ring].expire(&mut slab, now, window);
+                    }
+                    Op::Clear { ring } => {
+                        let m = &mut models[ring];
+                        m.held.clear();
+                        m.unsent = m.last + 1;
+                        rings[ring].clear(&mut slab);
+                    }
+                }
+                for (r, m) in rings.iter().zip(&models) {
+                    check(r, m, &slab);
+                }
+                prop_assert_eq!(slab.free_count(), free_model(&models));
+            }
+            for r in &mut rings {
+                r.clear(&mut slab);
+                prop_assert_eq!(r.chunks_held(), 0);
+            }
+            prop_assert_eq!(slab.free_count(), slab_chunks);
+        }
+    }
+}

@@ -1,0 +1,309 @@
+//! Reading framed records from a byte stream.
+
+use rkyv::rancor::Failure;
+use rkyv::util::AlignedVec;
+use thiserror::Error;
+
+use crate::record::check_fields;
+use crate::{ArchivedRecord, BODY_ALIGN, HEADER_LEN, MAX_RECORD_LEN, VERSION};
+
+/// Why a frame was not delivered.
+///
+/// Most reasons are per record: the record is skipped, the length prefix
+/// says where the next one starts and the stream stays usable. The fatal
+/// ones ([`is_fatal`](Self::is_fatal)) mean the framing itself can no longer
+/// be trusted: the caller closes that connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Error)]
+pub enum DecodeError {
+    /// FATAL: the length prefix exceeds the reader's maximum body length.
+    #[error("frame body of {len} bytes exceeds the maximum of {max}")]
+    TooLarge { len: u32, max: u32 },
+    /// FATAL: the header's reserved half-word is not 0, so this is not a
+    /// frame header: the stream is out of sync.
+    #[error("frame header reserved field is {0:#06x}, not 0: stream out of sync")]
+    BadHeader(u16),
+    /// The body fails rkyv/bytecheck validation (out-of-bounds or misaligned
+    /// pointers, bad lengths, non-UTF-8 `event_type`, ...).
+    #[error("record fails archive validation")]
+    Malformed,
+    /// The header's or the record's version is not [`VERSION`].
+    #[error("unsupported record version {0}")]
+    UnsupportedVersion(u16),
+    /// Reserved `flags` bits are set.
+    #[error("reserved flag bits set in {0:#x}")]
+    ReservedFlags(u32),
+    /// `event_type` is empty, longer than 64 bytes, or not `[A-Z_]+`.
+    #[error("event_type is not 1 to 64 bytes of [A-Z_]")]
+    BadEventType,
+    /// `d` is not UTF-8 JSON whose top-level value is an object.
+    #[error("d is not a UTF-8 JSON object")]
+    BadD,
+}
+
+impl DecodeError {
+    /// Number of distinct reasons (length of [`REASONS`](Self::REASONS)).
+    pub const COUNT: usize = 7;
+    /// Every reason label, indexed by [`index`](Self::index).
+    pub const REASONS: [&'static str; Self::COUNT] = [
+        "too_large",
+        "bad_header",
+        "malformed",
+        "unsupported_version",
+        "reserved_flags",
+        "bad_event_type",
+        "bad_d",
+    ];
+
+    /// A stable, low-cardinality label for metrics
+    /// (`ingest_errors_total{reason="..."}`).
+    pub fn reason(&self) -> &'static str {
+        Self::REASONS[self.index()]
+    }
+
+    /// Position of this reason in [`REASONS`](Self::REASONS).
+    pub fn index(&self) -> usize {
+        match self {
+            DecodeError::TooLarge { .. } => 0,
+            DecodeError::BadHeader(_) => 1,
+            DecodeError::Malformed => 2,
+            DecodeError::UnsupportedVersion(_) => 3,
+            DecodeError::ReservedFlags(_) => 4,
+            DecodeError::BadEventType => 5,
+            DecodeError::BadD => 6,
+        }
+    }
+
+    /// True when the stream cannot be resynchronised: close the connection.
+    /// False when only this record was skipped.
+    pub fn is_fatal(&self) -> bool {
+        matches!(
+            self,
+            DecodeError::TooLarge { .. } | DecodeError::BadHeader(_)
+        )
+    }
+}
+
+/// Counters kept by a [`FrameReader`] (cumulative; see
+/// [`FrameReader::take_stats`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DecodeStats {
+    /// Records delivered.
+    pub records: u64,
+    /// Bytes of complete frames consumed (headers included), delivered or
+    /// skipped.
+    pub bytes: u64,
+    /// Errors by [`DecodeError::index`] (a fatal error is counted once).
+    pub errors: [u64; DecodeError::COUNT],
+}
+
+impl DecodeStats {
+    /// `(reason, count)` for every reason, zeros included.
+    pub fn errors_by_reason(&self) -> impl Iterator<Item = (&'static str, u64)> + '_ {
+        DecodeError::REASONS
+            .iter()
+            .copied()
+            .zip(self.errors.iter().copied())
+    }
+
+    /// All errors, skipped and fatal.
+    pub fn total_errors(&self) -> u64 {
+        self.errors.iter().sum()
+    }
+}
+
+/// Reads framed records out of an accumulating byte buffer, one connection
+/// per reader.
+///
+/// Feed whatever the socket gave with [`push`](Self::push), then call
+/// [`next`](Self::next) until it returns `None` (a partial frame waits for
+/// more bytes). Records are validated and handed out zero-copy as
+/// `&ArchivedRecord` borrowed from the reader's buffer, valid until the next
+/// `push`/`next`. A skipped record yields `Some(Err(e))` with
+/// `!e.is_fatal()`: keep going. A fatal error is returned by every later
+/// `next` too, and `push` then ignores its input: close the connection (or
+/// [`reset`](Self::reset) the reader for a new one).
+///
+/// Memory: the buffer is an rkyv `AlignedVec` (16-byte aligned) that grows
+/// to the largest `partial frame + pushed chunk` seen and is then reused:
+/// consumed bytes are dropped by moving the unread tail to the front in
+/// place (only when the chunk would not fit otherwise). Frames written by
+/// [`crate::Encoder`] are multiples of 8 bytes, so bodies stay 8-aligned in
+/// the buffer and are validated in place; a body that is not (a foreign
+/// producer) is first copied into a reusable aligned scratch. In the steady
+/// state neither `push` nor `next` allocates.
+pub struct FrameReader {
+    buf: AlignedVec<16>,
+    start: usize,
+    max_record_len: u32,
+    scratch: AlignedVec<16>,
+    fatal: Option<DecodeError>,
+    stats: DecodeStats,
+}
+
+impl Default for FrameReader {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl std::fmt::Debug for FrameReader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FrameReader")
+            .field("buffered", &self.buffered())
+            .field("max_record_len", &self.max_record_len)
+            .field("fatal", &self.fatal)
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl FrameReader {
+    /// Initial buffer capacity of [`new`](Self::new).
+    pub const DEFAULT_CAPACITY: usize = 64 * 1024;
+
+    /// A reader accepting bodies up to [`MAX_RECORD_LEN`].
+    pub fn new() -> Self {
+        Self::with_limits(Self::DEFAULT_CAPACITY, MAX_RECORD_LEN)
+    }
+
+    /// A reader accepting bodies up to `max_record_len` bytes (clamped to
+    /// `u32::MAX`).
+    pub fn with_max_record_len(max_record_len: usize) -> Self {
+        Self::with_limits(Self::DEFAULT_CAPACITY, max_record_len)
+    }
+
+    /// A reader with `capacity` bytes preallocated and bodies up to
+    /// `max_record_len`.
+    pub fn with_limits(capacity: usize, max_record_len: usize) -> Self {
+        FrameReader {
+            buf: AlignedVec::with_capacity(capacity),
+            start: 0,
+            max_record_len: u32::try_from(max_record_len).unwrap_or(u32::MAX),
+            scratch: AlignedVec::new(),
+            fatal: None,
+            stats: DecodeStats::default(),
+        }
+    }
+
+    /// The largest accepted body length.
+    pub fn max_record_len(&self) -> usize {
+        self.max_record_len as usize
+    }
+
+    /// Appends bytes read from the stream. Ignored after a fatal error.
+    pub fn push(&mut self, bytes: &[u8]) {
+        if self.fatal.is_some() {
+            return;
+        }
+        let len = self.buf.len();
+        if self.start == len {
+            self.buf.clear();
+            self.start = 0;
+        } else if self.start > 0 && self.buf.capacity() - len < bytes.len() {
+            // Compact in place: the unread tail moves to the front.
+            self.buf.as_mut_slice().copy_within(self.start..len, 0);
+            self.buf.resize(len - self.start, 0);
+            self.start = 0;
+        }
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// The next record, a skipped record's error, or `None` when no complete
+    /// frame is buffered. See the type docs.
+    #[allow(clippy::should_implement_trait)] // a lending iterator: items borrow the reader
+    pub fn next(&mut self) -> Option<Result<&ArchivedRecord, DecodeError>> {
+        if let Some(e) = self.fatal {
+            return Some(Err(e));
+        }
+        let avail = &self.buf.as_slice()[self.start..];
+        if avail.len() < 4 {
+            return None;
+        }
+        let len = u32::from_le_bytes([avail[0], avail[1], avail[2], avail[3]]);
+        if len > self.max_record_len {
+            return Some(Err(self.fail_fatal(DecodeError::TooLarge {
+                len,
+                max: self.max_record_len,
+            })));
+        }
+        if avail.len() < HEADER_LEN {
+            return None;
+        }
+        let version = u16::from_le_bytes([avail[4], avail[5]]);
+        let reserved = u16::from_le_bytes([avail[6], avail[7]]);
+        if reserved != 0 {
+            return Some(Err(self.fail_fatal(DecodeError::BadHeader(reserved))));
+        }
+        let frame_len = HEADER_LEN + len as usize;
+        if avail.len() < frame_len {
+            return None;
+        }
+        let body_start = self.start + HEADER_LEN;
+        let body_end = self.start + frame_len;
+        self.start = body_end;
+        self.stats.bytes += frame_len as u64;
+        if version != VERSION {
+            let e = DecodeError::UnsupportedVersion(version);
+            self.stats.errors[e.index()] += 1;
+            return Some(Err(e));
+        }
+        let body: &[u8] = if (self.buf.as_ptr() as usize + body_start).is_multiple_of(BODY_ALIGN) {
+            &self.buf.as_slice()[body_start..body_end]
+        } else {
+            self.scratch.clear();
+            self.scratch
+                .extend_from_slice(&self.buf.as_slice()[body_start..body_end]);
+            self.scratch.as_slice()
+        };
+        let result = match rkyv::api::low::access::<ArchivedRecord, Failure>(body) {
+            Err(_) => Err(DecodeError::Malformed),
+            Ok(rec) => check_fields(
+                rec.version(),
+                rec.event_type().as_bytes(),
+                rec.flags(),
+                rec.d(),
+            )
+            .map(|()| rec),
+        };
+        match &result {
+            Ok(_) => self.stats.records += 1,
+            Err(e) => self.stats.errors[e.index()] += 1,
+        }
+        Some(result)
+    }
+
+    fn fail_fatal(&mut self, e: DecodeError) -> DecodeError {
+        self.fatal = Some(e);
+        self.stats.errors[e.index()] += 1;
+        e
+    }
+
+    /// The fatal error this reader stopped on, if any.
+    pub fn fatal(&self) -> Option<DecodeError> {
+        self.fatal
+    }
+
+    /// Bytes pushed but not yet consumed as complete frames (a partial frame
+    /// at connection close means the producer's last record was cut).
+    pub fn buffered(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    /// Counters since creation or the last [`take_stats`](Self::take_stats).
+    pub fn stats(&self) -> &DecodeStats {
+        &self.stats
+    }
+
+    /// Returns the counters and zeroes them.
+    pub fn take_stats(&mut self) -> DecodeStats {
+        std::mem::take(&mut self.stats)
+    }
+
+    /// Forgets buffered bytes and any fatal error (for reuse on a new
+    /// connection), keeping the buffers' capacity and the counters.
+    pub fn reset(&mut self) {
+        self.buf.clear();
+        self.start = 0;
+        self.fatal = None;
+    }
+}

@@ -15,11 +15,13 @@ pub struct Admin {
 
 pub fn start(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<Admin> {
     let listener = TcpListener::bind(addr)?;
-    let thread = std::thread::Builder::new().name("admin".into()).spawn(move || {
-        for stream in listener.incoming().flatten() {
-            let _ = serve(stream, &shared);
-        }
-    })?;
+    let thread = std::thread::Builder::new()
+        .name("admin".into())
+        .spawn(move || {
+            for stream in listener.incoming().flatten() {
+                let _ = serve(stream, &shared);
+            }
+        })?;
     Ok(Admin { _thread: thread })
 }
 
@@ -45,19 +47,28 @@ fn serve(mut s: TcpStream, shared: &Shared) -> std::io::Result<()> {
     let (status, ctype, body) = match path.as_str() {
         "/metrics" => {
             let mut out = String::with_capacity(8192);
-            crate::metrics::render(&shared.metrics, shared.started.elapsed().as_secs_f64(), &mut out);
+            crate::metrics::render(
+                &shared.metrics,
+                shared.started.elapsed().as_secs_f64(),
+                &mut out,
+            );
             (200, "text/plain; version=0.0.4; charset=utf-8", out)
         }
         "/healthz" => (200, "text/plain", "ok\n".to_string()),
         "/readyz" => {
-            let ready = shared.ready_workers.load(Ordering::SeqCst) == workers && !shared.shutting_down.load(Ordering::SeqCst);
+            let ready = shared.ready_workers.load(Ordering::SeqCst) == workers
+                && !shared.shutting_down.load(Ordering::SeqCst);
             if ready {
                 (200, "text/plain", "ready\n".to_string())
             } else {
                 (503, "text/plain", "not ready\n".to_string())
             }
         }
-        _ => (404, "text/plain", "not found: try /metrics, /healthz, /readyz\n".to_string()),
+        _ => (
+            404,
+            "text/plain",
+            "not found: try /metrics, /healthz, /readyz\n".to_string(),
+        ),
     };
     let mut out = Vec::with_capacity(body.len() + 128);
     net::http::write_response(status, ctype, body.as_bytes(), false, &[], &mut out);

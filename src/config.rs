@@ -25,7 +25,47 @@ pub struct Config {
     pub tls: TlsConfig,
     pub limits: Limits,
     pub ring: RingSizes,
+    pub events: Events,
     pub demo: Demo,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Events {
+    /// Listener for length-prefixed event records (the `ingest` crate's format).
+    pub ingest_addr: SocketAddr,
+    /// Producer connections served at once; more are refused.
+    pub ingest_max_connections: usize,
+    /// Per-worker event arena (allocated at start). Resume can replay only
+    /// what is still in it; size it for 120 s of the worker's traffic.
+    pub arena_bytes: u64,
+    /// Per-worker ring storage: chunks of 64 references (1.5 KiB each),
+    /// allocated at start and shared by the worker's sessions.
+    pub ring_chunks: u32,
+    /// Unsent events a session may queue; at the bound it is closed with
+    /// 4000 (resumable).
+    pub max_unsent: u32,
+    /// Sent events a session keeps for Resume (and the 120 s window).
+    pub max_held: u32,
+    /// Unsent payload bytes a session may queue (the other half of the bound).
+    pub max_unsent_bytes: u64,
+    /// Vectored sends a worker may have in the kernel at once.
+    pub send_slots: u16,
+}
+
+impl Default for Events {
+    fn default() -> Self {
+        Events {
+            ingest_addr: "127.0.0.1:8081".parse().unwrap(),
+            ingest_max_connections: 64,
+            arena_bytes: 64 << 20,
+            ring_chunks: 16_384,
+            max_unsent: 5000,
+            max_held: 5000,
+            max_unsent_bytes: 16 << 20,
+            send_slots: 1024,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Default, Deserialize)]
@@ -88,6 +128,7 @@ impl Default for Config {
             tls: TlsConfig::default(),
             limits: Limits::default(),
             ring: RingSizes::default(),
+            events: Events::default(),
             demo: Demo::default(),
         }
     }
@@ -111,13 +152,22 @@ impl Default for Limits {
 
 impl Default for RingSizes {
     fn default() -> Self {
-        RingSizes { sq_entries: 4096, cq_entries: 32768, recv_buffers: 2048, recv_buffer_size: 4096, headroom_percent: 25 }
+        RingSizes {
+            sq_entries: 4096,
+            cq_entries: 32768,
+            recv_buffers: 2048,
+            recv_buffer_size: 4096,
+            headroom_percent: 25,
+        }
     }
 }
 
 impl Default for Demo {
     fn default() -> Self {
-        Demo { enabled: true, interval_ms: 1000 }
+        Demo {
+            enabled: true,
+            interval_ms: 1000,
+        }
     }
 }
 
@@ -153,6 +203,15 @@ pub struct RunArgs {
     pub resume_window_ms: Option<u64>,
     #[arg(long)]
     pub shutdown_grace_ms: Option<u64>,
+    /// Ingest listener address (events in).
+    #[arg(long)]
+    pub ingest_addr: Option<SocketAddr>,
+    /// Unsent events a session may queue before it is closed (4000).
+    #[arg(long)]
+    pub max_unsent: Option<u32>,
+    /// Per-worker event arena size in bytes.
+    #[arg(long)]
+    pub arena_bytes: Option<u64>,
     /// Post a demo MESSAGE_CREATE every N ms.
     #[arg(long)]
     pub demo_interval_ms: Option<u64>,
@@ -165,7 +224,8 @@ impl Config {
     pub fn load(args: &RunArgs) -> Result<Config, String> {
         let mut cfg = match &args.config {
             Some(path) => {
-                let text = std::fs::read_to_string(path).map_err(|e| format!("reading config {}: {e}", path.display()))?;
+                let text = std::fs::read_to_string(path)
+                    .map_err(|e| format!("reading config {}: {e}", path.display()))?;
                 toml::from_str(&text).map_err(|e| format!("config {}: {e}", path.display()))?
             }
             None => Config::default(),
@@ -189,6 +249,9 @@ impl Config {
         set!(args.resume_window_ms => cfg.limits.resume_window_ms);
         set!(args.shutdown_grace_ms => cfg.limits.shutdown_grace_ms);
         set!(args.demo_interval_ms => cfg.demo.interval_ms);
+        set!(args.ingest_addr => cfg.events.ingest_addr);
+        set!(args.max_unsent => cfg.events.max_unsent);
+        set!(args.arena_bytes => cfg.events.arena_bytes);
         if args.tls_cert.is_some() {
             cfg.tls.cert = args.tls_cert.clone();
         }
@@ -216,7 +279,20 @@ impl Config {
             return Err("limits.inbound_message_bytes must be at least 128".into());
         }
         if self.workers > 255 {
-            return Err("workers: at most 255 (the session id encodes the worker in one byte)".into());
+            return Err(
+                "workers: at most 255 (the session id encodes the worker in one byte)".into(),
+            );
+        }
+        if self.events.max_unsent == 0
+            || self.events.max_unsent > self.events.max_held.max(self.events.max_unsent)
+        {
+            return Err("events.max_unsent must be positive".into());
+        }
+        if self.events.arena_bytes < 1 << 20 {
+            return Err("events.arena_bytes must be at least 1 MiB".into());
+        }
+        if self.events.send_slots == 0 || self.events.ring_chunks == 0 {
+            return Err("events.send_slots and events.ring_chunks must be positive".into());
         }
         if self.demo.interval_ms == 0 {
             return Err("demo.interval_ms must be positive".into());
@@ -272,8 +348,16 @@ mod tests {
     fn file_then_flags() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("g.toml");
-        std::fs::write(&path, "workers = 3\n[limits]\nheartbeat_interval_ms = 5000\n[demo]\ninterval_ms = 250\n").unwrap();
-        let args = RunArgs { config: Some(path), heartbeat_interval_ms: Some(2000), ..Default::default() };
+        std::fs::write(
+            &path,
+            "workers = 3\n[limits]\nheartbeat_interval_ms = 5000\n[demo]\ninterval_ms = 250\n",
+        )
+        .unwrap();
+        let args = RunArgs {
+            config: Some(path),
+            heartbeat_interval_ms: Some(2000),
+            ..Default::default()
+        };
         let cfg = Config::load(&args).unwrap();
         assert_eq!(cfg.workers, 3);
         assert_eq!(cfg.limits.heartbeat_interval_ms, 2000, "flag wins");
@@ -286,7 +370,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("g.toml");
         std::fs::write(&path, "wrokers = 3\n").unwrap();
-        let err = Config::load(&RunArgs { config: Some(path), ..Default::default() }).unwrap_err();
+        let err = Config::load(&RunArgs {
+            config: Some(path),
+            ..Default::default()
+        })
+        .unwrap_err();
         assert!(err.contains("wrokers"), "{err}");
     }
 }

@@ -39,16 +39,25 @@ pub fn channel_permissions(
     }
     let mut p = base;
     // @everyone overwrite (its id is the server id), then roles, then member.
-    if let Some(o) = overwrites.iter().find(|o| o.target == Target::Role && o.id == server_id) {
+    if let Some(o) = overwrites
+        .iter()
+        .find(|o| o.target == Target::Role && o.id == server_id)
+    {
         p = (p & !o.deny) | o.allow;
     }
     let (mut deny, mut allow) = (0u64, 0u64);
-    for o in overwrites.iter().filter(|o| o.target == Target::Role && o.id != server_id && member_roles.contains(&o.id)) {
+    for o in overwrites
+        .iter()
+        .filter(|o| o.target == Target::Role && o.id != server_id && member_roles.contains(&o.id))
+    {
         deny |= o.deny;
         allow |= o.allow;
     }
     p = (p & !deny) | allow;
-    if let Some(o) = overwrites.iter().find(|o| o.target == Target::Member && o.id == member_id) {
+    if let Some(o) = overwrites
+        .iter()
+        .find(|o| o.target == Target::Member && o.id == member_id)
+    {
         p = (p & !o.deny) | o.allow;
     }
     p & granted
@@ -89,7 +98,10 @@ pub fn decide(id: &Identity, req: &Requirement) -> Option<Variant> {
             return None;
         }
     }
-    if !req.has_content || id.intents & intents::MESSAGE_CONTENT != 0 || req.mentions.contains(&id.bot_user_id) {
+    if !req.has_content
+        || id.intents & intents::MESSAGE_CONTENT != 0
+        || req.mentions.contains(&id.bot_user_id)
+    {
         Some(Variant::Full)
     } else {
         Some(Variant::Redacted)
@@ -108,21 +120,39 @@ mod tests {
     const SEND: u64 = perm::SEND_MESSAGES;
 
     fn ow(id: u64, target: Target, allow: u64, deny: u64) -> Overwrite {
-        Overwrite { id, target, allow, deny }
+        Overwrite {
+            id,
+            target,
+            allow,
+            deny,
+        }
     }
 
     #[test]
     fn everyone_then_roles_then_member() {
         // @everyone denies view in the channel, a role allows it back.
         let o = [ow(S, Target::Role, 0, VIEW), ow(55, Target::Role, VIEW, 0)];
-        assert_eq!(channel_permissions(S, BOT, &[55], VIEW | SEND, 0, &o, u64::MAX) & VIEW, VIEW);
-        assert_eq!(channel_permissions(S, BOT, &[], VIEW | SEND, 0, &o, u64::MAX) & VIEW, 0, "no role: denied");
+        assert_eq!(
+            channel_permissions(S, BOT, &[55], VIEW | SEND, 0, &o, u64::MAX) & VIEW,
+            VIEW
+        );
+        assert_eq!(
+            channel_permissions(S, BOT, &[], VIEW | SEND, 0, &o, u64::MAX) & VIEW,
+            0,
+            "no role: denied"
+        );
         // A member deny beats the role allow.
         let o2 = [o[0], o[1], ow(BOT, Target::Member, 0, VIEW)];
-        assert_eq!(channel_permissions(S, BOT, &[55], VIEW, 0, &o2, u64::MAX) & VIEW, 0);
+        assert_eq!(
+            channel_permissions(S, BOT, &[55], VIEW, 0, &o2, u64::MAX) & VIEW,
+            0
+        );
         // Role denies are applied before role allows: allow wins across roles.
         let o3 = [ow(55, Target::Role, 0, VIEW), ow(56, Target::Role, VIEW, 0)];
-        assert_eq!(channel_permissions(S, BOT, &[55, 56], VIEW, 0, &o3, u64::MAX) & VIEW, VIEW);
+        assert_eq!(
+            channel_permissions(S, BOT, &[55, 56], VIEW, 0, &o3, u64::MAX) & VIEW,
+            VIEW
+        );
     }
 
     #[test]
@@ -143,7 +173,10 @@ mod tests {
             intents,
             shard: (0, 1),
             token_digest: [0; 32],
-            guilds: vec![GuildAccess { id: S, channels: vec![(10, perms)] }],
+            guilds: vec![GuildAccess {
+                id: S,
+                channels: vec![(10, perms)],
+            }],
             user_json: "{}".into(),
         }
     }
@@ -162,11 +195,25 @@ mod tests {
     #[test]
     fn decisions() {
         let gm = intents::GUILD_MESSAGES;
-        assert_eq!(decide(&identity(0, VIEW), &msg(&[])), None, "missing intent");
+        assert_eq!(
+            decide(&identity(0, VIEW), &msg(&[])),
+            None,
+            "missing intent"
+        );
         assert_eq!(decide(&identity(gm, 0), &msg(&[])), None, "no VIEW_CHANNEL");
-        assert_eq!(decide(&identity(gm, VIEW), &msg(&[])), Some(Variant::Redacted));
-        assert_eq!(decide(&identity(gm | intents::MESSAGE_CONTENT, VIEW), &msg(&[])), Some(Variant::Full));
-        assert_eq!(decide(&identity(gm, VIEW), &msg(&[BOT])), Some(Variant::Full), "mention exception");
+        assert_eq!(
+            decide(&identity(gm, VIEW), &msg(&[])),
+            Some(Variant::Redacted)
+        );
+        assert_eq!(
+            decide(&identity(gm | intents::MESSAGE_CONTENT, VIEW), &msg(&[])),
+            Some(Variant::Full)
+        );
+        assert_eq!(
+            decide(&identity(gm, VIEW), &msg(&[BOT])),
+            Some(Variant::Full),
+            "mention exception"
+        );
         let mut other_server = msg(&[]);
         other_server.server_id = S + 1;
         assert_eq!(decide(&identity(gm, VIEW), &other_server), None);

@@ -6,19 +6,26 @@ mod admin;
 mod config;
 mod demo;
 mod entitlement;
+mod fanout;
 mod gateway;
+mod ingest_listener;
 mod messages;
 mod metrics;
 mod node;
 mod registry_cli;
 mod rest;
+mod sendpath;
 mod sidecar;
 mod worker;
 
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "gatewayd", version, about = "Discord Gateway v10 compatible node on thread-per-core io_uring workers")]
+#[command(
+    name = "gatewayd",
+    version,
+    about = "Discord Gateway v10 compatible node on thread-per-core io_uring workers"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Option<Command>,
@@ -36,7 +43,9 @@ enum Command {
 
 fn main() {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .with_writer(std::io::stderr)
         .init();
     let cli = Cli::parse();

@@ -19,8 +19,17 @@ pub struct ConnKey {
 
 /// What a worker asks of the registry sidecar.
 pub enum SidecarRequest {
-    Identify { worker: usize, conn: ConnKey, identify: Identify },
-    Rest { worker: usize, conn: ConnKey, route: RestRoute, token: Option<String> },
+    Identify {
+        worker: usize,
+        conn: ConnKey,
+        identify: Identify,
+    },
+    Rest {
+        worker: usize,
+        conn: ConnKey,
+        route: RestRoute,
+        token: Option<String>,
+    },
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -68,12 +77,25 @@ pub struct Event {
 }
 
 pub enum ToWorker {
-    Identified { conn: ConnKey, result: Result<Box<IdentifyOk>, IdentifyRefusal> },
-    RestReply { conn: ConnKey, status: u16, body: Vec<u8> },
+    Identified {
+        conn: ConnKey,
+        result: Result<Box<IdentifyOk>, IdentifyRefusal>,
+    },
+    RestReply {
+        conn: ConnKey,
+        status: u16,
+        body: Vec<u8>,
+    },
     Event(Arc<Event>),
+    /// Ingest records (validated by the ingest thread), in stream order.
+    Batch(Arc<crate::ingest_listener::Batch>),
     /// A connection handed over by another worker (its socket arrives on one
     /// of our rings through MSG_RING, tagged with the same token).
-    Adopt { token: u64, conn: Box<crate::worker::Conn>, action: crate::gateway::session::Action },
+    Adopt {
+        token: u64,
+        conn: Box<crate::worker::Conn>,
+        action: crate::gateway::session::Action,
+    },
     /// Drain: op 7 to every session, then close.
     Shutdown,
 }
@@ -87,6 +109,19 @@ pub struct WorkerHandle {
 }
 
 impl WorkerHandle {
+    /// Hand back the message if the inbox is full.
+    pub fn try_send(&self, msg: ToWorker) -> Result<(), ToWorker> {
+        self.tx.try_send(msg).map_err(|e| e.into_inner())?;
+        self.wake();
+        Ok(())
+    }
+
+    fn wake(&self) {
+        let one: u64 = 1;
+        // SAFETY: writing 8 bytes to an eventfd we own for the process lifetime.
+        unsafe { libc::write(self.wake_fd, (&one as *const u64).cast(), 8) };
+    }
+
     /// False if the inbox is full (the message is dropped, never blocks).
     pub fn send(&self, msg: ToWorker) -> bool {
         let ok = self.tx.try_send(msg).is_ok();

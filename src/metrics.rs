@@ -29,6 +29,12 @@ pub struct WorkerMetrics {
     pub inbox_full_drops: AtomicU64,
     pub handovers_out: AtomicU64,
     pub handovers_in: AtomicU64,
+    pub slow_consumer_closes: AtomicU64,
+    pub sessions_degraded: AtomicU64,
+    pub arena_records: AtomicU64,
+    pub arena_wraps: AtomicU64,
+    pub arena_lost_reads: AtomicU64,
+    pub ring_chunks_free: AtomicU64,
     /// Gateway closes sent, indexed by code - 4000 (0..=14); 15 counts WebSocket-level closes.
     pub closes: [AtomicU64; 16],
     pub busy_ns: AtomicU64,
@@ -55,7 +61,7 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
     fn family(out: &mut String, name: &str, kind: &str, help: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
     }
-    let per_worker: [(&str, &str, &str, fn(&WorkerMetrics) -> &AtomicU64); 18] = [
+    let per_worker: [(&str, &str, &str, fn(&WorkerMetrics) -> &AtomicU64); 24] = [
         ("gatewayd_connections", "gauge", "Open TCP connections (HTTP, WebSocket, closing).", |m| &m.connections_open),
         ("gatewayd_connections_accepted_total", "counter", "TCP connections accepted.", |m| &m.connections_accepted),
         ("gatewayd_accept_errors_total", "counter", "Accepts that failed (e.g. fixed file table full).", |m| &m.accept_errors),
@@ -74,6 +80,12 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
         ("gatewayd_worker_inbox_drops_total", "counter", "Messages dropped because a worker inbox was full.", |m| &m.inbox_full_drops),
         ("gatewayd_handovers_out_total", "counter", "Connections passed to the worker owning their session or placement.", |m| &m.handovers_out),
         ("gatewayd_handovers_in_total", "counter", "Connections adopted from another worker.", |m| &m.handovers_in),
+        ("gatewayd_slow_consumer_closes_total", "counter", "Sessions closed (4000, resumable) because their send queue reached its bound.", |m| &m.slow_consumer_closes),
+        ("gatewayd_sessions_degraded", "gauge", "Sessions whose send queue is at least 80 % full.", |m| &m.sessions_degraded),
+        ("gatewayd_arena_records_total", "counter", "Event records copied into the worker's arena (at most one per variant per event).", |m| &m.arena_records),
+        ("gatewayd_arena_wraps_total", "counter", "Times the worker's event arena wrapped around.", |m| &m.arena_wraps),
+        ("gatewayd_arena_lost_reads_total", "counter", "Reads of records the arena had already overwritten (events lost to a slow session or resume).", |m| &m.arena_lost_reads),
+        ("gatewayd_ring_chunks_free", "gauge", "Free chunks in the worker's session ring slab.", |m| &m.ring_chunks_free),
     ];
     for (name, kind, help, get) in per_worker {
         family(out, name, kind, help);
@@ -81,22 +93,54 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
             let _ = writeln!(out, "{name}{{worker=\"{i}\"}} {}", get(w).load(Relaxed));
         }
     }
-    family(out, "gatewayd_closes_total", "counter", "Close frames sent, by close code.");
+    family(
+        out,
+        "gatewayd_closes_total",
+        "counter",
+        "Close frames sent, by close code.",
+    );
     for (i, w) in workers.iter().enumerate() {
         for (j, c) in w.closes.iter().enumerate() {
             let v = c.load(Relaxed);
             if v == 0 {
                 continue;
             }
-            let reason = if j < 15 { CloseCode::from_u16(4000 + j as u16).map(|c| c.name()).unwrap_or("other") } else { "websocket" };
-            let code = if j < 15 { (4000 + j).to_string() } else { "rfc6455".into() };
-            let _ = writeln!(out, "gatewayd_closes_total{{worker=\"{i}\",code=\"{code}\",reason=\"{reason}\"}} {v}");
+            let reason = if j < 15 {
+                CloseCode::from_u16(4000 + j as u16)
+                    .map(|c| c.name())
+                    .unwrap_or("other")
+            } else {
+                "websocket"
+            };
+            let code = if j < 15 {
+                (4000 + j).to_string()
+            } else {
+                "rfc6455".into()
+            };
+            let _ = writeln!(
+                out,
+                "gatewayd_closes_total{{worker=\"{i}\",code=\"{code}\",reason=\"{reason}\"}} {v}"
+            );
         }
     }
-    family(out, "gatewayd_worker_busy_seconds_total", "counter", "Time each worker spent processing (not waiting).");
+    family(
+        out,
+        "gatewayd_worker_busy_seconds_total",
+        "counter",
+        "Time each worker spent processing (not waiting).",
+    );
     for (i, w) in workers.iter().enumerate() {
-        let _ = writeln!(out, "gatewayd_worker_busy_seconds_total{{worker=\"{i}\"}} {:.6}", w.busy_ns.load(Relaxed) as f64 / 1e9);
+        let _ = writeln!(
+            out,
+            "gatewayd_worker_busy_seconds_total{{worker=\"{i}\"}} {:.6}",
+            w.busy_ns.load(Relaxed) as f64 / 1e9
+        );
     }
-    family(out, "gatewayd_uptime_seconds", "gauge", "Seconds since the node started.");
+    family(
+        out,
+        "gatewayd_uptime_seconds",
+        "gauge",
+        "Seconds since the node started.",
+    );
     let _ = writeln!(out, "gatewayd_uptime_seconds {uptime_s:.3}");
 }

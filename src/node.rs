@@ -24,6 +24,7 @@ pub struct Shared {
     /// Every worker's ring descriptors: MSG_RING targets.
     pub ring_fds: Vec<Vec<std::os::fd::RawFd>>,
     pub metrics: Box<[WorkerMetrics]>,
+    pub ingest: Arc<crate::ingest_listener::IngestStats>,
     pub ready_workers: AtomicUsize,
     pub shutting_down: AtomicBool,
     pub started: Instant,
@@ -35,7 +36,8 @@ const SIDECAR_QUEUE: usize = 16_384;
 const INBOX: usize = 65_536;
 
 pub fn run(cfg: Config) -> Result<(), String> {
-    std::fs::create_dir_all(&cfg.data_dir).map_err(|e| format!("creating data dir {}: {e}", cfg.data_dir.display()))?;
+    std::fs::create_dir_all(&cfg.data_dir)
+        .map_err(|e| format!("creating data dir {}: {e}", cfg.data_dir.display()))?;
     let nofile = net::uring::raise_nofile_limit();
     let registry = SqliteRegistry::open(&cfg.registry_file())
         .map_err(|e| format!("opening registry {}: {e}", cfg.registry_file().display()))?;
@@ -44,17 +46,26 @@ pub fn run(cfg: Config) -> Result<(), String> {
     let demo_target = seed_demo(&cfg, &registry)?;
 
     let tls = match (&cfg.tls.cert, &cfg.tls.key) {
-        (Some(c), Some(k)) => Some(net::tls::load_server_config(c, k).map_err(|e| format!("TLS: {e}"))?),
+        (Some(c), Some(k)) => {
+            Some(net::tls::load_server_config(c, k).map_err(|e| format!("TLS: {e}"))?)
+        }
         _ => None,
     };
     let workers = cfg.worker_count();
     // Rings per worker: each fixed file table is capped by RLIMIT_NOFILE, so a
     // worker holding more sessions than one table allows opens several.
-    let want = cfg.limits.max_sessions_per_worker as u64 * (100 + cfg.ring.headroom_percent as u64) / 100;
+    let want =
+        cfg.limits.max_sessions_per_worker as u64 * (100 + cfg.ring.headroom_percent as u64) / 100;
     let table_cap = net::uring::cap_fixed_files(u32::MAX).max(64) as u64;
     let rings = want.div_ceil(table_cap).max(1) as usize;
     let slots = want.div_ceil(rings as u64).max(64) as u32;
-    tracing::info!(workers, rings_per_worker = rings, slots_per_ring = slots, nofile, "sizing workers");
+    tracing::info!(
+        workers,
+        rings_per_worker = rings,
+        slots_per_ring = slots,
+        nofile,
+        "sizing workers"
+    );
 
     let mut setups = Vec::with_capacity(workers);
     for w in 0..workers {
@@ -71,7 +82,10 @@ pub fn run(cfg: Config) -> Result<(), String> {
     let mut handles = Vec::with_capacity(workers);
     for s in &setups {
         let (tx, rx) = crossbeam_channel::bounded(INBOX);
-        handles.push(WorkerHandle { tx, wake_fd: s.wake_fd });
+        handles.push(WorkerHandle {
+            tx,
+            wake_fd: s.wake_fd,
+        });
         inboxes.push(rx);
     }
     let handles: Arc<[WorkerHandle]> = handles.into();
@@ -82,8 +96,12 @@ pub fn run(cfg: Config) -> Result<(), String> {
         tls,
         sidecar: sidecar_tx,
         workers: handles.clone(),
-        ring_fds: setups.iter().map(|s| s.rings.iter().map(|(r, _)| r.ring_fd()).collect()).collect(),
+        ring_fds: setups
+            .iter()
+            .map(|s| s.rings.iter().map(|(r, _)| r.ring_fd()).collect())
+            .collect(),
         metrics: (0..workers).map(|_| WorkerMetrics::default()).collect(),
+        ingest: Arc::new(Default::default()),
         ready_workers: AtomicUsize::new(0),
         shutting_down: AtomicBool::new(false),
         started: Instant::now(),
@@ -108,7 +126,8 @@ pub fn run(cfg: Config) -> Result<(), String> {
         let shared = shared.clone();
         let core = cores.get(w).copied();
         let wake_fd = setup.wake_fd;
-        let builder = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound).name(&format!("worker-{w}"));
+        let builder = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .name(&format!("worker-{w}"));
         let handle = builder
             .spawn(move || async move {
                 if let Some(core) = core {
@@ -122,11 +141,25 @@ pub fn run(cfg: Config) -> Result<(), String> {
         worker_threads.push(handle);
     }
 
-    let admin = crate::admin::start(cfg.admin_addr, shared.clone()).map_err(|e| format!("admin {}: {e}", cfg.admin_addr))?;
-    let demo_thread = cfg
-        .demo
-        .enabled
-        .then(|| crate::demo::start(demo_target, cfg.demo.interval_ms, handles.clone(), stop.clone()));
+    let admin = crate::admin::start(cfg.admin_addr, shared.clone())
+        .map_err(|e| format!("admin {}: {e}", cfg.admin_addr))?;
+    let ingest_thread = crate::ingest_listener::start(
+        cfg.events.ingest_addr,
+        cfg.events.ingest_max_connections,
+        handles.clone(),
+        shared.ingest.clone(),
+        stop.clone(),
+    )
+    .map_err(|e| e.to_string())?;
+    // The demo source is a producer like any other: it writes records to the ingest listener.
+    let demo_thread = cfg.demo.enabled.then(|| {
+        crate::demo::start(
+            demo_target,
+            cfg.demo.interval_ms,
+            cfg.events.ingest_addr,
+            stop.clone(),
+        )
+    });
 
     let deadline = Instant::now() + Duration::from_secs(10);
     while shared.ready_workers.load(Ordering::SeqCst) < workers {
@@ -139,12 +172,22 @@ pub fn run(cfg: Config) -> Result<(), String> {
     println!("gatewayd is up");
     println!("  gateway:  {gateway_url}");
     println!("  REST:     {scheme}://{}/api/v10", cfg.gateway_addr);
+    println!(
+        "  ingest:   {} (length-prefixed event records)",
+        cfg.events.ingest_addr
+    );
     println!("  admin:    http://{}/metrics", cfg.admin_addr);
-    println!("  demo bot token: stored in {}", cfg.data_path("demo-token").display());
+    println!(
+        "  demo bot token: stored in {}",
+        cfg.data_path("demo-token").display()
+    );
 
     // Block until SIGTERM or SIGINT, then drain.
-    let mut signals = signal_hook::iterator::Signals::new([signal_hook::consts::SIGTERM, signal_hook::consts::SIGINT])
-        .map_err(|e| e.to_string())?;
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])
+    .map_err(|e| e.to_string())?;
     let sig = signals.forever().next();
     tracing::info!(?sig, "draining: op 7 to every session");
     shared.shutting_down.store(true, Ordering::SeqCst);
@@ -159,6 +202,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     if let Some(t) = demo_thread {
         let _ = t.join();
     }
+    let _ = ingest_thread.join();
     drop(admin);
     tracing::info!("stopped");
     Ok(())
@@ -173,24 +217,42 @@ fn seed_demo(cfg: &Config, registry: &SqliteRegistry) -> Result<crate::demo::Dem
     };
     match &seed.token {
         Some(token) => {
-            write_secret(&token_path, token).map_err(|e| format!("writing {}: {e}", token_path.display()))?;
-            println!("demo bot token (shown once, also in {}): {token}", token_path.display());
+            write_secret(&token_path, token)
+                .map_err(|e| format!("writing {}: {e}", token_path.display()))?;
+            println!(
+                "demo bot token (shown once, also in {}): {token}",
+                token_path.display()
+            );
         }
         None => {
             if !token_path.exists() {
                 // The token was lost: issue a new one rather than leave the demo unusable.
-                let token = registry.reset_token(seed.app.id).map_err(|e| e.to_string())?;
-                write_secret(&token_path, &token).map_err(|e| format!("writing {}: {e}", token_path.display()))?;
-                println!("demo bot token reset (in {}): {token}", token_path.display());
+                let token = registry
+                    .reset_token(seed.app.id)
+                    .map_err(|e| e.to_string())?;
+                write_secret(&token_path, &token)
+                    .map_err(|e| format!("writing {}: {e}", token_path.display()))?;
+                println!(
+                    "demo bot token reset (in {}): {token}",
+                    token_path.display()
+                );
             }
         }
     }
-    Ok(crate::demo::DemoTarget { server_id: seed.server_id, channel_id: seed.general_channel_id })
+    Ok(crate::demo::DemoTarget {
+        server_id: seed.server_id,
+        channel_id: seed.general_channel_id,
+    })
 }
 
 fn write_secret(path: &std::path::Path, secret: &str) -> std::io::Result<()> {
     use std::io::Write;
     use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(path)?;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?;
     writeln!(f, "{secret}")
 }

@@ -108,21 +108,40 @@ enum RegistryCmd {
 }
 
 pub fn run(args: RegistryArgs) -> Result<(), String> {
-    let path = args.registry_path.unwrap_or_else(|| args.data_dir.join("registry.sqlite"));
-    let reg = SqliteRegistry::open(&path).map_err(|e| format!("opening {}: {e}", path.display()))?;
+    let path = args
+        .registry_path
+        .unwrap_or_else(|| args.data_dir.join("registry.sqlite"));
+    let reg =
+        SqliteRegistry::open(&path).map_err(|e| format!("opening {}: {e}", path.display()))?;
     let e = |e: registry::RegistryError| e.to_string();
     match args.cmd {
-        RegistryCmd::AddApp { name, privileged_intents, max_concurrency } => {
-            let (app, token) = reg.create_application(&name, privileged_intents, max_concurrency).map_err(e)?;
+        RegistryCmd::AddApp {
+            name,
+            privileged_intents,
+            max_concurrency,
+        } => {
+            let (app, token) = reg
+                .create_application(&name, privileged_intents, max_concurrency)
+                .map_err(e)?;
             println!("application_id={}", app.id);
             println!("token={token}");
         }
         RegistryCmd::ResetToken { app } => println!("token={}", reg.reset_token(app).map_err(e)?),
-        RegistryCmd::SetIntents { app, privileged_intents } => {
-            let a = reg.set_approved_intents(app, privileged_intents).map_err(e)?;
-            println!("application_id={} approved_intents={}", a.id, a.approved_intents);
+        RegistryCmd::SetIntents {
+            app,
+            privileged_intents,
+        } => {
+            let a = reg
+                .set_approved_intents(app, privileged_intents)
+                .map_err(e)?;
+            println!(
+                "application_id={} approved_intents={}",
+                a.id, a.approved_intents
+            );
         }
-        RegistryCmd::DeleteApp { app } => println!("deleted={}", reg.delete_application(app).map_err(e)?),
+        RegistryCmd::DeleteApp { app } => {
+            println!("deleted={}", reg.delete_application(app).map_err(e)?)
+        }
         RegistryCmd::AddServer { name } => {
             let s = reg.create_server(&name, 0).map_err(e)?;
             let c = reg.create_channel(s.id, "general", 0, None).map_err(e)?;
@@ -130,25 +149,51 @@ pub fn run(args: RegistryArgs) -> Result<(), String> {
             println!("channel_id={}", c.id);
         }
         RegistryCmd::AddChannel { server, name, kind } => {
-            println!("channel_id={}", reg.create_channel(server, &name, kind, None).map_err(e)?.id)
+            println!(
+                "channel_id={}",
+                reg.create_channel(server, &name, kind, None).map_err(e)?.id
+            )
         }
-        RegistryCmd::AddRole { server, name, permissions } => {
-            println!("role_id={}", reg.create_role(server, &name, permissions).map_err(e)?.id)
+        RegistryCmd::AddRole {
+            server,
+            name,
+            permissions,
+        } => {
+            println!(
+                "role_id={}",
+                reg.create_role(server, &name, permissions).map_err(e)?.id
+            )
         }
-        RegistryCmd::SetOverwrite { channel, target, kind, allow, deny } => {
+        RegistryCmd::SetOverwrite {
+            channel,
+            target,
+            kind,
+            allow,
+            deny,
+        } => {
             let kind = match kind.as_str() {
                 "role" => OverwriteKind::Role,
                 "member" => OverwriteKind::Member,
                 other => return Err(format!("--kind must be role or member, not {other:?}")),
             };
-            reg.set_overwrite(channel, target, kind, allow, deny).map_err(e)?;
+            reg.set_overwrite(channel, target, kind, allow, deny)
+                .map_err(e)?;
             println!("ok");
         }
-        RegistryCmd::Install { app, server, permissions } => {
+        RegistryCmd::Install {
+            app,
+            server,
+            permissions,
+        } => {
             let i = reg.install(app, server, permissions).map_err(e)?;
-            println!("installed application_id={} server_id={} permissions={}", i.application_id, i.server_id, i.permissions);
+            println!(
+                "installed application_id={} server_id={} permissions={}",
+                i.application_id, i.server_id, i.permissions
+            );
         }
-        RegistryCmd::Uninstall { app, server } => println!("uninstalled={}", reg.uninstall(app, server).map_err(e)?),
+        RegistryCmd::Uninstall { app, server } => {
+            println!("uninstalled={}", reg.uninstall(app, server).map_err(e)?)
+        }
         RegistryCmd::List => {
             for a in reg.list_applications().map_err(e)? {
                 println!(
@@ -156,7 +201,10 @@ pub fn run(args: RegistryArgs) -> Result<(), String> {
                     a.id, a.name, a.approved_intents, a.max_concurrency
                 );
                 for i in reg.installations_of_app(a.id).map_err(e)? {
-                    println!("  installed in server {} permissions={}", i.server_id, i.permissions);
+                    println!(
+                        "  installed in server {} permissions={}",
+                        i.server_id, i.permissions
+                    );
                 }
             }
             for s in reg.list_servers().map_err(e)? {

@@ -35,7 +35,9 @@ pub fn route(method: &str, path: &str) -> Route {
         "/gateway" => Route::Gateway,
         "/gateway/bot" => Route::Authed(RestRoute::GatewayBot),
         "/users/@me" => Route::Authed(RestRoute::UsersMe),
-        "/oauth2/applications/@me" | "/applications/@me" => Route::Authed(RestRoute::ApplicationsMe),
+        "/oauth2/applications/@me" | "/applications/@me" => {
+            Route::Authed(RestRoute::ApplicationsMe)
+        }
         _ => return Route::NotFound,
     };
     if method != "GET" && method != "HEAD" {
@@ -46,7 +48,7 @@ pub fn route(method: &str, path: &str) -> Route {
 
 /// The token from an `Authorization: Bot <token>` header (prefix optional).
 pub fn bearer(header: Option<&str>) -> Option<String> {
-    let h = header?.trim();
+    let h = header?.trim_start();
     let t = h.strip_prefix("Bot ").unwrap_or(h).trim();
     (!t.is_empty()).then(|| t.to_string())
 }
@@ -69,11 +71,23 @@ mod tests {
         assert_eq!(route("GET", "/api/v10/gateway"), Route::Gateway);
         assert_eq!(route("GET", "/api/v9/gateway/"), Route::Gateway);
         assert_eq!(route("GET", "/api/gateway"), Route::Gateway);
-        assert_eq!(route("GET", "/api/v10/gateway/bot"), Route::Authed(RestRoute::GatewayBot));
-        assert_eq!(route("GET", "/api/v10/users/@me"), Route::Authed(RestRoute::UsersMe));
-        assert_eq!(route("GET", "/api/v10/oauth2/applications/@me"), Route::Authed(RestRoute::ApplicationsMe));
+        assert_eq!(
+            route("GET", "/api/v10/gateway/bot"),
+            Route::Authed(RestRoute::GatewayBot)
+        );
+        assert_eq!(
+            route("GET", "/api/v10/users/@me"),
+            Route::Authed(RestRoute::UsersMe)
+        );
+        assert_eq!(
+            route("GET", "/api/v10/oauth2/applications/@me"),
+            Route::Authed(RestRoute::ApplicationsMe)
+        );
         assert_eq!(route("POST", "/api/v10/gateway"), Route::MethodNotAllowed);
-        assert_eq!(route("GET", "/api/v10/channels/1/messages"), Route::NotFound);
+        assert_eq!(
+            route("GET", "/api/v10/channels/1/messages"),
+            Route::NotFound
+        );
         assert_eq!(route("GET", "/api/v"), Route::NotFound);
         assert!(is_api("/api/v10/gateway") && !is_api("/apix") && !is_api("/"));
         assert_eq!(bearer(Some("Bot abc")), Some("abc".into()));

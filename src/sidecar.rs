@@ -52,7 +52,11 @@ impl Sidecar {
 
     fn handle(&self, req: SidecarRequest) {
         match req {
-            SidecarRequest::Identify { worker, conn, identify } => {
+            SidecarRequest::Identify {
+                worker,
+                conn,
+                identify,
+            } => {
                 let result = self.identify(&identify).map(Box::new);
                 if let Err(e) = &result {
                     if let IdentifyRefusal::Close(c) = e {
@@ -61,14 +65,22 @@ impl Sidecar {
                 }
                 self.reply(worker, ToWorker::Identified { conn, result });
             }
-            SidecarRequest::Rest { worker, conn, route, token } => {
+            SidecarRequest::Rest {
+                worker,
+                conn,
+                route,
+                token,
+            } => {
                 let (status, body) = self.rest(route, token.as_deref());
                 self.reply(worker, ToWorker::RestReply { conn, status, body });
             }
         }
     }
 
-    fn identify(&self, id: &crate::gateway::identify::Identify) -> Result<IdentifyOk, IdentifyRefusal> {
+    fn identify(
+        &self,
+        id: &crate::gateway::identify::Identify,
+    ) -> Result<IdentifyOk, IdentifyRefusal> {
         let unavailable = |e: registry::RegistryError| {
             tracing::warn!(error = %e, "registry error during identify");
             IdentifyRefusal::InvalidSession
@@ -77,14 +89,20 @@ impl Sidecar {
             .registry
             .authenticate(&id.token)
             .map_err(unavailable)?
-            .ok_or(IdentifyRefusal::Close(Close::new(CloseCode::AuthenticationFailed, "authentication failed: invalid token")))?;
+            .ok_or(IdentifyRefusal::Close(Close::new(
+                CloseCode::AuthenticationFailed,
+                "authentication failed: invalid token",
+            )))?;
         if id.intents & intents::PRIVILEGED & !app.approved_intents != 0 {
             return Err(IdentifyRefusal::Close(Close::new(
                 CloseCode::DisallowedIntents,
                 "disallowed intents: privileged intent not approved for this application",
             )));
         }
-        let servers = self.registry.servers_for_shard(app.id, id.shard.0, id.shard.1).map_err(unavailable)?;
+        let servers = self
+            .registry
+            .servers_for_shard(app.id, id.shard.0, id.shard.1)
+            .map_err(unavailable)?;
         if servers.len() > MAX_SERVERS_PER_SHARD {
             return Err(IdentifyRefusal::Close(Close::new(
                 CloseCode::ShardingRequired,
@@ -94,8 +112,12 @@ impl Sidecar {
         let mut guilds = Vec::with_capacity(servers.len());
         for server_id in servers {
             let (Some(snap), Some(inst)) = (
-                self.registry.server_snapshot(server_id).map_err(unavailable)?,
-                self.registry.installation(app.id, server_id).map_err(unavailable)?,
+                self.registry
+                    .server_snapshot(server_id)
+                    .map_err(unavailable)?,
+                self.registry
+                    .installation(app.id, server_id)
+                    .map_err(unavailable)?,
             ) else {
                 continue; // uninstalled between the two reads
             };
@@ -105,7 +127,9 @@ impl Sidecar {
         }
         guilds.sort_by_key(|g| g.0.id);
         let now = registry::snowflake::unix_ms_now();
-        self.registry.record_session_start(app.id, now).map_err(unavailable)?;
+        self.registry
+            .record_session_start(app.id, now)
+            .map_err(unavailable)?;
         Ok(IdentifyOk {
             application_id: app.id,
             application_flags: app.flags,
@@ -123,16 +147,36 @@ impl Sidecar {
             Some(Ok(Some(app))) => app,
             Some(Err(e)) => {
                 tracing::warn!(error = %e, "registry error during REST");
-                return (503, br#"{"message": "registry unavailable", "code": 0}"#.to_vec());
+                return (
+                    503,
+                    br#"{"message": "registry unavailable", "code": 0}"#.to_vec(),
+                );
             }
-            _ => return (401, br#"{"message": "401: Unauthorized", "code": 0}"#.to_vec()),
+            _ => {
+                return (
+                    401,
+                    br#"{"message": "401: Unauthorized", "code": 0}"#.to_vec(),
+                )
+            }
         };
         let body = match route {
             RestRoute::GatewayBot => {
-                let installs = self.registry.installations_of_app(app.id).map(|i| i.len()).unwrap_or(0);
-                let limit = match self.registry.session_start_remaining(app.id, registry::snowflake::unix_ms_now()) {
+                let installs = self
+                    .registry
+                    .installations_of_app(app.id)
+                    .map(|i| i.len())
+                    .unwrap_or(0);
+                let limit = match self
+                    .registry
+                    .session_start_remaining(app.id, registry::snowflake::unix_ms_now())
+                {
                     Ok(l) => l,
-                    Err(_) => return (503, br#"{"message": "registry unavailable", "code": 0}"#.to_vec()),
+                    Err(_) => {
+                        return (
+                            503,
+                            br#"{"message": "registry unavailable", "code": 0}"#.to_vec(),
+                        )
+                    }
                 };
                 json!({
                     "url": self.gateway_url,
@@ -193,8 +237,17 @@ fn bot_user(app: &Application) -> Value {
 /// Effective permissions of the bot in every channel of a server.
 pub fn guild_access(snap: &ServerSnapshot, inst: &Installation, bot_user_id: u64) -> GuildAccess {
     let server_id = snap.server.id;
-    let everyone = snap.roles.iter().find(|r| r.id == server_id).map(|r| r.permissions).unwrap_or(0);
-    let role_perms = snap.roles.iter().filter(|r| inst.role_ids.contains(&r.id)).fold(0, |acc, r| acc | r.permissions);
+    let everyone = snap
+        .roles
+        .iter()
+        .find(|r| r.id == server_id)
+        .map(|r| r.permissions)
+        .unwrap_or(0);
+    let role_perms = snap
+        .roles
+        .iter()
+        .filter(|r| inst.role_ids.contains(&r.id))
+        .fold(0, |acc, r| acc | r.permissions);
     let mut channels: Vec<(u64, u64)> = snap
         .channels
         .iter()
@@ -204,7 +257,11 @@ pub fn guild_access(snap: &ServerSnapshot, inst: &Installation, bot_user_id: u64
                 .iter()
                 .map(|o| Overwrite {
                     id: o.target_id,
-                    target: if o.kind == OverwriteKind::Member { Target::Member } else { Target::Role },
+                    target: if o.kind == OverwriteKind::Member {
+                        Target::Member
+                    } else {
+                        Target::Role
+                    },
                     allow: o.allow,
                     deny: o.deny,
                 })
@@ -222,7 +279,10 @@ pub fn guild_access(snap: &ServerSnapshot, inst: &Installation, bot_user_id: u64
         })
         .collect();
     channels.sort_unstable();
-    GuildAccess { id: server_id, channels }
+    GuildAccess {
+        id: server_id,
+        channels,
+    }
 }
 
 /// The GUILD_CREATE `d` for a server: every field twilight-model and
@@ -358,19 +418,32 @@ mod tests {
         let reg = SqliteRegistry::open_in_memory().unwrap();
         let seed = reg.seed_demo().unwrap().unwrap();
         let snap = reg.server_snapshot(seed.server_id).unwrap().unwrap();
-        let inst = reg.installation(seed.app.id, seed.server_id).unwrap().unwrap();
+        let inst = reg
+            .installation(seed.app.id, seed.server_id)
+            .unwrap()
+            .unwrap();
         let ga = guild_access(&snap, &inst, seed.app.bot_user_id);
         let p = ga.channel_permissions(seed.general_channel_id).unwrap();
         assert_ne!(p & intents::perm::VIEW_CHANNEL, 0);
         // A deny overwrite for @everyone on #general hides it.
-        reg.set_overwrite(seed.general_channel_id, seed.server_id, OverwriteKind::Role, 0, intents::perm::VIEW_CHANNEL)
-            .unwrap();
+        reg.set_overwrite(
+            seed.general_channel_id,
+            seed.server_id,
+            OverwriteKind::Role,
+            0,
+            intents::perm::VIEW_CHANNEL,
+        )
+        .unwrap();
         let snap = reg.server_snapshot(seed.server_id).unwrap().unwrap();
         let ga = guild_access(&snap, &inst, seed.app.bot_user_id);
         let p = ga.channel_permissions(seed.general_channel_id).unwrap();
         assert_eq!(p & intents::perm::VIEW_CHANNEL, 0);
         let gc = guild_create(&snap, &inst, &seed.app);
         assert_eq!(gc["id"], seed.server_id.to_string());
-        assert!(gc["channels"].as_array().unwrap().iter().any(|c| c["name"] == "general"));
+        assert!(gc["channels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "general"));
     }
 }

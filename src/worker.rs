@@ -22,7 +22,7 @@ use net::uring::{Completion, Ring, RingConfig};
 use net::ws::{self, Message, OpCode};
 use shards::SessionId;
 
-use crate::entitlement::{self, Requirement, Variant};
+use crate::fanout::{EventIn, FanOut, FanOutConfig};
 use crate::gateway::identify::{self, Resume};
 use crate::gateway::session::{Action, Identity, Limits, Phase, Session};
 use crate::gateway::{payload, Close, CloseCode};
@@ -30,6 +30,7 @@ use crate::messages::*;
 use crate::metrics::WorkerMetrics;
 use crate::node::Shared;
 use crate::rest;
+use crate::sendpath::{self, SendPool};
 
 // Operation kinds carried in the top byte of user_data.
 const OP_ACCEPT: u8 = 1;
@@ -45,6 +46,8 @@ const OP_HANDOVER_CANCEL: u8 = 8;
 const OP_PASS: u8 = 9;
 /// A socket passed to us; the low 48 bits carry the handover token.
 const OP_ADOPT: u8 = 10;
+/// A socket that took a short or refused send became writable again.
+const OP_WRITABLE: u8 = 11;
 /// An unmatched half of a handover is dropped after this long.
 const ADOPT_TIMEOUT_MS: u64 = 5_000;
 
@@ -59,7 +62,14 @@ fn ud(kind: u8, ring: u8, gen: u16, slot: u32) -> u64 {
 }
 
 fn ud_parts(u: u64) -> (u8, ConnKey) {
-    ((u >> 56) as u8, ConnKey { ring: (u >> 48) as u8, gen: (u >> 32) as u16, slot: u as u32 })
+    (
+        (u >> 56) as u8,
+        ConnKey {
+            ring: (u >> 48) as u8,
+            gen: (u >> 32) as u16,
+            slot: u as u32,
+        },
+    )
 }
 
 enum ConnState {
@@ -73,6 +83,9 @@ enum ConnState {
 struct WsConn {
     decoder: ws::Decoder,
     session: Session,
+    /// The gateway session (in the fan-out) this connection serves, after
+    /// READY or RESUMED.
+    sid: Option<u32>,
     /// Set when the session must not be kept for Resume after this connection.
     end_session: bool,
 }
@@ -91,6 +104,12 @@ pub struct Conn {
     wire: Vec<u8>,
     wire_off: usize,
     sending: bool,
+    /// The send slot of the plain-text send in flight.
+    send_slot: Option<u16>,
+    /// Bytes of the first unsent ring entry's frame a short write already sent.
+    partial: usize,
+    /// A send came back short or refused: wait for POLLOUT before the next.
+    waiting_writable: bool,
     queued: bool,
     /// Shut down writing once `out` and `wire` are flushed.
     close_after_flush: bool,
@@ -137,6 +156,9 @@ impl Conn {
             wire: Vec::new(),
             wire_off: 0,
             sending: false,
+            send_slot: None,
+            partial: 0,
+            waiting_writable: false,
             queued: false,
             close_after_flush: false,
             write_shut: false,
@@ -164,16 +186,6 @@ struct RingState {
     accepting: bool,
 }
 
-/// A session whose connection dropped: kept for Resume until `expires_ms`.
-struct Detached {
-    identity: Box<Identity>,
-    seq: u64,
-    /// An event was due while detached; without a replay buffer we cannot
-    /// resume it gap-free, so Resume answers op 9.
-    missed: bool,
-    expires_ms: u64,
-}
-
 pub struct Worker {
     id: usize,
     shared: Arc<Shared>,
@@ -183,12 +195,17 @@ pub struct Worker {
     completions: Vec<Completion>,
     scratch: Vec<u8>,
     queue: Vec<ConnKey>,
-    detached: HashMap<SessionId, Detached>,
-    /// Live sessions by id, so a Resume can take over a half-dead connection.
-    live: HashMap<SessionId, ConnKey>,
-    /// Send buffers of connections closed while their send was in flight,
-    /// kept until the kernel is done with them.
-    graveyard: HashMap<u64, Vec<u8>>,
+    /// Sessions, their rings and the event arena.
+    fan: FanOut,
+    pool: SendPool,
+    /// Connections that found the send pool empty; they go first next turn.
+    deferred: Vec<ConnKey>,
+    overflow: Vec<(u32, ConnKey)>,
+    gather: Vec<u8>,
+    mentions: Vec<u64>,
+    /// Buffers (and send slots) of connections closed while their send was
+    /// in flight, kept until the kernel is done with them.
+    graveyard: HashMap<u64, (Vec<u8>, Option<u16>)>,
     open: usize,
     draining_until: Option<u64>,
     started: Instant,
@@ -202,10 +219,15 @@ pub struct Worker {
 pub struct WorkerSetup {
     pub rings: Vec<(Ring, TcpListener)>,
     pub wake_fd: RawFd,
+    pub fan: FanOut,
 }
 
 impl WorkerSetup {
-    pub fn new(shared_cfg: &crate::config::Config, rings: usize, slots_per_ring: u32) -> std::io::Result<WorkerSetup> {
+    pub fn new(
+        shared_cfg: &crate::config::Config,
+        rings: usize,
+        slots_per_ring: u32,
+    ) -> std::io::Result<WorkerSetup> {
         // SAFETY: a plain eventfd; blocking on purpose (glommio reads it).
         let wake_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         if wake_fd < 0 {
@@ -224,26 +246,59 @@ impl WorkerSetup {
             let listener = net::uring::listen_reuseport(shared_cfg.gateway_addr, 4096)?;
             out.push((ring, listener));
         }
-        Ok(WorkerSetup { rings: out, wake_fd })
+        let ev = &shared_cfg.events;
+        let fan = FanOut::new(
+            FanOutConfig {
+                arena_bytes: ev.arena_bytes,
+                ring_chunks: ev.ring_chunks,
+                ring: ringbuf::RingConfig {
+                    max_unsent: ev.max_unsent,
+                    max_held: ev.max_held.max(ev.max_unsent),
+                    max_unsent_bytes: ev.max_unsent_bytes,
+                },
+                resume_window_ms: shared_cfg.limits.resume_window_ms,
+            },
+            shared_cfg.limits.max_sessions_per_worker as usize,
+        )
+        .map_err(std::io::Error::other)?;
+        Ok(WorkerSetup {
+            rings: out,
+            wake_fd,
+            fan,
+        })
     }
 }
 
 impl Worker {
-    pub fn new(id: usize, shared: Arc<Shared>, inbox: Receiver<ToWorker>, setup: WorkerSetup) -> Worker {
+    pub fn new(
+        id: usize,
+        shared: Arc<Shared>,
+        inbox: Receiver<ToWorker>,
+        setup: WorkerSetup,
+    ) -> Worker {
+        let send_slots = shared.cfg.events.send_slots;
         let cfg = &shared.cfg;
         let limits = Limits {
             heartbeat_interval_ms: cfg.limits.heartbeat_interval_ms,
             commands_per_window: cfg.limits.commands_per_window,
             command_window_ms: cfg.limits.command_window_ms,
         };
-        let rings = setup
+        let rings: Vec<RingState> = setup
             .rings
             .into_iter()
             .map(|(ring, listener)| {
                 let n = ring.fixed_files() as usize;
-                RingState { ring, listener, conns: (0..n).map(|_| None).collect(), gens: vec![0; n], accepting: false }
+                RingState {
+                    ring,
+                    listener,
+                    conns: (0..n).map(|_| None).collect(),
+                    gens: vec![0; n],
+                    accepting: false,
+                }
             })
             .collect();
+        let max_conns: usize = rings.iter().map(|r| r.conns.len()).sum();
+        let fan = setup.fan;
         Worker {
             id,
             shared,
@@ -252,9 +307,13 @@ impl Worker {
             limits,
             completions: Vec::with_capacity(4096),
             scratch: Vec::with_capacity(4096),
-            queue: Vec::with_capacity(1024),
-            detached: HashMap::new(),
-            live: HashMap::new(),
+            queue: Vec::with_capacity(max_conns),
+            fan,
+            pool: SendPool::new(send_slots),
+            deferred: Vec::with_capacity(max_conns),
+            overflow: Vec::with_capacity(1024),
+            gather: Vec::with_capacity(64 * 1024),
+            mentions: Vec::with_capacity(128),
             graveyard: HashMap::new(),
             open: 0,
             draining_until: None,
@@ -283,7 +342,11 @@ impl Worker {
         self.rings[0].ring.tick(TICK, ud(OP_TICK, 0, 0, 0));
         self.tick_armed = true;
         self.shared.ready_workers.fetch_add(1, Ordering::SeqCst);
-        tracing::info!(worker = self.id, rings = self.rings.len(), "worker listening");
+        tracing::info!(
+            worker = self.id,
+            rings = self.rings.len(),
+            "worker listening"
+        );
         loop {
             let t0 = Instant::now();
             self.turn();
@@ -312,6 +375,9 @@ impl Worker {
     }
 
     /// One pass: completions, inbox, then flush what became sendable.
+    /// Sends are submitted at the end of every pass: they never wait for
+    /// socket space, so they are finished before the next inbox message can
+    /// append to (and wrap) the arena they read from.
     fn turn(&mut self) {
         loop {
             let mut progressed = false;
@@ -324,7 +390,7 @@ impl Worker {
                     self.on_completion(r, c);
                 }
             }
-            for _ in 0..1024 {
+            for _ in 0..64 {
                 match self.inbox.try_recv() {
                     Ok(msg) => {
                         progressed = true;
@@ -334,6 +400,11 @@ impl Worker {
                 }
             }
             self.flush();
+            for r in &mut self.rings {
+                if let Err(e) = r.ring.submit() {
+                    tracing::error!(error = %e, "io_uring submit failed");
+                }
+            }
             if !progressed {
                 break;
             }
@@ -350,7 +421,8 @@ impl Worker {
             return;
         }
         rs.accepting = true;
-        rs.ring.accept_multi(rs.listener.as_raw_fd(), ud(OP_ACCEPT, r as u8, 0, 0));
+        rs.ring
+            .accept_multi(rs.listener.as_raw_fd(), ud(OP_ACCEPT, r as u8, 0, 0));
     }
 
     fn on_completion(&mut self, r: usize, c: Completion) {
@@ -360,17 +432,24 @@ impl Worker {
             OP_RECV => self.on_recv(r, key, c),
             OP_SEND => self.on_send(key, c),
             OP_CLOSE => {
-                // The slot is free in the kernel; free ours unless a send still runs.
+                // The slot is free in the kernel; free ours, keeping what a
+                // still-running send reads until its completion.
                 let slot = key.slot as usize;
                 let rs = &mut self.rings[r];
-                if let Some(conn) = rs.conns[slot].as_ref() {
-                    if conn.gen == key.gen {
-                        let conn = rs.conns[slot].take().expect("checked");
-                        if conn.sending {
-                            self.graveyard.insert(ud(OP_SEND, r as u8, key.gen, key.slot), conn.wire);
-                        }
+                if let Some(conn) = rs.conns[slot].take_if(|c| c.gen == key.gen) {
+                    if conn.sending {
+                        self.graveyard.insert(
+                            ud(OP_SEND, r as u8, key.gen, key.slot),
+                            (conn.wire, conn.send_slot),
+                        );
                     }
                 }
+            }
+            OP_WRITABLE => {
+                if let Some(conn) = self.conn(key) {
+                    conn.waiting_writable = false;
+                }
+                self.queue_flush(key);
             }
             OP_TICK => {
                 if !c.more() {
@@ -392,8 +471,18 @@ impl Worker {
             OP_ADOPT => {
                 let token = c.user_data & 0xFFFF_FFFF_FFFF;
                 let now = self.now_ms();
-                let a = self.adopting.entry(token).or_insert_with(|| Adoption { since_ms: now, ..Default::default() });
-                a.slot = Some((r, if c.result >= 0 { Ok(c.result as u32) } else { Err(c.result) }));
+                let a = self.adopting.entry(token).or_insert_with(|| Adoption {
+                    since_ms: now,
+                    ..Default::default()
+                });
+                a.slot = Some((
+                    r,
+                    if c.result >= 0 {
+                        Ok(c.result as u32)
+                    } else {
+                        Err(c.result)
+                    },
+                ));
                 self.try_adopt(token);
             }
             _ => tracing::error!(kind, "completion of unknown kind"),
@@ -408,7 +497,11 @@ impl Worker {
             WorkerMetrics::inc(&self.metrics().accept_errors);
             let err = c.error().expect("negative");
             if c.result == -libc::ENFILE || c.result == -libc::EMFILE {
-                tracing::warn!(worker = self.id, ring = r, "fixed file table full: not accepting on this ring until a slot frees");
+                tracing::warn!(
+                    worker = self.id,
+                    ring = r,
+                    "fixed file table full: not accepting on this ring until a slot frees"
+                );
             } else if c.result != -libc::ECANCELED {
                 tracing::warn!(worker = self.id, ring = r, error = %err, "accept failed");
                 self.arm_accept(r);
@@ -425,7 +518,9 @@ impl Worker {
                 Ok(t) => Some(Box::new(t)),
                 Err(e) => {
                     tracing::error!(error = %e, "TLS session setup failed");
-                    self.rings[r].ring.close(slot, ud(OP_CLOSE, r as u8, 0, slot));
+                    self.rings[r]
+                        .ring
+                        .close(slot, ud(OP_CLOSE, r as u8, 0, slot));
                     return;
                 }
             },
@@ -434,14 +529,28 @@ impl Worker {
         let rs = &mut self.rings[r];
         let gen = rs.gens[slot as usize].wrapping_add(1);
         rs.gens[slot as usize] = gen;
-        debug_assert!(rs.conns[slot as usize].is_none(), "kernel gave a slot we still hold");
-        rs.conns[slot as usize] = Some(Box::new(Conn::new(gen, tls, now + self.shared.cfg.limits.handshake_timeout_ms)));
+        debug_assert!(
+            rs.conns[slot as usize].is_none(),
+            "kernel gave a slot we still hold"
+        );
+        rs.conns[slot as usize] = Some(Box::new(Conn::new(
+            gen,
+            tls,
+            now + self.shared.cfg.limits.handshake_timeout_ms,
+        )));
         rs.ring.recv_multi(slot, ud(OP_RECV, r as u8, gen, slot));
         self.open += 1;
         WorkerMetrics::inc(&self.metrics().connections_accepted);
         WorkerMetrics::inc(&self.metrics().connections_open);
         if self.draining_until.is_some() {
-            self.begin_close(ConnKey { ring: r as u8, gen, slot }, None);
+            self.begin_close(
+                ConnKey {
+                    ring: r as u8,
+                    gen,
+                    slot,
+                },
+                None,
+            );
         }
     }
 
@@ -505,7 +614,13 @@ impl Worker {
             }
             rs_ring.recycle(b);
             if fail.is_some() {
-                self.begin_close(key, Some(Close::new(CloseCode::DecodeError, "decode error: input exceeds limits")));
+                self.begin_close(
+                    key,
+                    Some(Close::new(
+                        CloseCode::DecodeError,
+                        "decode error: input exceeds limits",
+                    )),
+                );
             } else {
                 self.queue_flush(key);
                 self.process_input(key);
@@ -529,38 +644,107 @@ impl Worker {
     }
 
     fn on_send(&mut self, key: ConnKey, c: Completion) {
-        if let Some(_buf) = self.graveyard.remove(&c.user_data) {
-            return; // the kernel is done with a dead connection's buffer
+        if let Some((_buf, slot)) = self.graveyard.remove(&c.user_data) {
+            // The kernel is done with a dead connection's buffers.
+            if let Some(id) = slot {
+                self.pool.put(id);
+            }
+            return;
         }
+        let oldest = self.fan.arena.oldest();
         let metrics = &self.shared.metrics[self.id];
-        let Some(conn) = conn_in(&mut self.rings, key) else { return };
+        let Some(conn) = conn_in(&mut self.rings, key) else {
+            return;
+        };
+        conn.sending = false;
+        let slot_id = conn.send_slot.take();
+        if c.result == -libc::EAGAIN {
+            // Socket buffer full: nothing went; wait until it drains.
+            if let Some(id) = slot_id {
+                self.pool.put(id);
+            }
+            self.wait_writable(key);
+            return;
+        }
         if c.result < 0 {
-            conn.sending = false;
-            conn.wire.clear();
+            if let Some(id) = slot_id {
+                self.pool.put(id);
+            }
             self.finish(key);
             return;
         }
-        conn.wire_off += c.result as usize;
-        if conn.wire_off < conn.wire.len() {
-            // Short write: send the rest from the same buffer.
-            let (ptr, len) = (conn.wire[conn.wire_off..].as_ptr(), (conn.wire.len() - conn.wire_off) as u32);
-            let ring = &mut self.rings[key.ring as usize].ring;
-            // SAFETY: `wire` is not touched while `sending`, and outlives the op (graveyard).
-            unsafe { ring.send(key.slot, ptr, len, ud(OP_SEND, key.ring, key.gen, key.slot)) };
-            return;
+        let sent = c.result as usize;
+        WorkerMetrics::add(&metrics.bytes_out, sent as u64);
+        let short;
+        match slot_id {
+            None => {
+                // TLS: ciphertext from `wire`.
+                conn.wire_off += sent;
+                short = conn.wire_off < conn.wire.len();
+                if !short {
+                    conn.wire.clear();
+                    conn.wire_off = 0;
+                }
+            }
+            Some(id) => {
+                let slot = self.pool.slot(id);
+                let (control, entries, partial) = sendpath::account(slot, sent, conn.partial);
+                let torn = slot.entries > 0 && slot.min_pos < oldest;
+                let total_entries = slot.entries;
+                let wanted = slot.msg.msg_iovlen;
+                self.pool.put(id);
+                conn.wire_off += control;
+                if conn.wire_off >= conn.wire.len() {
+                    conn.wire.clear();
+                    conn.wire_off = 0;
+                }
+                conn.partial = partial;
+                short = entries < total_entries || conn.wire_off > 0 || (wanted > 0 && sent == 0);
+                let sid = match &conn.state {
+                    ConnState::WebSocket(w) => w.sid,
+                    _ => None,
+                };
+                if let Some(sid) = sid {
+                    self.fan.mark_sent(sid, entries);
+                }
+                if torn {
+                    // The arena wrapped while the kernel read from it: what
+                    // went out may be corrupt. The session can Resume.
+                    self.begin_close(
+                        key,
+                        Some(Close::new(
+                            CloseCode::UnknownError,
+                            "send raced an arena wrap: resume",
+                        )),
+                    );
+                    return;
+                }
+            }
         }
-        WorkerMetrics::add(&metrics.bytes_out, conn.wire.len() as u64);
-        conn.sending = false;
-        conn.wire.clear();
-        conn.wire_off = 0;
-        if conn.wire.capacity() > KEEP_BUFFER {
+        let Some(conn) = conn_in(&mut self.rings, key) else {
+            return;
+        };
+        if conn.wire.capacity() > KEEP_BUFFER && conn.wire.is_empty() {
             conn.wire = Vec::new();
         }
         if conn.handover.is_some() {
             self.try_pass(key);
+        } else if short {
+            self.wait_writable(key);
         } else {
             self.queue_flush(key);
         }
+    }
+
+    fn wait_writable(&mut self, key: ConnKey) {
+        let Some(conn) = self.conn(key) else { return };
+        if conn.waiting_writable || conn.closed {
+            return;
+        }
+        conn.waiting_writable = true;
+        self.rings[key.ring as usize]
+            .ring
+            .poll_writable(key.slot, ud(OP_WRITABLE, key.ring, key.gen, key.slot));
     }
 
     /// Note that a connection has something to send; sends go out at the end of the turn.
@@ -573,53 +757,141 @@ impl Worker {
         }
     }
 
-    /// One send per connection per turn, carrying everything queued for it.
+    /// One send per connection per turn: its control frames, then a batch of
+    /// its ring's unsent entries, in one vectored send (plain) or one
+    /// encrypted buffer (TLS).
     fn flush(&mut self) {
         let mut queue = std::mem::take(&mut self.queue);
-        for key in queue.drain(..) {
-            let Some(conn) = self.conn(key) else { continue };
+        // Connections deferred for lack of a send slot go first.
+        let mut deferred = std::mem::take(&mut self.deferred);
+        deferred.append(&mut queue);
+        for (i, &key) in deferred.iter().enumerate() {
+            let Some(conn) = conn_in(&mut self.rings, key) else {
+                continue;
+            };
             conn.queued = false;
-            if conn.sending || conn.closed || conn.handover.is_some() {
+            if conn.sending || conn.closed || conn.handover.is_some() || conn.waiting_writable {
                 continue;
             }
-            match conn.tls.as_deref_mut() {
-                Some(tls) => {
-                    if !conn.out.is_empty() {
-                        if tls.write_plaintext(&[&conn.out]).is_err() {
-                            conn.out.clear();
-                        }
-                        conn.out.clear();
-                    }
-                    tls.take_ciphertext(&mut conn.wire);
-                }
-                None => std::mem::swap(&mut conn.out, &mut conn.wire),
+            if conn.wire.is_empty() && !conn.out.is_empty() {
+                std::mem::swap(&mut conn.out, &mut conn.wire);
+                conn.wire_off = 0;
             }
-            if conn.out.capacity() > KEEP_BUFFER {
-                conn.out = Vec::new();
-            }
-            if conn.wire.is_empty() {
+            let sid = match &conn.state {
+                ConnState::WebSocket(w) => w.sid,
+                _ => None,
+            };
+            let ring = sid
+                .and_then(|sid| self.fan.get(sid))
+                .map(|s| (&s.ring, &self.fan.slab));
+            let has_entries = ring.map(|(r, _)| r.len_unsent() > 0).unwrap_or(false);
+            if conn.wire.is_empty()
+                && !has_entries
+                && conn.tls.as_ref().map(|t| !t.wants_write()).unwrap_or(true)
+            {
                 if conn.close_after_flush && !conn.write_shut {
                     conn.write_shut = true;
-                    let ring = &mut self.rings[key.ring as usize].ring;
-                    ring.shutdown(key.slot, libc::SHUT_WR, ud(OP_SHUTDOWN, key.ring, key.gen, key.slot));
+                    let r = &mut self.rings[key.ring as usize].ring;
+                    r.shutdown(
+                        key.slot,
+                        libc::SHUT_WR,
+                        ud(OP_SHUTDOWN, key.ring, key.gen, key.slot),
+                    );
                 }
                 continue;
             }
-            conn.sending = true;
-            conn.wire_off = 0;
-            let (ptr, len) = (conn.wire.as_ptr(), conn.wire.len() as u32);
-            let ring = &mut self.rings[key.ring as usize].ring;
-            // SAFETY: `wire` stays untouched until the completion (or the graveyard holds it).
-            unsafe { ring.send(key.slot, ptr, len, ud(OP_SEND, key.ring, key.gen, key.slot)) };
+            let Some(id) = self.pool.take() else {
+                // Every slot is in the kernel: try again next turn.
+                conn.queued = true;
+                self.deferred.extend_from_slice(&deferred[i..]);
+                break;
+            };
+            let slot = self.pool.slot(id);
+            let built = sendpath::build(
+                slot,
+                &conn.wire[conn.wire_off..],
+                ring,
+                &self.fan.arena,
+                conn.partial,
+            );
+            let total = match built {
+                Ok(t) => t,
+                Err(sendpath::Lost) => {
+                    self.pool.put(id);
+                    self.begin_close(
+                        key,
+                        Some(Close::new(
+                            CloseCode::UnknownError,
+                            "events were overwritten before they could be sent: resume",
+                        )),
+                    );
+                    continue;
+                }
+            };
+            let ud_send = ud(OP_SEND, key.ring, key.gen, key.slot);
+            match conn.tls.as_deref_mut() {
+                Some(tls) => {
+                    // TLS encrypts a copy: everything in the batch counts as sent now.
+                    self.gather.clear();
+                    sendpath::gather(slot, &mut self.gather);
+                    let (_, entries, _) = sendpath::account(slot, total, conn.partial);
+                    self.pool.put(id);
+                    conn.wire.clear();
+                    conn.wire_off = 0;
+                    conn.partial = 0;
+                    if !self.gather.is_empty() && tls.write_plaintext(&[&self.gather]).is_err() {
+                        self.begin_close(key, None);
+                        continue;
+                    }
+                    tls.take_ciphertext(&mut conn.wire);
+                    if let Some(sid) = sid {
+                        self.fan.mark_sent(sid, entries);
+                    }
+                    if conn.wire.is_empty() {
+                        continue;
+                    }
+                    conn.sending = true;
+                    let (ptr, len) = (conn.wire.as_ptr(), conn.wire.len() as u32);
+                    // SAFETY: `wire` is untouched until the completion (or the graveyard holds it).
+                    unsafe {
+                        self.rings[key.ring as usize]
+                            .ring
+                            .send(key.slot, ptr, len, ud_send)
+                    };
+                }
+                None => {
+                    if total == 0 {
+                        self.pool.put(id);
+                        continue;
+                    }
+                    conn.sending = true;
+                    conn.send_slot = Some(id);
+                    let msg = &slot.msg as *const libc::msghdr;
+                    // SAFETY: the slot, `wire` and the arena bytes stay valid until the
+                    // completion: the slot is held, `wire` is not touched while sending,
+                    // and a non-waiting send finishes before the arena can move on.
+                    unsafe {
+                        self.rings[key.ring as usize]
+                            .ring
+                            .sendmsg_nowait(key.slot, msg, ud_send)
+                    };
+                }
+            }
         }
-        self.queue = queue;
+        deferred.clear();
+        self.queue = deferred;
+        if self.queue.capacity() < queue.capacity() {
+            self.queue = queue;
+        }
     }
 
     /// Parse everything buffered for a connection.
     fn process_input(&mut self, key: ConnKey) {
         loop {
             let now = self.now_ms();
-            let Some(conn) = conn_in(&mut self.rings, key) else { return };
+            let Some(conn) = conn_in(&mut self.rings, key) else {
+                return;
+            };
             if conn.closed || conn.close_after_flush || conn.handover.is_some() {
                 return;
             }
@@ -636,7 +908,14 @@ impl Worker {
                         Ok(None) => return,
                         Err(e) => {
                             let status = e.status();
-                            http::write_response(status, rest::JSON, br#"{"message": "bad request", "code": 0}"#, false, &[], &mut conn.out);
+                            http::write_response(
+                                status,
+                                rest::JSON,
+                                br#"{"message": "bad request", "code": 0}"#,
+                                false,
+                                &[],
+                                &mut conn.out,
+                            );
                             conn.inbuf.clear();
                             self.close_after_flush(key);
                             return;
@@ -649,7 +928,9 @@ impl Worker {
                 }
                 ConnState::WebSocket(wsc) => {
                     let step = {
-                        let WsConn { decoder, session, .. } = &mut **wsc;
+                        let WsConn {
+                            decoder, session, ..
+                        } = &mut **wsc;
                         match decoder.decode(&mut conn.inbuf) {
                             Ok(None) => return,
                             Err(e) => Step::Close(ws_error_close(e), 0),
@@ -677,7 +958,10 @@ impl Worker {
                         }
                     };
                     let n = match &step {
-                        Step::Consumed(n) | Step::Act(_, n) | Step::Close(_, n) | Step::PeerClose(_, n) => *n,
+                        Step::Consumed(n)
+                        | Step::Act(_, n)
+                        | Step::Close(_, n)
+                        | Step::PeerClose(_, n) => *n,
                     };
                     conn.inbuf.drain(..n.min(conn.inbuf.len()));
                     if conn.inbuf.capacity() > KEEP_BUFFER && conn.inbuf.is_empty() {
@@ -712,21 +996,50 @@ impl Worker {
             WorkerMetrics::inc(&self.shared.metrics[worker].rest_requests);
             let conn = self.conn(key).expect("live");
             match rest::route(&head.method, &head.path) {
-                rest::Route::Gateway => {
-                    http::write_response(200, rest::JSON, &rest::gateway_body(&gateway_url), head.keep_alive, &[], &mut conn.out)
-                }
-                rest::Route::NotFound => http::write_response(404, rest::JSON, rest::NOT_FOUND, head.keep_alive, &[], &mut conn.out),
-                rest::Route::MethodNotAllowed => {
-                    http::write_response(405, rest::JSON, rest::METHOD_NOT_ALLOWED, head.keep_alive, &[], &mut conn.out)
-                }
+                rest::Route::Gateway => http::write_response(
+                    200,
+                    rest::JSON,
+                    &rest::gateway_body(&gateway_url),
+                    head.keep_alive,
+                    &[],
+                    &mut conn.out,
+                ),
+                rest::Route::NotFound => http::write_response(
+                    404,
+                    rest::JSON,
+                    rest::NOT_FOUND,
+                    head.keep_alive,
+                    &[],
+                    &mut conn.out,
+                ),
+                rest::Route::MethodNotAllowed => http::write_response(
+                    405,
+                    rest::JSON,
+                    rest::METHOD_NOT_ALLOWED,
+                    head.keep_alive,
+                    &[],
+                    &mut conn.out,
+                ),
                 rest::Route::Authed(route) => {
                     conn.rest_pending = true;
                     let token = rest::bearer(head.authorization.as_deref());
-                    let req = SidecarRequest::Rest { worker, conn: key, route, token };
+                    let req = SidecarRequest::Rest {
+                        worker,
+                        conn: key,
+                        route,
+                        token,
+                    };
                     if self.shared.sidecar.try_send(req).is_err() {
                         let conn = self.conn(key).expect("live");
                         conn.rest_pending = false;
-                        http::write_response(503, rest::JSON, br#"{"message": "busy", "code": 0}"#, false, &[], &mut conn.out);
+                        http::write_response(
+                            503,
+                            rest::JSON,
+                            br#"{"message": "busy", "code": 0}"#,
+                            false,
+                            &[],
+                            &mut conn.out,
+                        );
                         self.close_after_flush(key);
                         return;
                     }
@@ -744,23 +1057,46 @@ impl Worker {
             return;
         }
         if !head.is_websocket_upgrade || head.websocket_key.is_none() {
-            let status = if head.is_websocket_upgrade || !head.websocket_version_ok && head.websocket_key.is_some() { 400 } else { 426 };
-            http::write_response(status, rest::JSON, rest::UPGRADE_REQUIRED, false, &[("Upgrade", "websocket")], &mut conn.out);
+            let status = if head.is_websocket_upgrade
+                || !head.websocket_version_ok && head.websocket_key.is_some()
+            {
+                400
+            } else {
+                426
+            };
+            http::write_response(
+                status,
+                rest::JSON,
+                rest::UPGRADE_REQUIRED,
+                false,
+                &[("Upgrade", "websocket")],
+                &mut conn.out,
+            );
             self.close_after_flush(key);
             return;
         }
-        http::write_upgrade_response(head.websocket_key.as_deref().expect("checked"), &mut conn.out);
+        http::write_upgrade_response(
+            head.websocket_key.as_deref().expect("checked"),
+            &mut conn.out,
+        );
         let mut wsc = Box::new(WsConn {
             decoder: ws::Decoder::new(max_message),
             session: Session::new(limits, now, &mut conn.out),
+            sid: None,
             end_session: false,
         });
         let version = http::query_param(&head.query, "v");
         let encoding = http::query_param(&head.query, "encoding");
         let refusal = if !matches!(version, None | Some("10") | Some("9")) {
-            Some(Close::new(CloseCode::InvalidApiVersion, "invalid API version: use v=10 (v=9 is accepted)"))
+            Some(Close::new(
+                CloseCode::InvalidApiVersion,
+                "invalid API version: use v=10 (v=9 is accepted)",
+            ))
         } else if matches!(encoding, Some(e) if e != "json") {
-            Some(Close::new(CloseCode::DecodeError, "encoding not supported: encoding=etf is refused, use encoding=json"))
+            Some(Close::new(
+                CloseCode::DecodeError,
+                "encoding not supported: encoding=etf is refused, use encoding=json",
+            ))
         } else {
             None
         };
@@ -789,7 +1125,11 @@ impl Worker {
                         return;
                     }
                 }
-                let req = SidecarRequest::Identify { worker: self.id, conn: key, identify };
+                let req = SidecarRequest::Identify {
+                    worker: self.id,
+                    conn: key,
+                    identify,
+                };
                 if self.shared.sidecar.try_send(req).is_err() {
                     // The registry link is saturated: tell the client to back off.
                     if let Some(conn) = self.conn(key) {
@@ -802,10 +1142,20 @@ impl Worker {
                 }
             }
             Action::Resume(r) => self.on_resume(key, r),
+            Action::Ack(seq) => {
+                let Some(sid) = self.session_of(key) else {
+                    return;
+                };
+                self.fan.ack(sid, seq);
+            }
             Action::MembersChunk { guild_ids, nonce } => {
-                let Some(conn) = self.conn(key) else { return };
-                let ConnState::WebSocket(w) = &mut conn.state else { return };
-                let Some(id) = w.session.identity.clone() else { return };
+                let Some(sid) = self.session_of(key) else {
+                    return;
+                };
+                let Some(id) = self.fan.get(sid).map(|s| s.identity.clone()) else {
+                    return;
+                };
+                let now = self.now_ms();
                 for g in guild_ids {
                     if id.guild(g).is_none() {
                         continue;
@@ -820,10 +1170,39 @@ impl Worker {
                         "nonce": nonce,
                     });
                     let d = serde_json::to_vec(&d).expect("json");
-                    w.session.dispatch("GUILD_MEMBERS_CHUNK", &[&d], &mut conn.out);
+                    if self
+                        .fan
+                        .dispatch(sid, "GUILD_MEMBERS_CHUNK", &d, now)
+                        .is_err()
+                    {
+                        self.overflowed(sid, key);
+                        return;
+                    }
                 }
+                self.queue_flush(key);
             }
         }
+    }
+
+    /// The fan-out session a connection serves, if it is READY.
+    fn session_of(&mut self, key: ConnKey) -> Option<u32> {
+        match &self.conn(key)?.state {
+            ConnState::WebSocket(w) => w.sid,
+            _ => None,
+        }
+    }
+
+    /// A session's queue hit its bound: close its connection resumably; the
+    /// session keeps what it holds for a Resume.
+    fn overflowed(&mut self, _sid: u32, key: ConnKey) {
+        WorkerMetrics::inc(&self.metrics().slow_consumer_closes);
+        self.begin_close(
+            key,
+            Some(Close::new(
+                CloseCode::UnknownError,
+                "send queue full: the client is not reading fast enough; resume to continue",
+            )),
+        );
     }
 
     fn on_resume(&mut self, key: ConnKey, r: Resume) {
@@ -836,40 +1215,60 @@ impl Worker {
                 return;
             }
         }
-        // A live connection still holding the session (the client noticed the
-        // drop before we did): end it, keeping the session resumable.
-        if let Some(sid) = sid {
-            if let Some(old) = self.live.get(&sid).copied() {
-                if old != key {
-                    self.begin_close(old, Some(Close::new(CloseCode::UnknownError, "session resumed on another connection")));
+        let idx = sid.and_then(|s| self.fan.lookup(&s));
+        let outcome: Result<u32, &str> = match idx {
+            None => Err("unknown session"),
+            Some(idx) => {
+                let s = self.fan.get(idx).expect("indexed");
+                if s.identity.token_digest != crate::sidecar::token_digest(&r.token) {
+                    // A wrong token must not end, or even disturb, someone's session.
+                    Err("token does not match the session")
+                } else {
+                    // A connection still holding the session (the client saw the
+                    // drop before we did) is ended; the session is not.
+                    if let Some(old) = s.conn.filter(|c| *c != key) {
+                        self.detach_conn(old);
+                        self.begin_close(
+                            old,
+                            Some(Close::new(
+                                CloseCode::UnknownError,
+                                "session resumed on another connection",
+                            )),
+                        );
+                    }
+                    self.fan.rewind_for_resume(idx, r.seq).map(|()| idx)
                 }
             }
-        }
-        let outcome = match sid {
-            // Handing a session to another worker comes with the replay rings (issue 3).
-            Some(sid) if sid.worker() as usize == self.id => match self.detached.remove(&sid) {
-                Some(d) if d.identity.token_digest != crate::sidecar::token_digest(&r.token) => {
-                    self.detached.insert(sid, d); // a wrong token must not end someone's session
-                    None
-                }
-                Some(d) if d.missed || d.seq != r.seq || now > d.expires_ms => None,
-                Some(d) => Some(d),
-                None => None,
-            },
-            _ => None,
         };
-        self.metrics().sessions_detached.store(self.detached.len() as u64, Ordering::Relaxed);
-        let Some(conn) = self.conn(key) else { return };
-        let ConnState::WebSocket(w) = &mut conn.state else { return };
         match outcome {
-            Some(d) => {
-                let sid = d.identity.session_id;
-                w.session.resumed(d.identity, d.seq, &mut conn.out);
-                self.live.insert(sid, key);
+            Ok(idx) => {
+                let attached = self.fan.get_mut(idx).map(|s| {
+                    s.conn = Some(key);
+                    s.expires_ms = u64::MAX;
+                });
+                debug_assert!(attached.is_some());
+                let resumed = self
+                    .fan
+                    .dispatch(idx, "RESUMED", br#"{"_trace":["gatewayd"]}"#, now);
+                let Some(conn) = self.conn(key) else { return };
+                let ConnState::WebSocket(w) = &mut conn.state else {
+                    return;
+                };
+                w.sid = Some(idx);
+                w.session.authenticated();
+                conn.partial = 0;
                 WorkerMetrics::inc(&self.metrics().resumes);
                 WorkerMetrics::inc(&self.metrics().sessions_ready);
+                if resumed.is_err() {
+                    self.overflowed(idx, key);
+                }
             }
-            None => {
+            Err(why) => {
+                tracing::debug!(worker = self.id, why, "resume refused");
+                let Some(conn) = self.conn(key) else { return };
+                let ConnState::WebSocket(w) = &mut conn.state else {
+                    return;
+                };
                 w.session.authentication_failed();
                 payload::invalid_session(&mut conn.out, false);
                 WorkerMetrics::inc(&self.metrics().resumes_refused);
@@ -878,74 +1277,112 @@ impl Worker {
         self.queue_flush(key);
     }
 
+    /// Unhook a connection from its session (the session stays).
+    fn detach_conn(&mut self, key: ConnKey) {
+        if let Some(conn) = self.conn(key) {
+            if let ConnState::WebSocket(w) = &mut conn.state {
+                if w.sid.take().is_some() {
+                    WorkerMetrics::dec(&self.metrics().sessions_ready);
+                }
+            }
+        }
+    }
+
     fn on_identified(&mut self, key: ConnKey, result: Result<Box<IdentifyOk>, IdentifyRefusal>) {
         let worker = self.id;
         let gateway_url = self.shared.gateway_url.clone();
+        let now = self.now_ms();
         let Some(conn) = self.conn(key) else { return };
-        let ConnState::WebSocket(w) = &mut conn.state else { return };
+        let ConnState::WebSocket(w) = &mut conn.state else {
+            return;
+        };
         if w.session.phase() != Phase::Authenticating {
             return;
         }
-        match result {
+        let ok = match result {
             Err(IdentifyRefusal::Close(close)) => {
                 WorkerMetrics::inc(&self.metrics().identifies_refused);
                 self.begin_close(key, Some(close));
+                return;
             }
             Err(IdentifyRefusal::InvalidSession) => {
                 w.session.authentication_failed();
                 payload::invalid_session(&mut conn.out, false);
                 WorkerMetrics::inc(&self.metrics().identifies_refused);
                 self.queue_flush(key);
+                return;
             }
-            Ok(ok) => {
-                let mut random = [0u8; 16];
-                let _ = getrandom::fill(&mut random);
-                let session_id = SessionId::new(worker as u8, u128::from_le_bytes(random));
-                let ready_d = serde_json::json!({
-                    "v": 10,
-                    "user": serde_json::from_str::<serde_json::Value>(&ok.user_json).unwrap_or_default(),
-                    "guilds": ok.guilds.iter().map(|g| serde_json::json!({"id": g.0.id.to_string(), "unavailable": true})).collect::<Vec<_>>(),
-                    "session_id": session_id.as_str(),
-                    "session_type": "normal",
-                    "resume_gateway_url": gateway_url,
-                    "shard": [ok.shard.0, ok.shard.1],
-                    "application": {"id": ok.application_id.to_string(), "flags": ok.application_flags},
-                    "private_channels": [],
-                    "relationships": [],
-                    "presences": [],
-                    "guild_join_requests": [],
-                    "geo_ordered_rtc_regions": [],
-                    "user_settings": {},
-                    "auth": {},
-                    "_trace": ["gatewayd"],
-                });
-                let ready_d = serde_json::to_vec(&ready_d).expect("json");
-                let identity = Box::new(Identity {
-                    session_id,
-                    application_id: ok.application_id,
-                    bot_user_id: ok.bot_user_id,
-                    intents: ok.intents,
-                    shard: ok.shard,
-                    token_digest: ok.token_digest,
-                    guilds: ok.guilds.iter().map(|g| g.0.clone()).collect(),
-                    user_json: ok.user_json.clone(),
-                });
-                w.session.become_ready(identity, &ready_d, ok.guilds.iter().map(|g| g.1.as_slice()), &mut conn.out);
-                self.live.insert(session_id, key);
-                WorkerMetrics::inc(&self.metrics().identifies);
-                WorkerMetrics::inc(&self.metrics().sessions_ready);
-                self.queue_flush(key);
-            }
+            Ok(ok) => ok,
+        };
+        w.session.authenticated();
+        let mut random = [0u8; 16];
+        let _ = getrandom::fill(&mut random);
+        let session_id = SessionId::new(worker as u8, u128::from_le_bytes(random));
+        let ready_d = serde_json::json!({
+            "v": 10,
+            "user": serde_json::from_str::<serde_json::Value>(&ok.user_json).unwrap_or_default(),
+            "guilds": ok.guilds.iter().map(|g| serde_json::json!({"id": g.0.id.to_string(), "unavailable": true})).collect::<Vec<_>>(),
+            "session_id": session_id.as_str(),
+            "session_type": "normal",
+            "resume_gateway_url": gateway_url,
+            "shard": [ok.shard.0, ok.shard.1],
+            "application": {"id": ok.application_id.to_string(), "flags": ok.application_flags},
+            "private_channels": [],
+            "relationships": [],
+            "presences": [],
+            "guild_join_requests": [],
+            "geo_ordered_rtc_regions": [],
+            "user_settings": {},
+            "auth": {},
+            "_trace": ["gatewayd"],
+        });
+        let ready_d = serde_json::to_vec(&ready_d).expect("json");
+        let identity = Box::new(Identity {
+            session_id,
+            application_id: ok.application_id,
+            bot_user_id: ok.bot_user_id,
+            intents: ok.intents,
+            shard: ok.shard,
+            token_digest: ok.token_digest,
+            guilds: ok.guilds.iter().map(|g| g.0.clone()).collect(),
+            user_json: ok.user_json.clone(),
+        });
+        let idx = self.fan.create(identity, key);
+        if let Some(ConnState::WebSocket(w)) = self.conn(key).map(|c| &mut c.state) {
+            w.sid = Some(idx);
         }
+        WorkerMetrics::inc(&self.metrics().identifies);
+        WorkerMetrics::inc(&self.metrics().sessions_ready);
+        // READY (s = 1), then one GUILD_CREATE per server: dispatches like any
+        // other, so a Resume can replay them too.
+        let mut full = self.fan.dispatch(idx, "READY", &ready_d, now).is_err();
+        for g in &ok.guilds {
+            full = full || self.fan.dispatch(idx, "GUILD_CREATE", &g.1, now).is_err();
+        }
+        if full {
+            self.overflowed(idx, key);
+        }
+        self.queue_flush(key);
     }
 
     fn on_message(&mut self, msg: ToWorker) {
         match msg {
             ToWorker::Identified { conn, result } => self.on_identified(conn, result),
-            ToWorker::RestReply { conn: key, status, body } => {
+            ToWorker::RestReply {
+                conn: key,
+                status,
+                body,
+            } => {
                 let Some(conn) = self.conn(key) else { return };
                 conn.rest_pending = false;
-                http::write_response(status, rest::JSON, &body, conn.keep_alive, &[], &mut conn.out);
+                http::write_response(
+                    status,
+                    rest::JSON,
+                    &body,
+                    conn.keep_alive,
+                    &[],
+                    &mut conn.out,
+                );
                 let keep = conn.keep_alive;
                 self.queue_flush(key);
                 if keep {
@@ -954,10 +1391,27 @@ impl Worker {
                     self.close_after_flush(key);
                 }
             }
-            ToWorker::Event(ev) => self.deliver(&ev),
-            ToWorker::Adopt { token, conn, action } => {
+            ToWorker::Event(ev) => self.deliver(&EventIn {
+                t: ev.t,
+                server_id: ev.server_id,
+                channel_id: ev.channel_id,
+                intent: ev.intent,
+                permissions: ev.permissions,
+                has_content: ev.has_content,
+                mentions: &ev.mentions,
+                d: &ev.full,
+            }),
+            ToWorker::Batch(batch) => self.deliver_batch(&batch),
+            ToWorker::Adopt {
+                token,
+                conn,
+                action,
+            } => {
                 let now = self.now_ms();
-                let a = self.adopting.entry(token).or_insert_with(|| Adoption { since_ms: now, ..Default::default() });
+                let a = self.adopting.entry(token).or_insert_with(|| Adoption {
+                    since_ms: now,
+                    ..Default::default()
+                });
                 a.conn = Some((conn, action));
                 self.try_adopt(token);
             }
@@ -965,58 +1419,66 @@ impl Worker {
         }
     }
 
-    /// Fan one event out to every entitled session of this worker.
-    fn deliver(&mut self, ev: &Event) {
-        WorkerMetrics::inc(&self.metrics().events_in);
-        let req = Requirement {
-            server_id: ev.server_id,
-            channel_id: ev.channel_id,
-            intent: ev.intent,
-            permissions: ev.permissions,
-            has_content: ev.has_content,
-            mentions: &ev.mentions,
-        };
-        let limit = self.shared.cfg.limits.outbound_buffer_bytes;
-        let (mut delivered, mut redacted) = (0u64, 0u64);
-        let mut overflow = Vec::new();
-        for r in 0..self.rings.len() {
-            let rs = &mut self.rings[r];
-            for slot in 0..rs.conns.len() {
-                let Some(conn) = rs.conns[slot].as_deref_mut() else { continue };
-                let ConnState::WebSocket(w) = &mut conn.state else { continue };
-                if w.session.phase() != Phase::Ready {
-                    continue;
-                }
-                let Some(id) = w.session.identity.as_deref() else { continue };
-                let Some(variant) = entitlement::decide(id, &req) else { continue };
-                let d = match variant {
-                    Variant::Full => &ev.full,
-                    Variant::Redacted => {
-                        redacted += 1;
-                        &ev.redacted
+    /// Fan one event out (src/fanout.rs decides and appends; here the
+    /// recipients' connections are scheduled for a send).
+    fn deliver(&mut self, ev: &EventIn) {
+        let now = self.now_ms();
+        let Worker {
+            fan,
+            rings,
+            queue,
+            overflow,
+            ..
+        } = self;
+        let d = fan.deliver(
+            ev,
+            now,
+            |key| {
+                if let Some(conn) = conn_in(rings, key) {
+                    if !conn.queued {
+                        conn.queued = true;
+                        queue.push(key);
                     }
-                };
-                w.session.dispatch(ev.t, &[d], &mut conn.out);
-                delivered += 1;
-                let key = ConnKey { ring: r as u8, gen: conn.gen, slot: slot as u32 };
-                if conn.out.len() + conn.wire.len() > limit {
-                    overflow.push(key);
-                } else if !conn.queued {
-                    conn.queued = true;
-                    self.queue.push(key);
                 }
-            }
+            },
+            |sid, key| overflow.push((sid, key)),
+        );
+        let m = &self.shared.metrics[self.id];
+        WorkerMetrics::inc(&m.events_in);
+        WorkerMetrics::add(&m.deliveries, d.recipients as u64);
+        WorkerMetrics::add(&m.deliveries_redacted, d.redacted as u64);
+        WorkerMetrics::add(&m.arena_records, d.appended_records as u64);
+        while let Some((sid, key)) = self.overflow.pop() {
+            self.overflowed(sid, key);
         }
-        for d in self.detached.values_mut() {
-            if entitlement::decide(&d.identity, &req).is_some() {
-                d.missed = true;
-            }
+    }
+
+    /// A batch of ingest records, validated by the ingest thread.
+    fn deliver_batch(&mut self, batch: &crate::ingest_listener::Batch) {
+        for body in batch.bodies() {
+            // SAFETY: the ingest thread accepted exactly these bytes.
+            let rec = unsafe { ingest::access_trusted(body) };
+            let mut mentions = std::mem::take(&mut self.mentions);
+            mentions.clear();
+            mentions.extend(
+                rec.mentions()
+                    .iter()
+                    .take(mentions.capacity().max(1))
+                    .map(|m| m.to_native()),
+            );
+            let ev = EventIn {
+                t: rec.event_type(),
+                server_id: rec.server_id(),
+                channel_id: rec.channel_id(),
+                intent: rec.intent(),
+                permissions: rec.permissions(),
+                has_content: rec.has_content(),
+                mentions: &mentions,
+                d: rec.d(),
+            };
+            self.deliver(&ev);
+            self.mentions = mentions;
         }
-        for key in overflow {
-            self.begin_close(key, Some(Close::new(CloseCode::UnknownError, "send buffer full: the client is not reading")));
-        }
-        WorkerMetrics::add(&self.metrics().deliveries, delivered);
-        WorkerMetrics::add(&self.metrics().deliveries_redacted, redacted);
     }
 
     fn on_tick(&mut self) {
@@ -1025,11 +1487,17 @@ impl Worker {
         for r in 0..self.rings.len() {
             let rs = &mut self.rings[r];
             for slot in 0..rs.conns.len() {
-                let Some(conn) = rs.conns[slot].as_deref_mut() else { continue };
+                let Some(conn) = rs.conns[slot].as_deref_mut() else {
+                    continue;
+                };
                 if conn.closed {
                     continue;
                 }
-                let key = ConnKey { ring: r as u8, gen: conn.gen, slot: slot as u32 };
+                let key = ConnKey {
+                    ring: r as u8,
+                    gen: conn.gen,
+                    slot: slot as u32,
+                };
                 match &mut conn.state {
                     ConnState::Http => {
                         if now > conn.deadline_ms && !conn.rest_pending {
@@ -1067,7 +1535,14 @@ impl Worker {
             if handshake {
                 WorkerMetrics::inc(&self.metrics().handshake_timeouts);
                 if let Some(conn) = self.conn(key) {
-                    http::write_response(408, rest::JSON, br#"{"message": "request timeout", "code": 0}"#, false, &[], &mut conn.out);
+                    http::write_response(
+                        408,
+                        rest::JSON,
+                        br#"{"message": "request timeout", "code": 0}"#,
+                        false,
+                        &[],
+                        &mut conn.out,
+                    );
                 }
                 self.close_after_flush(key);
             } else if closing {
@@ -1076,28 +1551,54 @@ impl Worker {
                 self.begin_close(key, close);
             }
         }
-        self.detached.retain(|_, d| d.expires_ms > now);
-        let stale: Vec<u64> =
-            self.adopting.iter().filter(|(_, a)| now > a.since_ms + ADOPT_TIMEOUT_MS).map(|(t, _)| *t).collect();
+        let (_, degraded) = self.fan.tick(now, |_| {});
+        let m = &self.shared.metrics[self.id];
+        m.sessions_degraded
+            .store(degraded as u64, Ordering::Relaxed);
+        m.sessions_detached
+            .store(self.fan.detached() as u64, Ordering::Relaxed);
+        let st = self.fan.arena.stats();
+        m.arena_wraps.store(st.wraps, Ordering::Relaxed);
+        m.arena_lost_reads.store(st.lost_reads, Ordering::Relaxed);
+        m.ring_chunks_free
+            .store(self.fan.slab.free_count() as u64, Ordering::Relaxed);
+        let stale: Vec<u64> = self
+            .adopting
+            .iter()
+            .filter(|(_, a)| now > a.since_ms + ADOPT_TIMEOUT_MS)
+            .map(|(t, _)| *t)
+            .collect();
         for token in stale {
             let a = self.adopting.remove(&token).expect("listed");
-            tracing::warn!(worker = self.id, token, "handover half never arrived: dropped");
+            tracing::warn!(
+                worker = self.id,
+                token,
+                "handover half never arrived: dropped"
+            );
             if let Some((r, Ok(slot))) = a.slot {
-                self.rings[r].ring.close(slot, ud(OP_CANCEL, r as u8, 0, slot));
+                self.rings[r]
+                    .ring
+                    .close(slot, ud(OP_CANCEL, r as u8, 0, slot));
             }
         }
-        self.metrics().sessions_detached.store(self.detached.len() as u64, Ordering::Relaxed);
         if let Some(until) = self.draining_until {
             if now > until {
                 let keys: Vec<ConnKey> = self.all_keys();
                 for key in keys {
-                    let is_closing = matches!(self.conn(key).map(|c| &c.state), Some(ConnState::Closing));
+                    let is_closing =
+                        matches!(self.conn(key).map(|c| &c.state), Some(ConnState::Closing));
                     if is_closing {
                         if now > until + LINGER_MS {
                             self.finish(key);
                         }
                     } else {
-                        self.begin_close(key, Some(Close::new(CloseCode::UnknownError, "node shutting down: resume elsewhere")));
+                        self.begin_close(
+                            key,
+                            Some(Close::new(
+                                CloseCode::UnknownError,
+                                "node shutting down: resume elsewhere",
+                            )),
+                        );
                     }
                 }
             }
@@ -1107,17 +1608,30 @@ impl Worker {
     /// Begin moving a connection to worker `to`; `action` runs there.
     fn start_handover(&mut self, key: ConnKey, to: usize, action: Action) {
         let Some(conn) = self.conn(key) else { return };
-        conn.handover = Some(Box::new(Handover { to, action: Some(action), recv_done: false, passed: false, token: 0 }));
+        conn.handover = Some(Box::new(Handover {
+            to,
+            action: Some(action),
+            recv_done: false,
+            passed: false,
+            token: 0,
+        }));
         let ring = &mut self.rings[key.ring as usize].ring;
-        ring.cancel_user_data(ud(OP_RECV, key.ring, key.gen, key.slot), ud(OP_HANDOVER_CANCEL, key.ring, key.gen, key.slot));
+        ring.cancel_user_data(
+            ud(OP_RECV, key.ring, key.gen, key.slot),
+            ud(OP_HANDOVER_CANCEL, key.ring, key.gen, key.slot),
+        );
     }
 
     /// Pass the socket once its receive has stopped and no send is running.
     fn try_pass(&mut self, key: ConnKey) {
         let token = (self.id as u64) << 40 | (self.handovers & 0xFF_FFFF_FFFF);
-        let Some(conn) = conn_in(&mut self.rings, key) else { return };
+        let Some(conn) = conn_in(&mut self.rings, key) else {
+            return;
+        };
         let ready = !conn.sending && !conn.closed;
-        let Some(h) = conn.handover.as_deref_mut() else { return };
+        let Some(h) = conn.handover.as_deref_mut() else {
+            return;
+        };
         if !ready || !h.recv_done || h.passed {
             return;
         }
@@ -1139,10 +1653,14 @@ impl Worker {
     /// Our half of the pass finished: send the state to the new owner.
     fn on_passed(&mut self, r: usize, key: ConnKey, c: Completion) {
         let rs = &mut self.rings[r];
-        let Some(mut conn) = rs.conns[key.slot as usize].take_if(|c| c.gen == key.gen) else { return };
+        let Some(mut conn) = rs.conns[key.slot as usize].take_if(|c| c.gen == key.gen) else {
+            return;
+        };
         self.open -= 1;
         WorkerMetrics::dec(&self.metrics().connections_open);
-        let Some(mut h) = conn.handover.take() else { return };
+        let Some(mut h) = conn.handover.take() else {
+            return;
+        };
         if c.result < 0 {
             tracing::warn!(worker = self.id, error = %c.error().expect("negative"), "passing a connection failed; it is closed");
             return;
@@ -1150,15 +1668,26 @@ impl Worker {
         let token = h.token;
         let action = h.action.take().expect("set at start");
         WorkerMetrics::inc(&self.metrics().handovers_out);
-        if !self.shared.workers[h.to].send(ToWorker::Adopt { token, conn, action }) {
+        if !self.shared.workers[h.to].send(ToWorker::Adopt {
+            token,
+            conn,
+            action,
+        }) {
             WorkerMetrics::inc(&self.metrics().inbox_full_drops);
         }
     }
 
     /// Install an adopted connection once both halves are here.
     fn try_adopt(&mut self, token: u64) {
-        let ready = matches!(self.adopting.get(&token), Some(a) if a.slot.is_some() && a.conn.is_some());
-        let failed = matches!(self.adopting.get(&token), Some(Adoption { slot: Some((_, Err(_))), .. }));
+        let ready =
+            matches!(self.adopting.get(&token), Some(a) if a.slot.is_some() && a.conn.is_some());
+        let failed = matches!(
+            self.adopting.get(&token),
+            Some(Adoption {
+                slot: Some((_, Err(_))),
+                ..
+            })
+        );
         if failed {
             self.adopting.remove(&token);
             return;
@@ -1167,7 +1696,9 @@ impl Worker {
             return;
         }
         let a = self.adopting.remove(&token).expect("checked");
-        let (r, Ok(slot)) = a.slot.expect("checked") else { return };
+        let (r, Ok(slot)) = a.slot.expect("checked") else {
+            return;
+        };
         let (mut conn, action) = a.conn.expect("checked");
         let rs = &mut self.rings[r];
         let gen = rs.gens[slot as usize].wrapping_add(1);
@@ -1180,7 +1711,11 @@ impl Worker {
         self.open += 1;
         WorkerMetrics::inc(&self.metrics().connections_open);
         WorkerMetrics::inc(&self.metrics().handovers_in);
-        let key = ConnKey { ring: r as u8, gen, slot };
+        let key = ConnKey {
+            ring: r as u8,
+            gen,
+            slot,
+        };
         self.on_action(key, action);
         self.queue_flush(key);
         self.process_input(key);
@@ -1192,7 +1727,11 @@ impl Worker {
             for (slot, c) in rs.conns.iter().enumerate() {
                 if let Some(c) = c.as_deref() {
                     if !c.closed {
-                        keys.push(ConnKey { ring: r as u8, gen: c.gen, slot: slot as u32 });
+                        keys.push(ConnKey {
+                            ring: r as u8,
+                            gen: c.gen,
+                            slot: slot as u32,
+                        });
                     }
                 }
             }
@@ -1209,7 +1748,8 @@ impl Worker {
         self.draining_until = Some(now + self.shared.cfg.limits.shutdown_grace_ms);
         for r in 0..self.rings.len() {
             let rs = &mut self.rings[r];
-            rs.ring.cancel_user_data(ud(OP_ACCEPT, r as u8, 0, 0), ud(OP_CANCEL, r as u8, 0, 0));
+            rs.ring
+                .cancel_user_data(ud(OP_ACCEPT, r as u8, 0, 0), ud(OP_CANCEL, r as u8, 0, 0));
         }
         for key in self.all_keys() {
             let Some(conn) = self.conn(key) else { continue };
@@ -1240,7 +1780,9 @@ impl Worker {
     }
 
     /// Start closing: a WebSocket close frame (if any), then FIN after the
-    /// flush, then wait for the peer's FIN (bounded by LINGER_MS).
+    /// flush, then wait for the peer's FIN (bounded by LINGER_MS). The
+    /// connection stops serving its session first, so nothing follows the
+    /// close frame.
     fn begin_close(&mut self, key: ConnKey, close: Option<Close>) {
         let now = self.now_ms();
         let id = self.id;
@@ -1249,6 +1791,7 @@ impl Worker {
             return;
         }
         let state = std::mem::replace(&mut conn.state, ConnState::Closing);
+        conn.partial = 0;
         if let ConnState::WebSocket(w) = state {
             let keep = match close {
                 Some(c) => {
@@ -1273,7 +1816,15 @@ impl Worker {
         let state = std::mem::replace(&mut conn.state, ConnState::Closing);
         // Echo the close (RFC 6455 handshake).
         let echo = code.unwrap_or(1000);
-        ws::encode_close(if ws::is_valid_close_code(echo) { echo } else { 1000 }, "", &mut conn.out);
+        ws::encode_close(
+            if ws::is_valid_close_code(echo) {
+                echo
+            } else {
+                1000
+            },
+            "",
+            &mut conn.out,
+        );
         conn.close_after_flush = true;
         conn.deadline_ms = now + LINGER_MS;
         if let ConnState::WebSocket(w) = state {
@@ -1285,20 +1836,15 @@ impl Worker {
         self.queue_flush(key);
     }
 
-    /// A connection's session ends; keep it for Resume when allowed.
+    /// A connection stops serving its session: keep the session for Resume
+    /// when allowed (it goes on collecting events into its ring), else end it.
     fn end_session(&mut self, w: Box<WsConn>, resumable: bool, now: u64) {
-        let WsConn { session, .. } = *w;
-        if session.phase() != Phase::Ready {
-            return;
-        }
+        let Some(sid) = w.sid else { return };
         WorkerMetrics::dec(&self.metrics().sessions_ready);
-        let seq = session.seq;
-        let Some(identity) = session.identity else { return };
-        self.live.remove(&identity.session_id);
         if resumable && self.draining_until.is_none() {
-            let expires_ms = now + self.shared.cfg.limits.resume_window_ms;
-            self.detached.insert(identity.session_id, Detached { identity, seq, missed: false, expires_ms });
-            self.metrics().sessions_detached.store(self.detached.len() as u64, Ordering::Relaxed);
+            self.fan.detach(sid, now);
+        } else {
+            self.fan.remove(sid);
         }
     }
 
@@ -1329,7 +1875,11 @@ impl Worker {
 
 /// The live connection `key` names, borrowing only the rings.
 fn conn_in(rings: &mut [RingState], key: ConnKey) -> Option<&mut Conn> {
-    let c = rings.get_mut(key.ring as usize)?.conns.get_mut(key.slot as usize)?.as_deref_mut()?;
+    let c = rings
+        .get_mut(key.ring as usize)?
+        .conns
+        .get_mut(key.slot as usize)?
+        .as_deref_mut()?;
     (c.gen == key.gen).then_some(c)
 }
 
@@ -1342,8 +1892,14 @@ enum Step {
 
 fn ws_error_close(e: ws::WsError) -> Close {
     match e {
-        ws::WsError::MessageTooBig => Close::new(CloseCode::DecodeError, "decode error: message larger than 4096 bytes"),
-        ws::WsError::InvalidUtf8 => Close::new(CloseCode::DecodeError, "decode error: text is not valid UTF-8"),
+        ws::WsError::MessageTooBig => Close::new(
+            CloseCode::DecodeError,
+            "decode error: message larger than 4096 bytes",
+        ),
+        ws::WsError::InvalidUtf8 => Close::new(
+            CloseCode::DecodeError,
+            "decode error: text is not valid UTF-8",
+        ),
         ws::WsError::Protocol(_) => Close::websocket(1002, "websocket protocol error"),
     }
 }

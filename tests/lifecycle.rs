@@ -13,8 +13,11 @@ const INTENTS: u64 = (1 << 0) | (1 << 9) | (1 << 15);
 
 fn connect(node: &Node) -> WebSocket<TcpStream> {
     let stream = TcpStream::connect(node.gateway).unwrap();
-    stream.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let (ws, _) = tungstenite::client(format!("ws://{}/?v=10&encoding=json", node.gateway), stream).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let (ws, _) =
+        tungstenite::client(format!("ws://{}/?v=10&encoding=json", node.gateway), stream).unwrap();
     ws
 }
 
@@ -33,10 +36,16 @@ fn send<S: std::io::Read + std::io::Write>(ws: &mut WebSocket<S>, v: Value) {
 }
 
 /// Hello, Identify, READY; returns (session_id, last seq seen).
-fn identify<S: std::io::Read + std::io::Write>(ws: &mut WebSocket<S>, token: &str) -> (String, u64) {
+fn identify<S: std::io::Read + std::io::Write>(
+    ws: &mut WebSocket<S>,
+    token: &str,
+) -> (String, u64) {
     let hello = recv(ws);
     assert_eq!(hello["op"], 10);
-    send(ws, json!({"op": 2, "d": {"token": token, "intents": INTENTS, "properties": {"os": "linux"}}}));
+    send(
+        ws,
+        json!({"op": 2, "d": {"token": token, "intents": INTENTS, "properties": {"os": "linux"}}}),
+    );
     let ready = recv(ws);
     assert_eq!(ready["t"], "READY", "{ready}");
     assert_eq!(ready["s"], 1);
@@ -59,7 +68,10 @@ fn resume_after_a_dropped_connection_keeps_the_session() {
         std::thread::sleep(Duration::from_millis(100));
         ws = connect(&node);
         assert_eq!(recv(&mut ws)["op"], 10);
-        send(&mut ws, json!({"op": 6, "d": {"token": format!("Bot {}", node.token), "session_id": session_id, "seq": seq}}));
+        send(
+            &mut ws,
+            json!({"op": 6, "d": {"token": format!("Bot {}", node.token), "session_id": session_id, "seq": seq}}),
+        );
         let resumed = recv(&mut ws);
         assert_eq!(resumed["t"], "RESUMED", "round {round}: {resumed}");
         assert_eq!(resumed["s"], seq + 1, "the sequence continues");
@@ -73,9 +85,15 @@ fn resume_after_a_dropped_connection_keeps_the_session() {
     // A wrong token cannot take the session over, and an unknown id gets op 9 false.
     let mut other = connect(&node);
     assert_eq!(recv(&mut other)["op"], 10);
-    send(&mut other, json!({"op": 6, "d": {"token": "nope", "session_id": "00ffffffffffffffffffffffffffffff", "seq": 1}}));
+    send(
+        &mut other,
+        json!({"op": 6, "d": {"token": "nope", "session_id": "00ffffffffffffffffffffffffffffff", "seq": 1}}),
+    );
     let inv = recv(&mut other);
-    assert_eq!((inv["op"].clone(), inv["d"].clone()), (json!(9), json!(false)));
+    assert_eq!(
+        (inv["op"].clone(), inv["d"].clone()),
+        (json!(9), json!(false))
+    );
 }
 
 #[test]
@@ -94,24 +112,90 @@ fn client_close_1000_ends_the_session() {
     }
     let mut ws = connect(&node);
     assert_eq!(recv(&mut ws)["op"], 10);
-    send(&mut ws, json!({"op": 6, "d": {"token": node.token, "session_id": session_id, "seq": seq}}));
+    send(
+        &mut ws,
+        json!({"op": 6, "d": {"token": node.token, "session_id": session_id, "seq": seq}}),
+    );
     let inv = recv(&mut ws);
-    assert_eq!((inv["op"].clone(), inv["d"].clone()), (json!(9), json!(false)), "a 1000 close is not resumable");
+    assert_eq!(
+        (inv["op"].clone(), inv["d"].clone()),
+        (json!(9), json!(false)),
+        "a 1000 close is not resumable"
+    );
 }
 
 #[test]
-fn missed_events_make_resume_refuse_until_replay_exists() {
-    let node = Node::start(&["--demo-interval-ms", "100"]);
+fn resume_replays_the_events_missed_while_away_in_order() {
+    let node = Node::start(&["--demo-interval-ms", "50"]);
+    let mut ws = connect(&node);
+    let (session_id, mut seq) = identify(&mut ws, &node.token);
+    let first = recv(&mut ws);
+    assert_eq!(
+        (first["t"].clone(), first["s"].clone()),
+        (json!("MESSAGE_CREATE"), json!(seq + 1))
+    );
+    seq += 1;
+    let mut last_content = first["d"]["content"].as_str().unwrap().to_string();
+    drop(ws);
+    std::thread::sleep(Duration::from_millis(600)); // about a dozen events are due meanwhile
+    let mut ws = connect(&node);
+    assert_eq!(recv(&mut ws)["op"], 10);
+    send(
+        &mut ws,
+        json!({"op": 6, "d": {"token": node.token, "session_id": session_id, "seq": seq}}),
+    );
+    let mut replayed = 0;
+    loop {
+        let v = recv(&mut ws);
+        assert_eq!(v["s"], seq + 1, "no gap, no duplicate: {v}");
+        seq += 1;
+        if v["t"] == "RESUMED" {
+            break;
+        }
+        assert_eq!(v["t"], "MESSAGE_CREATE");
+        let n = |c: &str| c.rsplit(' ').next().unwrap().parse::<u64>().unwrap();
+        let content = v["d"]["content"].as_str().unwrap().to_string();
+        assert_eq!(
+            n(&content),
+            n(&last_content) + 1,
+            "replayed in stream order"
+        );
+        last_content = content;
+        replayed += 1;
+    }
+    assert!(
+        replayed >= 5,
+        "events that arrived while away were replayed ({replayed})"
+    );
+    // And the stream goes on after RESUMED.
+    let next = recv(&mut ws);
+    assert_eq!(
+        (next["t"].clone(), next["s"].clone()),
+        (json!("MESSAGE_CREATE"), json!(seq + 1))
+    );
+}
+
+#[test]
+fn resume_is_refused_when_the_session_lost_events_at_its_bound() {
+    // A queue of 3: events beyond it while away cannot be kept, so a resume
+    // would leave a gap. It must say op 9 instead.
+    let node = Node::start(&["--demo-interval-ms", "30", "--max-unsent", "3"]);
     let mut ws = connect(&node);
     let (session_id, seq) = identify(&mut ws, &node.token);
     drop(ws);
-    std::thread::sleep(Duration::from_millis(500)); // demo events are due meanwhile
+    std::thread::sleep(Duration::from_millis(500));
     let mut ws = connect(&node);
     assert_eq!(recv(&mut ws)["op"], 10);
-    send(&mut ws, json!({"op": 6, "d": {"token": node.token, "session_id": session_id, "seq": seq}}));
-    // Never a gap: without the events it cannot replay, so it says so.
+    send(
+        &mut ws,
+        json!({"op": 6, "d": {"token": node.token, "session_id": session_id, "seq": seq}}),
+    );
     let inv = recv(&mut ws);
-    assert_eq!((inv["op"].clone(), inv["d"].clone()), (json!(9), json!(false)), "{inv}");
+    assert_eq!(
+        (inv["op"].clone(), inv["d"].clone()),
+        (json!(9), json!(false)),
+        "{inv}"
+    );
 }
 
 #[test]
@@ -130,7 +214,10 @@ fn sigterm_sends_reconnect_to_every_session_then_closes() {
             match ws.read() {
                 Ok(Message::Close(Some(frame))) => {
                     let code: u16 = frame.code.into();
-                    assert!((4000..=4009).contains(&code) && code != 4004, "resumable close, got {code}");
+                    assert!(
+                        (4000..=4009).contains(&code) && code != 4004,
+                        "resumable close, got {code}"
+                    );
                     break;
                 }
                 Ok(Message::Close(None)) | Err(_) => break,
@@ -169,7 +256,8 @@ fn wss_with_a_rustls_certificate() {
         .with_no_client_auth();
     let tcp = TcpStream::connect(node.gateway).unwrap();
     tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let conn = rustls::ClientConnection::new(Arc::new(config), "localhost".try_into().unwrap()).unwrap();
+    let conn =
+        rustls::ClientConnection::new(Arc::new(config), "localhost".try_into().unwrap()).unwrap();
     let tls = rustls::StreamOwned::new(conn, tcp);
     let (mut ws, _) = tungstenite::client("wss://localhost/?v=10&encoding=json", tls).unwrap();
     let (_, _) = identify(&mut ws, &node.token);
@@ -180,22 +268,25 @@ fn wss_with_a_rustls_certificate() {
     let tcp = TcpStream::connect(node.gateway).unwrap();
     let conn = rustls::ClientConnection::new(
         Arc::new(
-            rustls::ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
-                .with_safe_default_protocol_versions()
-                .unwrap()
-                .with_root_certificates({
-                    let mut r = rustls::RootCertStore::empty();
-                    r.add(cert.cert.der().clone()).unwrap();
-                    r
-                })
-                .with_no_client_auth(),
+            rustls::ClientConfig::builder_with_provider(Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_root_certificates({
+                let mut r = rustls::RootCertStore::empty();
+                r.add(cert.cert.der().clone()).unwrap();
+                r
+            })
+            .with_no_client_auth(),
         ),
         "localhost".try_into().unwrap(),
     )
     .unwrap();
     let mut tls = rustls::StreamOwned::new(conn, tcp);
     use std::io::{Read, Write};
-    tls.write_all(b"GET /api/v10/gateway HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").unwrap();
+    tls.write_all(b"GET /api/v10/gateway HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
     let mut body = Vec::new();
     let _ = tls.read_to_end(&mut body);
     let text = String::from_utf8_lossy(&body);
@@ -218,5 +309,9 @@ fn sessions_of_one_application_shard_live_on_its_placed_worker() {
         .collect();
     assert_eq!(per_worker.len(), 4);
     assert_eq!(per_worker.iter().sum::<u64>(), 12);
-    assert_eq!(per_worker.iter().filter(|n| **n > 0).count(), 1, "one (application, shard) lives on one worker: {per_worker:?}");
+    assert_eq!(
+        per_worker.iter().filter(|n| **n > 0).count(),
+        1,
+        "one (application, shard) lives on one worker: {per_worker:?}"
+    );
 }

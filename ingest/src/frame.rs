@@ -138,6 +138,8 @@ pub struct FrameReader {
     scratch: AlignedVec<16>,
     fatal: Option<DecodeError>,
     stats: DecodeStats,
+    /// Where the last accepted body lies in `buf` (None: in `scratch`).
+    last_body: Option<(usize, usize)>,
 }
 
 impl Default for FrameReader {
@@ -182,6 +184,7 @@ impl FrameReader {
             scratch: AlignedVec::new(),
             fatal: None,
             stats: DecodeStats::default(),
+            last_body: None,
         }
     }
 
@@ -247,7 +250,9 @@ impl FrameReader {
             self.stats.errors[e.index()] += 1;
             return Some(Err(e));
         }
-        let body: &[u8] = if (self.buf.as_ptr() as usize + body_start).is_multiple_of(BODY_ALIGN) {
+        let aligned = (self.buf.as_ptr() as usize + body_start).is_multiple_of(BODY_ALIGN);
+        self.last_body = if aligned { Some((body_start, body_end)) } else { None };
+        let body: &[u8] = if aligned {
             &self.buf.as_slice()[body_start..body_end]
         } else {
             self.scratch.clear();
@@ -276,6 +281,15 @@ impl FrameReader {
         self.fatal = Some(e);
         self.stats.errors[e.index()] += 1;
         e
+    }
+
+    /// The body bytes of the record `next` returned last (valid until the
+    /// next `push` or `next`), for copying an accepted record elsewhere.
+    pub fn last_body(&self) -> &[u8] {
+        match self.last_body {
+            Some((a, b)) => &self.buf.as_slice()[a..b],
+            None => self.scratch.as_slice(),
+        }
     }
 
     /// The fatal error this reader stopped on, if any.

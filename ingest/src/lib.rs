@@ -102,3 +102,15 @@ pub const MAX_RECORD_LEN: usize = 1 << 20;
 
 const _: () = assert!(core::mem::align_of::<ArchivedRecord>() <= BODY_ALIGN);
 const _: () = assert!(core::mem::size_of::<ArchivedRecord>().is_multiple_of(BODY_ALIGN));
+
+/// Access a record body that a [`FrameReader`] already accepted, without
+/// validating it again (a node validates once, on its ingest thread, and
+/// its workers read the same bytes).
+///
+/// # Safety
+/// `body` must be byte-identical to a body `FrameReader::next` returned
+/// `Ok` for, and 8-byte aligned.
+pub unsafe fn access_trusted(body: &[u8]) -> &ArchivedRecord {
+    debug_assert!((body.as_ptr() as usize).is_multiple_of(BODY_ALIGN));
+    unsafe { rkyv::access_unchecked::<ArchivedRecord>(body) }
+}

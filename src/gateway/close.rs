@@ -9,7 +9,10 @@ pub struct Close {
 
 impl Close {
     pub const fn new(code: CloseCode, reason: &'static str) -> Close {
-        Close { code: code as u16, reason }
+        Close {
+            code: code as u16,
+            reason,
+        }
     }
     /// A plain WebSocket-level close (RFC 6455 codes such as 1002).
     pub const fn websocket(code: u16, reason: &'static str) -> Close {
@@ -17,7 +20,9 @@ impl Close {
     }
     /// Whether the client may Resume after this close.
     pub fn resumable(&self) -> bool {
-        CloseCode::from_u16(self.code).map(|c| c.resumable()).unwrap_or(true)
+        CloseCode::from_u16(self.code)
+            .map(|c| c.resumable())
+            .unwrap_or(true)
     }
 }
 
@@ -102,7 +107,11 @@ mod tests {
 
     #[test]
     fn resumability_matches_protocol_md() {
-        let resumable: Vec<u16> = CloseCode::ALL.iter().filter(|c| c.resumable()).map(|c| *c as u16).collect();
+        let resumable: Vec<u16> = CloseCode::ALL
+            .iter()
+            .filter(|c| c.resumable())
+            .map(|c| *c as u16)
+            .collect();
         assert_eq!(resumable, vec![4000, 4001, 4002, 4003, 4005, 4008]);
         assert!(Close::websocket(1006, "").resumable());
         assert!(!Close::new(CloseCode::AuthenticationFailed, "x").resumable());

@@ -13,12 +13,17 @@ use super::intents;
 /// What a client asked for, once decoded.
 #[derive(Debug)]
 pub enum ClientPayload {
-    Heartbeat { seq: Option<u64> },
+    Heartbeat {
+        seq: Option<u64>,
+    },
     Identify(Identify),
     PresenceUpdate,
     VoiceStateUpdate,
     Resume(Resume),
-    RequestGuildMembers { guild_ids: Vec<u64>, nonce: Option<String> },
+    RequestGuildMembers {
+        guild_ids: Vec<u64>,
+        nonce: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -35,7 +40,10 @@ pub struct Resume {
     pub seq: u64,
 }
 
-const DECODE: Close = Close::new(CloseCode::DecodeError, "decode error: payload is not valid gateway JSON");
+const DECODE: Close = Close::new(
+    CloseCode::DecodeError,
+    "decode error: payload is not valid gateway JSON",
+);
 
 /// Decode one text message. `scratch` is reused between calls so steady
 /// parsing does not allocate for the copy.
@@ -43,16 +51,27 @@ pub fn parse(text: &[u8], scratch: &mut Vec<u8>) -> Result<ClientPayload, Close>
     scratch.clear();
     scratch.extend_from_slice(text);
     let v = simd_json::to_borrowed_value(scratch).map_err(|_| DECODE)?;
-    let op = v.get("op").and_then(as_u64).ok_or(Close::new(CloseCode::DecodeError, "decode error: missing op"))?;
+    let op = v.get("op").and_then(as_u64).ok_or(Close::new(
+        CloseCode::DecodeError,
+        "decode error: missing op",
+    ))?;
     let d = v.get("d");
     match op {
-        1 => Ok(ClientPayload::Heartbeat { seq: d.and_then(as_u64) }),
-        2 => identify(d.ok_or(Close::new(CloseCode::DecodeError, "decode error: identify without d"))?)
-            .map(ClientPayload::Identify),
+        1 => Ok(ClientPayload::Heartbeat {
+            seq: d.and_then(as_u64),
+        }),
+        2 => identify(d.ok_or(Close::new(
+            CloseCode::DecodeError,
+            "decode error: identify without d",
+        ))?)
+        .map(ClientPayload::Identify),
         3 => Ok(ClientPayload::PresenceUpdate),
         4 => Ok(ClientPayload::VoiceStateUpdate),
-        6 => resume(d.ok_or(Close::new(CloseCode::DecodeError, "decode error: resume without d"))?)
-            .map(ClientPayload::Resume),
+        6 => resume(d.ok_or(Close::new(
+            CloseCode::DecodeError,
+            "decode error: resume without d",
+        ))?)
+        .map(ClientPayload::Resume),
         8 => Ok(request_members(d)),
         _ => Err(Close::new(CloseCode::UnknownOpcode, "unknown opcode")),
     }
@@ -60,7 +79,8 @@ pub fn parse(text: &[u8], scratch: &mut Vec<u8>) -> Result<ClientPayload, Close>
 
 /// Numbers may arrive as JSON numbers or as decimal strings (snowflakes).
 fn as_u64(v: &Value) -> Option<u64> {
-    v.as_u64().or_else(|| v.as_str().and_then(|s| s.parse().ok()))
+    v.as_u64()
+        .or_else(|| v.as_str().and_then(|s| s.parse().ok()))
 }
 
 fn strip_bot(token: &str) -> &str {
@@ -68,41 +88,75 @@ fn strip_bot(token: &str) -> &str {
 }
 
 fn identify(d: &Value) -> Result<Identify, Close> {
-    let token = d
-        .get("token")
-        .and_then(|t| t.as_str())
-        .ok_or(Close::new(CloseCode::DecodeError, "decode error: identify needs a token string"))?;
+    let token = d.get("token").and_then(|t| t.as_str()).ok_or(Close::new(
+        CloseCode::DecodeError,
+        "decode error: identify needs a token string",
+    ))?;
     let intents = match d.get("intents") {
-        None => return Err(Close::new(CloseCode::InvalidIntents, "invalid intents: intents are required in v10")),
-        Some(i) => as_u64(i).ok_or(Close::new(CloseCode::InvalidIntents, "invalid intents: not an unsigned integer"))?,
+        None => {
+            return Err(Close::new(
+                CloseCode::InvalidIntents,
+                "invalid intents: intents are required in v10",
+            ))
+        }
+        Some(i) => as_u64(i).ok_or(Close::new(
+            CloseCode::InvalidIntents,
+            "invalid intents: not an unsigned integer",
+        ))?,
     };
     if intents & !intents::KNOWN != 0 {
-        return Err(Close::new(CloseCode::InvalidIntents, "invalid intents: undefined intent bits"));
+        return Err(Close::new(
+            CloseCode::InvalidIntents,
+            "invalid intents: undefined intent bits",
+        ));
     }
     let shard = match d.get("shard") {
         None => (0, 1),
         Some(s) if s.is_null() => (0, 1),
         Some(s) => {
-            let arr = s.as_array().ok_or(Close::new(CloseCode::InvalidShard, "invalid shard: expected [id, count]"))?;
-            let (Some(id), Some(count), 2) = (arr.first().and_then(as_u64), arr.get(1).and_then(as_u64), arr.len()) else {
-                return Err(Close::new(CloseCode::InvalidShard, "invalid shard: expected [id, count]"));
+            let arr = s.as_array().ok_or(Close::new(
+                CloseCode::InvalidShard,
+                "invalid shard: expected [id, count]",
+            ))?;
+            let (Some(id), Some(count), 2) = (
+                arr.first().and_then(as_u64),
+                arr.get(1).and_then(as_u64),
+                arr.len(),
+            ) else {
+                return Err(Close::new(
+                    CloseCode::InvalidShard,
+                    "invalid shard: expected [id, count]",
+                ));
             };
             let (Ok(id), Ok(count)) = (u32::try_from(id), u32::try_from(count)) else {
-                return Err(Close::new(CloseCode::InvalidShard, "invalid shard: out of range"));
+                return Err(Close::new(
+                    CloseCode::InvalidShard,
+                    "invalid shard: out of range",
+                ));
             };
             (id, count)
         }
     };
     if shards::validate_shard(shard.0, shard.1).is_err() {
-        return Err(Close::new(CloseCode::InvalidShard, "invalid shard: id must be below count, count at least 1"));
+        return Err(Close::new(
+            CloseCode::InvalidShard,
+            "invalid shard: id must be below count, count at least 1",
+        ));
     }
     // `properties`, `presence`, `large_threshold`, `compress` are accepted in
     // any shape: libraries differ, and none of them changes what we send.
-    Ok(Identify { token: strip_bot(token).to_string(), intents, shard })
+    Ok(Identify {
+        token: strip_bot(token).to_string(),
+        intents,
+        shard,
+    })
 }
 
 fn resume(d: &Value) -> Result<Resume, Close> {
-    let bad = Close::new(CloseCode::DecodeError, "decode error: resume needs token, session_id and seq");
+    let bad = Close::new(
+        CloseCode::DecodeError,
+        "decode error: resume needs token, session_id and seq",
+    );
     let token = d.get("token").and_then(|t| t.as_str()).ok_or(bad)?;
     let session_id = d.get("session_id").and_then(|t| t.as_str()).ok_or(bad)?;
     // A null seq (nothing received yet) resumes from the start.
@@ -111,7 +165,11 @@ fn resume(d: &Value) -> Result<Resume, Close> {
         Some(s) => as_u64(s).ok_or(bad)?,
         None => return Err(bad),
     };
-    Ok(Resume { token: strip_bot(token).to_string(), session_id: session_id.to_string(), seq })
+    Ok(Resume {
+        token: strip_bot(token).to_string(),
+        session_id: session_id.to_string(),
+        seq,
+    })
 }
 
 fn request_members(d: Option<&Value>) -> ClientPayload {
@@ -120,12 +178,21 @@ fn request_members(d: Option<&Value>) -> ClientPayload {
     if let Some(d) = d {
         match d.get("guild_id") {
             Some(g) if g.is_array() => {
-                guild_ids.extend(g.as_array().into_iter().flatten().filter_map(as_u64).take(100));
+                guild_ids.extend(
+                    g.as_array()
+                        .into_iter()
+                        .flatten()
+                        .filter_map(as_u64)
+                        .take(100),
+                );
             }
             Some(g) => guild_ids.extend(as_u64(g)),
             None => {}
         }
-        nonce = d.get("nonce").and_then(|n| n.as_str()).map(|s| s.chars().take(32).collect());
+        nonce = d
+            .get("nonce")
+            .and_then(|n| n.as_str())
+            .map(|s| s.chars().take(32).collect());
     }
     ClientPayload::RequestGuildMembers { guild_ids, nonce }
 }
@@ -140,7 +207,9 @@ mod tests {
 
     #[test]
     fn identify_strips_bot_prefix_and_defaults_shard() {
-        let r = p(r#"{"op":2,"d":{"token":"Bot abc.def","intents":513,"properties":{"os":"linux"},"presence":"weird"}}"#);
+        let r = p(
+            r#"{"op":2,"d":{"token":"Bot abc.def","intents":513,"properties":{"os":"linux"},"presence":"weird"}}"#,
+        );
         match r.unwrap() {
             ClientPayload::Identify(i) => {
                 assert_eq!(i.token, "abc.def");
@@ -155,10 +224,22 @@ mod tests {
     fn identify_errors_have_codes() {
         let code = |s: &str| p(s).unwrap_err().code;
         assert_eq!(code(r#"{"op":2,"d":{"token":"t"}}"#), 4013);
-        assert_eq!(code(r#"{"op":2,"d":{"token":"t","intents":1099511627776}}"#), 4013);
-        assert_eq!(code(r#"{"op":2,"d":{"token":"t","intents":1,"shard":[2,2]}}"#), 4010);
-        assert_eq!(code(r#"{"op":2,"d":{"token":"t","intents":1,"shard":[0,0]}}"#), 4010);
-        assert_eq!(code(r#"{"op":2,"d":{"token":"t","intents":1,"shard":"x"}}"#), 4010);
+        assert_eq!(
+            code(r#"{"op":2,"d":{"token":"t","intents":1099511627776}}"#),
+            4013
+        );
+        assert_eq!(
+            code(r#"{"op":2,"d":{"token":"t","intents":1,"shard":[2,2]}}"#),
+            4010
+        );
+        assert_eq!(
+            code(r#"{"op":2,"d":{"token":"t","intents":1,"shard":[0,0]}}"#),
+            4010
+        );
+        assert_eq!(
+            code(r#"{"op":2,"d":{"token":"t","intents":1,"shard":"x"}}"#),
+            4010
+        );
         assert_eq!(code(r#"{"op":2,"d":{"intents":1}}"#), 4002);
         assert_eq!(code(r#"{"op":42,"d":null}"#), 4001);
         assert_eq!(code(r#"not json"#), 4002);
@@ -176,10 +257,23 @@ mod tests {
 
     #[test]
     fn heartbeat_and_resume() {
-        assert!(matches!(p(r#"{"op":1,"d":null}"#).unwrap(), ClientPayload::Heartbeat { seq: None }));
-        assert!(matches!(p(r#"{"op":1,"d":7}"#).unwrap(), ClientPayload::Heartbeat { seq: Some(7) }));
+        assert!(matches!(
+            p(r#"{"op":1,"d":null}"#).unwrap(),
+            ClientPayload::Heartbeat { seq: None }
+        ));
+        assert!(matches!(
+            p(r#"{"op":1,"d":7}"#).unwrap(),
+            ClientPayload::Heartbeat { seq: Some(7) }
+        ));
         match p(r#"{"op":6,"d":{"token":"Bot x","session_id":"abc","seq":5}}"#).unwrap() {
-            ClientPayload::Resume(r) => assert_eq!(r, Resume { token: "x".into(), session_id: "abc".into(), seq: 5 }),
+            ClientPayload::Resume(r) => assert_eq!(
+                r,
+                Resume {
+                    token: "x".into(),
+                    session_id: "abc".into(),
+                    seq: 5
+                }
+            ),
             other => panic!("{other:?}"),
         }
         assert_eq!(p(r#"{"op":6,"d":{"token":"x"}}"#).unwrap_err().code, 4002);

@@ -29,7 +29,10 @@ pub fn hello(out: &mut Vec<u8>, heartbeat_interval_ms: u64) {
     let mut p = [0u8; 96];
     let n = {
         let mut w = &mut p[..];
-        let _ = write!(w, r#"{{"op":10,"d":{{"heartbeat_interval":{heartbeat_interval_ms},"_trace":["gatewayd"]}},"s":null,"t":null}}"#);
+        let _ = write!(
+            w,
+            r#"{{"op":10,"d":{{"heartbeat_interval":{heartbeat_interval_ms},"_trace":["gatewayd"]}},"s":null,"t":null}}"#
+        );
         96 - w.len()
     };
     frame(out, &p[..n]);
@@ -148,7 +151,10 @@ mod tests {
     #[test]
     fn iso_dates() {
         assert_eq!(iso8601(0), "1970-01-01T00:00:00.000000+00:00");
-        assert_eq!(iso8601(1_796_027_930_123), "2026-11-30T08:38:50.123000+00:00");
+        assert_eq!(
+            iso8601(1_796_027_930_123),
+            "2026-11-30T08:38:50.123000+00:00"
+        );
         assert_eq!(iso8601(951_782_400_000), "2000-02-29T00:00:00.000000+00:00");
     }
 }

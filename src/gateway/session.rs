@@ -16,7 +16,11 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Limits { heartbeat_interval_ms: 41_250, commands_per_window: 120, command_window_ms: 60_000 }
+        Limits {
+            heartbeat_interval_ms: 41_250,
+            commands_per_window: 120,
+            command_window_ms: 60_000,
+        }
     }
 }
 
@@ -40,7 +44,10 @@ pub struct GuildAccess {
 
 impl GuildAccess {
     pub fn channel_permissions(&self, channel: u64) -> Option<u64> {
-        self.channels.binary_search_by_key(&channel, |c| c.0).ok().map(|i| self.channels[i].1)
+        self.channels
+            .binary_search_by_key(&channel, |c| c.0)
+            .ok()
+            .map(|i| self.channels[i].1)
     }
 }
 
@@ -61,7 +68,10 @@ pub struct Identity {
 
 impl Identity {
     pub fn guild(&self, id: u64) -> Option<&GuildAccess> {
-        self.guilds.binary_search_by_key(&id, |g| g.id).ok().map(|i| &self.guilds[i])
+        self.guilds
+            .binary_search_by_key(&id, |g| g.id)
+            .ok()
+            .map(|i| &self.guilds[i])
     }
 }
 
@@ -69,11 +79,20 @@ impl Identity {
 #[derive(Debug)]
 pub enum Action {
     None,
+    /// A heartbeat acknowledged everything up to this seq: history before
+    /// it need not be kept for Resume.
+    Ack(u64),
     Identify(Identify),
     Resume(Resume),
-    MembersChunk { guild_ids: Vec<u64>, nonce: Option<String> },
+    MembersChunk {
+        guild_ids: Vec<u64>,
+        nonce: Option<String>,
+    },
 }
 
+/// The per-connection protocol state. Who the session is and what it was
+/// sent live in the worker's fan-out (src/fanout.rs), which outlives a
+/// connection so that Resume can continue it.
 pub struct Session {
     phase: Phase,
     limits: Limits,
@@ -81,9 +100,6 @@ pub struct Session {
     heartbeat_requested: bool,
     window_start_ms: u64,
     commands: u32,
-    /// Last sequence number sent on this session.
-    pub seq: u64,
-    pub identity: Option<Box<Identity>>,
 }
 
 impl Session {
@@ -97,8 +113,6 @@ impl Session {
             heartbeat_requested: false,
             window_start_ms: now_ms,
             commands: 0,
-            seq: 0,
-            identity: None,
         }
     }
 
@@ -107,14 +121,22 @@ impl Session {
     }
 
     /// Apply one decoded client payload.
-    pub fn on_payload(&mut self, p: ClientPayload, now_ms: u64, out: &mut Vec<u8>) -> Result<Action, Close> {
+    pub fn on_payload(
+        &mut self,
+        p: ClientPayload,
+        now_ms: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<Action, Close> {
         self.count_command(now_ms)?;
         match p {
-            ClientPayload::Heartbeat { .. } => {
+            ClientPayload::Heartbeat { seq } => {
                 self.last_heartbeat_ms = now_ms;
                 self.heartbeat_requested = false;
                 payload::heartbeat_ack(out);
-                Ok(Action::None)
+                Ok(match (seq, self.phase) {
+                    (Some(s), Phase::Ready) => Action::Ack(s),
+                    _ => Action::None,
+                })
             }
             ClientPayload::Identify(i) => {
                 self.expect_unauthenticated()?;
@@ -140,14 +162,20 @@ impl Session {
     fn expect_unauthenticated(&self) -> Result<(), Close> {
         match self.phase {
             Phase::AwaitingIdentify => Ok(()),
-            _ => Err(Close::new(CloseCode::AlreadyAuthenticated, "already authenticated: identify or resume sent twice")),
+            _ => Err(Close::new(
+                CloseCode::AlreadyAuthenticated,
+                "already authenticated: identify or resume sent twice",
+            )),
         }
     }
 
     fn expect_ready(&self) -> Result<(), Close> {
         match self.phase {
             Phase::Ready => Ok(()),
-            _ => Err(Close::new(CloseCode::NotAuthenticated, "not authenticated: identify first")),
+            _ => Err(Close::new(
+                CloseCode::NotAuthenticated,
+                "not authenticated: identify first",
+            )),
         }
     }
 
@@ -158,7 +186,10 @@ impl Session {
         }
         self.commands += 1;
         if self.commands > self.limits.commands_per_window {
-            return Err(Close::new(CloseCode::RateLimited, "rate limited: more than 120 commands in 60 s"));
+            return Err(Close::new(
+                CloseCode::RateLimited,
+                "rate limited: more than 120 commands in 60 s",
+            ));
         }
         Ok(())
     }
@@ -169,9 +200,15 @@ impl Session {
         let interval = self.limits.heartbeat_interval_ms;
         let quiet = now_ms.saturating_sub(self.last_heartbeat_ms);
         if quiet > interval + interval / 2 {
-            return Err(Close::new(CloseCode::UnknownError, "heartbeat timeout: no heartbeat for 1.5 intervals"));
+            return Err(Close::new(
+                CloseCode::UnknownError,
+                "heartbeat timeout: no heartbeat for 1.5 intervals",
+            ));
         }
-        if quiet > interval + interval / 10 && !self.heartbeat_requested && self.phase == Phase::Ready {
+        if quiet > interval + interval / 10
+            && !self.heartbeat_requested
+            && self.phase == Phase::Ready
+        {
             self.heartbeat_requested = true;
             payload::heartbeat_request(out);
         }
@@ -183,38 +220,10 @@ impl Session {
         self.phase = Phase::AwaitingIdentify;
     }
 
-    /// READY (s = 1) and one GUILD_CREATE per server; `ready_d` and each
-    /// GUILD_CREATE `d` are complete JSON.
-    pub fn become_ready<'a>(
-        &mut self,
-        identity: Box<Identity>,
-        ready_d: &[u8],
-        guild_creates: impl Iterator<Item = &'a [u8]>,
-        out: &mut Vec<u8>,
-    ) {
+    /// READY or RESUMED is queued: dispatches flow from now on.
+    pub fn authenticated(&mut self) {
         debug_assert_eq!(self.phase, Phase::Authenticating);
         self.phase = Phase::Ready;
-        self.identity = Some(identity);
-        self.seq = 0;
-        self.dispatch("READY", &[ready_d], out);
-        for g in guild_creates {
-            self.dispatch("GUILD_CREATE", &[g], out);
-        }
-    }
-
-    /// Continue a session after Resume: RESUMED is the next dispatch.
-    pub fn resumed(&mut self, identity: Box<Identity>, seq: u64, out: &mut Vec<u8>) {
-        self.phase = Phase::Ready;
-        self.identity = Some(identity);
-        self.seq = seq;
-        self.dispatch("RESUMED", &[b"{\"_trace\":[\"gatewayd\"]}"], out);
-    }
-
-    /// Append a dispatch and advance the sequence by exactly one.
-    pub fn dispatch(&mut self, t: &str, d_parts: &[&[u8]], out: &mut Vec<u8>) -> u64 {
-        self.seq += 1;
-        payload::dispatch(out, t, self.seq, d_parts);
-        self.seq
     }
 }
 
@@ -234,11 +243,31 @@ mod tests {
         let mut out = Vec::new();
         let mut s = Session::new(Limits::default(), 0, &mut out);
         assert!(!out.is_empty(), "hello written");
-        assert!(matches!(cmd(&mut s, r#"{"op":1,"d":null}"#, 1), Ok(Action::None)));
+        assert!(matches!(
+            cmd(&mut s, r#"{"op":1,"d":null}"#, 1),
+            Ok(Action::None)
+        ));
         assert_eq!(cmd(&mut s, r#"{"op":3,"d":{}}"#, 2).unwrap_err().code, 4003);
-        assert!(matches!(cmd(&mut s, r#"{"op":2,"d":{"token":"t","intents":1}}"#, 3), Ok(Action::Identify(_))));
-        assert_eq!(cmd(&mut s, r#"{"op":2,"d":{"token":"t","intents":1}}"#, 4).unwrap_err().code, 4005);
-        assert_eq!(cmd(&mut s, r#"{"op":6,"d":{"token":"t","session_id":"x","seq":1}}"#, 4).unwrap_err().code, 4005);
+        assert!(matches!(
+            cmd(&mut s, r#"{"op":2,"d":{"token":"t","intents":1}}"#, 3),
+            Ok(Action::Identify(_))
+        ));
+        assert_eq!(
+            cmd(&mut s, r#"{"op":2,"d":{"token":"t","intents":1}}"#, 4)
+                .unwrap_err()
+                .code,
+            4005
+        );
+        assert_eq!(
+            cmd(
+                &mut s,
+                r#"{"op":6,"d":{"token":"t","session_id":"x","seq":1}}"#,
+                4
+            )
+            .unwrap_err()
+            .code,
+            4005
+        );
     }
 
     #[test]
@@ -246,20 +275,32 @@ mod tests {
         let mut out = Vec::new();
         let mut s = Session::new(Limits::default(), 0, &mut out);
         for i in 0..120 {
-            assert!(cmd(&mut s, r#"{"op":1,"d":null}"#, i).is_ok(), "command {i}");
+            assert!(
+                cmd(&mut s, r#"{"op":1,"d":null}"#, i).is_ok(),
+                "command {i}"
+            );
         }
-        assert_eq!(cmd(&mut s, r#"{"op":1,"d":null}"#, 200).unwrap_err().code, 4008);
+        assert_eq!(
+            cmd(&mut s, r#"{"op":1,"d":null}"#, 200).unwrap_err().code,
+            4008
+        );
         let mut s = Session::new(Limits::default(), 0, &mut out);
         for i in 0..120 {
             cmd(&mut s, r#"{"op":1,"d":null}"#, i).unwrap();
         }
-        assert!(cmd(&mut s, r#"{"op":1,"d":null}"#, 60_001).is_ok(), "a new window");
+        assert!(
+            cmd(&mut s, r#"{"op":1,"d":null}"#, 60_001).is_ok(),
+            "a new window"
+        );
     }
 
     #[test]
     fn zombie_detection() {
         let mut out = Vec::new();
-        let limits = Limits { heartbeat_interval_ms: 1000, ..Limits::default() };
+        let limits = Limits {
+            heartbeat_interval_ms: 1000,
+            ..Limits::default()
+        };
         let mut s = Session::new(limits, 0, &mut out);
         assert!(s.on_tick(1000, &mut out).is_ok());
         assert!(s.on_tick(1400, &mut out).is_ok());
@@ -269,22 +310,22 @@ mod tests {
     }
 
     #[test]
-    fn sequence_starts_at_ready() {
+    fn heartbeats_ack_history_once_ready() {
         let mut out = Vec::new();
         let mut s = Session::new(Limits::default(), 0, &mut out);
-        cmd(&mut s, r#"{"op":2,"d":{"token":"t","intents":1}}"#, 1).unwrap();
-        let id = Identity {
-            session_id: SessionId::new(0, 1),
-            application_id: 1,
-            bot_user_id: 1,
-            intents: 1,
-            shard: (0, 1),
-            token_digest: [0; 32],
-            guilds: vec![],
-            user_json: "{}".into(),
-        };
-        s.become_ready(Box::new(id), b"{}", [&b"{}"[..], &b"{}"[..]].into_iter(), &mut out);
-        assert_eq!(s.seq, 3);
-        assert_eq!(s.dispatch("MESSAGE_CREATE", &[b"{}"], &mut out), 4);
+        assert!(
+            matches!(cmd(&mut s, r#"{"op":1,"d":5}"#, 1), Ok(Action::None)),
+            "nothing to ack before READY"
+        );
+        cmd(&mut s, r#"{"op":2,"d":{"token":"t","intents":1}}"#, 2).unwrap();
+        s.authenticated();
+        assert!(matches!(
+            cmd(&mut s, r#"{"op":1,"d":5}"#, 3),
+            Ok(Action::Ack(5))
+        ));
+        assert!(
+            matches!(cmd(&mut s, r#"{"op":3,"d":{}}"#, 4), Ok(Action::None)),
+            "presence accepted when ready"
+        );
     }
 }

@@ -12,11 +12,16 @@ pub struct Node {
     pub dir: tempfile::TempDir,
     pub gateway: SocketAddr,
     pub admin: SocketAddr,
+    pub ingest: SocketAddr,
     pub token: String,
 }
 
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 impl Node {
@@ -25,6 +30,7 @@ impl Node {
         let dir = tempfile::tempdir().unwrap();
         let gateway: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        let ingest: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_gatewayd"));
         cmd.arg("run")
             .arg("--data-dir")
@@ -33,24 +39,42 @@ impl Node {
             .arg(gateway.to_string())
             .arg("--admin-addr")
             .arg(admin.to_string())
+            .arg("--ingest-addr")
+            .arg(ingest.to_string())
             .args(extra)
-            .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+            .env(
+                "RUST_LOG",
+                std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
         let child = cmd.spawn().expect("spawn gatewayd");
-        let mut node = Node { child, dir, gateway, admin, token: String::new() };
+        let mut node = Node {
+            child,
+            dir,
+            gateway,
+            admin,
+            ingest,
+            token: String::new(),
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(status) = node.child.try_wait().unwrap() {
                 panic!("gatewayd exited early: {status}");
             }
-            if http_get(node.admin, "/readyz").map(|(s, _)| s == 200).unwrap_or(false) {
+            if http_get(node.admin, "/readyz")
+                .map(|(s, _)| s == 200)
+                .unwrap_or(false)
+            {
                 break;
             }
             assert!(Instant::now() < deadline, "gatewayd not ready in 30 s");
             std::thread::sleep(Duration::from_millis(50));
         }
-        node.token = std::fs::read_to_string(node.token_path()).unwrap().trim().to_string();
+        node.token = std::fs::read_to_string(node.token_path())
+            .unwrap()
+            .trim()
+            .to_string();
         node
     }
 
@@ -81,7 +105,12 @@ pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> 
     http_request(addr, "GET", path, &[])
 }
 
-pub fn http_request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)]) -> std::io::Result<(u16, String)> {
+pub fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> std::io::Result<(u16, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     s.set_read_timeout(Some(Duration::from_secs(5)))?;
     let mut req = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
@@ -93,7 +122,14 @@ pub fn http_request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str
     let mut buf = Vec::new();
     s.read_to_end(&mut buf)?;
     let text = String::from_utf8_lossy(&buf).to_string();
-    let status = text.split(' ').nth(1).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     Ok((status, body))
 }

@@ -1,0 +1,366 @@
+//! Where an event is appended: one worker's event arena, its sessions (each
+//! an identity plus a ring of references into the arena) and the index from
+//! server to sessions. No sockets here: the worker asks, this decides.
+//!
+//! An event is copied into the arena at most once per variant (full, and
+//! MESSAGE_CONTENT-redacted) and only if this worker has a recipient; each
+//! recipient's ring gets a 24-byte reference. The ring is the send queue and
+//! the resume buffer, so a session that is disconnected keeps receiving into
+//! it and a Resume replays from it.
+
+use std::collections::HashMap;
+
+use ringbuf::{Arena, ArenaConfig, Entry, PushError, RecordRef, RingConfig, RingSlab, SessionRing};
+use shards::SessionId;
+
+use crate::entitlement::{self, Requirement, Variant};
+use crate::gateway::session::Identity;
+use crate::messages::ConnKey;
+
+/// One gateway session on this worker: who it is, what it was sent and
+/// what it still has to send, and the connection it is on (if any).
+pub struct SessionSlot {
+    pub identity: Box<Identity>,
+    pub ring: SessionRing,
+    pub conn: Option<ConnKey>,
+    /// When a detached session stops being resumable (ms).
+    pub expires_ms: u64,
+    /// An event could not be kept for this session (its ring was full while
+    /// it was away): a Resume would leave a gap, so it is refused.
+    pub lost: bool,
+}
+
+/// An event as the fan-out sees it (borrowed from an ingest record).
+pub struct EventIn<'a> {
+    pub t: &'a str,
+    pub server_id: u64,
+    pub channel_id: u64,
+    pub intent: u64,
+    pub permissions: u64,
+    pub has_content: bool,
+    pub mentions: &'a [u64],
+    pub d: &'a [u8],
+}
+
+/// What `deliver` did, for metrics.
+#[derive(Default, Clone, Copy, Debug)]
+pub struct Delivered {
+    pub recipients: u32,
+    pub redacted: u32,
+    pub overflowed: u32,
+    pub appended_records: u32,
+}
+
+#[derive(Clone, Debug)]
+pub struct FanOutConfig {
+    pub arena_bytes: u64,
+    pub ring_chunks: u32,
+    pub ring: RingConfig,
+    pub resume_window_ms: u64,
+}
+
+pub struct FanOut {
+    pub arena: Arena,
+    pub slab: RingSlab,
+    cfg: FanOutConfig,
+    sessions: Vec<Option<SessionSlot>>,
+    free: Vec<u32>,
+    by_id: HashMap<SessionId, u32>,
+    /// Sessions (attached or not) per server they receive events for.
+    index: HashMap<u64, Vec<u32>>,
+    /// The redacted variant of the event being delivered.
+    redacted: Vec<u8>,
+}
+
+/// Arena record layout: `[t_len: u8][t][d]`.
+pub fn record_parts(record: &[u8]) -> (&str, &[u8]) {
+    let n = record.first().copied().unwrap_or(0) as usize;
+    let t = record
+        .get(1..1 + n)
+        .and_then(|t| std::str::from_utf8(t).ok())
+        .unwrap_or("");
+    (t, record.get(1 + n..).unwrap_or(&[]))
+}
+
+impl FanOut {
+    pub fn new(cfg: FanOutConfig, max_sessions: usize) -> Result<FanOut, String> {
+        let arena = Arena::new(ArenaConfig::new(cfg.arena_bytes))
+            .map_err(|e| format!("event arena: {e}"))?;
+        Ok(FanOut {
+            arena,
+            slab: RingSlab::new(cfg.ring_chunks),
+            sessions: Vec::with_capacity(max_sessions),
+            free: Vec::with_capacity(max_sessions),
+            by_id: HashMap::with_capacity(max_sessions),
+            index: HashMap::new(),
+            redacted: Vec::with_capacity(64 * 1024),
+            cfg,
+        })
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    pub fn get(&self, idx: u32) -> Option<&SessionSlot> {
+        self.sessions.get(idx as usize)?.as_ref()
+    }
+
+    pub fn get_mut(&mut self, idx: u32) -> Option<&mut SessionSlot> {
+        self.sessions.get_mut(idx as usize)?.as_mut()
+    }
+
+    pub fn lookup(&self, id: &SessionId) -> Option<u32> {
+        self.by_id.get(id).copied()
+    }
+
+    /// A new session after Identify; it is indexed under its servers.
+    pub fn create(&mut self, identity: Box<Identity>, conn: ConnKey) -> u32 {
+        let slot = SessionSlot {
+            ring: SessionRing::new(&self.cfg.ring, 0),
+            identity,
+            conn: Some(conn),
+            expires_ms: u64::MAX,
+            lost: false,
+        };
+        let idx = match self.free.pop() {
+            Some(i) => {
+                self.sessions[i as usize] = Some(slot);
+                i
+            }
+            None => {
+                self.sessions.push(Some(slot));
+                (self.sessions.len() - 1) as u32
+            }
+        };
+        let s = self.sessions[idx as usize].as_ref().expect("just set");
+        self.by_id.insert(s.identity.session_id, idx);
+        for g in &s.identity.guilds {
+            self.index.entry(g.id).or_default().push(idx);
+        }
+        idx
+    }
+
+    /// End a session for good: its ring's chunks go back to the slab.
+    pub fn remove(&mut self, idx: u32) {
+        let Some(mut s) = self.sessions.get_mut(idx as usize).and_then(Option::take) else {
+            return;
+        };
+        s.ring.clear(&mut self.slab);
+        self.by_id.remove(&s.identity.session_id);
+        for g in &s.identity.guilds {
+            if let Some(v) = self.index.get_mut(&g.id) {
+                if let Some(p) = v.iter().position(|i| *i == idx) {
+                    v.swap_remove(p);
+                }
+                if v.is_empty() {
+                    self.index.remove(&g.id);
+                }
+            }
+        }
+        self.free.push(idx);
+    }
+
+    /// `n` more entries of a session's ring went out on its connection.
+    pub fn mark_sent(&mut self, idx: u32, n: u32) {
+        if let Some(s) = self.sessions.get_mut(idx as usize).and_then(Option::as_mut) {
+            s.ring.mark_sent(&self.slab, n);
+        }
+    }
+
+    /// The client has everything up to `seq` (from its heartbeat).
+    pub fn ack(&mut self, idx: u32, seq: u64) {
+        if let Some(s) = self.sessions.get_mut(idx as usize).and_then(Option::as_mut) {
+            s.ring.ack(&mut self.slab, seq);
+        }
+    }
+
+    /// The connection went away; the session stays resumable for the window.
+    pub fn detach(&mut self, idx: u32, now_ms: u64) {
+        let window = self.cfg.resume_window_ms;
+        if let Some(s) = self.get_mut(idx) {
+            s.conn = None;
+            s.expires_ms = now_ms.saturating_add(window);
+        }
+    }
+
+    /// Queue a dispatch the node itself produces (READY, GUILD_CREATE,
+    /// RESUMED, ...): its `d` goes into the arena like an event's.
+    pub fn dispatch(&mut self, idx: u32, t: &str, d: &[u8], now_ms: u64) -> Result<u64, PushError> {
+        let record = self.append(t, d).map_err(|_| PushError::Full)?;
+        let s = self
+            .sessions
+            .get_mut(idx as usize)
+            .and_then(Option::as_mut)
+            .ok_or(PushError::Full)?;
+        let seq = s.ring.next_seq();
+        s.ring.push(
+            &mut self.slab,
+            Entry {
+                record,
+                seq,
+                at_ms: now_ms,
+            },
+        )?;
+        Ok(seq)
+    }
+
+    fn append(&mut self, t: &str, d: &[u8]) -> Result<RecordRef, ringbuf::ArenaError> {
+        let t = &t.as_bytes()[..t.len().min(255)];
+        self.arena.append(&[&[t.len() as u8], t, d])
+    }
+
+    /// Fan one event out to this worker's entitled sessions. `queued` is
+    /// called with the connection of every attached recipient (to schedule a
+    /// send), `overflow` with every attached session whose ring is full.
+    pub fn deliver(
+        &mut self,
+        ev: &EventIn,
+        now_ms: u64,
+        mut queued: impl FnMut(ConnKey),
+        mut overflow: impl FnMut(u32, ConnKey),
+    ) -> Delivered {
+        let mut out = Delivered::default();
+        let Some(recipients) = self.index.get(&ev.server_id) else {
+            return out;
+        };
+        let req = Requirement {
+            server_id: ev.server_id,
+            channel_id: ev.channel_id,
+            intent: ev.intent,
+            permissions: ev.permissions,
+            has_content: ev.has_content,
+            mentions: ev.mentions,
+        };
+        let (mut full, mut redacted): (Option<RecordRef>, Option<RecordRef>) = (None, None);
+        for &idx in recipients {
+            let Some(s) = self.sessions[idx as usize].as_mut() else {
+                continue;
+            };
+            if s.lost {
+                continue; // nothing more can be kept for a session with a hole
+            }
+            let Some(variant) = entitlement::decide(&s.identity, &req) else {
+                continue;
+            };
+            // Copy into the arena on the first recipient of each variant only.
+            let record = match variant {
+                Variant::Full => match full {
+                    Some(r) => r,
+                    None => {
+                        let t = &ev.t.as_bytes()[..ev.t.len().min(255)];
+                        match self.arena.append(&[&[t.len() as u8], t, ev.d]) {
+                            Ok(r) => {
+                                out.appended_records += 1;
+                                *full.insert(r)
+                            }
+                            Err(_) => return out, // larger than any record can be: counted by the arena
+                        }
+                    }
+                },
+                Variant::Redacted => match redacted {
+                    Some(r) => r,
+                    None => {
+                        self.redacted.clear();
+                        if ingest::redact_message_content(ev.d, &mut self.redacted).is_err() {
+                            // Unparseable message: never leak content to a bot without the intent.
+                            continue;
+                        }
+                        let t = &ev.t.as_bytes()[..ev.t.len().min(255)];
+                        match self.arena.append(&[&[t.len() as u8], t, &self.redacted]) {
+                            Ok(r) => {
+                                out.appended_records += 1;
+                                *redacted.insert(r)
+                            }
+                            Err(_) => continue,
+                        }
+                    }
+                },
+            };
+            if variant == Variant::Redacted {
+                out.redacted += 1;
+            }
+            let entry = Entry {
+                record,
+                seq: s.ring.next_seq(),
+                at_ms: now_ms,
+            };
+            match s.ring.push(&mut self.slab, entry) {
+                Ok(()) => {
+                    out.recipients += 1;
+                    if let Some(c) = s.conn {
+                        queued(c);
+                    }
+                }
+                Err(_) => {
+                    out.overflowed += 1;
+                    match s.conn {
+                        Some(c) => overflow(idx, c),
+                        None => s.lost = true,
+                    }
+                }
+            }
+        }
+        out
+    }
+
+    /// Prepare a Resume from the client's `seq`: everything after it is
+    /// still held (and still in the arena), so moving the send cursor back
+    /// replays it. Err: answer op 9.
+    pub fn rewind_for_resume(&mut self, idx: u32, seq: u64) -> Result<(), &'static str> {
+        let s = self
+            .sessions
+            .get_mut(idx as usize)
+            .and_then(Option::as_mut)
+            .ok_or("unknown session")?;
+        if s.lost {
+            return Err("events were dropped while the session was away");
+        }
+        s.ring.check_resume(seq).map_err(|_| "seq no longer held")?;
+        if let Some(first) = s.ring.get(&self.slab, seq + 1) {
+            // Arena positions grow with seq: if the first is intact, all are.
+            if !self.arena.contains(first.record) {
+                return Err("events after seq were overwritten in the arena");
+            }
+        }
+        s.ring
+            .rewind_for_resume(&mut self.slab, seq)
+            .map_err(|_| "seq no longer held")
+    }
+
+    /// Periodic upkeep: forget sent history older than the window, end
+    /// detached sessions whose window passed. Returns (ended, degraded).
+    pub fn tick(&mut self, now_ms: u64, mut ended: impl FnMut(&SessionSlot)) -> (usize, usize) {
+        let window = self.cfg.resume_window_ms;
+        let mut gone = 0;
+        let mut degraded = 0;
+        for i in 0..self.sessions.len() {
+            let Some(s) = self.sessions[i].as_mut() else {
+                continue;
+            };
+            s.ring.expire(&mut self.slab, now_ms, window);
+            if s.ring.fill_ratio() >= 0.8 {
+                degraded += 1;
+            }
+            if s.conn.is_none() && now_ms > s.expires_ms {
+                ended(s);
+                self.remove(i as u32);
+                gone += 1;
+            }
+        }
+        (gone, degraded)
+    }
+
+    /// Sessions currently detached (resumable).
+    pub fn detached(&self) -> usize {
+        self.sessions
+            .iter()
+            .flatten()
+            .filter(|s| s.conn.is_none())
+            .count()
+    }
+
+    pub fn config(&self) -> &FanOutConfig {
+        &self.cfg
+    }
+}

@@ -11,6 +11,8 @@ mod gateway;
 mod ingest_listener;
 mod messages;
 mod metrics;
+#[cfg(test)]
+mod no_alloc;
 mod node;
 mod registry_cli;
 mod rest;

@@ -52,6 +52,7 @@ fn serve(mut s: TcpStream, shared: &Shared) -> std::io::Result<()> {
                 shared.started.elapsed().as_secs_f64(),
                 &mut out,
             );
+            render_ingest(&shared.ingest, &mut out);
             (200, "text/plain; version=0.0.4; charset=utf-8", out)
         }
         "/healthz" => (200, "text/plain", "ok\n".to_string()),
@@ -73,4 +74,65 @@ fn serve(mut s: TcpStream, shared: &Shared) -> std::io::Result<()> {
     let mut out = Vec::with_capacity(body.len() + 128);
     net::http::write_response(status, ctype, body.as_bytes(), false, &[], &mut out);
     s.write_all(&out)
+}
+
+fn render_ingest(st: &crate::ingest_listener::IngestStats, out: &mut String) {
+    use std::fmt::Write;
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut one = |name: &str, kind: &str, help: &str, v: u64| {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+        );
+    };
+    one(
+        "gatewayd_ingest_records_total",
+        "counter",
+        "Event records accepted by the ingest listener.",
+        st.records.load(Relaxed),
+    );
+    one(
+        "gatewayd_ingest_bytes_total",
+        "counter",
+        "Bytes read by the ingest listener.",
+        st.bytes.load(Relaxed),
+    );
+    one(
+        "gatewayd_ingest_connections",
+        "gauge",
+        "Producer connections open.",
+        st.connections.load(Relaxed) as u64,
+    );
+    one(
+        "gatewayd_ingest_refused_connections_total",
+        "counter",
+        "Producer connections refused (over the limit).",
+        st.refused_connections.load(Relaxed),
+    );
+    one(
+        "gatewayd_ingest_dropped_batches_total",
+        "counter",
+        "Batches a worker could not take within 1 s.",
+        st.dropped_batches.load(Relaxed),
+    );
+    one(
+        "gatewayd_ingest_state_changes_total",
+        "counter",
+        "Server changes applied from the stream.",
+        st.state_changes.load(Relaxed),
+    );
+    one(
+        "gatewayd_ingest_state_changes_failed_total",
+        "counter",
+        "Server changes that could not be applied.",
+        st.state_changes_failed.load(Relaxed),
+    );
+    let _ = writeln!(out, "# HELP gatewayd_ingest_rejected_total Records rejected, by reason.\n# TYPE gatewayd_ingest_rejected_total counter");
+    for (i, reason) in ingest::DecodeError::REASONS.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "gatewayd_ingest_rejected_total{{reason=\"{reason}\"}} {}",
+            st.errors[i].load(Relaxed)
+        );
+    }
 }

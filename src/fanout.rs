@@ -175,6 +175,30 @@ impl FanOut {
         }
     }
 
+    /// A server's permissions changed: give every session of an affected
+    /// application its recomputed access (later events are decided on it).
+    pub fn update_access(
+        &mut self,
+        server_id: u64,
+        by_app: &[(u64, crate::gateway::session::GuildAccess)],
+    ) {
+        let Some(list) = self.index.get(&server_id) else {
+            return;
+        };
+        for &idx in list {
+            let Some(s) = self.sessions[idx as usize].as_mut() else {
+                continue;
+            };
+            let app = s.identity.application_id;
+            let Ok(i) = by_app.binary_search_by_key(&app, |(a, _)| *a) else {
+                continue;
+            };
+            if let Ok(g) = s.identity.guilds.binary_search_by_key(&server_id, |g| g.id) {
+                s.identity.guilds[g] = by_app[i].1.clone();
+            }
+        }
+    }
+
     /// The connection went away; the session stays resumable for the window.
     pub fn detach(&mut self, idx: u32, now_ms: u64) {
         let window = self.cfg.resume_window_ms;

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use ingest::{DecodeError, FrameReader};
 use rkyv::util::AlignedVec;
 
-use crate::messages::{ToWorker, WorkerHandle};
+use crate::messages::{SidecarRequest, ToWorker, WorkerHandle};
 
 /// Records per batch and bytes per batch before it is sent on.
 const BATCH_RECORDS: usize = 256;
@@ -63,12 +63,15 @@ pub struct IngestStats {
     pub connections: AtomicUsize,
     pub refused_connections: AtomicU64,
     pub dropped_batches: AtomicU64,
+    pub state_changes: AtomicU64,
+    pub state_changes_failed: AtomicU64,
 }
 
 pub fn start(
     addr: SocketAddr,
     max_connections: usize,
     workers: Arc<[WorkerHandle]>,
+    sidecar: crossbeam_channel::Sender<SidecarRequest>,
     stats: Arc<IngestStats>,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
@@ -85,9 +88,9 @@ pub fn start(
                         continue;
                     }
                     stats.connections.fetch_add(1, Relaxed);
-                    let (workers, conn_stats, stop) = (workers.clone(), stats.clone(), stop.clone());
+                    let (workers, conn_stats, stop, sidecar) = (workers.clone(), stats.clone(), stop.clone(), sidecar.clone());
                     let spawned = std::thread::Builder::new().name("ingest-conn".into()).spawn(move || {
-                        if let Err(e) = serve(stream, &workers, &conn_stats, &stop) {
+                        if let Err(e) = serve(stream, &workers, &sidecar, &conn_stats, &stop) {
                             tracing::debug!(%peer, error = %e, "ingest connection ended");
                         }
                         conn_stats.connections.fetch_sub(1, Relaxed);
@@ -109,6 +112,7 @@ pub fn start(
 fn serve(
     mut stream: TcpStream,
     workers: &[WorkerHandle],
+    sidecar: &crossbeam_channel::Sender<SidecarRequest>,
     stats: &IngestStats,
     stop: &AtomicBool,
 ) -> std::io::Result<()> {
@@ -139,8 +143,22 @@ fn serve(
         loop {
             match reader.next() {
                 None => break,
-                Some(Ok(_)) => {
+                Some(Ok(rec)) => {
                     stats.records.fetch_add(1, Relaxed);
+                    let change = if rec.is_guild_state() {
+                        crate::state::parse(rec.event_type(), rec.server_id(), rec.d())
+                            .map(|c| (rec.server_id(), c))
+                    } else {
+                        None
+                    };
+                    if let Some((server_id, change)) = change {
+                        // Events before the change are decided on the old
+                        // permissions, events after it on the new ones.
+                        if batch.len() > 0 {
+                            batch = send(batch, workers, stats, &mut out);
+                        }
+                        apply_state(server_id, change, workers, sidecar, stats);
+                    }
                     let body = reader.last_body();
                     Arc::get_mut(&mut batch)
                         .expect("unshared until sent")
@@ -175,6 +193,45 @@ fn serve(
         );
     }
     Ok(())
+}
+
+/// Have the registry apply a server change and every worker take the new
+/// permissions, in stream order with the batches around it.
+fn apply_state(
+    server_id: u64,
+    change: registry::StateChange,
+    workers: &[WorkerHandle],
+    sidecar: &crossbeam_channel::Sender<SidecarRequest>,
+    stats: &IngestStats,
+) {
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    let req = SidecarRequest::ApplyState {
+        server_id,
+        change,
+        reply: tx,
+    };
+    if sidecar.send_timeout(req, Duration::from_secs(5)).is_err() {
+        stats.state_changes_failed.fetch_add(1, Relaxed);
+        return;
+    }
+    let Ok(Some(update)) = rx.recv_timeout(Duration::from_secs(5)) else {
+        stats.state_changes_failed.fetch_add(1, Relaxed);
+        return;
+    };
+    stats.state_changes.fetch_add(1, Relaxed);
+    let update = Arc::new(update);
+    for w in workers {
+        let mut msg = ToWorker::Access(update.clone());
+        let deadline = Instant::now() + Duration::from_secs(1);
+        while let Err(back) = w.try_send(msg) {
+            if Instant::now() > deadline {
+                stats.state_changes_failed.fetch_add(1, Relaxed);
+                break;
+            }
+            msg = back;
+            std::thread::sleep(Duration::from_micros(200));
+        }
+    }
 }
 
 /// Hand a batch to every worker; return an empty batch to fill next

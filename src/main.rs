@@ -18,6 +18,7 @@ mod registry_cli;
 mod rest;
 mod sendpath;
 mod sidecar;
+mod state;
 mod worker;
 
 use clap::{Parser, Subcommand};

@@ -30,6 +30,20 @@ pub enum SidecarRequest {
         route: RestRoute,
         token: Option<String>,
     },
+    /// A server changed (from the event stream): apply it and answer with
+    /// the bots' recomputed permissions, before later events are delivered.
+    ApplyState {
+        server_id: u64,
+        change: registry::StateChange,
+        reply: crossbeam_channel::Sender<Option<AccessUpdate>>,
+    },
+}
+
+/// Recomputed per-channel permissions of every bot installed in a server.
+pub struct AccessUpdate {
+    pub server_id: u64,
+    /// (application id, its access), sorted by application id.
+    pub by_app: Vec<(u64, GuildAccess)>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -87,6 +101,8 @@ pub enum ToWorker {
         body: Vec<u8>,
     },
     Event(Arc<Event>),
+    /// New permissions after a server change; ordered before the events that follow it.
+    Access(Arc<AccessUpdate>),
     /// Ingest records (validated by the ingest thread), in stream order.
     Batch(Arc<crate::ingest_listener::Batch>),
     /// A connection handed over by another worker (its socket arrives on one

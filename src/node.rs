@@ -147,6 +147,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
         cfg.events.ingest_addr,
         cfg.events.ingest_max_connections,
         handles.clone(),
+        shared.sidecar.clone(),
         shared.ingest.clone(),
         stop.clone(),
     )

@@ -74,6 +74,13 @@ impl Sidecar {
                 let (status, body) = self.rest(route, token.as_deref());
                 self.reply(worker, ToWorker::RestReply { conn, status, body });
             }
+            SidecarRequest::ApplyState {
+                server_id,
+                change,
+                reply,
+            } => {
+                let _ = reply.send(self.apply_state(server_id, &change));
+            }
         }
     }
 
@@ -140,6 +147,30 @@ impl Sidecar {
             token_digest: token_digest(&id.token),
             guilds,
         })
+    }
+
+    /// Write a server change to the registry, then recompute what every bot
+    /// installed there may see.
+    fn apply_state(&self, server_id: u64, change: &registry::StateChange) -> Option<AccessUpdate> {
+        if let Err(e) = self.registry.apply_state(change) {
+            tracing::warn!(server_id, error = %e, "server change from the event stream not applied");
+        }
+        let snap = self.registry.server_snapshot(server_id).ok()??;
+        let installs = self.registry.installations_in_server(server_id).ok()?;
+        let mut by_app = Vec::with_capacity(installs.len());
+        for inst in installs {
+            // Applications created here have bot user id == application id.
+            let bot_user_id = self
+                .registry
+                .application(inst.application_id)
+                .ok()
+                .flatten()
+                .map(|a| a.bot_user_id);
+            if let Some(bot) = bot_user_id {
+                by_app.push((inst.application_id, guild_access(&snap, &inst, bot)));
+            }
+        }
+        Some(AccessUpdate { server_id, by_app })
     }
 
     fn rest(&self, route: RestRoute, token: Option<&str>) -> (u16, Vec<u8>) {

@@ -1402,6 +1402,7 @@ impl Worker {
                 d: &ev.full,
             }),
             ToWorker::Batch(batch) => self.deliver_batch(&batch),
+            ToWorker::Access(update) => self.fan.update_access(update.server_id, &update.by_app),
             ToWorker::Adopt {
                 token,
                 conn,

@@ -129,4 +129,47 @@ pub trait Registry: Send + Sync {
     /// returned by the call that created the app. None if "demo-bot" exists
     /// but its demo server or `#general` has since been removed.
     fn seed_demo(&self) -> Result<Option<DemoSeed>>;
+
+    /// Every installation in a server.
+    fn installations_in_server(&self, server_id: u64) -> Result<Vec<Installation>>;
+    /// Apply a server change reported by the chat service's event stream.
+    fn apply_state(&self, change: &StateChange) -> Result<()>;
+}
+
+/// A change to a server's snapshot, as the chat service reports it
+/// (GUILD_UPDATE, CHANNEL_*, GUILD_ROLE_*). Ids are the chat service's.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StateChange {
+    ServerName {
+        server_id: u64,
+        name: String,
+    },
+    /// Create or replace a channel and all its overwrites.
+    UpsertChannel {
+        channel: Channel,
+        overwrites: Vec<Overwrite>,
+    },
+    DeleteChannel {
+        channel_id: u64,
+    },
+    /// Create or update a role (`managed` is kept as stored).
+    UpsertRole {
+        role: Role,
+    },
+    DeleteRole {
+        server_id: u64,
+        role_id: u64,
+    },
+}
+
+impl StateChange {
+    pub fn server_id(&self) -> Option<u64> {
+        match self {
+            StateChange::ServerName { server_id, .. }
+            | StateChange::DeleteRole { server_id, .. } => Some(*server_id),
+            StateChange::UpsertChannel { channel, .. } => Some(channel.server_id),
+            StateChange::UpsertRole { role } => Some(role.server_id),
+            StateChange::DeleteChannel { .. } => None,
+        }
+    }
 }

@@ -619,3 +619,93 @@ fn wal_schema_version_and_busy() {
         Err(RegistryError::SchemaTooNew { found: 99, .. })
     ));
 }
+
+#[test]
+fn state_changes_from_the_event_stream_update_the_snapshot() {
+    use registry::{
+        Channel, Overwrite, OverwriteKind, Registry, Role, SqliteRegistry, StateChange,
+    };
+    let reg = SqliteRegistry::open_in_memory().unwrap();
+    let seed = reg.seed_demo().unwrap().unwrap();
+    let sid = seed.server_id;
+    let ch = Channel {
+        id: sid + 100,
+        server_id: sid,
+        name: "news".into(),
+        kind: 0,
+        position: 9,
+        parent_id: None,
+        topic: Some("t".into()),
+    };
+    let role = Role {
+        id: sid + 200,
+        server_id: sid,
+        name: "mods".into(),
+        permissions: 1 << 10,
+        position: 3,
+        color: 0,
+        hoist: false,
+        mentionable: false,
+        managed: false,
+    };
+    reg.apply_state(&StateChange::UpsertRole { role: role.clone() })
+        .unwrap();
+    let ow = Overwrite {
+        target_id: sid,
+        kind: OverwriteKind::Role,
+        allow: 0,
+        deny: 1 << 10,
+    };
+    reg.apply_state(&StateChange::UpsertChannel {
+        channel: ch.clone(),
+        overwrites: vec![ow],
+    })
+    .unwrap();
+    reg.apply_state(&StateChange::ServerName {
+        server_id: sid,
+        name: "Renamed".into(),
+    })
+    .unwrap();
+    let snap = reg.server_snapshot(sid).unwrap().unwrap();
+    assert_eq!(snap.server.name, "Renamed");
+    let news = snap
+        .channels
+        .iter()
+        .find(|c| c.channel.id == ch.id)
+        .unwrap();
+    assert_eq!(news.overwrites.len(), 1);
+    assert!(snap
+        .roles
+        .iter()
+        .any(|r| r.id == role.id && r.permissions == 1 << 10));
+    // An update replaces the overwrites; a delete removes the channel.
+    reg.apply_state(&StateChange::UpsertChannel {
+        channel: Channel {
+            name: "news2".into(),
+            ..ch.clone()
+        },
+        overwrites: vec![],
+    })
+    .unwrap();
+    let snap = reg.server_snapshot(sid).unwrap().unwrap();
+    let news = snap
+        .channels
+        .iter()
+        .find(|c| c.channel.id == ch.id)
+        .unwrap();
+    assert_eq!(
+        (news.channel.name.as_str(), news.overwrites.len()),
+        ("news2", 0)
+    );
+    reg.apply_state(&StateChange::DeleteChannel { channel_id: ch.id })
+        .unwrap();
+    reg.apply_state(&StateChange::DeleteRole {
+        server_id: sid,
+        role_id: role.id,
+    })
+    .unwrap();
+    let snap = reg.server_snapshot(sid).unwrap().unwrap();
+    assert!(snap.channels.iter().all(|c| c.channel.id != ch.id));
+    assert!(snap.roles.iter().all(|r| r.id != role.id));
+    assert_eq!(reg.installations_in_server(sid).unwrap().len(), 1);
+}

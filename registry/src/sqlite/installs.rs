@@ -58,6 +58,21 @@ pub fn of_app(c: &Connection, app_id: u64) -> Result<Vec<Installation>> {
     Ok(out)
 }
 
+/// Every installation in one server (the bots a server change affects).
+pub fn in_server(c: &Connection, server_id: u64) -> Result<Vec<Installation>> {
+    let mut st = c.prepare(
+        "SELECT application_id FROM installations WHERE server_id = ?1 ORDER BY application_id",
+    )?;
+    let apps: Vec<u64> = st
+        .query_map([to_i(server_id)], |r| r.get::<_, i64>(0).map(to_u))?
+        .collect::<rusqlite::Result<_>>()?;
+    let mut out = Vec::with_capacity(apps.len());
+    for app in apps {
+        out.extend(get(c, app, server_id)?);
+    }
+    Ok(out)
+}
+
 fn server_ids(c: &Connection, app_id: u64) -> Result<Vec<u64>> {
     let mut st = c.prepare(
         "SELECT server_id FROM installations WHERE application_id = ?1 ORDER BY server_id",

@@ -12,7 +12,7 @@ use std::time::Duration;
 use rusqlite::{Connection, TransactionBehavior};
 
 use crate::model::*;
-use crate::{schema, Registry, Result};
+use crate::{schema, Registry, Result, StateChange};
 
 /// How long a write waits for another process's write before reporting
 /// [`crate::RegistryError::Unavailable`].
@@ -293,5 +293,13 @@ impl Registry for SqliteRegistry {
 
     fn seed_demo(&self) -> Result<Option<DemoSeed>> {
         self.write(installs::seed_demo)
+    }
+
+    fn installations_in_server(&self, server_id: u64) -> Result<Vec<Installation>> {
+        self.read(|c| installs::in_server(c, server_id))
+    }
+
+    fn apply_state(&self, change: &StateChange) -> Result<()> {
+        self.write(|c| servers::apply_state(c, change))
     }
 }

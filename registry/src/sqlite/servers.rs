@@ -6,7 +6,7 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::{to_i, to_u, validate_name};
 use crate::model::*;
-use crate::{snowflake, RegistryError, Result};
+use crate::{snowflake, RegistryError, Result, StateChange};
 
 fn server_row(r: &Row<'_>) -> rusqlite::Result<Server> {
     Ok(Server {
@@ -348,4 +348,78 @@ pub fn find_channel(c: &Connection, server_id: u64, name: &str, kind: u8) -> Res
     )
     .optional()?
     .map(to_u))
+}
+
+/// Apply a change the chat service reported (ids are the chat service's).
+pub fn apply_state(c: &Connection, change: &StateChange) -> Result<()> {
+    match change {
+        StateChange::ServerName { server_id, name } => {
+            validate_name("server", name)?;
+            c.execute(
+                "UPDATE servers SET name = ?2 WHERE id = ?1",
+                params![to_i(*server_id), name],
+            )?;
+        }
+        StateChange::UpsertChannel {
+            channel: ch,
+            overwrites,
+        } => {
+            validate_name("channel", &ch.name)?;
+            require(c, ch.server_id)?;
+            c.execute(
+                "INSERT INTO channels (id, server_id, name, kind, position, parent_id, topic)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
+                 ON CONFLICT (id) DO UPDATE SET name = excluded.name, kind = excluded.kind,
+                   position = excluded.position, parent_id = excluded.parent_id, topic = excluded.topic",
+                params![
+                    to_i(ch.id),
+                    to_i(ch.server_id),
+                    ch.name,
+                    ch.kind,
+                    ch.position,
+                    ch.parent_id.filter(|p| *p != ch.id).map(to_i),
+                    ch.topic
+                ],
+            )?;
+            c.execute(
+                "DELETE FROM overwrites WHERE channel_id = ?1",
+                [to_i(ch.id)],
+            )?;
+            for (ord, o) in overwrites.iter().enumerate() {
+                c.execute(
+                    "INSERT INTO overwrites (channel_id, target_id, target_kind, allow, deny, ord)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                     ON CONFLICT (channel_id, target_id) DO UPDATE
+                     SET target_kind = excluded.target_kind, allow = excluded.allow, deny = excluded.deny",
+                    params![to_i(ch.id), to_i(o.target_id), o.kind.as_u8(), to_i(o.allow), to_i(o.deny), ord as i64],
+                )?;
+            }
+        }
+        StateChange::DeleteChannel { channel_id } => {
+            c.execute("DELETE FROM channels WHERE id = ?1", [to_i(*channel_id)])?;
+        }
+        StateChange::UpsertRole { role } => {
+            validate_name("role", &role.name)?;
+            require(c, role.server_id)?;
+            c.execute(
+                "INSERT INTO roles (id, server_id, name, permissions, position, color, hoist, mentionable, managed)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0)
+                 ON CONFLICT (id) DO UPDATE SET name = excluded.name, permissions = excluded.permissions,
+                   position = excluded.position, color = excluded.color, hoist = excluded.hoist,
+                   mentionable = excluded.mentionable",
+                params![
+                    to_i(role.id),
+                    to_i(role.server_id),
+                    role.name,
+                    to_i(role.permissions),
+                    role.position,
+                    role.color,
+                    role.hoist,
+                    role.mentionable
+                ],
+            )?;
+        }
+        StateChange::DeleteRole { role_id, .. } => delete_role(c, *role_id)?,
+    }
+    Ok(())
 }

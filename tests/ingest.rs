@@ -1,0 +1,212 @@
+//! The ingest listener against a real node: bad records are rejected and
+//! counted without desynchronising the stream, and server changes in the
+//! stream change what bots may see from that point on.
+
+mod common;
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::Node;
+use serde_json::{json, Value};
+use tungstenite::{Message, WebSocket};
+
+const INTENTS: u64 = (1 << 0) | (1 << 9) | (1 << 15);
+
+fn connect(node: &Node) -> WebSocket<TcpStream> {
+    let stream = TcpStream::connect(node.gateway).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    tungstenite::client(format!("ws://{}/?v=10&encoding=json", node.gateway), stream)
+        .unwrap()
+        .0
+}
+
+fn recv(ws: &mut WebSocket<TcpStream>) -> Value {
+    loop {
+        match ws.read().expect("read") {
+            Message::Text(t) => return serde_json::from_str(&t).unwrap(),
+            Message::Close(c) => panic!("closed: {c:?}"),
+            _ => {}
+        }
+    }
+}
+
+/// Identify as the demo bot; returns (server id, #general id).
+fn identify(ws: &mut WebSocket<TcpStream>, token: &str) -> (u64, u64) {
+    assert_eq!(recv(ws)["op"], 10);
+    ws.send(Message::text(
+        json!({"op": 2, "d": {"token": token, "intents": INTENTS, "properties": {}}}).to_string(),
+    ))
+    .unwrap();
+    assert_eq!(recv(ws)["t"], "READY");
+    let gc = recv(ws);
+    assert_eq!(gc["t"], "GUILD_CREATE");
+    let server: u64 = gc["d"]["id"].as_str().unwrap().parse().unwrap();
+    let general = gc["d"]["channels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "general")
+        .unwrap();
+    (server, general["id"].as_str().unwrap().parse().unwrap())
+}
+
+fn message(server: u64, channel: u64, content: &str, out: &mut Vec<u8>) {
+    let d = json!({"id": "1", "channel_id": channel.to_string(), "guild_id": server.to_string(), "content": content,
+                   "author": {"id": "5", "username": "u", "discriminator": "0", "avatar": null}, "embeds": [], "attachments": []});
+    ingest::encode_parts(
+        "MESSAGE_CREATE",
+        server,
+        channel,
+        1 << 9,
+        0,
+        0,
+        ingest::FLAG_HAS_CONTENT,
+        &[],
+        d.to_string().as_bytes(),
+        out,
+    );
+}
+
+fn metric(node: &Node, line_prefix: &str) -> u64 {
+    let (_, m) = common::http_get(node.admin, "/metrics").unwrap();
+    m.lines()
+        .filter(|l| l.starts_with(line_prefix))
+        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
+        .sum()
+}
+
+#[test]
+fn malformed_records_are_counted_and_the_stream_stays_in_sync() {
+    let node = Node::start(&["--no-demo"]);
+    let mut ws = connect(&node);
+    let (server, general) = identify(&mut ws, &node.token);
+    let mut producer = TcpStream::connect(node.ingest).unwrap();
+    let mut bytes = Vec::new();
+    message(server, general, "before", &mut bytes);
+    // `d` that is not one JSON object: it would be pasted into what bots get.
+    ingest::encode_parts(
+        "MESSAGE_CREATE",
+        server,
+        general,
+        1 << 9,
+        0,
+        0,
+        1,
+        &[],
+        br#"{}, "op": 7, "x": {}"#,
+        &mut bytes,
+    );
+    // Reserved flag bits.
+    ingest::encode_parts(
+        "MESSAGE_CREATE",
+        server,
+        general,
+        1 << 9,
+        0,
+        0,
+        1 << 30,
+        &[],
+        b"{}",
+        &mut bytes,
+    );
+    // A valid length prefix around garbage.
+    bytes.extend_from_slice(&16u32.to_le_bytes());
+    bytes.extend_from_slice(&1u16.to_le_bytes());
+    bytes.extend_from_slice(&0u16.to_le_bytes());
+    bytes.extend_from_slice(&[0xAB; 16]);
+    message(server, general, "after", &mut bytes);
+    producer.write_all(&bytes).unwrap();
+    let a = recv(&mut ws);
+    let b = recv(&mut ws);
+    assert_eq!(
+        (a["d"]["content"].as_str(), b["d"]["content"].as_str()),
+        (Some("before"), Some("after"))
+    );
+    assert_eq!(
+        b["s"].as_u64(),
+        a["s"].as_u64().map(|s| s + 1),
+        "no gap in the session's sequence"
+    );
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(metric(&node, "gatewayd_ingest_rejected_total"), 3);
+
+    // An impossible length ends that producer's connection, nobody else's.
+    let mut bad = TcpStream::connect(node.ingest).unwrap();
+    bad.write_all(&u32::MAX.to_le_bytes()).unwrap();
+    bad.write_all(&[0u8; 4]).unwrap();
+    bad.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut buf = [0u8; 1];
+    assert_eq!(
+        std::io::Read::read(&mut bad, &mut buf).unwrap_or(0),
+        0,
+        "the node closed the untrustworthy stream"
+    );
+    bytes.clear();
+    message(server, general, "still flowing", &mut bytes);
+    producer.write_all(&bytes).unwrap();
+    assert_eq!(recv(&mut ws)["d"]["content"], "still flowing");
+}
+
+#[test]
+fn a_channel_overwrite_in_the_stream_changes_who_sees_later_events() {
+    let node = Node::start(&["--no-demo"]);
+    let mut ws = connect(&node);
+    let (server, general) = identify(&mut ws, &node.token);
+    let mut producer = TcpStream::connect(node.ingest).unwrap();
+    let overwrite = |deny: u64, out: &mut Vec<u8>| {
+        let d = json!({"id": general.to_string(), "type": 0, "guild_id": server.to_string(), "name": "general", "position": 1,
+                       "permission_overwrites": [{"id": server.to_string(), "type": 0, "allow": "0", "deny": deny.to_string()}]});
+        ingest::encode_parts(
+            "CHANNEL_UPDATE",
+            server,
+            general,
+            1,
+            0,
+            0,
+            ingest::FLAG_GUILD_STATE,
+            &[],
+            d.to_string().as_bytes(),
+            out,
+        );
+    };
+    let mut bytes = Vec::new();
+    message(server, general, "one", &mut bytes);
+    overwrite(1 << 10, &mut bytes); // @everyone may no longer view #general
+    message(server, general, "hidden", &mut bytes);
+    overwrite(0, &mut bytes); // and now may again
+    message(server, general, "two", &mut bytes);
+    message(server, general, "marker", &mut bytes);
+    producer.write_all(&bytes).unwrap();
+    let mut got = Vec::new();
+    loop {
+        let v = recv(&mut ws);
+        let item = (
+            v["t"].as_str().unwrap().to_string(),
+            v["d"]["content"].as_str().unwrap_or("").to_string(),
+        );
+        got.push(item);
+        if v["d"]["content"] == "marker" {
+            break;
+        }
+    }
+    let expect = |t: &str, c: &str| (t.to_string(), c.to_string());
+    // The first CHANNEL_UPDATE hid #general, so the bot does not get it (it
+    // can no longer see the channel) nor "hidden"; the second shows it again.
+    assert_eq!(
+        got,
+        vec![
+            expect("MESSAGE_CREATE", "one"),
+            expect("CHANNEL_UPDATE", ""),
+            expect("MESSAGE_CREATE", "two"),
+            expect("MESSAGE_CREATE", "marker"),
+        ]
+    );
+    // A new session's GUILD_CREATE carries the channel as the stream left it.
+    let mut ws2 = connect(&node);
+    let _ = identify(&mut ws2, &node.token);
+    assert_eq!(metric(&node, "gatewayd_ingest_state_changes_total"), 2);
+}

@@ -12,7 +12,7 @@ use std::io;
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicU16, Ordering};
 
-use io_uring::types::{BufRingEntry, CancelBuilder, Fixed, Fd, Timespec};
+use io_uring::types::{BufRingEntry, CancelBuilder, Fd, Fixed, Timespec};
 use io_uring::{cqueue, opcode, squeue, IoUring};
 
 /// Sizes of one ring. Everything is allocated when the ring is built.
@@ -86,7 +86,10 @@ unsafe impl Send for BufRing {}
 
 impl BufRing {
     fn new(count: u16, buf_size: u32) -> io::Result<Self> {
-        assert!(count.is_power_of_two() && count <= 32768, "recv_buffers must be a power of two <= 32768");
+        assert!(
+            count.is_power_of_two() && count <= 32768,
+            "recv_buffers must be a power of two <= 32768"
+        );
         assert!(buf_size > 0);
         let entries_len = count as usize * std::mem::size_of::<BufRingEntry>();
         let data_len = count as usize * buf_size as usize;
@@ -98,7 +101,15 @@ impl BufRing {
                 return Err(e);
             }
         };
-        let mut ring = BufRing { entries, entries_len, mask: count - 1, tail: 0, data, data_len, buf_size };
+        let mut ring = BufRing {
+            entries,
+            entries_len,
+            mask: count - 1,
+            tail: 0,
+            data,
+            data_len,
+            buf_size,
+        };
         for bid in 0..count {
             ring.push(bid);
         }
@@ -178,24 +189,36 @@ impl Ring {
             .setup_cqsize(cfg.cq_entries)
             .setup_submit_all()
             .build(cfg.sq_entries)?;
-        ring.submitter().register_files_sparse(cfg.fixed_files).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!(
-                    "registering a fixed file table of {} slots failed ({e}); \
+        ring.submitter()
+            .register_files_sparse(cfg.fixed_files)
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "registering a fixed file table of {} slots failed ({e}); \
                      each table is limited by RLIMIT_NOFILE",
-                    cfg.fixed_files
-                ),
-            )
-        })?;
+                        cfg.fixed_files
+                    ),
+                )
+            })?;
         let bufs = BufRing::new(cfg.recv_buffers, cfg.recv_buffer_size)?;
         // SAFETY: the entries stay mapped for the life of the ring (BufRing is
         // dropped after the IoUring: field order in `Ring`).
         unsafe {
-            ring.submitter()
-                .register_buf_ring_with_flags(bufs.entries as u64, cfg.recv_buffers, BUF_GROUP, 0)?;
+            ring.submitter().register_buf_ring_with_flags(
+                bufs.entries as u64,
+                cfg.recv_buffers,
+                BUF_GROUP,
+                0,
+            )?;
         }
-        Ok(Ring { ring, bufs, fixed_files: cfg.fixed_files, unsubmitted: 0, timeout_spec: Box::new(Timespec::new()) })
+        Ok(Ring {
+            ring,
+            bufs,
+            fixed_files: cfg.fixed_files,
+            unsubmitted: 0,
+            timeout_spec: Box::new(Timespec::new()),
+        })
     }
 
     /// Slots in the fixed file table.
@@ -232,7 +255,10 @@ impl Ring {
     /// installed in a free slot of the fixed table and the slot number is the
     /// completion's result.
     pub fn accept_multi(&mut self, listener: RawFd, user_data: u64) {
-        let e = opcode::AcceptMulti::new(Fd(listener)).allocate_file_index(true).build().user_data(user_data);
+        let e = opcode::AcceptMulti::new(Fd(listener))
+            .allocate_file_index(true)
+            .build()
+            .user_data(user_data);
         self.push(e);
     }
 
@@ -240,7 +266,9 @@ impl Ring {
     /// `more()` means the receive ended (EOF, error or no free buffer) and
     /// must be re-armed if the socket is still wanted.
     pub fn recv_multi(&mut self, slot: u32, user_data: u64) {
-        let e = opcode::RecvMulti::new(Fixed(slot), BUF_GROUP).build().user_data(user_data);
+        let e = opcode::RecvMulti::new(Fixed(slot), BUF_GROUP)
+            .build()
+            .user_data(user_data);
         self.push(e);
     }
 
@@ -249,7 +277,10 @@ impl Ring {
     /// # Safety
     /// `buf..buf+len` must stay valid and unchanged until the completion.
     pub unsafe fn send(&mut self, slot: u32, buf: *const u8, len: u32, user_data: u64) {
-        let e = opcode::Send::new(Fixed(slot), buf, len).flags(libc::MSG_NOSIGNAL).build().user_data(user_data);
+        let e = opcode::Send::new(Fixed(slot), buf, len)
+            .flags(libc::MSG_NOSIGNAL)
+            .build()
+            .user_data(user_data);
         self.push(e);
     }
 
@@ -259,25 +290,57 @@ impl Ring {
     /// `msg`, its iovec array and every buffer it points to must stay valid
     /// until the completion.
     pub unsafe fn sendmsg(&mut self, slot: u32, msg: *const libc::msghdr, user_data: u64) {
-        let e = opcode::SendMsg::new(Fixed(slot), msg).flags(libc::MSG_NOSIGNAL as u32).build().user_data(user_data);
+        let e = opcode::SendMsg::new(Fixed(slot), msg)
+            .flags(libc::MSG_NOSIGNAL as u32)
+            .build()
+            .user_data(user_data);
+        self.push(e);
+    }
+
+    /// Vectored send that never waits for socket space: it copies what fits
+    /// now and completes (short, or -EAGAIN). The kernel has finished reading
+    /// the buffers by the time the completion is posted, so a caller can
+    /// bound how long they must stay valid.
+    ///
+    /// # Safety
+    /// As for [`Ring::sendmsg`].
+    pub unsafe fn sendmsg_nowait(&mut self, slot: u32, msg: *const libc::msghdr, user_data: u64) {
+        let e = opcode::SendMsg::new(Fixed(slot), msg)
+            .flags((libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT) as u32)
+            .build()
+            .user_data(user_data);
+        self.push(e);
+    }
+
+    /// One-shot wait until a fixed socket is writable (or errors).
+    pub fn poll_writable(&mut self, slot: u32, user_data: u64) {
+        let e = opcode::PollAdd::new(Fixed(slot), libc::POLLOUT as u32)
+            .build()
+            .user_data(user_data);
         self.push(e);
     }
 
     /// `shutdown(2)` on a fixed socket: wakes a pending receive with EOF.
     pub fn shutdown(&mut self, slot: u32, how: i32, user_data: u64) {
-        let e = opcode::Shutdown::new(Fixed(slot), how).build().user_data(user_data);
+        let e = opcode::Shutdown::new(Fixed(slot), how)
+            .build()
+            .user_data(user_data);
         self.push(e);
     }
 
     /// Cancel every operation pending on a fixed socket.
     pub fn cancel_slot(&mut self, slot: u32, user_data: u64) {
-        let e = opcode::AsyncCancel2::new(CancelBuilder::fd(Fixed(slot)).all()).build().user_data(user_data);
+        let e = opcode::AsyncCancel2::new(CancelBuilder::fd(Fixed(slot)).all())
+            .build()
+            .user_data(user_data);
         self.push(e);
     }
 
     /// Cancel the operation tagged `target` (e.g. a multishot accept).
     pub fn cancel_user_data(&mut self, target: u64, user_data: u64) {
-        let e = opcode::AsyncCancel::new(target).build().user_data(user_data);
+        let e = opcode::AsyncCancel::new(target)
+            .build()
+            .user_data(user_data);
         self.push(e);
     }
 
@@ -290,14 +353,19 @@ impl Ring {
             .build()
             .flags(squeue::Flags::IO_HARDLINK)
             .user_data(shutdown_data);
-        let b = opcode::Close::new(Fixed(slot)).build().user_data(close_data);
+        let b = opcode::Close::new(Fixed(slot))
+            .build()
+            .user_data(close_data);
         self.push(a);
         self.push(b);
     }
 
     /// Make room for `n` entries so a linked chain is not split by a submit.
     fn reserve(&mut self, n: usize) {
-        let free = { let sq = self.ring.submission(); sq.capacity() - sq.len() };
+        let free = {
+            let sq = self.ring.submission();
+            sq.capacity() - sq.len()
+        };
         if free < n {
             let _ = self.ring.submit();
             self.unsubmitted = 0;
@@ -308,7 +376,14 @@ impl Ring {
     /// there is allocated; its completion there carries `target_data` and the
     /// new slot as result), then close it here. Hard-linked: the local slot is
     /// closed whether or not the pass succeeded.
-    pub fn pass_and_close(&mut self, slot: u32, target_ring: RawFd, target_data: u64, own_data: u64, close_data: u64) {
+    pub fn pass_and_close(
+        &mut self,
+        slot: u32,
+        target_ring: RawFd,
+        target_data: u64,
+        own_data: u64,
+        close_data: u64,
+    ) {
         self.reserve(2);
         let a = opcode::MsgRingSendFd::new(
             Fd(target_ring),
@@ -319,7 +394,9 @@ impl Ring {
         .build()
         .flags(squeue::Flags::IO_HARDLINK)
         .user_data(own_data);
-        let b = opcode::Close::new(Fixed(slot)).build().user_data(close_data);
+        let b = opcode::Close::new(Fixed(slot))
+            .build()
+            .user_data(close_data);
         self.push(a);
         self.push(b);
     }
@@ -340,7 +417,14 @@ impl Ring {
     ///
     /// # Safety
     /// `value` must stay valid until the completion.
-    pub unsafe fn setsockopt_int(&mut self, slot: u32, level: i32, name: i32, value: *const i32, user_data: u64) {
+    pub unsafe fn setsockopt_int(
+        &mut self,
+        slot: u32,
+        level: i32,
+        name: i32,
+        value: *const i32,
+        user_data: u64,
+    ) {
         let e = opcode::SetSockOpt::new(Fixed(slot), level as u32, name as u32, value.cast(), 4)
             .build()
             .user_data(user_data);
@@ -350,7 +434,9 @@ impl Ring {
     /// A timeout that fires every `every`, forever (multishot), so the owner
     /// gets a tick through the same completion queue as its sockets.
     pub fn tick(&mut self, every: std::time::Duration, user_data: u64) {
-        *self.timeout_spec = Timespec::new().sec(every.as_secs()).nsec(every.subsec_nanos());
+        *self.timeout_spec = Timespec::new()
+            .sec(every.as_secs())
+            .nsec(every.subsec_nanos());
         let e = opcode::Timeout::new(&*self.timeout_spec as *const Timespec)
             .count(0)
             .flags(io_uring::types::TimeoutFlags::MULTISHOT)
@@ -391,7 +477,11 @@ impl Ring {
         let mut cq = self.ring.completion();
         cq.sync();
         for cqe in &mut cq {
-            out.push(Completion { user_data: cqe.user_data(), result: cqe.result(), flags: cqe.flags() });
+            out.push(Completion {
+                user_data: cqe.user_data(),
+                result: cqe.result(),
+                flags: cqe.flags(),
+            });
             n += 1;
             if n == room {
                 break;
@@ -415,7 +505,10 @@ impl Ring {
 /// Size a fixed table: the wanted number, capped by the soft RLIMIT_NOFILE
 /// (the kernel refuses larger tables).
 pub fn cap_fixed_files(wanted: u32) -> u32 {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: plain getrlimit into a local.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
         return wanted;
@@ -426,7 +519,10 @@ pub fn cap_fixed_files(wanted: u32) -> u32 {
 
 /// Raise the soft RLIMIT_NOFILE to the hard limit (tables are capped by it).
 pub fn raise_nofile_limit() -> u64 {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
             lim.rlim_cur = lim.rlim_max;
@@ -440,12 +536,23 @@ pub fn raise_nofile_limit() -> u64 {
 /// A non-blocking TCP listener with SO_REUSEPORT (several rings can each own
 /// a listener on one port; the kernel spreads connections over them) and
 /// TCP_NODELAY, which accepted sockets inherit.
-pub fn listen_reuseport(addr: std::net::SocketAddr, backlog: i32) -> io::Result<std::net::TcpListener> {
+pub fn listen_reuseport(
+    addr: std::net::SocketAddr,
+    backlog: i32,
+) -> io::Result<std::net::TcpListener> {
     use std::os::fd::FromRawFd;
-    let domain = if addr.is_ipv4() { libc::AF_INET } else { libc::AF_INET6 };
+    let domain = if addr.is_ipv4() {
+        libc::AF_INET
+    } else {
+        libc::AF_INET6
+    };
     // SAFETY: plain socket calls on a descriptor we own; errors checked.
     unsafe {
-        let fd = libc::socket(domain, libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK, 0);
+        let fd = libc::socket(
+            domain,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+        );
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -480,22 +587,32 @@ fn sockaddr_of(addr: std::net::SocketAddr) -> (libc::sockaddr_storage, libc::soc
             let sin = libc::sockaddr_in {
                 sin_family: libc::AF_INET as libc::sa_family_t,
                 sin_port: a.port().to_be(),
-                sin_addr: libc::in_addr { s_addr: u32::from_ne_bytes(a.ip().octets()) },
+                sin_addr: libc::in_addr {
+                    s_addr: u32::from_ne_bytes(a.ip().octets()),
+                },
                 sin_zero: [0; 8],
             };
             unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin) };
-            (storage, std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t)
+            (
+                storage,
+                std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t,
+            )
         }
         std::net::SocketAddr::V6(a) => {
             let sin6 = libc::sockaddr_in6 {
                 sin6_family: libc::AF_INET6 as libc::sa_family_t,
                 sin6_port: a.port().to_be(),
                 sin6_flowinfo: a.flowinfo(),
-                sin6_addr: libc::in6_addr { s6_addr: a.ip().octets() },
+                sin6_addr: libc::in6_addr {
+                    s6_addr: a.ip().octets(),
+                },
                 sin6_scope_id: a.scope_id(),
             };
             unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6) };
-            (storage, std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t)
+            (
+                storage,
+                std::mem::size_of::<libc::sockaddr_in6>() as libc::socklen_t,
+            )
         }
     }
 }

@@ -90,6 +90,14 @@ pub fn decide(id: &Identity, req: &Requirement) -> Option<Variant> {
     if id.intents & req.intent != req.intent {
         return None;
     }
+    if req.server_id == 0 {
+        // A direct message, addressed by naming the bot in `mentions`; DMs
+        // are exempt from MESSAGE_CONTENT redaction.
+        return req
+            .mentions
+            .contains(&id.bot_user_id)
+            .then_some(Variant::Full);
+    }
     let guild = id.guild(req.server_id)?;
     if req.channel_id != 0 {
         let p = guild.channel_permissions(req.channel_id)?;
@@ -217,6 +225,29 @@ mod tests {
         let mut other_server = msg(&[]);
         other_server.server_id = S + 1;
         assert_eq!(decide(&identity(gm, VIEW), &other_server), None);
+        let dm = |mentions: &'static [u64]| Requirement {
+            server_id: 0,
+            channel_id: 77,
+            intent: intents::DIRECT_MESSAGES,
+            permissions: 0,
+            has_content: true,
+            mentions,
+        };
+        assert_eq!(
+            decide(&identity(intents::DIRECT_MESSAGES, 0), &dm(&[BOT])),
+            Some(Variant::Full),
+            "DM exception"
+        );
+        assert_eq!(
+            decide(&identity(gm, VIEW), &dm(&[BOT])),
+            None,
+            "DM needs DIRECT_MESSAGES"
+        );
+        assert_eq!(
+            decide(&identity(intents::DIRECT_MESSAGES, 0), &dm(&[BOT + 1])),
+            None,
+            "someone else's DM"
+        );
         let mut unknown_channel = msg(&[]);
         unknown_channel.channel_id = 11;
         assert_eq!(decide(&identity(gm, VIEW), &unknown_channel), None);

@@ -68,8 +68,21 @@ pub struct FanOut {
     by_id: HashMap<SessionId, u32>,
     /// Sessions (attached or not) per server they receive events for.
     index: HashMap<u64, Vec<u32>>,
+    /// Sessions per bot user, for direct messages.
+    by_bot: HashMap<u64, Vec<u32>>,
     /// The redacted variant of the event being delivered.
     redacted: Vec<u8>,
+}
+
+fn unlist(map: &mut HashMap<u64, Vec<u32>>, key: u64, idx: u32) {
+    if let Some(v) = map.get_mut(&key) {
+        if let Some(p) = v.iter().position(|i| *i == idx) {
+            v.swap_remove(p);
+        }
+        if v.is_empty() {
+            map.remove(&key);
+        }
+    }
 }
 
 /// Arena record layout: `[t_len: u8][t][d]`.
@@ -93,6 +106,7 @@ impl FanOut {
             free: Vec::with_capacity(max_sessions),
             by_id: HashMap::with_capacity(max_sessions),
             index: HashMap::new(),
+            by_bot: HashMap::new(),
             redacted: Vec::with_capacity(64 * 1024),
             cfg,
         })
@@ -138,6 +152,10 @@ impl FanOut {
         for g in &s.identity.guilds {
             self.index.entry(g.id).or_default().push(idx);
         }
+        self.by_bot
+            .entry(s.identity.bot_user_id)
+            .or_default()
+            .push(idx);
         idx
     }
 
@@ -148,15 +166,9 @@ impl FanOut {
         };
         s.ring.clear(&mut self.slab);
         self.by_id.remove(&s.identity.session_id);
+        unlist(&mut self.by_bot, s.identity.bot_user_id, idx);
         for g in &s.identity.guilds {
-            if let Some(v) = self.index.get_mut(&g.id) {
-                if let Some(p) = v.iter().position(|i| *i == idx) {
-                    v.swap_remove(p);
-                }
-                if v.is_empty() {
-                    self.index.remove(&g.id);
-                }
-            }
+            unlist(&mut self.index, g.id, idx);
         }
         self.free.push(idx);
     }
@@ -245,9 +257,6 @@ impl FanOut {
         mut overflow: impl FnMut(u32, ConnKey),
     ) -> Delivered {
         let mut out = Delivered::default();
-        let Some(recipients) = self.index.get(&ev.server_id) else {
-            return out;
-        };
         let req = Requirement {
             server_id: ev.server_id,
             channel_id: ev.channel_id,
@@ -257,72 +266,91 @@ impl FanOut {
             mentions: ev.mentions,
         };
         let (mut full, mut redacted): (Option<RecordRef>, Option<RecordRef>) = (None, None);
-        for &idx in recipients {
-            let Some(s) = self.sessions[idx as usize].as_mut() else {
-                continue;
-            };
-            if s.lost {
-                continue; // nothing more can be kept for a session with a hole
-            }
-            let Some(variant) = entitlement::decide(&s.identity, &req) else {
-                continue;
-            };
-            // Copy into the arena on the first recipient of each variant only.
-            let record = match variant {
-                Variant::Full => match full {
-                    Some(r) => r,
-                    None => {
-                        let t = &ev.t.as_bytes()[..ev.t.len().min(255)];
-                        match self.arena.append(&[&[t.len() as u8], t, ev.d]) {
-                            Ok(r) => {
-                                out.appended_records += 1;
-                                *full.insert(r)
+        // The body below runs once per candidate recipient; a macro keeps it
+        // in one place for both ways of finding candidates.
+        macro_rules! offer {
+            ($idx:expr) => {{
+                let idx: u32 = $idx;
+                let Some(s) = self.sessions[idx as usize].as_mut() else {
+                    continue;
+                };
+                if s.lost {
+                    continue; // nothing more can be kept for a session with a hole
+                }
+                let Some(variant) = entitlement::decide(&s.identity, &req) else {
+                    continue;
+                };
+                // Copy into the arena on the first recipient of each variant only.
+                let record = match variant {
+                    Variant::Full => match full {
+                        Some(r) => r,
+                        None => {
+                            let t = &ev.t.as_bytes()[..ev.t.len().min(255)];
+                            match self.arena.append(&[&[t.len() as u8], t, ev.d]) {
+                                Ok(r) => {
+                                    out.appended_records += 1;
+                                    *full.insert(r)
+                                }
+                                Err(_) => return out, // larger than any record can be: counted by the arena
                             }
-                            Err(_) => return out, // larger than any record can be: counted by the arena
+                        }
+                    },
+                    Variant::Redacted => match redacted {
+                        Some(r) => r,
+                        None => {
+                            self.redacted.clear();
+                            if ingest::redact_message_content(ev.d, &mut self.redacted).is_err() {
+                                // Unparseable message: never leak content to a bot without the intent.
+                                continue;
+                            }
+                            let t = &ev.t.as_bytes()[..ev.t.len().min(255)];
+                            match self.arena.append(&[&[t.len() as u8], t, &self.redacted]) {
+                                Ok(r) => {
+                                    out.appended_records += 1;
+                                    *redacted.insert(r)
+                                }
+                                Err(_) => continue,
+                            }
+                        }
+                    },
+                };
+                if variant == Variant::Redacted {
+                    out.redacted += 1;
+                }
+                let entry = Entry {
+                    record,
+                    seq: s.ring.next_seq(),
+                    at_ms: now_ms,
+                };
+                match s.ring.push(&mut self.slab, entry) {
+                    Ok(()) => {
+                        out.recipients += 1;
+                        if let Some(c) = s.conn {
+                            queued(c);
                         }
                     }
-                },
-                Variant::Redacted => match redacted {
-                    Some(r) => r,
-                    None => {
-                        self.redacted.clear();
-                        if ingest::redact_message_content(ev.d, &mut self.redacted).is_err() {
-                            // Unparseable message: never leak content to a bot without the intent.
-                            continue;
+                    Err(_) => {
+                        out.overflowed += 1;
+                        match s.conn {
+                            Some(c) => overflow(idx, c),
+                            None => s.lost = true,
                         }
-                        let t = &ev.t.as_bytes()[..ev.t.len().min(255)];
-                        match self.arena.append(&[&[t.len() as u8], t, &self.redacted]) {
-                            Ok(r) => {
-                                out.appended_records += 1;
-                                *redacted.insert(r)
-                            }
-                            Err(_) => continue,
-                        }
-                    }
-                },
-            };
-            if variant == Variant::Redacted {
-                out.redacted += 1;
-            }
-            let entry = Entry {
-                record,
-                seq: s.ring.next_seq(),
-                at_ms: now_ms,
-            };
-            match s.ring.push(&mut self.slab, entry) {
-                Ok(()) => {
-                    out.recipients += 1;
-                    if let Some(c) = s.conn {
-                        queued(c);
                     }
                 }
-                Err(_) => {
-                    out.overflowed += 1;
-                    match s.conn {
-                        Some(c) => overflow(idx, c),
-                        None => s.lost = true,
+            }};
+        }
+        if ev.server_id == 0 {
+            // A direct message: the producer names the recipient bots in `mentions`.
+            for &bot in ev.mentions {
+                if let Some(list) = self.by_bot.get(&bot) {
+                    for &idx in list {
+                        offer!(idx);
                     }
                 }
+            }
+        } else if let Some(list) = self.index.get(&ev.server_id) {
+            for &idx in list {
+                offer!(idx);
             }
         }
         out

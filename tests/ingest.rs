@@ -210,3 +210,52 @@ fn a_channel_overwrite_in_the_stream_changes_who_sees_later_events() {
     let _ = identify(&mut ws2, &node.token);
     assert_eq!(metric(&node, "gatewayd_ingest_state_changes_total"), 2);
 }
+
+#[test]
+fn a_direct_message_reaches_only_the_named_bot_with_its_content() {
+    let node = Node::start(&["--no-demo"]);
+    let stream = TcpStream::connect(node.gateway).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let mut ws = tungstenite::client(format!("ws://{}/", node.gateway), stream)
+        .unwrap()
+        .0;
+    assert_eq!(recv(&mut ws)["op"], 10);
+    // DIRECT_MESSAGES and GUILD_MESSAGES, but no MESSAGE_CONTENT.
+    let intents = (1 << 12) | (1 << 9);
+    ws.send(Message::text(
+        json!({"op": 2, "d": {"token": node.token, "intents": intents, "properties": {}}})
+            .to_string(),
+    ))
+    .unwrap();
+    let ready = recv(&mut ws);
+    let bot: u64 = ready["d"]["user"]["id"].as_str().unwrap().parse().unwrap();
+    let _ = recv(&mut ws); // GUILD_CREATE
+    let mut producer = TcpStream::connect(node.ingest).unwrap();
+    let mut bytes = Vec::new();
+    let dm = |to: u64, content: &str, out: &mut Vec<u8>| {
+        let d = json!({"id": "2", "channel_id": "900", "content": content, "author": {"id": "5", "username": "u"}, "embeds": []});
+        ingest::encode_parts(
+            "MESSAGE_CREATE",
+            0,
+            900,
+            1 << 12,
+            0,
+            0,
+            ingest::FLAG_HAS_CONTENT,
+            &[to],
+            d.to_string().as_bytes(),
+            out,
+        );
+    };
+    dm(bot + 1, "not for you", &mut bytes);
+    dm(bot, "for you", &mut bytes);
+    producer.write_all(&bytes).unwrap();
+    let v = recv(&mut ws);
+    assert_eq!(v["t"], "MESSAGE_CREATE");
+    assert_eq!(
+        v["d"]["content"], "for you",
+        "DMs keep their content without MESSAGE_CONTENT"
+    );
+}

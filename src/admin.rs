@@ -39,11 +39,12 @@ fn serve(mut s: TcpStream, shared: &Shared) -> std::io::Result<()> {
             break;
         }
     }
-    let path = match net::http::parse_head(&buf[..n]) {
-        Ok(Some((_, head))) => head.path,
-        _ => String::new(),
+    let (method, path) = match net::http::parse_head(&buf[..n]) {
+        Ok(Some((_, head))) => (head.method, head.path),
+        _ => (String::new(), String::new()),
     };
     let workers = shared.metrics.len();
+    let method = method.as_str();
     let (status, ctype, body) = match path.as_str() {
         "/metrics" => {
             let mut out = String::with_capacity(8192);
@@ -56,6 +57,12 @@ fn serve(mut s: TcpStream, shared: &Shared) -> std::io::Result<()> {
             (200, "text/plain; version=0.0.4; charset=utf-8", out)
         }
         "/healthz" => (200, "text/plain", "ok\n".to_string()),
+        "/drain" if method == "POST" => {
+            // The same path as SIGTERM: op 7 spread over the drain window, then exit.
+            // SAFETY: signalling our own process.
+            unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+            (202, "text/plain", "draining\n".to_string())
+        }
         "/readyz" => {
             let ready = shared.ready_workers.load(Ordering::SeqCst) == workers
                 && !shared.shutting_down.load(Ordering::SeqCst);

@@ -92,8 +92,11 @@ pub struct Limits {
     pub resume_window_ms: u64,
     /// Unsent bytes a session may queue before it is closed (4000, resumable).
     pub outbound_buffer_bytes: usize,
-    /// After SIGTERM: time from op 7 to closing what is left.
+    /// After the last op 7 of a drain: time before closing what is left.
     pub shutdown_grace_ms: u64,
+    /// SIGTERM and POST /drain send op 7 to every session at a random moment
+    /// within this window (SIGINT drains at once).
+    pub drain_spread_ms: u64,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -146,6 +149,7 @@ impl Default for Limits {
             resume_window_ms: 120_000,
             outbound_buffer_bytes: 4 << 20,
             shutdown_grace_ms: 3_000,
+            drain_spread_ms: 30_000,
         }
     }
 }
@@ -203,6 +207,9 @@ pub struct RunArgs {
     pub resume_window_ms: Option<u64>,
     #[arg(long)]
     pub shutdown_grace_ms: Option<u64>,
+    /// Window over which a drain (SIGTERM, POST /drain) spreads op 7.
+    #[arg(long)]
+    pub drain_spread_ms: Option<u64>,
     /// Ingest listener address (events in).
     #[arg(long)]
     pub ingest_addr: Option<SocketAddr>,
@@ -248,6 +255,7 @@ impl Config {
         set!(args.handshake_timeout_ms => cfg.limits.handshake_timeout_ms);
         set!(args.resume_window_ms => cfg.limits.resume_window_ms);
         set!(args.shutdown_grace_ms => cfg.limits.shutdown_grace_ms);
+        set!(args.drain_spread_ms => cfg.limits.drain_spread_ms);
         set!(args.demo_interval_ms => cfg.demo.interval_ms);
         set!(args.ingest_addr => cfg.events.ingest_addr);
         set!(args.max_unsent => cfg.events.max_unsent);

@@ -112,8 +112,10 @@ pub enum ToWorker {
         conn: Box<crate::worker::Conn>,
         action: crate::gateway::session::Action,
     },
-    /// Drain: op 7 to every session, then close.
-    Shutdown,
+    /// Drain: op 7 to every session, spread over `spread_ms`, then close.
+    Shutdown {
+        spread_ms: u64,
+    },
 }
 
 /// The sending half of a worker's inbox. Writing the eventfd wakes the

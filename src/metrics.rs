@@ -30,6 +30,7 @@ pub struct WorkerMetrics {
     pub handovers_out: AtomicU64,
     pub handovers_in: AtomicU64,
     pub slow_consumer_closes: AtomicU64,
+    pub reconnects_sent: AtomicU64,
     pub sessions_degraded: AtomicU64,
     pub arena_records: AtomicU64,
     pub arena_wraps: AtomicU64,
@@ -61,7 +62,7 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
     fn family(out: &mut String, name: &str, kind: &str, help: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
     }
-    let per_worker: [(&str, &str, &str, fn(&WorkerMetrics) -> &AtomicU64); 24] = [
+    let per_worker: [(&str, &str, &str, fn(&WorkerMetrics) -> &AtomicU64); 25] = [
         ("gatewayd_connections", "gauge", "Open TCP connections (HTTP, WebSocket, closing).", |m| &m.connections_open),
         ("gatewayd_connections_accepted_total", "counter", "TCP connections accepted.", |m| &m.connections_accepted),
         ("gatewayd_accept_errors_total", "counter", "Accepts that failed (e.g. fixed file table full).", |m| &m.accept_errors),
@@ -81,6 +82,7 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
         ("gatewayd_handovers_out_total", "counter", "Connections passed to the worker owning their session or placement.", |m| &m.handovers_out),
         ("gatewayd_handovers_in_total", "counter", "Connections adopted from another worker.", |m| &m.handovers_in),
         ("gatewayd_slow_consumer_closes_total", "counter", "Sessions closed (4000, resumable) because their send queue reached its bound.", |m| &m.slow_consumer_closes),
+        ("gatewayd_reconnects_sent_total", "counter", "Op 7 Reconnect sent (drain).", |m| &m.reconnects_sent),
         ("gatewayd_sessions_degraded", "gauge", "Sessions whose send queue is at least 80 % full.", |m| &m.sessions_degraded),
         ("gatewayd_arena_records_total", "counter", "Event records copied into the worker's arena (at most one per variant per event).", |m| &m.arena_records),
         ("gatewayd_arena_wraps_total", "counter", "Times the worker's event arena wrapped around.", |m| &m.arena_wraps),

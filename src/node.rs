@@ -190,10 +190,16 @@ pub fn run(cfg: Config) -> Result<(), String> {
     ])
     .map_err(|e| e.to_string())?;
     let sig = signals.forever().next();
-    tracing::info!(?sig, "draining: op 7 to every session");
+    // SIGTERM (an orchestrator, or POST /drain) spreads the reconnects; SIGINT (a person) does not wait.
+    let spread_ms = if sig == Some(signal_hook::consts::SIGINT) {
+        0
+    } else {
+        cfg.limits.drain_spread_ms
+    };
+    tracing::info!(?sig, spread_ms, "draining: op 7 to every session");
     shared.shutting_down.store(true, Ordering::SeqCst);
     for h in handles.iter() {
-        h.send(ToWorker::Shutdown);
+        h.send(ToWorker::Shutdown { spread_ms });
     }
     for t in worker_threads {
         let _ = t.join();

@@ -208,6 +208,8 @@ pub struct Worker {
     graveyard: HashMap<u64, (Vec<u8>, Option<u16>)>,
     open: usize,
     draining_until: Option<u64>,
+    /// Drain: when each session gets its op 7 (latest first, popped from the end).
+    drain_schedule: Vec<(u64, ConnKey)>,
     started: Instant,
     tick_armed: bool,
     adopting: HashMap<u64, Adoption>,
@@ -317,6 +319,7 @@ impl Worker {
             graveyard: HashMap::new(),
             open: 0,
             draining_until: None,
+            drain_schedule: Vec::new(),
             started: Instant::now(),
             tick_armed: false,
             adopting: HashMap::new(),
@@ -1416,7 +1419,7 @@ impl Worker {
                 a.conn = Some((conn, action));
                 self.try_adopt(token);
             }
-            ToWorker::Shutdown => self.drain(),
+            ToWorker::Shutdown { spread_ms } => self.drain(spread_ms),
         }
     }
 
@@ -1583,6 +1586,7 @@ impl Worker {
             }
         }
         if let Some(until) = self.draining_until {
+            self.send_due_reconnects(now);
             if now > until {
                 let keys: Vec<ConnKey> = self.all_keys();
                 for key in keys {
@@ -1740,24 +1744,33 @@ impl Worker {
         keys
     }
 
-    /// SIGTERM: stop accepting, op 7 to every session, close the rest later.
-    fn drain(&mut self) {
+    /// Drain: stop accepting, then op 7 to every session at a random moment
+    /// within `spread_ms` (so a fleet's reconnects do not arrive at once),
+    /// then close what is left after the grace period.
+    fn drain(&mut self, spread_ms: u64) {
         if self.draining_until.is_some() {
             return;
         }
         let now = self.now_ms();
-        self.draining_until = Some(now + self.shared.cfg.limits.shutdown_grace_ms);
+        self.draining_until = Some(now + spread_ms + self.shared.cfg.limits.shutdown_grace_ms);
         for r in 0..self.rings.len() {
             let rs = &mut self.rings[r];
             rs.ring
                 .cancel_user_data(ud(OP_ACCEPT, r as u8, 0, 0), ud(OP_CANCEL, r as u8, 0, 0));
         }
+        let mut seed = [0u8; 8];
+        let _ = getrandom::fill(&mut seed);
+        let mut x = u64::from_le_bytes(seed) | 1;
         for key in self.all_keys() {
             let Some(conn) = self.conn(key) else { continue };
             match &mut conn.state {
                 ConnState::WebSocket(_) => {
-                    payload::reconnect(&mut conn.out);
-                    self.queue_flush(key);
+                    // xorshift: a cheap, good-enough spread.
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let due = now + if spread_ms == 0 { 0 } else { x % spread_ms };
+                    self.drain_schedule.push((due, key));
                 }
                 ConnState::Http => {
                     if !conn.rest_pending {
@@ -1765,6 +1778,26 @@ impl Worker {
                     }
                 }
                 ConnState::Closing => {}
+            }
+        }
+        self.drain_schedule
+            .sort_unstable_by_key(|(due, _)| std::cmp::Reverse(*due));
+        self.send_due_reconnects(now);
+    }
+
+    /// Op 7 to every session whose moment in the drain has come.
+    fn send_due_reconnects(&mut self, now: u64) {
+        while let Some(&(due, key)) = self.drain_schedule.last() {
+            if due > now {
+                break;
+            }
+            self.drain_schedule.pop();
+            if let Some(conn) = self.conn(key) {
+                if matches!(conn.state, ConnState::WebSocket(_)) {
+                    payload::reconnect(&mut conn.out);
+                    WorkerMetrics::inc(&self.metrics().reconnects_sent);
+                    self.queue_flush(key);
+                }
             }
         }
     }

@@ -198,17 +198,20 @@ fn resume_is_refused_when_the_session_lost_events_at_its_bound() {
     );
 }
 
-#[test]
-fn sigterm_sends_reconnect_to_every_session_then_closes() {
-    let mut node = Node::start(&["--no-demo", "--shutdown-grace-ms", "500"]);
-    let mut sessions: Vec<_> = (0..6).map(|_| connect(&node)).collect();
+/// Identify `n` sessions, trigger a drain with `trigger`, and return when
+/// each session saw its op 7 (ms after the trigger); each must then be closed.
+fn drain_and_time(node: &mut Node, n: usize, trigger: impl FnOnce(&mut Node)) -> Vec<u128> {
+    let mut sessions: Vec<_> = (0..n).map(|_| connect(node)).collect();
     for ws in &mut sessions {
         identify(ws, &node.token);
     }
-    unsafe { libc::kill(node.child.id() as i32, libc::SIGTERM) };
+    let start = std::time::Instant::now();
+    trigger(node);
+    let mut at = Vec::new();
     for ws in &mut sessions {
         let v = recv(ws);
         assert_eq!(v["op"], 7, "op 7 Reconnect first: {v}");
+        at.push(start.elapsed().as_millis());
         // Then the node closes the connection (resumable code) or the socket ends.
         loop {
             match ws.read() {
@@ -225,8 +228,49 @@ fn sigterm_sends_reconnect_to_every_session_then_closes() {
             }
         }
     }
+    at
+}
+
+#[test]
+fn sigterm_sends_reconnect_to_every_session_spread_over_the_window_then_exits() {
+    let mut node = Node::start(&[
+        "--no-demo",
+        "--shutdown-grace-ms",
+        "500",
+        "--drain-spread-ms",
+        "1500",
+    ]);
+    let at = drain_and_time(&mut node, 20, |n| unsafe {
+        libc::kill(n.child.id() as i32, libc::SIGTERM);
+    });
+    let (min, max) = (at.iter().min().unwrap(), at.iter().max().unwrap());
+    assert!(
+        max - min > 300,
+        "op 7s are spread over the window, not sent at once: {at:?}"
+    );
+    assert!(
+        *max < 1500 + 2000,
+        "every op 7 within the window (plus slack): {at:?}"
+    );
     let status = node.child.wait().unwrap();
     assert!(status.success(), "clean exit after drain: {status}");
+}
+
+#[test]
+fn post_drain_on_the_admin_port_drains_like_sigterm() {
+    let mut node = Node::start(&[
+        "--no-demo",
+        "--shutdown-grace-ms",
+        "300",
+        "--drain-spread-ms",
+        "300",
+    ]);
+    let at = drain_and_time(&mut node, 4, |n| {
+        let (status, _) = common::http_request(n.admin, "POST", "/drain", &[]).unwrap();
+        assert_eq!(status, 202);
+    });
+    assert_eq!(at.len(), 4);
+    assert!(node.child.wait().unwrap().success());
 }
 
 #[test]

@@ -680,8 +680,7 @@ mod tests {
         let mut buf = [0u8; 12];
         client.read_exact(&mut buf).unwrap();
         assert_eq!(&buf, b"hello client");
-        ring.shutdown(slot, libc::SHUT_RDWR, 4);
-        ring.close(slot, 5);
+        ring.shutdown_and_close(slot, 4, 5);
         let mut closed = false;
         for _ in 0..10 {
             ring.submit_and_wait(1).unwrap();

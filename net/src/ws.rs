@@ -1,0 +1,953 @@
+//! RFC 6455 WebSocket framing, server side. Pure: no I/O, no allocation on the
+//! encode hot path, and no panics on any input (the decoder is fuzzed).
+//!
+//! Extensions are never negotiated, so every RSV bit must be zero.
+
+use thiserror::Error;
+
+/// Longest unmasked server frame header: 2 bytes + 64-bit extended length.
+pub const MAX_SERVER_HEADER: usize = 10;
+/// Control frames (Close/Ping/Pong) carry at most this many payload bytes.
+pub const MAX_CONTROL_PAYLOAD: usize = 125;
+/// A Close payload is a 2-byte code plus at most this many reason bytes.
+pub const MAX_CLOSE_REASON: usize = MAX_CONTROL_PAYLOAD - 2;
+/// Reassembly buffers with more capacity than this are freed once their message
+/// has been handed out, so idle connections do not pin large allocations.
+const KEEP_REASSEMBLY_CAPACITY: usize = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum OpCode {
+    Continuation = 0x0,
+    Text = 0x1,
+    Binary = 0x2,
+    Close = 0x8,
+    Ping = 0x9,
+    Pong = 0xA,
+}
+
+impl OpCode {
+    /// The opcode for the low nibble `b`, or `None` for reserved values.
+    pub const fn from_u8(b: u8) -> Option<Self> {
+        Some(match b {
+            0x0 => OpCode::Continuation,
+            0x1 => OpCode::Text,
+            0x2 => OpCode::Binary,
+            0x8 => OpCode::Close,
+            0x9 => OpCode::Ping,
+            0xA => OpCode::Pong,
+            _ => return None,
+        })
+    }
+
+    pub const fn as_u8(self) -> u8 {
+        self as u8
+    }
+
+    pub const fn is_control(self) -> bool {
+        (self as u8) & 0x8 != 0
+    }
+}
+
+impl From<OpCode> for u8 {
+    fn from(op: OpCode) -> u8 {
+        op.as_u8()
+    }
+}
+
+impl TryFrom<u8> for OpCode {
+    type Error = WsError;
+    fn try_from(b: u8) -> Result<Self, WsError> {
+        OpCode::from_u8(b).ok_or(WsError::Protocol("reserved opcode"))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum WsError {
+    #[error("websocket protocol error: {0}")]
+    Protocol(&'static str),
+    #[error("websocket message too big")]
+    MessageTooBig,
+    #[error("invalid UTF-8 in websocket text message or close reason")]
+    InvalidUtf8,
+}
+
+impl WsError {
+    /// The close code to send to the peer before dropping the connection.
+    pub fn close_code(&self) -> u16 {
+        match self {
+            WsError::Protocol(_) => 1002,
+            WsError::MessageTooBig => 1009,
+            WsError::InvalidUtf8 => 1007,
+        }
+    }
+}
+
+/// A complete message. Unfragmented data and all control frames borrow the
+/// caller's buffer; reassembled fragmented messages borrow the decoder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Message<'a> {
+    Text(&'a str),
+    Binary(&'a [u8]),
+    Ping(&'a [u8]),
+    Pong(&'a [u8]),
+    /// Status code (None for an empty Close payload) and reason.
+    Close(Option<u16>, &'a str),
+}
+
+/// Writes an unmasked server frame header for a payload of `payload_len` bytes
+/// into `out` and returns its length (2, 4 or 10).
+#[inline]
+pub fn encode_header(
+    op: OpCode,
+    fin: bool,
+    payload_len: usize,
+    out: &mut [u8; MAX_SERVER_HEADER],
+) -> usize {
+    out[0] = if fin { 0x80 } else { 0 } | op.as_u8();
+    if payload_len < 126 {
+        out[1] = payload_len as u8;
+        2
+    } else if let Ok(len) = u16::try_from(payload_len) {
+        out[1] = 126;
+        out[2..4].copy_from_slice(&len.to_be_bytes());
+        4
+    } else {
+        out[1] = 127;
+        // usize is at most 64 bits on every supported target.
+        out[2..10].copy_from_slice(&(payload_len as u64).to_be_bytes());
+        10
+    }
+}
+
+/// Appends a complete, final, unmasked frame.
+pub fn encode_frame(op: OpCode, payload: &[u8], out: &mut Vec<u8>) {
+    let mut hdr = [0u8; MAX_SERVER_HEADER];
+    let n = encode_header(op, true, payload.len(), &mut hdr);
+    out.reserve(n + payload.len());
+    out.extend_from_slice(&hdr[..n]);
+    out.extend_from_slice(payload);
+}
+
+/// Appends a complete Close frame. `reason` is truncated on a char boundary so
+/// the payload fits the 125-byte control frame limit.
+pub fn encode_close(code: u16, reason: &str, out: &mut Vec<u8>) {
+    let reason = truncate_on_char_boundary(reason, MAX_CLOSE_REASON);
+    let mut hdr = [0u8; MAX_SERVER_HEADER];
+    let n = encode_header(OpCode::Close, true, 2 + reason.len(), &mut hdr);
+    out.reserve(n + 2 + reason.len());
+    out.extend_from_slice(&hdr[..n]);
+    out.extend_from_slice(&code.to_be_bytes());
+    out.extend_from_slice(reason.as_bytes());
+}
+
+/// Appends a masked frame as a client would send it. Not used by the server;
+/// exists for tests, benchmarks and load generators.
+pub fn encode_client_frame(
+    op: OpCode,
+    fin: bool,
+    mask: [u8; 4],
+    payload: &[u8],
+    out: &mut Vec<u8>,
+) {
+    let mut hdr = [0u8; MAX_SERVER_HEADER];
+    let n = encode_header(op, fin, payload.len(), &mut hdr);
+    hdr[1] |= 0x80;
+    out.reserve(n + 4 + payload.len());
+    out.extend_from_slice(&hdr[..n]);
+    out.extend_from_slice(&mask);
+    let start = out.len();
+    out.extend_from_slice(payload);
+    if let Some(p) = out.get_mut(start..) {
+        apply_mask(p, mask);
+    }
+}
+
+fn truncate_on_char_boundary(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1; // terminates: index 0 is always a boundary
+    }
+    s.get(..end).unwrap_or("")
+}
+
+/// XORs `data` with the repeating 4-byte `mask`, starting at mask offset 0.
+#[inline]
+fn apply_mask(data: &mut [u8], mask: [u8; 4]) {
+    let wide = u64::from_ne_bytes([
+        mask[0], mask[1], mask[2], mask[3], mask[0], mask[1], mask[2], mask[3],
+    ]);
+    let (chunks, rest) = data.as_chunks_mut::<8>();
+    for c in chunks {
+        *c = (u64::from_ne_bytes(*c) ^ wide).to_ne_bytes();
+    }
+    // Chunks cover a multiple of 8 bytes, so the remainder starts at mask offset 0.
+    for (b, m) in rest.iter_mut().zip(mask.iter().cycle()) {
+        *b ^= m;
+    }
+}
+
+/// Close codes a peer may legitimately send (RFC 6455 §7.4).
+pub fn is_valid_close_code(code: u16) -> bool {
+    matches!(code, 1000..=1003 | 1007..=1011 | 3000..=4999)
+}
+
+/// Incremental decoder for client-to-server frames.
+///
+/// Usage: keep unconsumed bytes in a buffer starting at the next frame and call
+/// [`Decoder::decode`] on it:
+/// - `Ok(None)`: no complete frame yet; append more bytes and call again with
+///   the same start. Neither the buffer nor the decoder was modified.
+/// - `Ok(Some((n, msg)))`: one frame of `n` bytes was consumed (its payload was
+///   unmasked in place); `msg` is `Some` when a whole message is available,
+///   `None` after a non-final data fragment.
+/// - `Err(e)`: fatal; send a Close with `e.close_code()` and drop the
+///   connection. The decoder must not be used again.
+///
+/// A caller that loops until `Ok(None)` also releases the reassembly buffer: it
+/// is reset at the start of the call after the one that returned it.
+#[derive(Debug)]
+pub struct Decoder {
+    max_message: usize,
+    /// Opcode (Text or Binary) of the fragmented message being reassembled.
+    frag_op: Option<OpCode>,
+    frag: Vec<u8>,
+    /// Length of the prefix of `frag` already checked to be valid UTF-8, so a
+    /// bad fragmented text message fails as soon as its bad fragment arrives.
+    utf8_checked: usize,
+    /// `frag` holds a message handed out by the previous call.
+    frag_returned: bool,
+}
+
+struct Header {
+    fin: bool,
+    op: OpCode,
+    mask: [u8; 4],
+    header_len: usize,
+    payload_len: usize,
+}
+
+impl Decoder {
+    /// `max_message` bounds each data frame and each reassembled message.
+    pub fn new(max_message: usize) -> Self {
+        Decoder {
+            max_message,
+            frag_op: None,
+            frag: Vec::new(),
+            utf8_checked: 0,
+            frag_returned: false,
+        }
+    }
+
+    pub fn max_message(&self) -> usize {
+        self.max_message
+    }
+
+    /// True between the first and the final fragment of a message.
+    pub fn is_mid_message(&self) -> bool {
+        self.frag_op.is_some()
+    }
+
+    /// Bytes currently allocated for reassembly (for tests and metrics).
+    pub fn reassembly_capacity(&self) -> usize {
+        self.frag.capacity()
+    }
+
+    /// Parses at most one frame from the start of `buf`; see the type docs.
+    pub fn decode<'a>(
+        &'a mut self,
+        buf: &'a mut [u8],
+    ) -> Result<Option<(usize, Option<Message<'a>>)>, WsError> {
+        if self.frag_returned {
+            self.frag_returned = false;
+            self.frag.clear();
+            self.utf8_checked = 0;
+            if self.frag.capacity() > KEEP_REASSEMBLY_CAPACITY {
+                self.frag = Vec::new();
+            }
+        }
+        let Some(h) = self.parse_header(buf)? else {
+            return Ok(None);
+        };
+        let Some(total) = h.header_len.checked_add(h.payload_len) else {
+            return Err(WsError::MessageTooBig);
+        };
+        let Some(payload) = buf.get_mut(h.header_len..total) else {
+            return Ok(None);
+        };
+        apply_mask(payload, h.mask);
+        let payload: &'a [u8] = payload;
+
+        let msg = match h.op {
+            OpCode::Ping => Some(Message::Ping(payload)),
+            OpCode::Pong => Some(Message::Pong(payload)),
+            OpCode::Close => Some(parse_close(payload)?),
+            OpCode::Text | OpCode::Binary if h.fin => Some(if h.op == OpCode::Text {
+                Message::Text(std::str::from_utf8(payload).map_err(|_| WsError::InvalidUtf8)?)
+            } else {
+                Message::Binary(payload)
+            }),
+            OpCode::Text | OpCode::Binary => {
+                self.frag_op = Some(h.op);
+                self.frag.extend_from_slice(payload);
+                self.check_partial_utf8()?;
+                None
+            }
+            OpCode::Continuation => {
+                self.frag.extend_from_slice(payload);
+                if !h.fin {
+                    self.check_partial_utf8()?;
+                    None
+                } else {
+                    self.frag_returned = true;
+                    match self.frag_op.take() {
+                        Some(OpCode::Text) => Some(Message::Text(
+                            std::str::from_utf8(&self.frag).map_err(|_| WsError::InvalidUtf8)?,
+                        )),
+                        Some(_) => Some(Message::Binary(&self.frag)),
+                        // parse_header rejects a continuation with no open message.
+                        None => return Err(WsError::Protocol("unexpected continuation frame")),
+                    }
+                }
+            }
+        };
+        Ok(Some((total, msg)))
+    }
+
+    /// Validates everything the header can tell before its payload arrives.
+    /// `Ok(None)` means the header itself is still incomplete.
+    fn parse_header(&self, buf: &[u8]) -> Result<Option<Header>, WsError> {
+        let (b0, b1) = match buf {
+            [b0, b1, ..] => (*b0, *b1),
+            _ => return Ok(None),
+        };
+        if b0 & 0x70 != 0 {
+            return Err(WsError::Protocol("reserved bits set"));
+        }
+        let op = OpCode::try_from(b0 & 0x0F)?;
+        let fin = b0 & 0x80 != 0;
+        if b1 & 0x80 == 0 {
+            return Err(WsError::Protocol("client frame is not masked"));
+        }
+        let len7 = b1 & 0x7F;
+        if op.is_control() {
+            if !fin {
+                return Err(WsError::Protocol("fragmented control frame"));
+            }
+            if usize::from(len7) > MAX_CONTROL_PAYLOAD {
+                return Err(WsError::Protocol("control frame payload too long"));
+            }
+        } else {
+            match (op, self.frag_op) {
+                (OpCode::Continuation, None) => {
+                    return Err(WsError::Protocol("continuation frame without a message"));
+                }
+                (OpCode::Text | OpCode::Binary, Some(_)) => {
+                    return Err(WsError::Protocol("data frame inside a fragmented message"));
+                }
+                _ => {}
+            }
+        }
+
+        let (len, ext): (u64, usize) = match len7 {
+            126 => match buf.get(2..).and_then(|s| s.first_chunk::<2>()) {
+                Some(b) => (u64::from(u16::from_be_bytes(*b)), 2),
+                None => return Ok(None),
+            },
+            127 => match buf.get(2..).and_then(|s| s.first_chunk::<8>()) {
+                Some(b) => {
+                    let len = u64::from_be_bytes(*b);
+                    if len >> 63 != 0 {
+                        return Err(WsError::Protocol("64-bit length has its top bit set"));
+                    }
+                    (len, 8)
+                }
+                None => return Ok(None),
+            },
+            n => (u64::from(n), 0),
+        };
+
+        if !op.is_control() {
+            let before = if op == OpCode::Continuation {
+                self.frag.len() as u64
+            } else {
+                0
+            };
+            let max = u64::try_from(self.max_message).unwrap_or(u64::MAX);
+            if before.saturating_add(len) > max {
+                return Err(WsError::MessageTooBig);
+            }
+        }
+        // Data lengths are now <= max_message and control lengths <= 125.
+        let payload_len = usize::try_from(len).map_err(|_| WsError::MessageTooBig)?;
+
+        let mask_at = 2 + ext;
+        let Some(mask) = buf.get(mask_at..).and_then(|s| s.first_chunk::<4>()) else {
+            return Ok(None);
+        };
+        Ok(Some(Header {
+            fin,
+            op,
+            mask: *mask,
+            header_len: mask_at + 4,
+            payload_len,
+        }))
+    }
+
+    /// Fails fast on invalid UTF-8 in a partly received text message; an
+    /// incomplete trailing sequence is fine, it may finish in the next fragment.
+    fn check_partial_utf8(&mut self) -> Result<(), WsError> {
+        if self.frag_op != Some(OpCode::Text) {
+            return Ok(());
+        }
+        let tail = self.frag.get(self.utf8_checked..).unwrap_or_default();
+        match std::str::from_utf8(tail) {
+            Ok(_) => self.utf8_checked = self.frag.len(),
+            Err(e) if e.error_len().is_some() => return Err(WsError::InvalidUtf8),
+            Err(e) => self.utf8_checked += e.valid_up_to(),
+        }
+        Ok(())
+    }
+}
+
+fn parse_close(payload: &[u8]) -> Result<Message<'_>, WsError> {
+    match payload {
+        [] => Ok(Message::Close(None, "")),
+        [_] => Err(WsError::Protocol("close payload of one byte")),
+        [hi, lo, reason @ ..] => {
+            let code = u16::from_be_bytes([*hi, *lo]);
+            if !is_valid_close_code(code) {
+                return Err(WsError::Protocol("invalid close code"));
+            }
+            let reason = std::str::from_utf8(reason).map_err(|_| WsError::InvalidUtf8)?;
+            Ok(Message::Close(Some(code), reason))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MASK: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
+
+    fn client(op: OpCode, fin: bool, payload: &[u8]) -> Vec<u8> {
+        let mut v = Vec::new();
+        encode_client_frame(op, fin, MASK, payload, &mut v);
+        v
+    }
+
+    /// Decodes one frame that must be complete and owns the resulting message.
+    fn one(dec: &mut Decoder, frame: &[u8]) -> Result<(usize, Option<Owned>), WsError> {
+        let mut buf = frame.to_vec();
+        let (n, m) = dec.decode(&mut buf)?.expect("complete frame");
+        Ok((n, m.map(Owned::from)))
+    }
+
+    #[derive(Debug, PartialEq, Eq)]
+    enum Owned {
+        Text(String),
+        Binary(Vec<u8>),
+        Ping(Vec<u8>),
+        Pong(Vec<u8>),
+        Close(Option<u16>, String),
+    }
+
+    impl From<Message<'_>> for Owned {
+        fn from(m: Message<'_>) -> Self {
+            match m {
+                Message::Text(s) => Owned::Text(s.into()),
+                Message::Binary(b) => Owned::Binary(b.into()),
+                Message::Ping(b) => Owned::Ping(b.into()),
+                Message::Pong(b) => Owned::Pong(b.into()),
+                Message::Close(c, r) => Owned::Close(c, r.into()),
+            }
+        }
+    }
+
+    #[test]
+    fn opcode_conversions() {
+        for b in 0u8..=0xFF {
+            match OpCode::from_u8(b) {
+                Some(op) => {
+                    assert_eq!(u8::from(op), b);
+                    assert_eq!(OpCode::try_from(b), Ok(op));
+                    assert_eq!(op.is_control(), b >= 8);
+                }
+                None => assert!(OpCode::try_from(b).is_err()),
+            }
+        }
+    }
+
+    #[test]
+    fn header_encoding_lengths() {
+        let mut h = [0u8; MAX_SERVER_HEADER];
+        assert_eq!(encode_header(OpCode::Text, true, 0, &mut h), 2);
+        assert_eq!(h[..2], [0x81, 0]);
+        assert_eq!(encode_header(OpCode::Binary, true, 125, &mut h), 2);
+        assert_eq!(h[..2], [0x82, 125]);
+        assert_eq!(encode_header(OpCode::Text, true, 126, &mut h), 4);
+        assert_eq!(h[..4], [0x81, 126, 0, 126]);
+        assert_eq!(encode_header(OpCode::Text, false, 65535, &mut h), 4);
+        assert_eq!(h[..4], [0x01, 126, 0xff, 0xff]);
+        assert_eq!(encode_header(OpCode::Continuation, true, 65536, &mut h), 10);
+        assert_eq!(h, [0x80, 127, 0, 0, 0, 0, 0, 1, 0, 0]);
+        assert_eq!(encode_header(OpCode::Ping, true, usize::MAX, &mut h), 10);
+        assert_eq!(h[..2], [0x89, 127]);
+    }
+
+    #[test]
+    fn encode_frame_and_close() {
+        let mut out = Vec::new();
+        encode_frame(OpCode::Text, b"hi", &mut out);
+        assert_eq!(out, [0x81, 2, b'h', b'i']);
+
+        out.clear();
+        encode_close(1000, "bye", &mut out);
+        assert_eq!(out, [0x88, 5, 0x03, 0xe8, b'b', b'y', b'e']);
+
+        // 'é' is 2 bytes: 62 of them are 124 bytes, so the cut lands mid-char.
+        let long = "é".repeat(62);
+        out.clear();
+        encode_close(4000, &long, &mut out);
+        assert_eq!(out[1] as usize, 2 + 122);
+        assert_eq!(out.len(), 2 + 2 + 122);
+        assert!(std::str::from_utf8(&out[4..]).is_ok());
+
+        let ascii = "x".repeat(200);
+        out.clear();
+        encode_close(1001, &ascii, &mut out);
+        assert_eq!(out[1] as usize, MAX_CONTROL_PAYLOAD);
+    }
+
+    #[test]
+    fn server_frames_round_trip_through_header_parser_when_masked() {
+        // A server-encoded frame is unmasked, so the decoder must refuse it.
+        let mut out = Vec::new();
+        encode_frame(OpCode::Text, b"x", &mut out);
+        assert_eq!(
+            Decoder::new(100).decode(&mut out),
+            Err(WsError::Protocol("client frame is not masked"))
+        );
+    }
+
+    #[test]
+    fn masked_text_rfc_example() {
+        // RFC 6455 §5.7: masked "Hello".
+        let mut f = [
+            0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58,
+        ];
+        let mut d = Decoder::new(1024);
+        assert_eq!(
+            d.decode(&mut f),
+            Ok(Some((11, Some(Message::Text("Hello")))))
+        );
+        let expected = [
+            0x81, 0x85, 0x37, 0xfa, 0x21, 0x3d, 0x7f, 0x9f, 0x4d, 0x51, 0x58,
+        ];
+        assert_eq!(client(OpCode::Text, true, b"Hello"), expected);
+    }
+
+    #[test]
+    fn masked_binary_and_zero_copy() {
+        let mut f = client(OpCode::Binary, true, &[0, 1, 2, 255]);
+        let ptr = f.as_ptr() as usize;
+        let mut d = Decoder::new(1024);
+        let (n, m) = d.decode(&mut f).unwrap().unwrap();
+        assert_eq!(n, 10);
+        let Some(Message::Binary(b)) = m else {
+            panic!("{m:?}")
+        };
+        assert_eq!(b, [0, 1, 2, 255]);
+        assert_eq!(b.as_ptr() as usize, ptr + 6, "must borrow the input buffer");
+    }
+
+    #[test]
+    fn lengths_16_and_64_bit() {
+        let mut d = Decoder::new(1 << 20);
+        let p = vec![b'a'; 300];
+        let f = client(OpCode::Text, true, &p);
+        assert_eq!(f[1], 0x80 | 126);
+        assert_eq!(
+            one(&mut d, &f),
+            Ok((4 + 4 + 300, Some(Owned::Text("a".repeat(300)))))
+        );
+
+        let p = vec![7u8; 70_000];
+        let f = client(OpCode::Binary, true, &p);
+        assert_eq!(f[1], 0x80 | 127);
+        assert_eq!(
+            one(&mut d, &f),
+            Ok((10 + 4 + 70_000, Some(Owned::Binary(p))))
+        );
+    }
+
+    #[test]
+    fn non_minimal_length_encoding_is_accepted() {
+        let mut f = vec![0x82, 0x80 | 127, 0, 0, 0, 0, 0, 0, 0, 3];
+        f.extend_from_slice(&[0; 4]);
+        f.extend_from_slice(b"abc");
+        assert_eq!(
+            one(&mut Decoder::new(10), &f),
+            Ok((17, Some(Owned::Binary(b"abc".to_vec()))))
+        );
+    }
+
+    #[test]
+    fn fragmentation_with_interleaved_ping() {
+        let mut d = Decoder::new(1024);
+        assert!(!d.is_mid_message());
+        assert_eq!(
+            one(&mut d, &client(OpCode::Text, false, b"Hel")),
+            Ok((9, None))
+        );
+        assert!(d.is_mid_message());
+        assert_eq!(
+            one(&mut d, &client(OpCode::Ping, true, b"p")),
+            Ok((7, Some(Owned::Ping(b"p".to_vec()))))
+        );
+        assert_eq!(
+            one(&mut d, &client(OpCode::Pong, true, b"")),
+            Ok((6, Some(Owned::Pong(vec![]))))
+        );
+        assert_eq!(
+            one(&mut d, &client(OpCode::Continuation, false, b"lo, ")),
+            Ok((10, None))
+        );
+        assert_eq!(
+            one(
+                &mut d,
+                &client(OpCode::Continuation, true, "wörld".as_bytes())
+            ),
+            Ok((12, Some(Owned::Text("Hello, wörld".into()))))
+        );
+        assert!(!d.is_mid_message());
+        // And the next message starts clean.
+        assert_eq!(
+            one(&mut d, &client(OpCode::Binary, false, b"a")),
+            Ok((7, None))
+        );
+        assert_eq!(
+            one(&mut d, &client(OpCode::Continuation, true, b"b")),
+            Ok((7, Some(Owned::Binary(b"ab".to_vec()))))
+        );
+    }
+
+    #[test]
+    fn fragmented_utf8_split_inside_a_char() {
+        let s = "€uro"; // '€' is 3 bytes
+        let b = s.as_bytes();
+        let mut d = Decoder::new(64);
+        assert_eq!(
+            one(&mut d, &client(OpCode::Text, false, &b[..1])),
+            Ok((7, None))
+        );
+        assert_eq!(
+            one(&mut d, &client(OpCode::Continuation, false, &b[1..2])),
+            Ok((7, None))
+        );
+        assert_eq!(
+            one(&mut d, &client(OpCode::Continuation, true, &b[2..])),
+            Ok((4 + 2 + 4, Some(Owned::Text(s.into()))))
+        );
+    }
+
+    #[test]
+    fn fragmented_invalid_utf8_fails_early_and_at_end() {
+        let mut d = Decoder::new(64);
+        assert_eq!(
+            one(&mut d, &client(OpCode::Text, false, b"ok")),
+            Ok((8, None))
+        );
+        assert_eq!(
+            one(&mut d, &client(OpCode::Continuation, false, &[0xff])),
+            Err(WsError::InvalidUtf8)
+        );
+        // Truncated sequence at the end of the message.
+        let mut d = Decoder::new(64);
+        assert_eq!(
+            one(&mut d, &client(OpCode::Text, false, &[0xe2, 0x82])),
+            Ok((8, None))
+        );
+        assert_eq!(
+            one(&mut d, &client(OpCode::Continuation, true, b"")),
+            Err(WsError::InvalidUtf8)
+        );
+    }
+
+    #[test]
+    fn byte_by_byte_delivery() {
+        let mut stream = Vec::new();
+        stream.extend(client(OpCode::Text, false, b"frag"));
+        stream.extend(client(OpCode::Ping, true, b"hey"));
+        stream.extend(client(OpCode::Continuation, true, &[b'z'; 200]));
+        stream.extend(client(OpCode::Binary, true, &vec![1u8; 70_000]));
+        stream.extend(client(OpCode::Close, true, b"\x03\xe8bye"));
+
+        let mut d = Decoder::new(100_000);
+        let mut buf: Vec<u8> = Vec::new();
+        let mut got = Vec::new();
+        let mut fed = 0;
+        while fed < stream.len() {
+            buf.push(stream[fed]);
+            fed += 1;
+            loop {
+                let before = buf.clone();
+                let len = buf.len();
+                match d.decode(&mut buf).unwrap() {
+                    None => {
+                        assert_eq!(buf, before, "Ok(None) must not modify the buffer");
+                        break;
+                    }
+                    Some((n, m)) => {
+                        assert!(n <= len);
+                        if let Some(m) = m {
+                            got.push(Owned::from(m));
+                        }
+                        buf.drain(..n);
+                    }
+                }
+            }
+        }
+        assert!(buf.is_empty());
+        let mut text = "frag".to_string();
+        text.push_str(&"z".repeat(200));
+        assert_eq!(
+            got,
+            vec![
+                Owned::Ping(b"hey".to_vec()),
+                Owned::Text(text),
+                Owned::Binary(vec![1u8; 70_000]),
+                Owned::Close(Some(1000), "bye".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn partial_header_and_payload_return_none() {
+        let f = client(OpCode::Binary, true, &vec![0u8; 70_000]);
+        let mut d = Decoder::new(100_000);
+        for cut in [0, 1, 2, 5, 9, 10, 13, 14, 1000, f.len() - 1] {
+            let mut b = f[..cut].to_vec();
+            assert_eq!(d.decode(&mut b), Ok(None), "cut {cut}");
+        }
+    }
+
+    #[test]
+    fn close_frames() {
+        let mut d = Decoder::new(64);
+        assert_eq!(
+            one(&mut d, &client(OpCode::Close, true, b"")),
+            Ok((6, Some(Owned::Close(None, String::new()))))
+        );
+        for code in [1000u16, 1001, 1003, 1007, 1011, 3000, 4000, 4999] {
+            let mut p = code.to_be_bytes().to_vec();
+            p.extend_from_slice("rësön".as_bytes());
+            assert_eq!(
+                one(&mut d, &client(OpCode::Close, true, &p)),
+                Ok((6 + p.len(), Some(Owned::Close(Some(code), "rësön".into()))))
+            );
+        }
+        for code in [
+            0u16, 999, 1004, 1005, 1006, 1012, 1016, 2000, 2999, 5000, 65535,
+        ] {
+            assert_eq!(
+                one(&mut d, &client(OpCode::Close, true, &code.to_be_bytes())),
+                Err(WsError::Protocol("invalid close code")),
+                "code {code}"
+            );
+        }
+        assert_eq!(
+            one(&mut d, &client(OpCode::Close, true, b"\x03")),
+            Err(WsError::Protocol("close payload of one byte"))
+        );
+        assert_eq!(
+            one(&mut d, &client(OpCode::Close, true, b"\x03\xe8\xff")),
+            Err(WsError::InvalidUtf8)
+        );
+    }
+
+    #[test]
+    fn close_inside_fragmented_message() {
+        let mut d = Decoder::new(64);
+        assert_eq!(
+            one(&mut d, &client(OpCode::Binary, false, b"a")),
+            Ok((7, None))
+        );
+        assert_eq!(
+            one(&mut d, &client(OpCode::Close, true, b"\x03\xe9")),
+            Ok((8, Some(Owned::Close(Some(1001), String::new()))))
+        );
+    }
+
+    #[test]
+    fn protocol_errors() {
+        let err = |bytes: &[u8]| {
+            Decoder::new(1 << 20)
+                .decode(&mut bytes.to_vec())
+                .map(|_| ())
+        };
+        // Unmasked.
+        assert_eq!(
+            err(&[0x81, 0x00]),
+            Err(WsError::Protocol("client frame is not masked"))
+        );
+        // Each RSV bit.
+        for rsv in [0x40, 0x20, 0x10] {
+            assert_eq!(
+                err(&[0x81 | rsv, 0x80, 0, 0, 0, 0]),
+                Err(WsError::Protocol("reserved bits set"))
+            );
+        }
+        // Reserved opcodes.
+        for op in [3u8, 4, 5, 6, 7, 0xB, 0xC, 0xD, 0xE, 0xF] {
+            assert_eq!(
+                err(&[0x80 | op, 0x80]),
+                Err(WsError::Protocol("reserved opcode"))
+            );
+        }
+        // Fragmented control frames.
+        for op in [0x8u8, 0x9, 0xA] {
+            assert_eq!(
+                err(&[op, 0x80, 0, 0, 0, 0]),
+                Err(WsError::Protocol("fragmented control frame"))
+            );
+        }
+        // Control frame longer than 125 (detected from the 2-byte header alone).
+        assert_eq!(
+            err(&[0x89, 0x80 | 126]),
+            Err(WsError::Protocol("control frame payload too long"))
+        );
+        assert_eq!(
+            err(&[0x88, 0x80 | 127]),
+            Err(WsError::Protocol("control frame payload too long"))
+        );
+        // Continuation with no message.
+        assert_eq!(
+            err(&[0x80, 0x80]),
+            Err(WsError::Protocol("continuation frame without a message"))
+        );
+        // 64-bit length with the top bit set.
+        assert_eq!(
+            err(&[0x82, 0xFF, 0x80, 0, 0, 0, 0, 0, 0, 0]),
+            Err(WsError::Protocol("64-bit length has its top bit set"))
+        );
+        // Invalid UTF-8 in an unfragmented text frame.
+        assert_eq!(
+            Decoder::new(10)
+                .decode(&mut client(OpCode::Text, true, &[0xc3, 0x28]))
+                .map(|_| ()),
+            Err(WsError::InvalidUtf8)
+        );
+    }
+
+    #[test]
+    fn new_data_frame_inside_fragmented_message() {
+        for op in [OpCode::Text, OpCode::Binary] {
+            let mut d = Decoder::new(64);
+            assert_eq!(
+                one(&mut d, &client(OpCode::Text, false, b"a")),
+                Ok((7, None))
+            );
+            assert_eq!(
+                d.decode(&mut [0x80 | op.as_u8(), 0x80]).map(|_| ()),
+                Err(WsError::Protocol("data frame inside a fragmented message"))
+            );
+        }
+    }
+
+    #[test]
+    fn too_big_fails_from_header_alone() {
+        let mut d = Decoder::new(1000);
+        // 16-bit length 1001: only 4 header bytes present, no mask, no payload.
+        assert_eq!(
+            d.decode(&mut [0x82, 0x80 | 126, 0x03, 0xE9]),
+            Err(WsError::MessageTooBig)
+        );
+        // Exactly the limit is fine (incomplete, so None).
+        assert_eq!(d.decode(&mut [0x82, 0x80 | 126, 0x03, 0xE8]), Ok(None));
+        // 2^63 - 1 claimed length.
+        let mut huge = [0x81, 0xFF, 0x7F, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF, 0xFF];
+        assert_eq!(d.decode(&mut huge), Err(WsError::MessageTooBig));
+        // Small limit applies to the 7-bit length too.
+        assert_eq!(
+            Decoder::new(3).decode(&mut [0x81, 0x84]),
+            Err(WsError::MessageTooBig)
+        );
+        // ...but not to control frames, which are bounded at 125 anyway.
+        assert_eq!(
+            one(&mut Decoder::new(0), &client(OpCode::Ping, true, b"pp")),
+            Ok((8, Some(Owned::Ping(b"pp".to_vec()))))
+        );
+    }
+
+    #[test]
+    fn too_big_across_fragments() {
+        let mut d = Decoder::new(10);
+        assert_eq!(
+            one(&mut d, &client(OpCode::Binary, false, &[0; 6])),
+            Ok((12, None))
+        );
+        assert_eq!(
+            one(&mut d, &client(OpCode::Continuation, false, &[0; 4])),
+            Ok((10, None))
+        );
+        // 10 bytes so far: any further byte is too many, known from the header.
+        assert_eq!(d.decode(&mut [0x80, 0x81]), Err(WsError::MessageTooBig));
+        // An empty final fragment completes at exactly the limit.
+        assert_eq!(
+            one(&mut d, &client(OpCode::Continuation, true, &[])),
+            Ok((6, Some(Owned::Binary(vec![0; 10]))))
+        );
+    }
+
+    #[test]
+    fn reassembly_memory_is_released() {
+        let mut d = Decoder::new(1 << 20);
+        assert_eq!(
+            one(&mut d, &client(OpCode::Binary, false, &[1; 10_000])),
+            Ok((10_008, None))
+        );
+        let (_, m) = one(&mut d, &client(OpCode::Continuation, true, &[2; 10_000])).unwrap();
+        assert!(matches!(m, Some(Owned::Binary(ref v)) if v.len() == 20_000));
+        assert!(d.reassembly_capacity() >= 20_000);
+        // The caller's drain loop makes one more call, which frees the buffer.
+        assert_eq!(d.decode(&mut []), Ok(None));
+        assert_eq!(d.reassembly_capacity(), 0);
+
+        // Small buffers are kept for reuse.
+        assert_eq!(
+            one(&mut d, &client(OpCode::Text, false, b"ab")),
+            Ok((8, None))
+        );
+        let _ = one(&mut d, &client(OpCode::Continuation, true, b"c")).unwrap();
+        assert_eq!(d.decode(&mut []), Ok(None));
+        assert!(d.reassembly_capacity() <= KEEP_REASSEMBLY_CAPACITY);
+        assert!(!d.is_mid_message());
+    }
+
+    #[test]
+    fn error_close_codes() {
+        assert_eq!(WsError::Protocol("x").close_code(), 1002);
+        assert_eq!(WsError::MessageTooBig.close_code(), 1009);
+        assert_eq!(WsError::InvalidUtf8.close_code(), 1007);
+    }
+
+    #[test]
+    fn mask_matches_naive_for_all_lengths() {
+        for len in 0..40 {
+            let data: Vec<u8> = (0..len as u8).collect();
+            let mut fast = data.clone();
+            apply_mask(&mut fast, MASK);
+            let naive: Vec<u8> = data
+                .iter()
+                .enumerate()
+                .map(|(i, b)| b ^ MASK[i % 4])
+                .collect();
+            assert_eq!(fast, naive);
+        }
+    }
+}

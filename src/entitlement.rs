@@ -33,9 +33,15 @@ pub fn channel_permissions(
     overwrites: &[Overwrite],
     granted: u64,
 ) -> u64 {
+    // A grant that includes ADMINISTRATOR bounds nothing (an admin bot).
+    let bound = if granted & perm::ADMINISTRATOR != 0 {
+        perm::ALL
+    } else {
+        granted
+    };
     let base = everyone | role_perms;
     if base & perm::ADMINISTRATOR != 0 {
-        return perm::ALL & granted;
+        return perm::ALL & bound;
     }
     let mut p = base;
     // @everyone overwrite (its id is the server id), then roles, then member.
@@ -60,7 +66,7 @@ pub fn channel_permissions(
     {
         p = (p & !o.deny) | o.allow;
     }
-    p & granted
+    p & bound
 }
 
 /// Which form of an event a session gets.
@@ -171,6 +177,17 @@ mod tests {
         // The installation grants less than the roles: bounded.
         let p = channel_permissions(S, BOT, &[1], VIEW | SEND, SEND, &[], SEND);
         assert_eq!(p, SEND);
+        // Installed with only ADMINISTRATOR (an admin bot): sees every channel.
+        let p = channel_permissions(
+            S,
+            BOT,
+            &[1],
+            0,
+            perm::ADMINISTRATOR,
+            &o,
+            perm::ADMINISTRATOR,
+        );
+        assert_eq!(p & VIEW, VIEW);
     }
 
     fn identity(intents: u64, perms: u64) -> Identity {

@@ -230,7 +230,9 @@ impl FanOut {
             .and_then(Option::as_mut)
             .ok_or(PushError::Full)?;
         let seq = s.ring.next_seq();
-        s.ring.push(
+        // The node's own dispatches may pass the unsent bound (RESUMED after
+        // a full replay); `max_held` still bounds them.
+        s.ring.push_over_bound(
             &mut self.slab,
             Entry {
                 record,
@@ -332,7 +334,15 @@ impl FanOut {
                     Err(_) => {
                         out.overflowed += 1;
                         match s.conn {
-                            Some(c) => overflow(idx, c),
+                            Some(c) => {
+                                // The event that finds the bound is still kept, so
+                                // closing the session here loses nothing: a Resume
+                                // replays it.
+                                if s.ring.push_over_bound(&mut self.slab, entry).is_err() {
+                                    s.lost = true;
+                                }
+                                overflow(idx, c)
+                            }
                             None => s.lost = true,
                         }
                     }
@@ -391,7 +401,7 @@ impl FanOut {
                 continue;
             };
             s.ring.expire(&mut self.slab, now_ms, window);
-            if s.ring.fill_ratio() >= 0.8 {
+            if s.conn.is_some() && s.ring.fill_ratio() >= 0.8 {
                 degraded += 1;
             }
             if s.conn.is_none() && now_ms > s.expires_ms {

@@ -31,6 +31,8 @@ pub struct WorkerMetrics {
     pub handovers_in: AtomicU64,
     pub slow_consumer_closes: AtomicU64,
     pub reconnects_sent: AtomicU64,
+    pub rejected_full: AtomicU64,
+    pub handover_fallbacks: AtomicU64,
     pub sessions_degraded: AtomicU64,
     pub arena_records: AtomicU64,
     pub arena_wraps: AtomicU64,
@@ -62,7 +64,7 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
     fn family(out: &mut String, name: &str, kind: &str, help: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
     }
-    let per_worker: [(&str, &str, &str, fn(&WorkerMetrics) -> &AtomicU64); 25] = [
+    let per_worker: [(&str, &str, &str, fn(&WorkerMetrics) -> &AtomicU64); 27] = [
         ("gatewayd_connections", "gauge", "Open TCP connections (HTTP, WebSocket, closing).", |m| &m.connections_open),
         ("gatewayd_connections_accepted_total", "counter", "TCP connections accepted.", |m| &m.connections_accepted),
         ("gatewayd_accept_errors_total", "counter", "Accepts that failed (e.g. fixed file table full).", |m| &m.accept_errors),
@@ -82,6 +84,8 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
         ("gatewayd_handovers_out_total", "counter", "Connections passed to the worker owning their session or placement.", |m| &m.handovers_out),
         ("gatewayd_handovers_in_total", "counter", "Connections adopted from another worker.", |m| &m.handovers_in),
         ("gatewayd_slow_consumer_closes_total", "counter", "Sessions closed (4000, resumable) because their send queue reached its bound.", |m| &m.slow_consumer_closes),
+        ("gatewayd_rejected_full_total", "counter", "Connections answered 503 because the ring's fixed file table was full.", |m| &m.rejected_full),
+        ("gatewayd_handover_fallbacks_total", "counter", "Handovers refused by a full worker; the connection was served where it was.", |m| &m.handover_fallbacks),
         ("gatewayd_reconnects_sent_total", "counter", "Op 7 Reconnect sent (drain).", |m| &m.reconnects_sent),
         ("gatewayd_sessions_degraded", "gauge", "Sessions whose send queue is at least 80 % full.", |m| &m.sessions_degraded),
         ("gatewayd_arena_records_total", "counter", "Event records copied into the worker's arena (at most one per variant per event).", |m| &m.arena_records),

@@ -23,6 +23,10 @@ pub struct Shared {
     pub workers: Arc<[WorkerHandle]>,
     /// Every worker's ring descriptors: MSG_RING targets.
     pub ring_fds: Vec<Vec<std::os::fd::RawFd>>,
+    /// Slots in use per worker per ring (written by the owner), and the
+    /// level above which no connection is handed to that ring.
+    pub ring_load: Vec<Vec<std::sync::atomic::AtomicU32>>,
+    pub ring_limits: Vec<Vec<u32>>,
     pub metrics: Box<[WorkerMetrics]>,
     pub ingest: Arc<crate::ingest_listener::IngestStats>,
     pub ready_workers: AtomicUsize,
@@ -99,6 +103,19 @@ pub fn run(cfg: Config) -> Result<(), String> {
         ring_fds: setups
             .iter()
             .map(|s| s.rings.iter().map(|(r, _)| r.ring_fd()).collect())
+            .collect(),
+        ring_load: setups
+            .iter()
+            .map(|s| s.rings.iter().map(|_| Default::default()).collect())
+            .collect(),
+        ring_limits: setups
+            .iter()
+            .map(|s| {
+                s.rings
+                    .iter()
+                    .map(|(r, _)| crate::worker::admit_limit(r.fixed_files()))
+                    .collect()
+            })
             .collect(),
         metrics: (0..workers).map(|_| WorkerMetrics::default()).collect(),
         ingest: Arc::new(Default::default()),

@@ -169,6 +169,34 @@ pub fn account(slot: &SendSlot, mut sent: usize, partial: usize) -> (usize, u32,
     (control, whole, rest)
 }
 
+/// Append what a short write left unsent of the first unsent entry's frame
+/// (from byte `partial`), so a connection can end on a frame boundary.
+/// Returns false if there is no such entry or its record is gone.
+pub fn finish_frame(
+    ring: &SessionRing,
+    slab: &RingSlab,
+    arena: &Arena,
+    partial: usize,
+    out: &mut Vec<u8>,
+) -> bool {
+    let Some(e) = ring.unsent(slab).next() else {
+        return false;
+    };
+    let Some(record) = arena.get(e.record) else {
+        return false;
+    };
+    let (t, d) = record_parts(record);
+    let mut hdr = [0u8; HDR_MAX];
+    let h = dispatch_header(&mut hdr, t, e.seq, d.len());
+    let mut skip = partial;
+    for part in [&hdr[..h], d, SUFFIX] {
+        let k = skip.min(part.len());
+        skip -= k;
+        out.extend_from_slice(&part[k..]);
+    }
+    true
+}
+
 /// The bytes of `slot`'s send, gathered (for TLS, which encrypts a copy).
 pub fn gather(slot: &SendSlot, out: &mut Vec<u8>) {
     for iov in &slot.iov[..slot.msg.msg_iovlen as usize] {

@@ -129,7 +129,15 @@ impl Sidecar {
                 continue; // uninstalled between the two reads
             };
             let access = guild_access(&snap, &inst, app.bot_user_id);
-            let d = serde_json::to_vec(&guild_create(&snap, &inst, &app)).expect("json");
+            // Which bot each managed role belongs to (its tags name it).
+            let managed: Vec<(u64, u64)> = self
+                .registry
+                .installations_in_server(server_id)
+                .map_err(unavailable)?
+                .iter()
+                .filter_map(|i| i.managed_role_id.map(|r| (r, i.application_id)))
+                .collect();
+            let d = serde_json::to_vec(&guild_create(&snap, &inst, &app, &managed)).expect("json");
             guilds.push((access, d));
         }
         guilds.sort_by_key(|g| g.0.id);
@@ -318,7 +326,13 @@ pub fn guild_access(snap: &ServerSnapshot, inst: &Installation, bot_user_id: u64
 
 /// The GUILD_CREATE `d` for a server: every field twilight-model and
 /// discord.py require, with the bot as the one listed member.
-pub fn guild_create(snap: &ServerSnapshot, inst: &Installation, app: &Application) -> Value {
+/// `managed` maps each managed role to the application (bot user) owning it.
+pub fn guild_create(
+    snap: &ServerSnapshot,
+    inst: &Installation,
+    app: &Application,
+    managed: &[(u64, u64)],
+) -> Value {
     let s = &snap.server;
     let roles: Vec<Value> = snap
         .roles
@@ -337,7 +351,10 @@ pub fn guild_create(snap: &ServerSnapshot, inst: &Installation, app: &Applicatio
                 "icon": null,
                 "unicode_emoji": null,
                 "flags": 0,
-                "tags": if r.managed { json!({"bot_id": app.bot_user_id.to_string()}) } else { json!({}) },
+                "tags": match managed.iter().find(|(role, _)| *role == r.id) {
+                    Some((_, bot)) => json!({"bot_id": bot.to_string()}),
+                    None => json!({}),
+                },
             })
         })
         .collect();
@@ -384,7 +401,8 @@ pub fn guild_create(snap: &ServerSnapshot, inst: &Installation, app: &Applicatio
         "discovery_splash": null,
         "banner": null,
         "description": null,
-        "owner_id": s.owner_id.to_string(),
+        // Clients reject a zero snowflake; servers made without an owner name themselves.
+        "owner_id": if s.owner_id == 0 { s.id } else { s.owner_id }.to_string(),
         "afk_channel_id": null,
         "afk_timeout": 300,
         "widget_enabled": false,
@@ -469,7 +487,7 @@ mod tests {
         let ga = guild_access(&snap, &inst, seed.app.bot_user_id);
         let p = ga.channel_permissions(seed.general_channel_id).unwrap();
         assert_eq!(p & intents::perm::VIEW_CHANNEL, 0);
-        let gc = guild_create(&snap, &inst, &seed.app);
+        let gc = guild_create(&snap, &inst, &seed.app, &[]);
         assert_eq!(gc["id"], seed.server_id.to_string());
         assert!(gc["channels"]
             .as_array()

@@ -48,6 +48,11 @@ const OP_PASS: u8 = 9;
 const OP_ADOPT: u8 = 10;
 /// A socket that took a short or refused send became writable again.
 const OP_WRITABLE: u8 = 11;
+/// A connection accepted (as an ordinary fd) only to be turned away: the
+/// ring's fixed table is full.
+const OP_REJECT: u8 = 12;
+/// Ring entries beyond `max_unsent` a session may hold (see FanOutConfig).
+const RING_HEADROOM: u32 = 64;
 /// An unmatched half of a handover is dropped after this long.
 const ADOPT_TIMEOUT_MS: u64 = 5_000;
 
@@ -123,6 +128,8 @@ pub struct Conn {
     closed: bool,
     /// Set while this connection is being moved to its session's worker.
     handover: Option<Box<Handover>>,
+    /// A close that waits for the send in flight (see `begin_close`).
+    close_pending: Option<Option<Close>>,
 }
 
 /// Moving a connection to the worker that owns its session (a Resume) or
@@ -167,6 +174,7 @@ impl Conn {
             keep_alive: true,
             closed: false,
             handover: None,
+            close_pending: None,
         }
     }
 
@@ -184,6 +192,16 @@ struct RingState {
     conns: Vec<Option<Box<Conn>>>,
     gens: Vec<u16>,
     accepting: bool,
+    /// The table is (nearly) full: connections are accepted as plain fds
+    /// and told 503, so none waits in the listen queue for nothing.
+    rejecting: bool,
+    cancelling_accept: bool,
+    cancelling_reject: bool,
+    /// Slots in use in the kernel's fixed table (accepted or adopted, not yet closed).
+    used: u32,
+    /// Stop accepting into the table at this many: the rest is headroom for
+    /// connections handed over from other workers.
+    admit_limit: u32,
 }
 
 pub struct Worker {
@@ -255,7 +273,9 @@ impl WorkerSetup {
                 ring_chunks: ev.ring_chunks,
                 ring: ringbuf::RingConfig {
                     max_unsent: ev.max_unsent,
-                    max_held: ev.max_held.max(ev.max_unsent),
+                    // Headroom past the unsent bound for the event that finds
+                    // it reached and for RESUMED after a full replay.
+                    max_held: ev.max_held.max(ev.max_unsent + RING_HEADROOM),
                     max_unsent_bytes: ev.max_unsent_bytes,
                 },
                 resume_window_ms: shared_cfg.limits.resume_window_ms,
@@ -296,6 +316,11 @@ impl Worker {
                     conns: (0..n).map(|_| None).collect(),
                     gens: vec![0; n],
                     accepting: false,
+                    rejecting: false,
+                    cancelling_accept: false,
+                    cancelling_reject: false,
+                    used: 0,
+                    admit_limit: admit_limit(n as u32),
                 }
             })
             .collect();
@@ -393,6 +418,9 @@ impl Worker {
                     self.on_completion(r, c);
                 }
             }
+            // Send what the completions made sendable (a resumed session's
+            // replay) before new events queue behind it.
+            self.flush_and_submit();
             for _ in 0..64 {
                 match self.inbox.try_recv() {
                     Ok(msg) => {
@@ -402,12 +430,7 @@ impl Worker {
                     Err(_) => break,
                 }
             }
-            self.flush();
-            for r in &mut self.rings {
-                if let Err(e) = r.ring.submit() {
-                    tracing::error!(error = %e, "io_uring submit failed");
-                }
-            }
+            self.flush_and_submit();
             if !progressed {
                 break;
             }
@@ -416,6 +439,56 @@ impl Worker {
 
     fn conn(&mut self, key: ConnKey) -> Option<&mut Conn> {
         conn_in(&mut self.rings, key)
+    }
+
+    fn flush_and_submit(&mut self) {
+        self.flush();
+        for r in &mut self.rings {
+            if let Err(e) = r.ring.submit() {
+                tracing::error!(error = %e, "io_uring submit failed");
+            }
+        }
+    }
+
+    /// Accept into the fixed table while it has room below the admission
+    /// limit; past it, turn connections away with a 503 instead of leaving
+    /// them in the listen queue (an accept into a full table fails only
+    /// after taking the connection off the queue, losing it silently).
+    fn admission(&mut self, r: usize) {
+        if self.draining_until.is_some() {
+            return;
+        }
+        let ud_accept = ud(OP_ACCEPT, r as u8, 0, 0);
+        let ud_reject = ud(OP_REJECT, r as u8, 0, 0);
+        let rs = &mut self.rings[r];
+        if rs.used >= rs.admit_limit {
+            if rs.accepting && !rs.cancelling_accept {
+                rs.cancelling_accept = true;
+                rs.ring
+                    .cancel_user_data(ud_accept, ud(OP_CANCEL, r as u8, 0, 0));
+            }
+            if !rs.accepting && !rs.rejecting {
+                rs.rejecting = true;
+                rs.ring.accept_plain(rs.listener.as_raw_fd(), ud_reject);
+            }
+        } else {
+            if rs.rejecting && !rs.cancelling_reject {
+                rs.cancelling_reject = true;
+                rs.ring
+                    .cancel_user_data(ud_reject, ud(OP_CANCEL, r as u8, 0, 0));
+            }
+            if !rs.rejecting && !rs.accepting {
+                self.arm_accept(r);
+            }
+        }
+    }
+
+    /// Track the slots in use in ring `r`'s table, and publish it so other
+    /// workers do not hand connections to a full ring.
+    fn add_used(&mut self, r: usize, delta: i32) {
+        let rs = &mut self.rings[r];
+        rs.used = rs.used.checked_add_signed(delta).expect("slot accounting");
+        self.shared.ring_load[self.id][r].store(rs.used, Ordering::Relaxed);
     }
 
     fn arm_accept(&mut self, r: usize) {
@@ -434,10 +507,15 @@ impl Worker {
             OP_ACCEPT => self.on_accept(r, c),
             OP_RECV => self.on_recv(r, key, c),
             OP_SEND => self.on_send(key, c),
+            OP_CLOSE if c.result == -libc::ECANCELED => {
+                // A failed handover's close was cancelled: the socket stays ours.
+            }
             OP_CLOSE => {
                 // The slot is free in the kernel; free ours, keeping what a
                 // still-running send reads until its completion.
                 let slot = key.slot as usize;
+                self.add_used(r, -1);
+                self.admission(r);
                 let rs = &mut self.rings[r];
                 if let Some(conn) = rs.conns[slot].take_if(|c| c.gen == key.gen) {
                     if conn.sending {
@@ -446,6 +524,40 @@ impl Worker {
                             (conn.wire, conn.send_slot),
                         );
                     }
+                }
+            }
+            OP_REJECT => {
+                if c.result >= 0 {
+                    // Fresh socket, empty send buffer: a small write goes out at once.
+                    let fd = c.result;
+                    let body = br#"{"message": "this node is at capacity; retry shortly or use another node", "code": 0}"#;
+                    let mut resp = Vec::with_capacity(256);
+                    http::write_response(
+                        503,
+                        rest::JSON,
+                        body,
+                        false,
+                        &[("Retry-After", "5")],
+                        &mut resp,
+                    );
+                    // SAFETY: fd was just accepted for us and is closed right after.
+                    unsafe {
+                        libc::write(fd, resp.as_ptr().cast(), resp.len());
+                        libc::close(fd);
+                    }
+                    WorkerMetrics::inc(&self.metrics().rejected_full);
+                }
+                let rs = &mut self.rings[r];
+                if rs.cancelling_reject
+                    || c.result == -libc::ECANCELED
+                    || self.draining_until.is_some()
+                {
+                    rs.rejecting = false;
+                    rs.cancelling_reject = false;
+                    self.admission(r);
+                } else {
+                    rs.ring
+                        .accept_plain(rs.listener.as_raw_fd(), ud(OP_REJECT, r as u8, 0, 0));
                 }
             }
             OP_WRITABLE => {
@@ -474,6 +586,10 @@ impl Worker {
             OP_ADOPT => {
                 let token = c.user_data & 0xFFFF_FFFF_FFFF;
                 let now = self.now_ms();
+                if c.result >= 0 {
+                    self.add_used(r, 1);
+                    self.admission(r);
+                }
                 let a = self.adopting.entry(token).or_insert_with(|| Adoption {
                     since_ms: now,
                     ..Default::default()
@@ -495,6 +611,10 @@ impl Worker {
     fn on_accept(&mut self, r: usize, c: Completion) {
         if !c.more() {
             self.rings[r].accepting = false;
+            self.rings[r].cancelling_accept = false;
+        }
+        if c.result >= 0 {
+            self.add_used(r, 1);
         }
         if c.result < 0 {
             WorkerMetrics::inc(&self.metrics().accept_errors);
@@ -503,17 +623,17 @@ impl Worker {
                 tracing::warn!(
                     worker = self.id,
                     ring = r,
-                    "fixed file table full: not accepting on this ring until a slot frees"
+                    "fixed file table full: answering 503 on this ring until a slot frees"
                 );
+                // Adoptions took the headroom: turn connections away until slots free.
+                self.admission(r);
             } else if c.result != -libc::ECANCELED {
                 tracing::warn!(worker = self.id, ring = r, error = %err, "accept failed");
-                self.arm_accept(r);
             }
+            self.admission(r);
             return;
         }
-        if !c.more() {
-            self.arm_accept(r);
-        }
+        self.admission(r);
         let slot = c.result as u32;
         let now = self.now_ms();
         let tls = match &self.shared.tls {
@@ -729,6 +849,10 @@ impl Worker {
         };
         if conn.wire.capacity() > KEEP_BUFFER && conn.wire.is_empty() {
             conn.wire = Vec::new();
+        }
+        if let Some(close) = conn.close_pending.take() {
+            self.begin_close(key, close);
+            return;
         }
         if conn.handover.is_some() {
             self.try_pass(key);
@@ -1582,7 +1706,7 @@ impl Worker {
             if let Some((r, Ok(slot))) = a.slot {
                 self.rings[r]
                     .ring
-                    .close(slot, ud(OP_CANCEL, r as u8, 0, slot));
+                    .close(slot, ud(OP_CLOSE, r as u8, 0, slot));
             }
         }
         if let Some(until) = self.draining_until {
@@ -1644,8 +1768,16 @@ impl Worker {
         h.token = token;
         let to = h.to;
         self.handovers += 1;
+        // The target worker's emptiest ring, unless all are at their limit.
+        let load = &self.shared.ring_load[to];
+        let ri = (0..load.len())
+            .min_by_key(|&i| load[i].load(Ordering::Relaxed))
+            .unwrap_or(0);
+        if load[ri].load(Ordering::Relaxed) >= self.shared.ring_limits[to][ri] {
+            self.handover_refused(key.ring as usize, key);
+            return;
+        }
         let target_rings = &self.shared.ring_fds[to];
-        let ri = (token % target_rings.len() as u64) as usize;
         self.rings[key.ring as usize].ring.pass_and_close(
             key.slot,
             target_rings[ri],
@@ -1655,8 +1787,14 @@ impl Worker {
         );
     }
 
-    /// Our half of the pass finished: send the state to the new owner.
+    /// Our half of the pass finished: send the state to the new owner, or,
+    /// if the owner's table was full, keep serving the connection here.
     fn on_passed(&mut self, r: usize, key: ConnKey, c: Completion) {
+        if c.result < 0 {
+            tracing::debug!(worker = self.id, error = %c.error().expect("negative"), "handover refused");
+            self.handover_refused(r, key);
+            return;
+        }
         let rs = &mut self.rings[r];
         let Some(mut conn) = rs.conns[key.slot as usize].take_if(|c| c.gen == key.gen) else {
             return;
@@ -1666,10 +1804,6 @@ impl Worker {
         let Some(mut h) = conn.handover.take() else {
             return;
         };
-        if c.result < 0 {
-            tracing::warn!(worker = self.id, error = %c.error().expect("negative"), "passing a connection failed; it is closed");
-            return;
-        }
         let token = h.token;
         let action = h.action.take().expect("set at start");
         WorkerMetrics::inc(&self.metrics().handovers_out);
@@ -1680,6 +1814,59 @@ impl Worker {
         }) {
             WorkerMetrics::inc(&self.metrics().inbox_full_drops);
         }
+    }
+
+    /// The owner worker has no room: serve the connection here after all.
+    fn handover_refused(&mut self, r: usize, key: ConnKey) {
+        {
+            let Some(conn) = self.conn(key) else { return };
+            let Some(mut h) = conn.handover.take() else {
+                return;
+            };
+            WorkerMetrics::inc(&self.metrics().handover_fallbacks);
+            self.rings[r]
+                .ring
+                .recv_multi(key.slot, ud(OP_RECV, r as u8, key.gen, key.slot));
+            match h.action.take().expect("set at start") {
+                // Placement is a preference: a session can live on any worker
+                // (its id names the one it is on).
+                Action::Identify(identify) => {
+                    let req = SidecarRequest::Identify {
+                        worker: self.id,
+                        conn: key,
+                        identify,
+                    };
+                    if self.shared.sidecar.try_send(req).is_err() {
+                        self.refuse_identify(key);
+                    }
+                }
+                // The session is on the other worker and cannot come here.
+                Action::Resume(_) => {
+                    if let Some(conn) = self.conn(key) {
+                        if let ConnState::WebSocket(w) = &mut conn.state {
+                            w.session.authentication_failed();
+                        }
+                        payload::invalid_session(&mut conn.out, false);
+                    }
+                    WorkerMetrics::inc(&self.metrics().resumes_refused);
+                }
+                other => self.on_action(key, other),
+            }
+        }
+        self.queue_flush(key);
+        self.process_input(key);
+    }
+
+    /// The registry link is saturated: tell the client to back off (op 9).
+    fn refuse_identify(&mut self, key: ConnKey) {
+        if let Some(conn) = self.conn(key) {
+            if let ConnState::WebSocket(w) = &mut conn.state {
+                w.session.authentication_failed();
+                payload::invalid_session(&mut conn.out, false);
+            }
+        }
+        WorkerMetrics::inc(&self.metrics().identifies_refused);
+        self.queue_flush(key);
     }
 
     /// Install an adopted connection once both halves are here.
@@ -1820,13 +2007,37 @@ impl Worker {
     fn begin_close(&mut self, key: ConnKey, close: Option<Close>) {
         let now = self.now_ms();
         let id = self.id;
-        let Some(conn) = self.conn(key) else { return };
+        let Some(conn) = conn_in(&mut self.rings, key) else {
+            return;
+        };
         if conn.closed || matches!(conn.state, ConnState::Closing) {
             return;
         }
+        if conn.sending {
+            // Let the send in flight finish first: it may end mid-frame, and
+            // the close frame must start on a frame boundary.
+            conn.close_pending = Some(close);
+            return;
+        }
         let state = std::mem::replace(&mut conn.state, ConnState::Closing);
-        conn.partial = 0;
+        let partial = std::mem::take(&mut conn.partial);
         if let ConnState::WebSocket(w) = state {
+            if let (Some(sid), true) = (w.sid, partial > 0) {
+                // A short write left a frame half sent: finish it, then close.
+                let done = match self.fan.get(sid) {
+                    Some(s) => sendpath::finish_frame(
+                        &s.ring,
+                        &self.fan.slab,
+                        &self.fan.arena,
+                        partial,
+                        &mut conn.out,
+                    ),
+                    None => false,
+                };
+                if done {
+                    self.fan.mark_sent(sid, 1);
+                }
+            }
             let keep = match close {
                 Some(c) => {
                     ws::encode_close(c.code, c.reason, &mut conn.out);
@@ -1905,6 +2116,12 @@ impl Worker {
             ud(OP_CLOSE, key.ring, key.gen, key.slot),
         );
     }
+}
+
+/// Slots of a fixed table that accepts and handovers may fill; the rest is
+/// headroom for connections in flight when the limit is reached.
+pub fn admit_limit(slots: u32) -> u32 {
+    slots.saturating_sub((slots / 32).max(4))
 }
 
 /// The live connection `key` names, borrowing only the rings.

@@ -374,8 +374,9 @@ impl Ring {
 
     /// Pass the socket in `slot` to another ring's fixed table (a free slot
     /// there is allocated; its completion there carries `target_data` and the
-    /// new slot as result), then close it here. Hard-linked: the local slot is
-    /// closed whether or not the pass succeeded.
+    /// new slot as result), then close it here. Linked: if the pass fails
+    /// (the target's table is full) the close is cancelled (-ECANCELED) and
+    /// the socket stays in `slot`.
     pub fn pass_and_close(
         &mut self,
         slot: u32,
@@ -392,13 +393,23 @@ impl Ring {
             target_data,
         )
         .build()
-        .flags(squeue::Flags::IO_HARDLINK)
+        .flags(squeue::Flags::IO_LINK)
         .user_data(own_data);
         let b = opcode::Close::new(Fixed(slot))
             .build()
             .user_data(close_data);
         self.push(a);
         self.push(b);
+    }
+
+    /// One plain accept into an ordinary descriptor (not the fixed table):
+    /// for turning connections away when the table is full.
+    pub fn accept_plain(&mut self, listener: RawFd, user_data: u64) {
+        let e = opcode::Accept::new(Fd(listener), std::ptr::null_mut(), std::ptr::null_mut())
+            .flags(libc::SOCK_CLOEXEC)
+            .build()
+            .user_data(user_data);
+        self.push(e);
     }
 
     /// The ring's own descriptor, the address other rings pass sockets to.

@@ -93,6 +93,19 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX identify_log_app_at ON identify_log(application_id, at_ms);
     CREATE INDEX identify_log_at ON identify_log(at_ms);
     "#,
+    // 2: identifies counted per application per minute, so checking the
+    // 24 h limit reads at most 1,440 rows however many identifies there were
+    // (one row per identify made a reconnect storm quadratic).
+    r#"
+    DROP TABLE identify_log;
+    CREATE TABLE identify_counts (
+        application_id INTEGER NOT NULL REFERENCES applications(id) ON DELETE CASCADE,
+        minute_ms      INTEGER NOT NULL,
+        count          INTEGER NOT NULL,
+        PRIMARY KEY (application_id, minute_ms)
+    );
+    CREATE INDEX identify_counts_minute ON identify_counts(minute_ms);
+    "#,
 ];
 
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;

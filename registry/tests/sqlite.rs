@@ -437,7 +437,11 @@ fn session_start_limit_window() {
     let reg = SqliteRegistry::open_in_memory().unwrap();
     let (app, _) = reg.create_application("bot", 0, 4).unwrap();
     reg.set_session_start_total(app.id, 3).unwrap();
-    let t0 = 1_700_000_000_000;
+    // Identifies are counted per minute; a minute leaves the window 24 h
+    // after it ends (never earlier than exact, at most a minute later).
+    const MIN: u64 = 60_000;
+    let t0 = 1_700_000_040_000; // the start of a minute
+    assert_eq!(t0 % MIN, 0);
 
     let l = reg.session_start_remaining(app.id, t0).unwrap();
     assert_eq!(
@@ -453,7 +457,7 @@ fn session_start_limit_window() {
     reg.record_session_start(app.id, t0 + 1000).unwrap();
     let l = reg.record_session_start(app.id, t0 + 2000).unwrap();
     assert_eq!(l.remaining, 0);
-    assert_eq!(l.reset_after_ms, DAY - 2000);
+    assert_eq!(l.reset_after_ms, DAY + MIN - 2000);
     // Over the limit: still recorded, remaining saturates at 0.
     assert_eq!(
         reg.record_session_start(app.id, t0 + 3000)
@@ -461,18 +465,20 @@ fn session_start_limit_window() {
             .remaining,
         0
     );
+    // A later minute is counted on its own.
+    reg.record_session_start(app.id, t0 + MIN + 5).unwrap();
 
-    // The oldest leaves the window exactly 24 h later.
-    let l = reg.session_start_remaining(app.id, t0 + DAY - 1).unwrap();
+    // The first minute leaves the window 24 h after it ends.
+    let l = reg
+        .session_start_remaining(app.id, t0 + DAY + MIN - 1)
+        .unwrap();
     assert_eq!((l.remaining, l.reset_after_ms), (0, 1));
+    let l = reg.session_start_remaining(app.id, t0 + DAY + MIN).unwrap();
+    assert_eq!((l.remaining, l.reset_after_ms), (2, MIN)); // only the second minute counts
     let l = reg
-        .session_start_remaining(app.id, t0 + DAY + 1500)
+        .session_start_remaining(app.id, t0 + DAY + 2 * MIN)
         .unwrap();
-    assert_eq!((l.remaining, l.reset_after_ms), (1, 500)); // t0+2000, t0+3000 count
-    let l = reg
-        .session_start_remaining(app.id, t0 + DAY + 2000)
-        .unwrap();
-    assert_eq!((l.remaining, l.reset_after_ms), (2, 1000));
+    assert_eq!((l.remaining, l.reset_after_ms), (3, 0));
     let l = reg.session_start_remaining(app.id, t0 + 2 * DAY).unwrap();
     assert_eq!((l.remaining, l.reset_after_ms), (3, 0));
 

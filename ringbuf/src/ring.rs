@@ -134,9 +134,23 @@ impl SessionRing {
         {
             return Err(PushError::Full);
         }
+        self.push_over_bound(slab, entry)
+    }
+
+    /// Like [`push`](Self::push) but past the unsent bound: for the one
+    /// entry that finds the bound reached (kept, so closing the session at
+    /// the bound loses nothing) and for the owner's own dispatches after a
+    /// full replay. Still bounded by `max_held`: `Full` when every held entry
+    /// is unsent.
+    pub fn push_over_bound(&mut self, slab: &mut RingSlab, entry: Entry) -> Result<(), PushError> {
+        assert_eq!(entry.seq, self.last + 1, "ring seq must be contiguous");
+        let len = u64::from(entry.record.len);
         let held = self.len_held();
         assert!(held <= self.max_held);
         let drop_oldest = held == self.max_held;
+        if drop_oldest && self.first >= self.unsent {
+            return Err(PushError::Full);
+        }
         // Decide before mutating so an error leaves the ring untouched.
         let drop_frees = drop_oldest && (held == 1 || (self.first + 1).is_multiple_of(CHUNK_U64));
         let needs_chunk = held - u32::from(drop_oldest) == 0 || entry.seq.is_multiple_of(CHUNK_U64);
@@ -144,7 +158,7 @@ impl SessionRing {
             return Err(PushError::NoChunks);
         }
         if drop_oldest {
-            assert!(self.first < self.unsent, "max_unsent <= max_held");
+            debug_assert!(self.first < self.unsent, "checked above");
             self.drop_first(slab);
         }
         if needs_chunk {
@@ -752,5 +766,41 @@ mod tests {
             }
             prop_assert_eq!(slab.free_count(), slab_chunks);
         }
+    }
+}
+
+#[cfg(test)]
+mod over_bound_tests {
+    use super::*;
+
+    #[test]
+    fn push_over_bound_passes_the_unsent_bound_but_not_held() {
+        let mut slab = RingSlab::new(4);
+        let cfg = RingConfig {
+            max_unsent: 2,
+            max_held: 3,
+            max_unsent_bytes: u64::MAX,
+        };
+        let mut ring = SessionRing::new(&cfg, 0);
+        let e = |seq| Entry {
+            record: RecordRef {
+                pos: seq * 8,
+                len: 8,
+            },
+            seq,
+            at_ms: 0,
+        };
+        ring.push(&mut slab, e(1)).unwrap();
+        ring.push(&mut slab, e(2)).unwrap();
+        assert_eq!(ring.push(&mut slab, e(3)), Err(PushError::Full));
+        ring.push_over_bound(&mut slab, e(3)).unwrap();
+        assert_eq!(ring.len_unsent(), 3);
+        // Held is at max and nothing is sent: nothing can be dropped.
+        assert_eq!(ring.push_over_bound(&mut slab, e(4)), Err(PushError::Full));
+        ring.mark_sent(&slab, 1);
+        ring.push_over_bound(&mut slab, e(4)).unwrap();
+        assert_eq!((ring.first_held_seq(), ring.last_seq()), (2, 4));
+        ring.clear(&mut slab);
+        assert_eq!(slab.free_count(), 4);
     }
 }

@@ -189,31 +189,38 @@ fn cutoff(now_ms: u64) -> i64 {
     to_i(now_ms).saturating_sub(SESSION_START_WINDOW_MS as i64)
 }
 
+/// Identifies are counted per minute: the window is rolling at minute
+/// granularity.
+const MINUTE_MS: u64 = 60_000;
+
 pub fn record_session_start(c: &Connection, app_id: u64, now_ms: u64) -> Result<SessionStartLimit> {
     require(c, app_id)?;
-    // Prune for every application: the table stays at one day of identifies.
+    // Prune for every application: the table stays at one day of minutes.
     c.execute(
-        "DELETE FROM identify_log WHERE at_ms <= ?1",
-        [cutoff(now_ms)],
+        "DELETE FROM identify_counts WHERE minute_ms <= ?1",
+        [cutoff(now_ms) - MINUTE_MS as i64],
     )?;
     c.execute(
-        "INSERT INTO identify_log (application_id, at_ms) VALUES (?1, ?2)",
-        params![to_i(app_id), to_i(now_ms)],
+        "INSERT INTO identify_counts (application_id, minute_ms, count) VALUES (?1, ?2, 1)
+         ON CONFLICT (application_id, minute_ms) DO UPDATE SET count = count + 1",
+        params![to_i(app_id), to_i(now_ms - now_ms % MINUTE_MS)],
     )?;
     session_start_limit(c, app_id, now_ms)
 }
 
 pub fn session_start_limit(c: &Connection, app_id: u64, now_ms: u64) -> Result<SessionStartLimit> {
     let app = require(c, app_id)?;
+    // A minute counts while any part of it is inside the window.
     let (used, oldest): (i64, Option<i64>) = c.query_row(
-        "SELECT COUNT(*), MIN(at_ms) FROM identify_log WHERE application_id = ?1 AND at_ms > ?2",
-        params![to_i(app_id), cutoff(now_ms)],
+        "SELECT COALESCE(SUM(count), 0), MIN(minute_ms) FROM identify_counts
+         WHERE application_id = ?1 AND minute_ms > ?2",
+        params![to_i(app_id), cutoff(now_ms) - MINUTE_MS as i64],
         |r| Ok((r.get(0)?, r.get(1)?)),
     )?;
-    // Rolling window: the next slot frees when the oldest identify ages out.
+    // Rolling window: the next slots free when the oldest minute ages out.
     let reset_after_ms = oldest.map_or(0, |t| {
-        (t.saturating_add(SESSION_START_WINDOW_MS as i64) - to_i(now_ms))
-            .clamp(0, SESSION_START_WINDOW_MS as i64) as u64
+        (t.saturating_add((SESSION_START_WINDOW_MS + MINUTE_MS) as i64) - to_i(now_ms))
+            .clamp(0, (SESSION_START_WINDOW_MS + MINUTE_MS) as i64) as u64
     });
     let used = u32::try_from(used).unwrap_or(u32::MAX);
     Ok(SessionStartLimit {

@@ -318,3 +318,54 @@ fn hold_40000_sessions() {
     );
     let _ = std::io::stderr().flush();
 }
+
+/// A node at capacity answers every connection: READY while any worker has
+/// a slot (a full placement worker hands nothing over, the session is served
+/// where it landed), then HTTP 503 once the fixed tables are full. Nothing
+/// hangs in a listen queue.
+#[test]
+fn a_full_node_answers_every_connection() {
+    // 2 workers x 1 ring x 64 slots: 128 sockets at most.
+    let node = Node::start(&[
+        "--no-demo",
+        "--workers",
+        "2",
+        "--max-sessions-per-worker",
+        "40",
+    ]);
+    let (mut ready, mut rejected) = (0, 0);
+    let mut held = Vec::new();
+    for i in 0..200 {
+        let stream = std::net::TcpStream::connect(node.gateway).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        match tungstenite::client(format!("ws://{}/?v=10", node.gateway), stream) {
+            Ok((mut ws, _)) => {
+                let hello = ws.read().expect("hello");
+                assert!(hello.is_text(), "connection {i}: {hello:?}");
+                let identify = format!(
+                    r#"{{"op":2,"d":{{"token":"{}","intents":513,"properties":{{}}}}}}"#,
+                    node.token
+                );
+                ws.send(tungstenite::Message::text(identify)).unwrap();
+                match ws.read() {
+                    Ok(tungstenite::Message::Text(t)) if t.contains("\"READY\"") => ready += 1,
+                    other => panic!("connection {i}: expected READY, got {other:?}"),
+                }
+                held.push(ws);
+            }
+            Err(tungstenite::HandshakeError::Failure(tungstenite::Error::Http(resp))) => {
+                assert_eq!(resp.status(), 503, "connection {i}");
+                rejected += 1;
+            }
+            Err(e) => panic!("connection {i} got neither READY nor a 503: {e}"),
+        }
+    }
+    assert_eq!(ready + rejected, 200);
+    assert!(
+        ready >= 110,
+        "the node fills its tables before refusing: {ready} ready, {rejected} refused"
+    );
+    assert!(rejected > 0);
+}

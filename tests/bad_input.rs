@@ -510,7 +510,11 @@ fn sc_zombie(c: &Ctx) {
 
 /// Upgraded, then silent (optionally after half a frame header): closed like a zombie.
 fn sc_silent_after_hello(c: &Ctx, partial_frame: bool) {
-    let what = if partial_frame { "half a frame header, then silence" } else { "silence after Hello" };
+    let what = if partial_frame {
+        "half a frame header, then silence"
+    } else {
+        "silence after Hello"
+    };
     let mut ws = c.ws();
     let hb = ws.expect_hello();
     let t0 = Instant::now();
@@ -523,10 +527,22 @@ fn sc_silent_after_hello(c: &Ctx, partial_frame: bool) {
         Msg::Close(Some(code), reason) => (code, reason),
         other => panic!("{what} (heartbeat_interval {hb} ms): expected a Close, got {other:?} after {el:?} (texts {texts:?})"),
     };
-    assert!(matches!(code, 4000 | 4003 | 4009), "{what}: close {code} {reason:?}");
-    assert!(!reason.trim().is_empty(), "{what}: close {code} carries an empty reason");
-    assert!(el >= Duration::from_millis(hb), "{what}: closed after {el:?}, before one heartbeat interval ({hb} ms)");
-    assert!(el <= Duration::from_millis(hb * 5), "{what}: closed only after {el:?} (interval {hb} ms)");
+    assert!(
+        matches!(code, 4000 | 4003 | 4009),
+        "{what}: close {code} {reason:?}"
+    );
+    assert!(
+        !reason.trim().is_empty(),
+        "{what}: close {code} carries an empty reason"
+    );
+    assert!(
+        el >= Duration::from_millis(hb),
+        "{what}: closed after {el:?}, before one heartbeat interval ({hb} ms)"
+    );
+    assert!(
+        el <= Duration::from_millis(hb * 5),
+        "{what}: closed only after {el:?} (interval {hb} ms)"
+    );
 }
 
 fn sc_heartbeating_client_survives(c: &Ctx) {
@@ -1032,8 +1048,14 @@ fn all_scenarios() -> Vec<(&'static str, Box<dyn Fn(&Ctx) + Send + Sync>)> {
             Box::new(|c: &Ctx| sc_half_http_request(c, 500)),
         ),
         ("zombie", Box::new(sc_zombie)),
-        ("silent_after_hello", Box::new(|c: &Ctx| sc_silent_after_hello(c, false))),
-        ("half_frame_header", Box::new(|c: &Ctx| sc_silent_after_hello(c, true))),
+        (
+            "silent_after_hello",
+            Box::new(|c: &Ctx| sc_silent_after_hello(c, false)),
+        ),
+        (
+            "half_frame_header",
+            Box::new(|c: &Ctx| sc_silent_after_hello(c, true)),
+        ),
         ("client_close_1000", Box::new(sc_client_close_1000)),
         ("resume_unknown", Box::new(sc_resume_unknown)),
         ("path_variants", Box::new(sc_path_variants)),

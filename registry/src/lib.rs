@@ -134,6 +134,79 @@ pub trait Registry: Send + Sync {
     fn installations_in_server(&self, server_id: u64) -> Result<Vec<Installation>>;
     /// Apply a server change reported by the chat service's event stream.
     fn apply_state(&self, change: &StateChange) -> Result<()>;
+
+    /// Revocations written after outbox id `after`, oldest first, at most `limit`.
+    fn revocations_since(&self, after: u64, limit: u32) -> Result<Vec<RevocationRecord>>;
+    /// The newest outbox id (0 if none): where a node starts following.
+    fn last_revocation_id(&self) -> Result<u64>;
+    /// Lease renewal in one round trip: for each (application, server) pair,
+    /// whether the installation still exists (same order as `pairs`).
+    fn installed(&self, pairs: &[(u64, u64)]) -> Result<Vec<bool>>;
+}
+
+/// Something taken away from a bot, as written to the outbox.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Revocation {
+    /// Uninstalled from a server (or the application deleted).
+    Uninstalled { application_id: u64, server_id: u64 },
+    /// The installation's granted permissions changed.
+    PermissionsChanged { application_id: u64, server_id: u64 },
+    /// The token was reset: its sessions must end (4004).
+    TokenReset { application_id: u64 },
+    /// Approved privileged intents changed (narrowed or widened).
+    IntentsChanged { application_id: u64 },
+}
+
+impl Revocation {
+    pub fn kind(&self) -> u8 {
+        match self {
+            Revocation::Uninstalled { .. } => 1,
+            Revocation::PermissionsChanged { .. } => 2,
+            Revocation::TokenReset { .. } => 3,
+            Revocation::IntentsChanged { .. } => 4,
+        }
+    }
+
+    pub fn application_id(&self) -> u64 {
+        match *self {
+            Revocation::Uninstalled { application_id, .. }
+            | Revocation::PermissionsChanged { application_id, .. }
+            | Revocation::TokenReset { application_id }
+            | Revocation::IntentsChanged { application_id } => application_id,
+        }
+    }
+
+    pub fn server_id(&self) -> u64 {
+        match *self {
+            Revocation::Uninstalled { server_id, .. }
+            | Revocation::PermissionsChanged { server_id, .. } => server_id,
+            _ => 0,
+        }
+    }
+
+    pub fn from_parts(kind: u8, application_id: u64, server_id: u64) -> Option<Revocation> {
+        Some(match kind {
+            1 => Revocation::Uninstalled {
+                application_id,
+                server_id,
+            },
+            2 => Revocation::PermissionsChanged {
+                application_id,
+                server_id,
+            },
+            3 => Revocation::TokenReset { application_id },
+            4 => Revocation::IntentsChanged { application_id },
+            _ => return None,
+        })
+    }
+}
+
+/// An outbox row: its id, when the registry wrote it, and what it says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RevocationRecord {
+    pub id: u64,
+    pub at_ms: u64,
+    pub revocation: Revocation,
 }
 
 /// A change to a server's snapshot, as the chat service reports it

@@ -106,6 +106,18 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX identify_counts_minute ON identify_counts(minute_ms);
     "#,
+    // 3: the revocation outbox. Every change that takes something away from
+    // a bot is written here in the same transaction, so nodes can apply it
+    // (pushed, or polled by id) and measure how long that took.
+    r#"
+    CREATE TABLE revocations (
+        id             INTEGER PRIMARY KEY AUTOINCREMENT,
+        at_ms          INTEGER NOT NULL,
+        kind           INTEGER NOT NULL,
+        application_id INTEGER NOT NULL,
+        server_id      INTEGER NOT NULL DEFAULT 0
+    );
+    "#,
 ];
 
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;

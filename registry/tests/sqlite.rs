@@ -715,3 +715,57 @@ fn state_changes_from_the_event_stream_update_the_snapshot() {
     assert!(snap.roles.iter().all(|r| r.id != role.id));
     assert_eq!(reg.installations_in_server(sid).unwrap().len(), 1);
 }
+
+#[test]
+fn revocations_are_written_to_the_outbox_with_the_change() {
+    use registry::{Registry, Revocation, SqliteRegistry};
+    let reg = SqliteRegistry::open_in_memory().unwrap();
+    let seed = reg.seed_demo().unwrap().unwrap();
+    let (app, sid) = (seed.app.id, seed.server_id);
+    let start = reg.last_revocation_id().unwrap();
+    assert_eq!(
+        reg.installed(&[(app, sid), (app, sid + 1)]).unwrap(),
+        vec![true, false]
+    );
+    reg.install(app, sid, 1 << 10).unwrap(); // narrower grant
+    reg.install(app, sid, 1 << 10).unwrap(); // unchanged: nothing written
+    reg.reset_token(app).unwrap();
+    reg.set_approved_intents(app, 0).unwrap();
+    assert!(reg.uninstall(app, sid).unwrap());
+    assert!(!reg.uninstall(app, sid).unwrap()); // nothing left to revoke
+    let got: Vec<Revocation> = reg
+        .revocations_since(start, 100)
+        .unwrap()
+        .iter()
+        .map(|r| r.revocation)
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            Revocation::PermissionsChanged {
+                application_id: app,
+                server_id: sid
+            },
+            Revocation::TokenReset {
+                application_id: app
+            },
+            Revocation::IntentsChanged {
+                application_id: app
+            },
+            Revocation::Uninstalled {
+                application_id: app,
+                server_id: sid
+            },
+        ]
+    );
+    let all = reg.revocations_since(start, 100).unwrap();
+    assert!(all
+        .windows(2)
+        .all(|w| w[0].id < w[1].id && w[0].at_ms <= w[1].at_ms));
+    assert_eq!(
+        reg.revocations_since(all[1].id, 1).unwrap()[0].revocation,
+        got[2],
+        "paging by id"
+    );
+    assert_eq!(reg.installed(&[(app, sid)]).unwrap(), vec![false]);
+}

@@ -12,7 +12,7 @@ use std::time::Duration;
 use rusqlite::{Connection, TransactionBehavior};
 
 use crate::model::*;
-use crate::{schema, Registry, Result, StateChange};
+use crate::{schema, Registry, Result, Revocation, RevocationRecord, StateChange};
 
 /// How long a write waits for another process's write before reporting
 /// [`crate::RegistryError::Unavailable`].
@@ -177,11 +177,29 @@ impl Registry for SqliteRegistry {
     }
 
     fn reset_token(&self, app_id: u64) -> Result<String> {
-        self.write(|c| apps::reset_token(c, app_id))
+        self.write(|c| {
+            let t = apps::reset_token(c, app_id)?;
+            outbox(
+                c,
+                Revocation::TokenReset {
+                    application_id: app_id,
+                },
+            )?;
+            Ok(t)
+        })
     }
 
     fn set_approved_intents(&self, app_id: u64, bits: u64) -> Result<Application> {
-        self.write(|c| apps::set_approved_intents(c, app_id, bits))
+        self.write(|c| {
+            let a = apps::set_approved_intents(c, app_id, bits)?;
+            outbox(
+                c,
+                Revocation::IntentsChanged {
+                    application_id: app_id,
+                },
+            )?;
+            Ok(a)
+        })
     }
 
     fn set_max_concurrency(&self, app_id: u64, max_concurrency: u32) -> Result<Application> {
@@ -196,6 +214,13 @@ impl Registry for SqliteRegistry {
         self.write(|c| {
             for inst in installs::of_app(c, app_id)? {
                 installs::uninstall(c, app_id, inst.server_id)?;
+                outbox(
+                    c,
+                    Revocation::Uninstalled {
+                        application_id: app_id,
+                        server_id: inst.server_id,
+                    },
+                )?;
             }
             apps::delete(c, app_id)
         })
@@ -243,11 +268,36 @@ impl Registry for SqliteRegistry {
     }
 
     fn install(&self, app_id: u64, server_id: u64, permissions: u64) -> Result<Installation> {
-        self.write(|c| installs::install(c, app_id, server_id, permissions))
+        self.write(|c| {
+            let before = installs::get(c, app_id, server_id)?;
+            let i = installs::install(c, app_id, server_id, permissions)?;
+            if before.is_some_and(|b| b.permissions != permissions) {
+                outbox(
+                    c,
+                    Revocation::PermissionsChanged {
+                        application_id: app_id,
+                        server_id,
+                    },
+                )?;
+            }
+            Ok(i)
+        })
     }
 
     fn uninstall(&self, app_id: u64, server_id: u64) -> Result<bool> {
-        self.write(|c| installs::uninstall(c, app_id, server_id))
+        self.write(|c| {
+            let removed = installs::uninstall(c, app_id, server_id)?;
+            if removed {
+                outbox(
+                    c,
+                    Revocation::Uninstalled {
+                        application_id: app_id,
+                        server_id,
+                    },
+                )?;
+            }
+            Ok(removed)
+        })
     }
 
     fn add_installation_role(&self, app_id: u64, server_id: u64, role_id: u64) -> Result<()> {
@@ -302,4 +352,71 @@ impl Registry for SqliteRegistry {
     fn apply_state(&self, change: &StateChange) -> Result<()> {
         self.write(|c| servers::apply_state(c, change))
     }
+
+    fn revocations_since(&self, after: u64, limit: u32) -> Result<Vec<RevocationRecord>> {
+        self.read(|c| {
+            let mut st = c.prepare_cached(
+                "SELECT id, at_ms, kind, application_id, server_id FROM revocations
+                 WHERE id > ?1 ORDER BY id LIMIT ?2",
+            )?;
+            let rows = st.query_map(rusqlite::params![to_i(after), limit], |r| {
+                Ok((
+                    r.get::<_, i64>(0)?,
+                    r.get::<_, i64>(1)?,
+                    r.get::<_, i64>(2)?,
+                    r.get::<_, i64>(3)?,
+                    r.get::<_, i64>(4)?,
+                ))
+            })?;
+            let mut out = Vec::new();
+            for row in rows {
+                let (id, at, kind, app, server) = row?;
+                if let Some(revocation) =
+                    Revocation::from_parts(kind as u8, to_u(app), to_u(server))
+                {
+                    out.push(RevocationRecord {
+                        id: to_u(id),
+                        at_ms: to_u(at),
+                        revocation,
+                    });
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn last_revocation_id(&self) -> Result<u64> {
+        self.read(|c| {
+            let v: i64 = c.query_row("SELECT COALESCE(MAX(id), 0) FROM revocations", [], |r| {
+                r.get(0)
+            })?;
+            Ok(to_u(v))
+        })
+    }
+
+    fn installed(&self, pairs: &[(u64, u64)]) -> Result<Vec<bool>> {
+        self.read(|c| {
+            let mut st = c.prepare_cached(
+                "SELECT 1 FROM installations WHERE application_id = ?1 AND server_id = ?2",
+            )?;
+            pairs
+                .iter()
+                .map(|&(a, s)| Ok(st.exists(rusqlite::params![to_i(a), to_i(s)])?))
+                .collect()
+        })
+    }
+}
+
+/// Write a revocation to the outbox (in the caller's transaction).
+fn outbox(c: &Connection, r: Revocation) -> Result<()> {
+    c.execute(
+        "INSERT INTO revocations (at_ms, kind, application_id, server_id) VALUES (?1, ?2, ?3, ?4)",
+        rusqlite::params![
+            to_i(crate::snowflake::unix_ms_now()),
+            r.kind(),
+            to_i(r.application_id()),
+            to_i(r.server_id())
+        ],
+    )?;
+    Ok(())
 }

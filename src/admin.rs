@@ -10,11 +10,14 @@ use std::time::Duration;
 use crate::node::Shared;
 
 pub struct Admin {
+    /// Where it listens (the port is resolved when the config says 0).
+    pub addr: SocketAddr,
     _thread: std::thread::JoinHandle<()>,
 }
 
 pub fn start(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<Admin> {
     let listener = TcpListener::bind(addr)?;
+    let addr = listener.local_addr()?;
     let thread = std::thread::Builder::new()
         .name("admin".into())
         .spawn(move || {
@@ -22,7 +25,10 @@ pub fn start(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<Admin> {
                 let _ = serve(stream, &shared);
             }
         })?;
-    Ok(Admin { _thread: thread })
+    Ok(Admin {
+        addr,
+        _thread: thread,
+    })
 }
 
 fn serve(mut s: TcpStream, shared: &Shared) -> std::io::Result<()> {
@@ -39,9 +45,9 @@ fn serve(mut s: TcpStream, shared: &Shared) -> std::io::Result<()> {
             break;
         }
     }
-    let (method, path) = match net::http::parse_head(&buf[..n]) {
-        Ok(Some((_, head))) => (head.method, head.path),
-        _ => (String::new(), String::new()),
+    let (method, path, query) = match net::http::parse_head(&buf[..n]) {
+        Ok(Some((_, head))) => (head.method, head.path, head.query),
+        _ => (String::new(), String::new(), String::new()),
     };
     let workers = shared.metrics.len();
     let method = method.as_str();
@@ -54,9 +60,23 @@ fn serve(mut s: TcpStream, shared: &Shared) -> std::io::Result<()> {
                 &mut out,
             );
             render_ingest(&shared.ingest, &mut out);
+            render_link(&shared.link, &mut out);
             (200, "text/plain; version=0.0.4; charset=utf-8", out)
         }
         "/healthz" => (200, "text/plain", "ok\n".to_string()),
+        "/fault/registry" if method == "POST" && shared.cfg.registry.fault_injection => {
+            // A drill: every registry call fails until cleared (?down=0).
+            let down = !query.contains("down=0");
+            shared
+                .link
+                .fault_down
+                .store(down, std::sync::atomic::Ordering::Relaxed);
+            (
+                200,
+                "text/plain",
+                format!("registry fault injection: down={down}\n"),
+            )
+        }
         "/drain" if method == "POST" => {
             // The same path as SIGTERM: op 7 spread over the drain window, then exit.
             // SAFETY: signalling our own process.
@@ -142,4 +162,80 @@ fn render_ingest(st: &crate::ingest_listener::IngestStats, out: &mut String) {
             st.errors[i].load(Relaxed)
         );
     }
+}
+
+fn render_link(st: &crate::sidecar::LinkStats, out: &mut String) {
+    use std::fmt::Write;
+    use std::sync::atomic::Ordering::Relaxed;
+    let mut one = |name: &str, kind: &str, help: &str, v: u64| {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+        );
+    };
+    one("gatewayd_registry_brownout", "gauge", "1 while the registry is slow or unreachable (existing leases extended, identifies refused).", st.brownout.load(Relaxed) as u64);
+    one(
+        "gatewayd_identifies_refused_brownout_total",
+        "counter",
+        "Identifies answered op 9 because the registry was unavailable.",
+        st.refused_brownout.load(Relaxed),
+    );
+    one(
+        "gatewayd_identifies_refused_concurrency_total",
+        "counter",
+        "Identifies answered op 9 by the max_concurrency bucket (one per 5 s).",
+        st.refused_concurrency.load(Relaxed),
+    );
+    one(
+        "gatewayd_identifies_refused_daily_limit_total",
+        "counter",
+        "Identifies answered op 9 because session_start_limit was used up.",
+        st.refused_daily_limit.load(Relaxed),
+    );
+    one(
+        "gatewayd_identifies_refused_admission_total",
+        "counter",
+        "Identifies answered op 9 by the node-wide admission rate or queue bound.",
+        st.refused_admission.load(Relaxed),
+    );
+    one(
+        "gatewayd_lease_renewal_batches_total",
+        "counter",
+        "Lease renewal batches (one registry round trip each).",
+        st.lease_batches.load(Relaxed),
+    );
+    one(
+        "gatewayd_leases_renewed_total",
+        "counter",
+        "(application, server) leases renewed.",
+        st.leases_renewed.load(Relaxed),
+    );
+    one(
+        "gatewayd_leases_lost_total",
+        "counter",
+        "Leases not renewed because the installation is gone.",
+        st.leases_lost.load(Relaxed),
+    );
+    one(
+        "gatewayd_leases_extended_brownout_total",
+        "counter",
+        "Leases extended without confirmation during a brownout.",
+        st.leases_extended_in_brownout.load(Relaxed),
+    );
+    one(
+        "gatewayd_revocations_total",
+        "counter",
+        "Revocations read from the registry outbox and pushed to workers.",
+        st.revocations.load(Relaxed),
+    );
+    st.registry_latency.render(
+        "gatewayd_registry_call_seconds",
+        "Latency of each registry call made by the sidecar.",
+        out,
+    );
+    st.revocation_latency.render(
+        "gatewayd_revocation_apply_seconds",
+        "From the registry write of a revocation to the last worker applying it.",
+        out,
+    );
 }

@@ -26,7 +26,49 @@ pub struct Config {
     pub limits: Limits,
     pub ring: RingSizes,
     pub events: Events,
+    pub registry: RegistryLink,
     pub demo: Demo,
+}
+
+/// How the node uses the registry: leases, revocations, limits, brownout.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RegistryLink {
+    /// A session delivers a server's events only while the (application,
+    /// server) lease is valid; leases are renewed in batches well before.
+    pub lease_ttl_ms: u64,
+    /// How often the revocation outbox is read (0: never, leases bound the delay).
+    pub revocation_poll_ms: u64,
+    /// A registry call slower than this (or failing) puts the node in brownout.
+    pub timeout_ms: u64,
+    /// In brownout, existing sessions keep their last leases this long.
+    pub brownout_max_ms: u64,
+    /// Per-application limits: one identify per `shard % max_concurrency`
+    /// bucket per `identify_spacing_ms`, and `session_start_limit` per 24 h.
+    pub identify_limits: bool,
+    pub identify_spacing_ms: u64,
+    /// Node-wide identify admission (0: off): at most this many per second
+    /// (burst of one second's worth) and this many waiting; the rest get op 9.
+    pub admission_per_second: u32,
+    pub admission_queue: usize,
+    /// Allow POST /fault/registry (tests and drills: simulate a registry outage).
+    pub fault_injection: bool,
+}
+
+impl Default for RegistryLink {
+    fn default() -> Self {
+        RegistryLink {
+            lease_ttl_ms: 10_000,
+            revocation_poll_ms: 100,
+            timeout_ms: 2_000,
+            brownout_max_ms: 300_000,
+            identify_limits: true,
+            identify_spacing_ms: 5_000,
+            admission_per_second: 500,
+            admission_queue: 4096,
+            fault_injection: false,
+        }
+    }
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -132,6 +174,7 @@ impl Default for Config {
             limits: Limits::default(),
             ring: RingSizes::default(),
             events: Events::default(),
+            registry: RegistryLink::default(),
             demo: Demo::default(),
         }
     }
@@ -219,12 +262,34 @@ pub struct RunArgs {
     /// Per-worker event arena size in bytes.
     #[arg(long)]
     pub arena_bytes: Option<u64>,
+    /// Per-application identify limits (max_concurrency buckets, daily session starts): on|off.
+    #[arg(long)]
+    pub identify_limits: Option<OnOff>,
+    /// Node-wide identify admission per second (0: off).
+    #[arg(long)]
+    pub admission_per_second: Option<u32>,
+    #[arg(long)]
+    pub lease_ttl_ms: Option<u64>,
+    /// How often the revocation outbox is read (0: never).
+    #[arg(long)]
+    pub revocation_poll_ms: Option<u64>,
+    #[arg(long)]
+    pub brownout_max_ms: Option<u64>,
+    /// Allow POST /fault/registry on the admin port.
+    #[arg(long)]
+    pub fault_injection: bool,
     /// Post a demo MESSAGE_CREATE every N ms.
     #[arg(long)]
     pub demo_interval_ms: Option<u64>,
     /// Do not run the demo traffic source.
     #[arg(long)]
     pub no_demo: bool,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OnOff {
+    On,
+    Off,
 }
 
 impl Config {
@@ -258,6 +323,16 @@ impl Config {
         set!(args.drain_spread_ms => cfg.limits.drain_spread_ms);
         set!(args.demo_interval_ms => cfg.demo.interval_ms);
         set!(args.ingest_addr => cfg.events.ingest_addr);
+        if let Some(v) = args.identify_limits {
+            cfg.registry.identify_limits = v == OnOff::On;
+        }
+        set!(args.admission_per_second => cfg.registry.admission_per_second);
+        set!(args.lease_ttl_ms => cfg.registry.lease_ttl_ms);
+        set!(args.revocation_poll_ms => cfg.registry.revocation_poll_ms);
+        set!(args.brownout_max_ms => cfg.registry.brownout_max_ms);
+        if args.fault_injection {
+            cfg.registry.fault_injection = true;
+        }
         set!(args.max_unsent => cfg.events.max_unsent);
         set!(args.arena_bytes => cfg.events.arena_bytes);
         if args.tls_cert.is_some() {
@@ -301,6 +376,9 @@ impl Config {
         }
         if self.events.send_slots == 0 || self.events.ring_chunks == 0 {
             return Err("events.send_slots and events.ring_chunks must be positive".into());
+        }
+        if self.registry.lease_ttl_ms < 100 {
+            return Err("registry.lease_ttl_ms must be at least 100".into());
         }
         if self.demo.interval_ms == 0 {
             return Err("demo.interval_ms must be positive".into());

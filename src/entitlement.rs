@@ -89,6 +89,8 @@ pub struct Requirement<'a> {
     pub has_content: bool,
     /// User ids mentioned by the message (they see full content).
     pub mentions: &'a [u64],
+    /// Now (Unix ms), to check the (application, server) lease.
+    pub now_ms: u64,
 }
 
 /// Decide for one session: `None` if it must not get the event.
@@ -105,6 +107,9 @@ pub fn decide(id: &Identity, req: &Requirement) -> Option<Variant> {
             .then_some(Variant::Full);
     }
     let guild = id.guild(req.server_id)?;
+    if guild.lease_until_ms < req.now_ms {
+        return None; // the lease lapsed: the registry could not confirm the installation
+    }
     if req.channel_id != 0 {
         let p = guild.channel_permissions(req.channel_id)?;
         let need = perm::VIEW_CHANNEL | req.permissions;
@@ -201,6 +206,7 @@ mod tests {
             guilds: vec![GuildAccess {
                 id: S,
                 channels: vec![(10, perms)],
+                lease_until_ms: 1000,
             }],
             user_json: "{}".into(),
         }
@@ -214,6 +220,7 @@ mod tests {
             permissions: 0,
             has_content: true,
             mentions,
+            now_ms: 500,
         }
     }
 
@@ -249,6 +256,7 @@ mod tests {
             permissions: 0,
             has_content: true,
             mentions,
+            now_ms: 500,
         };
         assert_eq!(
             decide(&identity(intents::DIRECT_MESSAGES, 0), &dm(&[BOT])),
@@ -265,6 +273,9 @@ mod tests {
             None,
             "someone else's DM"
         );
+        let mut expired = msg(&[]);
+        expired.now_ms = 1001;
+        assert_eq!(decide(&identity(gm, VIEW), &expired), None, "lease lapsed");
         let mut unknown_channel = msg(&[]);
         unknown_channel.channel_id = 11;
         assert_eq!(decide(&identity(gm, VIEW), &unknown_channel), None);

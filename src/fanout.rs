@@ -206,9 +206,87 @@ impl FanOut {
                 continue;
             };
             if let Ok(g) = s.identity.guilds.binary_search_by_key(&server_id, |g| g.id) {
+                let lease = s.identity.guilds[g].lease_until_ms;
                 s.identity.guilds[g] = by_app[i].1.clone();
+                s.identity.guilds[g].lease_until_ms = lease;
             }
         }
+    }
+
+    /// Every (application, server) pair this worker's sessions hold a lease
+    /// for, sorted and without duplicates: one lease renewal batch.
+    pub fn lease_pairs(&self, out: &mut Vec<(u64, u64)>) {
+        out.clear();
+        for s in self.sessions.iter().flatten() {
+            let app = s.identity.application_id;
+            out.extend(s.identity.guilds.iter().map(|g| (app, g.id)));
+        }
+        out.sort_unstable();
+        out.dedup();
+    }
+
+    /// Extend the leases of the pairs the registry confirmed (sorted).
+    pub fn renew_leases(&mut self, pairs: &[(u64, u64)], until_ms: u64) {
+        for s in self.sessions.iter_mut().flatten() {
+            let app = s.identity.application_id;
+            for g in &mut s.identity.guilds {
+                if pairs.binary_search(&(app, g.id)).is_ok() {
+                    g.lease_until_ms = g.lease_until_ms.max(until_ms);
+                }
+            }
+        }
+    }
+
+    /// An application lost a server: its sessions stop receiving that
+    /// server's events at once. Returns how many sessions were affected.
+    pub fn revoke_server(&mut self, app: u64, server_id: u64) -> usize {
+        let mut n = 0;
+        for (i, slot) in self.sessions.iter_mut().enumerate() {
+            let Some(s) = slot.as_mut() else { continue };
+            if s.identity.application_id != app {
+                continue;
+            }
+            if let Ok(g) = s.identity.guilds.binary_search_by_key(&server_id, |g| g.id) {
+                s.identity.guilds.remove(g);
+                unlist(&mut self.index, server_id, i as u32);
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// An application's grant in a server changed: new channel permissions
+    /// (the lease carries over).
+    pub fn set_access(&mut self, app: u64, access: &crate::gateway::session::GuildAccess) -> usize {
+        let mut n = 0;
+        for s in self.sessions.iter_mut().flatten() {
+            if s.identity.application_id != app {
+                continue;
+            }
+            if let Ok(g) = s.identity.guilds.binary_search_by_key(&access.id, |g| g.id) {
+                let lease = s.identity.guilds[g].lease_until_ms;
+                s.identity.guilds[g] = access.clone();
+                s.identity.guilds[g].lease_until_ms = lease;
+                n += 1;
+            }
+        }
+        n
+    }
+
+    /// Sessions of an application, optionally only those using any of
+    /// `intents` (for a token reset: all; for withdrawn intents: the users).
+    pub fn sessions_of(&self, app: u64, intents: Option<u64>) -> Vec<(u32, Option<ConnKey>)> {
+        self.sessions
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let s = s.as_ref()?;
+                let uses = intents
+                    .map(|bits| s.identity.intents & bits != 0)
+                    .unwrap_or(true);
+                (s.identity.application_id == app && uses).then_some((i as u32, s.conn))
+            })
+            .collect()
     }
 
     /// The connection went away; the session stays resumable for the window.
@@ -255,6 +333,7 @@ impl FanOut {
         &mut self,
         ev: &EventIn,
         now_ms: u64,
+        unix_ms: u64,
         mut queued: impl FnMut(ConnKey),
         mut overflow: impl FnMut(u32, ConnKey),
     ) -> Delivered {
@@ -266,6 +345,7 @@ impl FanOut {
             permissions: ev.permissions,
             has_content: ev.has_content,
             mentions: ev.mentions,
+            now_ms: unix_ms,
         };
         let (mut full, mut redacted): (Option<RecordRef>, Option<RecordRef>) = (None, None);
         // The body below runs once per candidate recipient; a macro keeps it

@@ -74,11 +74,12 @@ pub fn start(
     sidecar: crossbeam_channel::Sender<SidecarRequest>,
     stats: Arc<IngestStats>,
     stop: Arc<AtomicBool>,
-) -> std::io::Result<std::thread::JoinHandle<()>> {
+) -> std::io::Result<(SocketAddr, std::thread::JoinHandle<()>)> {
     let listener = TcpListener::bind(addr)
         .map_err(|e| std::io::Error::new(e.kind(), format!("ingest listener {addr}: {e}")))?;
     listener.set_nonblocking(true)?;
-    std::thread::Builder::new().name("ingest".into()).spawn(move || {
+    let bound = listener.local_addr()?;
+    let handle = std::thread::Builder::new().name("ingest".into()).spawn(move || {
         while !stop.load(Relaxed) {
             match listener.accept() {
                 Ok((stream, peer)) => {
@@ -106,7 +107,8 @@ pub fn start(
                 }
             }
         }
-    })
+    });
+    Ok((bound, handle?))
 }
 
 fn serve(

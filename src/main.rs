@@ -8,6 +8,7 @@ mod demo;
 mod entitlement;
 mod fanout;
 mod gateway;
+mod histogram;
 mod ingest_listener;
 mod messages;
 mod metrics;
@@ -38,7 +39,8 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the node (the default).
+    /// Run the node (the default). A flag given twice: the last one wins.
+    #[command(args_override_self = true)]
     Run(config::RunArgs),
     /// Manage applications, servers and installations in the registry.
     Registry(registry_cli::RegistryArgs),

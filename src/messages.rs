@@ -32,11 +32,28 @@ pub enum SidecarRequest {
     },
     /// A server changed (from the event stream): apply it and answer with
     /// the bots' recomputed permissions, before later events are delivered.
+    /// Confirm these (application, server) leases in one registry call.
+    RenewLeases {
+        worker: usize,
+        pairs: Vec<(u64, u64)>,
+    },
+    /// A worker applied revocation `id` at `applied_ms` (Unix ms).
+    RevocationApplied { id: u64, applied_ms: u64 },
     ApplyState {
         server_id: u64,
         change: registry::StateChange,
         reply: crossbeam_channel::Sender<Option<AccessUpdate>>,
     },
+}
+
+/// A revocation for workers to apply, with what they need to apply it.
+pub struct RevokeMsg {
+    pub id: u64,
+    pub revocation: registry::Revocation,
+    /// For a changed grant: the new access (None: no longer installed).
+    pub access: Option<GuildAccess>,
+    /// For changed intents: what is approved now.
+    pub approved_intents: u64,
 }
 
 /// Recomputed per-channel permissions of every bot installed in a server.
@@ -101,6 +118,12 @@ pub enum ToWorker {
         body: Vec<u8>,
     },
     Event(Arc<Event>),
+    /// These leases (sorted pairs) are valid until `until_ms` (Unix ms).
+    Leases {
+        pairs: Vec<(u64, u64)>,
+        until_ms: u64,
+    },
+    Revoke(Arc<RevokeMsg>),
     /// New permissions after a server change; ordered before the events that follow it.
     Access(Arc<AccessUpdate>),
     /// Ingest records (validated by the ingest thread), in stream order.

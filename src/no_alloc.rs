@@ -78,6 +78,7 @@ mod tests {
                 guilds: vec![GuildAccess {
                     id: SERVER,
                     channels: vec![(CHANNEL, perm::VIEW_CHANNEL)],
+                    lease_until_ms: u64::MAX,
                 }],
                 user_json: "{}".into(),
             };
@@ -139,6 +140,7 @@ mod tests {
                 queued.clear();
                 let out = fan.deliver(
                     &ev,
+                    0,
                     0,
                     |k| queued.push(k),
                     |_, _| panic!("no overflow expected"),

@@ -29,6 +29,7 @@ pub struct Shared {
     pub ring_limits: Vec<Vec<u32>>,
     pub metrics: Box<[WorkerMetrics]>,
     pub ingest: Arc<crate::ingest_listener::IngestStats>,
+    pub link: Arc<crate::sidecar::LinkStats>,
     pub ready_workers: AtomicUsize,
     pub shutting_down: AtomicBool,
     pub started: Instant,
@@ -39,7 +40,7 @@ const SIDECAR_QUEUE: usize = 16_384;
 /// Worker inbox bound.
 const INBOX: usize = 65_536;
 
-pub fn run(cfg: Config) -> Result<(), String> {
+pub fn run(mut cfg: Config) -> Result<(), String> {
     std::fs::create_dir_all(&cfg.data_dir)
         .map_err(|e| format!("creating data dir {}: {e}", cfg.data_dir.display()))?;
     let nofile = net::uring::raise_nofile_limit();
@@ -71,6 +72,15 @@ pub fn run(cfg: Config) -> Result<(), String> {
         "sizing workers"
     );
 
+    // Port 0 means "any free port": pick it once, so every ring's listener
+    // joins the same SO_REUSEPORT group. The placeholder closes once they exist.
+    let placeholder = if cfg.gateway_addr.port() == 0 {
+        let l = net::uring::listen_reuseport(cfg.gateway_addr, 1).map_err(|e| e.to_string())?;
+        cfg.gateway_addr = l.local_addr().map_err(|e| e.to_string())?;
+        Some(l)
+    } else {
+        None
+    };
     let mut setups = Vec::with_capacity(workers);
     for w in 0..workers {
         let setup = WorkerSetup::new(&cfg, rings, slots).map_err(|e| {
@@ -94,6 +104,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
     }
     let handles: Arc<[WorkerHandle]> = handles.into();
     let (sidecar_tx, sidecar_rx) = crossbeam_channel::bounded(SIDECAR_QUEUE);
+    drop(placeholder);
     let gateway_url = cfg.gateway_url();
     let shared = Arc::new(Shared {
         gateway_url: gateway_url.clone(),
@@ -119,6 +130,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
             .collect(),
         metrics: (0..workers).map(|_| WorkerMetrics::default()).collect(),
         ingest: Arc::new(Default::default()),
+        link: Arc::new(Default::default()),
         ready_workers: AtomicUsize::new(0),
         shutting_down: AtomicBool::new(false),
         started: Instant::now(),
@@ -126,11 +138,13 @@ pub fn run(cfg: Config) -> Result<(), String> {
     });
 
     let stop = Arc::new(AtomicBool::new(false));
-    let sidecar = crate::sidecar::Sidecar {
-        registry: Box::new(registry),
-        workers: handles.clone(),
-        gateway_url: gateway_url.clone(),
-    };
+    let sidecar = crate::sidecar::Sidecar::new(
+        Box::new(registry),
+        handles.clone(),
+        gateway_url.clone(),
+        cfg.registry.clone(),
+        shared.link.clone(),
+    );
     let sidecar_stop = stop.clone();
     let sidecar_thread = std::thread::Builder::new()
         .name("sidecar".into())
@@ -160,7 +174,7 @@ pub fn run(cfg: Config) -> Result<(), String> {
 
     let admin = crate::admin::start(cfg.admin_addr, shared.clone())
         .map_err(|e| format!("admin {}: {e}", cfg.admin_addr))?;
-    let ingest_thread = crate::ingest_listener::start(
+    let (ingest_addr, ingest_thread) = crate::ingest_listener::start(
         cfg.events.ingest_addr,
         cfg.events.ingest_max_connections,
         handles.clone(),
@@ -170,14 +184,10 @@ pub fn run(cfg: Config) -> Result<(), String> {
     )
     .map_err(|e| e.to_string())?;
     // The demo source is a producer like any other: it writes records to the ingest listener.
-    let demo_thread = cfg.demo.enabled.then(|| {
-        crate::demo::start(
-            demo_target,
-            cfg.demo.interval_ms,
-            cfg.events.ingest_addr,
-            stop.clone(),
-        )
-    });
+    let demo_thread = cfg
+        .demo
+        .enabled
+        .then(|| crate::demo::start(demo_target, cfg.demo.interval_ms, ingest_addr, stop.clone()));
 
     let deadline = Instant::now() + Duration::from_secs(10);
     while shared.ready_workers.load(Ordering::SeqCst) < workers {
@@ -190,11 +200,15 @@ pub fn run(cfg: Config) -> Result<(), String> {
     println!("gatewayd is up");
     println!("  gateway:  {gateway_url}");
     println!("  REST:     {scheme}://{}/api/v10", cfg.gateway_addr);
-    println!(
-        "  ingest:   {} (length-prefixed event records)",
-        cfg.events.ingest_addr
+    println!("  ingest:   {ingest_addr} (length-prefixed event records)");
+    println!("  admin:    http://{}/metrics", admin.addr);
+    // The addresses actually bound (ports chosen by the kernel when the config said 0).
+    let addrs = format!(
+        "gateway={}\nadmin={}\ningest={}\n",
+        cfg.gateway_addr, admin.addr, ingest_addr
     );
-    println!("  admin:    http://{}/metrics", cfg.admin_addr);
+    std::fs::write(cfg.data_path("gatewayd.addrs"), addrs)
+        .map_err(|e| format!("writing gatewayd.addrs: {e}"))?;
     println!(
         "  demo bot token: stored in {}",
         cfg.data_path("demo-token").display()

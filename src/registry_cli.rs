@@ -42,6 +42,17 @@ enum RegistryCmd {
         #[arg(long)]
         privileged_intents: u64,
     },
+    /// Change an application's identify limits.
+    SetLimits {
+        #[arg(long)]
+        app: u64,
+        /// Identify buckets (shard_id % max_concurrency), one identify each per 5 s.
+        #[arg(long)]
+        max_concurrency: Option<u32>,
+        /// Identifies allowed per 24 h.
+        #[arg(long)]
+        session_start_total: Option<u32>,
+    },
     /// Delete an application and all its installations.
     DeleteApp {
         #[arg(long)]
@@ -137,6 +148,26 @@ pub fn run(args: RegistryArgs) -> Result<(), String> {
             println!(
                 "application_id={} approved_intents={}",
                 a.id, a.approved_intents
+            );
+        }
+        RegistryCmd::SetLimits {
+            app,
+            max_concurrency,
+            session_start_total,
+        } => {
+            if let Some(n) = max_concurrency {
+                reg.set_max_concurrency(app, n).map_err(e)?;
+            }
+            if let Some(n) = session_start_total {
+                reg.set_session_start_total(app, n).map_err(e)?;
+            }
+            let a = reg
+                .application(app)
+                .map_err(e)?
+                .ok_or(format!("no application {app}"))?;
+            println!(
+                "application_id={} max_concurrency={} session_start_total={}",
+                a.id, a.max_concurrency, a.session_start_total
             );
         }
         RegistryCmd::DeleteApp { app } => {

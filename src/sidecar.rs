@@ -2,8 +2,11 @@
 //! ask it for Identify and authenticated REST answers by message; it never
 //! sits on the event path (Resume and dispatch never reach it).
 
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use std::time::Instant;
 
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use registry::model::{Application, Installation, ServerSnapshot};
@@ -11,11 +14,13 @@ use registry::{OverwriteKind, Registry};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
+use crate::config::RegistryLink;
 use crate::entitlement::{self, Overwrite, Target};
 use crate::gateway::intents;
 use crate::gateway::payload::iso8601;
 use crate::gateway::session::GuildAccess;
 use crate::gateway::{Close, CloseCode};
+use crate::histogram::Histogram;
 use crate::messages::*;
 
 /// PROTOCOL.md: at most 2500 servers per shard.
@@ -25,20 +30,145 @@ pub struct Sidecar {
     pub registry: Box<dyn Registry>,
     pub workers: Arc<[WorkerHandle]>,
     pub gateway_url: String,
+    pub cfg: RegistryLink,
+    pub stats: Arc<LinkStats>,
+    /// Last identify per (application, max_concurrency bucket), Unix ms.
+    pub buckets: HashMap<(u64, u32), u64>,
+    /// Node-wide admission: tokens left and when they were last topped up.
+    pub tokens: f64,
+    pub tokens_at: Instant,
+    /// When the current brownout began (Unix ms).
+    pub brownout_since: Option<u64>,
+    /// The outbox id read up to, and revocations waiting for worker acks:
+    /// id -> (written at, acks missing, latest apply time).
+    pub last_revocation: u64,
+    pub pending: HashMap<u64, (u64, usize, u64)>,
+    pub next_poll: Instant,
+}
+
+/// What the registry link does, for metrics (shared with the admin port).
+#[derive(Default)]
+pub struct LinkStats {
+    pub brownout: AtomicBool,
+    /// Set by POST /fault/registry: every registry call fails (a drill).
+    pub fault_down: AtomicBool,
+    pub refused_brownout: AtomicU64,
+    pub refused_concurrency: AtomicU64,
+    pub refused_daily_limit: AtomicU64,
+    pub refused_admission: AtomicU64,
+    pub lease_batches: AtomicU64,
+    pub leases_renewed: AtomicU64,
+    pub leases_lost: AtomicU64,
+    pub leases_extended_in_brownout: AtomicU64,
+    pub revocations: AtomicU64,
+    pub registry_latency: Histogram,
+    pub revocation_latency: Histogram,
+}
+
+fn now_ms() -> u64 {
+    registry::snowflake::unix_ms_now()
 }
 
 impl Sidecar {
-    pub fn run(self, rx: Receiver<SidecarRequest>, stop: Arc<std::sync::atomic::AtomicBool>) {
+    pub fn new(
+        registry: Box<dyn Registry>,
+        workers: Arc<[WorkerHandle]>,
+        gateway_url: String,
+        cfg: RegistryLink,
+        stats: Arc<LinkStats>,
+    ) -> Sidecar {
+        // Follow revocations from now on; older ones are already in what identifies read.
+        let last_revocation = registry.last_revocation_id().unwrap_or(0);
+        Sidecar {
+            registry,
+            workers,
+            gateway_url,
+            tokens: cfg.admission_per_second as f64,
+            cfg,
+            stats,
+            buckets: HashMap::new(),
+            tokens_at: Instant::now(),
+            brownout_since: None,
+            last_revocation,
+            pending: HashMap::new(),
+            next_poll: Instant::now(),
+        }
+    }
+
+    pub fn run(mut self, rx: Receiver<SidecarRequest>, stop: Arc<std::sync::atomic::AtomicBool>) {
         loop {
-            match rx.recv_timeout(Duration::from_millis(200)) {
+            match rx.recv_timeout(Duration::from_millis(50)) {
                 Ok(req) => self.handle(req),
                 Err(RecvTimeoutError::Timeout) => {
-                    if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    if stop.load(Ordering::Relaxed) {
                         return;
                     }
                 }
                 Err(RecvTimeoutError::Disconnected) => return,
             }
+            if self.cfg.revocation_poll_ms > 0 && Instant::now() >= self.next_poll {
+                self.next_poll =
+                    Instant::now() + Duration::from_millis(self.cfg.revocation_poll_ms);
+                self.poll_revocations();
+            }
+        }
+    }
+
+    /// Time a registry call; a failure or a slow answer is a brownout.
+    fn call<T>(
+        &mut self,
+        f: impl FnOnce(&dyn Registry) -> registry::Result<T>,
+    ) -> registry::Result<T> {
+        if self.stats.fault_down.load(Ordering::Relaxed) {
+            self.brownout(true);
+            return Err(registry::RegistryError::Unavailable(
+                "registry outage (fault injection)".into(),
+            ));
+        }
+        let t0 = Instant::now();
+        let r = f(&*self.registry);
+        let took = t0.elapsed();
+        self.stats
+            .registry_latency
+            .record_us(took.as_micros() as u64);
+        let slow = took > Duration::from_millis(self.cfg.timeout_ms);
+        let failed = matches!(r, Err(registry::RegistryError::Unavailable(_)));
+        self.brownout(slow || failed);
+        r
+    }
+
+    fn brownout(&mut self, now_bad: bool) {
+        match (now_bad, self.brownout_since) {
+            (true, None) => {
+                tracing::warn!("registry brownout: existing sessions keep their leases, new identifies are refused");
+                self.brownout_since = Some(now_ms());
+            }
+            (false, Some(_)) => {
+                tracing::info!("registry recovered");
+                self.brownout_since = None;
+            }
+            _ => {}
+        }
+        self.stats
+            .brownout
+            .store(self.brownout_since.is_some(), Ordering::Relaxed);
+    }
+
+    /// Node-wide identify admission: a token bucket refilled per second.
+    fn admit(&mut self) -> bool {
+        let rate = self.cfg.admission_per_second as f64;
+        if rate == 0.0 {
+            return true;
+        }
+        let now = Instant::now();
+        self.tokens =
+            (self.tokens + now.duration_since(self.tokens_at).as_secs_f64() * rate).min(rate);
+        self.tokens_at = now;
+        if self.tokens >= 1.0 {
+            self.tokens -= 1.0;
+            true
+        } else {
+            false
         }
     }
 
@@ -50,7 +180,7 @@ impl Sidecar {
         }
     }
 
-    fn handle(&self, req: SidecarRequest) {
+    fn handle(&mut self, req: SidecarRequest) {
         match req {
             SidecarRequest::Identify {
                 worker,
@@ -74,6 +204,22 @@ impl Sidecar {
                 let (status, body) = self.rest(route, token.as_deref());
                 self.reply(worker, ToWorker::RestReply { conn, status, body });
             }
+            SidecarRequest::RenewLeases { worker, pairs } => {
+                let reply = self.renew_leases(pairs);
+                self.reply(worker, reply);
+            }
+            SidecarRequest::RevocationApplied { id, applied_ms } => {
+                if let Some(p) = self.pending.get_mut(&id) {
+                    p.1 -= 1;
+                    p.2 = p.2.max(applied_ms);
+                    if p.1 == 0 {
+                        let (at, _, applied) = self.pending.remove(&id).expect("present");
+                        self.stats
+                            .revocation_latency
+                            .record_us(applied.saturating_sub(at) * 1000);
+                    }
+                }
+            }
             SidecarRequest::ApplyState {
                 server_id,
                 change,
@@ -85,17 +231,30 @@ impl Sidecar {
     }
 
     fn identify(
-        &self,
+        &mut self,
         id: &crate::gateway::identify::Identify,
     ) -> Result<IdentifyOk, IdentifyRefusal> {
-        let unavailable = |e: registry::RegistryError| {
-            tracing::warn!(error = %e, "registry error during identify");
+        if !self.admit() {
+            self.stats.refused_admission.fetch_add(1, Ordering::Relaxed);
+            return Err(IdentifyRefusal::InvalidSession);
+        }
+        let stats = self.stats.clone();
+        let unavailable = move |e: registry::RegistryError| {
+            tracing::debug!(error = %e, "registry error during identify");
+            stats.refused_brownout.fetch_add(1, Ordering::Relaxed);
             IdentifyRefusal::InvalidSession
         };
+        if self.brownout_since.is_some() {
+            // Lease renewals and revocation polls keep probing the registry;
+            // identifies would only add load to a struggling one.
+            return Err(unavailable(registry::RegistryError::Unavailable(
+                "brownout".into(),
+            )));
+        }
+        let token = id.token.clone();
         let app = self
-            .registry
-            .authenticate(&id.token)
-            .map_err(unavailable)?
+            .call(|r| r.authenticate(&token))
+            .map_err(&unavailable)?
             .ok_or(IdentifyRefusal::Close(Close::new(
                 CloseCode::AuthenticationFailed,
                 "authentication failed: invalid token",
@@ -106,10 +265,32 @@ impl Sidecar {
                 "disallowed intents: privileged intent not approved for this application",
             )));
         }
+        let now = now_ms();
+        if self.cfg.identify_limits {
+            // One identify per max_concurrency bucket per spacing, and the daily budget.
+            let bucket = (app.id, id.shard.0 % app.max_concurrency.max(1));
+            if let Some(last) = self.buckets.get(&bucket) {
+                if now.saturating_sub(*last) < self.cfg.identify_spacing_ms {
+                    self.stats
+                        .refused_concurrency
+                        .fetch_add(1, Ordering::Relaxed);
+                    return Err(IdentifyRefusal::InvalidSession);
+                }
+            }
+            let limit = self
+                .call(|r| r.session_start_remaining(app.id, now))
+                .map_err(&unavailable)?;
+            if limit.remaining == 0 {
+                self.stats
+                    .refused_daily_limit
+                    .fetch_add(1, Ordering::Relaxed);
+                return Err(IdentifyRefusal::InvalidSession);
+            }
+            self.buckets.insert(bucket, now);
+        }
         let servers = self
-            .registry
-            .servers_for_shard(app.id, id.shard.0, id.shard.1)
-            .map_err(unavailable)?;
+            .call(|r| r.servers_for_shard(app.id, id.shard.0, id.shard.1))
+            .map_err(&unavailable)?;
         if servers.len() > MAX_SERVERS_PER_SHARD {
             return Err(IdentifyRefusal::Close(Close::new(
                 CloseCode::ShardingRequired,
@@ -119,21 +300,19 @@ impl Sidecar {
         let mut guilds = Vec::with_capacity(servers.len());
         for server_id in servers {
             let (Some(snap), Some(inst)) = (
-                self.registry
-                    .server_snapshot(server_id)
-                    .map_err(unavailable)?,
-                self.registry
-                    .installation(app.id, server_id)
-                    .map_err(unavailable)?,
+                self.call(|r| r.server_snapshot(server_id))
+                    .map_err(&unavailable)?,
+                self.call(|r| r.installation(app.id, server_id))
+                    .map_err(&unavailable)?,
             ) else {
                 continue; // uninstalled between the two reads
             };
-            let access = guild_access(&snap, &inst, app.bot_user_id);
+            let mut access = guild_access(&snap, &inst, app.bot_user_id);
+            access.lease_until_ms = now + self.cfg.lease_ttl_ms;
             // Which bot each managed role belongs to (its tags name it).
             let managed: Vec<(u64, u64)> = self
-                .registry
-                .installations_in_server(server_id)
-                .map_err(unavailable)?
+                .call(|r| r.installations_in_server(server_id))
+                .map_err(&unavailable)?
                 .iter()
                 .filter_map(|i| i.managed_role_id.map(|r| (r, i.application_id)))
                 .collect();
@@ -141,10 +320,8 @@ impl Sidecar {
             guilds.push((access, d));
         }
         guilds.sort_by_key(|g| g.0.id);
-        let now = registry::snowflake::unix_ms_now();
-        self.registry
-            .record_session_start(app.id, now)
-            .map_err(unavailable)?;
+        self.call(|r| r.record_session_start(app.id, now))
+            .map_err(&unavailable)?;
         Ok(IdentifyOk {
             application_id: app.id,
             application_flags: app.flags,
@@ -179,6 +356,90 @@ impl Sidecar {
             }
         }
         Some(AccessUpdate { server_id, by_app })
+    }
+
+    /// One registry round trip for a worker's batch of leases. In brownout
+    /// the leases are extended instead, up to `brownout_max_ms` after it began.
+    fn renew_leases(&mut self, pairs: Vec<(u64, u64)>) -> ToWorker {
+        self.stats.lease_batches.fetch_add(1, Ordering::Relaxed);
+        let now = now_ms();
+        match self.call(|r| r.installed(&pairs)) {
+            Ok(ok) => {
+                let renewed: Vec<(u64, u64)> = pairs
+                    .iter()
+                    .zip(ok)
+                    .filter(|(_, ok)| *ok)
+                    .map(|(p, _)| *p)
+                    .collect();
+                self.stats
+                    .leases_renewed
+                    .fetch_add(renewed.len() as u64, Ordering::Relaxed);
+                self.stats
+                    .leases_lost
+                    .fetch_add((pairs.len() - renewed.len()) as u64, Ordering::Relaxed);
+                ToWorker::Leases {
+                    pairs: renewed,
+                    until_ms: now + self.cfg.lease_ttl_ms,
+                }
+            }
+            Err(_) => {
+                let since = self.brownout_since.unwrap_or(now);
+                let until = (now + self.cfg.lease_ttl_ms).min(since + self.cfg.brownout_max_ms);
+                self.stats
+                    .leases_extended_in_brownout
+                    .fetch_add(pairs.len() as u64, Ordering::Relaxed);
+                ToWorker::Leases {
+                    pairs,
+                    until_ms: until,
+                }
+            }
+        }
+    }
+
+    /// Read new rows of the revocation outbox and push them to every worker.
+    fn poll_revocations(&mut self) {
+        let after = self.last_revocation;
+        let Ok(batch) = self.call(|r| r.revocations_since(after, 256)) else {
+            return;
+        };
+        for rec in batch {
+            self.last_revocation = rec.id;
+            let (app, server) = (rec.revocation.application_id(), rec.revocation.server_id());
+            let access = match rec.revocation {
+                registry::Revocation::PermissionsChanged { .. } => {
+                    let snap = self.call(|r| r.server_snapshot(server)).ok().flatten();
+                    let inst = self.call(|r| r.installation(app, server)).ok().flatten();
+                    snap.zip(inst).map(|(s, i)| guild_access(&s, &i, app))
+                }
+                _ => None,
+            };
+            let approved_intents = match rec.revocation {
+                registry::Revocation::IntentsChanged { .. } => self
+                    .call(|r| r.application(app))
+                    .ok()
+                    .flatten()
+                    .map(|a| a.approved_intents)
+                    .unwrap_or(0),
+                _ => 0,
+            };
+            self.stats.revocations.fetch_add(1, Ordering::Relaxed);
+            let msg = Arc::new(RevokeMsg {
+                id: rec.id,
+                revocation: rec.revocation,
+                access,
+                approved_intents,
+            });
+            self.pending
+                .insert(rec.id, (rec.at_ms, self.workers.len(), 0));
+            for w in self.workers.iter() {
+                // A revocation must not be lost to a full inbox: wait for room.
+                let mut m = ToWorker::Revoke(msg.clone());
+                while let Err(back) = w.try_send(m) {
+                    m = back;
+                    std::thread::sleep(Duration::from_micros(200));
+                }
+            }
+        }
     }
 
     fn rest(&self, route: RestRoute, token: Option<&str>) -> (u16, Vec<u8>) {
@@ -321,6 +582,7 @@ pub fn guild_access(snap: &ServerSnapshot, inst: &Installation, bot_user_id: u64
     GuildAccess {
         id: server_id,
         channels,
+        lease_until_ms: 0,
     }
 }
 

@@ -25,7 +25,7 @@ use shards::SessionId;
 use crate::fanout::{EventIn, FanOut, FanOutConfig};
 use crate::gateway::identify::{self, Resume};
 use crate::gateway::session::{Action, Identity, Limits, Phase, Session};
-use crate::gateway::{payload, Close, CloseCode};
+use crate::gateway::{intents, payload, Close, CloseCode};
 use crate::messages::*;
 use crate::metrics::WorkerMetrics;
 use crate::node::Shared;
@@ -232,6 +232,10 @@ pub struct Worker {
     tick_armed: bool,
     adopting: HashMap<u64, Adoption>,
     handovers: u64,
+    /// Wall clock (Unix ms) at the start of the current turn: leases use it.
+    unix_ms: u64,
+    next_lease_renewal: u64,
+    lease_pairs: Vec<(u64, u64)>,
 }
 
 /// Everything a worker needs, built on the main thread so setup errors
@@ -349,6 +353,9 @@ impl Worker {
             tick_armed: false,
             adopting: HashMap::new(),
             handovers: 0,
+            unix_ms: registry::snowflake::unix_ms_now(),
+            next_lease_renewal: 0,
+            lease_pairs: Vec::new(),
         }
     }
 
@@ -407,6 +414,7 @@ impl Worker {
     /// socket space, so they are finished before the next inbox message can
     /// append to (and wrap) the arena they read from.
     fn turn(&mut self) {
+        self.unix_ms = registry::snowflake::unix_ms_now();
         loop {
             let mut progressed = false;
             for r in 0..self.rings.len() {
@@ -1230,9 +1238,6 @@ impl Worker {
         wsc.end_session = refusal.is_some();
         conn.state = ConnState::WebSocket(wsc);
         conn.deadline_ms = u64::MAX;
-        if !conn.inbuf.is_empty() && refusal.is_none() {
-            // A client that pipelined frames after the upgrade: handled by the caller's loop.
-        }
         self.queue_flush(key);
         if let Some(close) = refusal {
             self.begin_close(key, Some(close));
@@ -1252,21 +1257,7 @@ impl Worker {
                         return;
                     }
                 }
-                let req = SidecarRequest::Identify {
-                    worker: self.id,
-                    conn: key,
-                    identify,
-                };
-                if self.shared.sidecar.try_send(req).is_err() {
-                    // The registry link is saturated: tell the client to back off.
-                    if let Some(conn) = self.conn(key) {
-                        if let ConnState::WebSocket(w) = &mut conn.state {
-                            w.session.authentication_failed();
-                            payload::invalid_session(&mut conn.out, false);
-                        }
-                    }
-                    WorkerMetrics::inc(&self.metrics().identifies_refused);
-                }
+                self.send_identify(key, identify);
             }
             Action::Resume(r) => self.on_resume(key, r),
             Action::Ack(seq) => {
@@ -1529,6 +1520,8 @@ impl Worker {
                 d: &ev.full,
             }),
             ToWorker::Batch(batch) => self.deliver_batch(&batch),
+            ToWorker::Leases { pairs, until_ms } => self.fan.renew_leases(&pairs, until_ms),
+            ToWorker::Revoke(msg) => self.revoke(&msg),
             ToWorker::Access(update) => self.fan.update_access(update.server_id, &update.by_app),
             ToWorker::Adopt {
                 token,
@@ -1551,6 +1544,7 @@ impl Worker {
     /// recipients' connections are scheduled for a send).
     fn deliver(&mut self, ev: &EventIn) {
         let now = self.now_ms();
+        let unix = self.unix_ms;
         let Worker {
             fan,
             rings,
@@ -1561,6 +1555,7 @@ impl Worker {
         let d = fan.deliver(
             ev,
             now,
+            unix,
             |key| {
                 if let Some(conn) = conn_in(rings, key) {
                     if !conn.queued {
@@ -1609,7 +1604,88 @@ impl Worker {
         }
     }
 
+    /// Apply a revocation pushed by the registry sidecar, then acknowledge
+    /// it (the sidecar measures write-to-applied across all workers).
+    fn revoke(&mut self, msg: &RevokeMsg) {
+        use registry::Revocation as R;
+        let close = |code, reason| Close::new(code, reason);
+        match msg.revocation {
+            R::Uninstalled {
+                application_id,
+                server_id,
+            } => {
+                self.fan.revoke_server(application_id, server_id);
+            }
+            R::PermissionsChanged {
+                application_id,
+                server_id,
+            } => match &msg.access {
+                Some(access) => {
+                    self.fan.set_access(application_id, access);
+                }
+                None => {
+                    self.fan.revoke_server(application_id, server_id);
+                }
+            },
+            R::TokenReset { application_id } => {
+                let c = close(
+                    CloseCode::AuthenticationFailed,
+                    "authentication failed: the token was reset",
+                );
+                self.end_sessions(application_id, None, c);
+            }
+            R::IntentsChanged { application_id } => {
+                // Sessions using a privileged intent that is no longer approved end.
+                let withdrawn = intents::PRIVILEGED & !msg.approved_intents;
+                if withdrawn != 0 {
+                    let c = close(
+                        CloseCode::DisallowedIntents,
+                        "disallowed intents: a privileged intent was withdrawn",
+                    );
+                    self.end_sessions(application_id, Some(withdrawn), c);
+                }
+            }
+        }
+        let _ = self
+            .shared
+            .sidecar
+            .try_send(SidecarRequest::RevocationApplied {
+                id: msg.id,
+                applied_ms: registry::snowflake::unix_ms_now(),
+            });
+    }
+
+    /// End an application's sessions for good (not resumable), closing
+    /// their connections with `close`.
+    fn end_sessions(&mut self, app: u64, using: Option<u64>, close: Close) {
+        for (sid, conn) in self.fan.sessions_of(app, using) {
+            // Unhook first, so the close below does not touch the session
+            // (whose slot may be reused once removed).
+            if let Some(key) = conn {
+                self.detach_conn(key);
+            }
+            self.fan.remove(sid);
+            if let Some(key) = conn {
+                self.begin_close(key, Some(close));
+            }
+        }
+    }
+
     fn on_tick(&mut self) {
+        if self.unix_ms >= self.next_lease_renewal {
+            // Renew well before expiry: a third of the TTL.
+            self.next_lease_renewal = self.unix_ms + self.shared.cfg.registry.lease_ttl_ms / 3;
+            let mut pairs = std::mem::take(&mut self.lease_pairs);
+            self.fan.lease_pairs(&mut pairs);
+            if !pairs.is_empty() {
+                let req = SidecarRequest::RenewLeases {
+                    worker: self.id,
+                    pairs: pairs.clone(),
+                };
+                let _ = self.shared.sidecar.try_send(req);
+            }
+            self.lease_pairs = pairs;
+        }
         let now = self.now_ms();
         let mut to_close: Vec<(ConnKey, Option<Close>, bool)> = Vec::new();
         for r in 0..self.rings.len() {
@@ -1830,16 +1906,7 @@ impl Worker {
             match h.action.take().expect("set at start") {
                 // Placement is a preference: a session can live on any worker
                 // (its id names the one it is on).
-                Action::Identify(identify) => {
-                    let req = SidecarRequest::Identify {
-                        worker: self.id,
-                        conn: key,
-                        identify,
-                    };
-                    if self.shared.sidecar.try_send(req).is_err() {
-                        self.refuse_identify(key);
-                    }
-                }
+                Action::Identify(identify) => self.send_identify(key, identify),
                 // The session is on the other worker and cannot come here.
                 Action::Resume(_) => {
                     if let Some(conn) = self.conn(key) {
@@ -1855,6 +1922,27 @@ impl Worker {
         }
         self.queue_flush(key);
         self.process_input(key);
+    }
+
+    /// Hand an Identify to the registry sidecar, unless its queue is at the
+    /// node's admission bound: then op 9 at once, so a storm queues nowhere.
+    fn send_identify(&mut self, key: ConnKey, identify: crate::gateway::identify::Identify) {
+        if self.shared.sidecar.len() >= self.shared.cfg.registry.admission_queue {
+            self.shared
+                .link
+                .refused_admission
+                .fetch_add(1, Ordering::Relaxed);
+            self.refuse_identify(key);
+            return;
+        }
+        let req = SidecarRequest::Identify {
+            worker: self.id,
+            conn: key,
+            identify,
+        };
+        if self.shared.sidecar.try_send(req).is_err() {
+            self.refuse_identify(key);
+        }
     }
 
     /// The registry link is saturated: tell the client to back off (op 9).

@@ -40,6 +40,9 @@ pub enum Phase {
 pub struct GuildAccess {
     pub id: u64,
     pub channels: Vec<(u64, u64)>,
+    /// The (application, server) lease: events are delivered only until
+    /// then (Unix ms). Renewed in batches by the registry sidecar.
+    pub lease_until_ms: u64,
 }
 
 impl GuildAccess {

@@ -28,19 +28,24 @@ impl Node {
     /// Start a node with the demo source posting every `demo_ms` and the extra flags given.
     pub fn start(extra: &[&str]) -> Node {
         let dir = tempfile::tempdir().unwrap();
-        let gateway: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
-        let ingest: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+        // Port 0 everywhere: the node binds free ports itself and writes them
+        // to gatewayd.addrs (picking free ports here would race other tests).
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_gatewayd"));
         cmd.arg("run")
             .arg("--data-dir")
             .arg(dir.path())
             .arg("--gateway-addr")
-            .arg(gateway.to_string())
+            .arg("127.0.0.1:0")
             .arg("--admin-addr")
-            .arg(admin.to_string())
+            .arg("127.0.0.1:0")
             .arg("--ingest-addr")
-            .arg(ingest.to_string())
+            .arg("127.0.0.1:0")
+            // Tests open many sessions of one bot quickly; the tests of the
+            // limits themselves turn them back on (the last flag wins).
+            .arg("--identify-limits")
+            .arg("off")
+            .arg("--admission-per-second")
+            .arg("0")
             .args(extra)
             .env(
                 "RUST_LOG",
@@ -48,7 +53,29 @@ impl Node {
             )
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
-        let child = cmd.spawn().expect("spawn gatewayd");
+        let mut child = cmd.spawn().expect("spawn gatewayd");
+        let addrs_path = dir.path().join("gatewayd.addrs");
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let addrs = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!("gatewayd exited early: {status}");
+            }
+            if let Ok(text) = std::fs::read_to_string(&addrs_path) {
+                if text.lines().count() == 3 {
+                    break text;
+                }
+            }
+            assert!(Instant::now() < deadline, "gatewayd not up in 30 s");
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let addr = |name: &str| -> SocketAddr {
+            let line = addrs
+                .lines()
+                .find(|l| l.starts_with(&format!("{name}=")))
+                .unwrap();
+            line.split_once('=').unwrap().1.parse().unwrap()
+        };
+        let (gateway, admin, ingest) = (addr("gateway"), addr("admin"), addr("ingest"));
         let mut node = Node {
             child,
             dir,
@@ -57,7 +84,6 @@ impl Node {
             ingest,
             token: String::new(),
         };
-        let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(status) = node.child.try_wait().unwrap() {
                 panic!("gatewayd exited early: {status}");
@@ -69,7 +95,7 @@ impl Node {
                 break;
             }
             assert!(Instant::now() < deadline, "gatewayd not ready in 30 s");
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(20));
         }
         node.token = std::fs::read_to_string(node.token_path())
             .unwrap()

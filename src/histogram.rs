@@ -1,0 +1,71 @@
+//! A fixed-bucket latency histogram that any thread can record into without
+//! locks, rendered in Prometheus format.
+
+use std::fmt::Write;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+/// Upper bounds in milliseconds.
+const BOUNDS_MS: [u64; 14] = [
+    1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 60_000,
+];
+
+#[derive(Default)]
+pub struct Histogram {
+    buckets: [AtomicU64; BOUNDS_MS.len() + 1],
+    sum_us: AtomicU64,
+    count: AtomicU64,
+}
+
+impl Histogram {
+    pub fn record_us(&self, us: u64) {
+        let ms = us.div_ceil(1000);
+        let i = BOUNDS_MS
+            .iter()
+            .position(|b| ms <= *b)
+            .unwrap_or(BOUNDS_MS.len());
+        self.buckets[i].fetch_add(1, Relaxed);
+        self.sum_us.fetch_add(us, Relaxed);
+        self.count.fetch_add(1, Relaxed);
+    }
+
+    pub fn count(&self) -> u64 {
+        self.count.load(Relaxed)
+    }
+
+    pub fn render(&self, name: &str, help: &str, out: &mut String) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        let mut cum = 0;
+        for (i, b) in BOUNDS_MS.iter().enumerate() {
+            cum += self.buckets[i].load(Relaxed);
+            let _ = writeln!(out, "{name}_bucket{{le=\"{}\"}} {cum}", *b as f64 / 1000.0);
+        }
+        cum += self.buckets[BOUNDS_MS.len()].load(Relaxed);
+        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cum}");
+        let _ = writeln!(
+            out,
+            "{name}_sum {:.6}",
+            self.sum_us.load(Relaxed) as f64 / 1e6
+        );
+        let _ = writeln!(out, "{name}_count {}", self.count.load(Relaxed));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn buckets_are_cumulative() {
+        let h = Histogram::default();
+        h.record_us(500);
+        h.record_us(3_000);
+        h.record_us(90_000_000);
+        let mut out = String::new();
+        h.render("x_seconds", "test", &mut out);
+        assert!(out.contains("x_seconds_bucket{le=\"0.001\"} 1"));
+        assert!(out.contains("x_seconds_bucket{le=\"0.005\"} 2"));
+        assert!(out.contains("x_seconds_bucket{le=\"60\"} 2"));
+        assert!(out.contains("x_seconds_bucket{le=\"+Inf\"} 3"));
+        assert!(out.contains("x_seconds_count 3"));
+    }
+}

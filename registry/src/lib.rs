@@ -3,14 +3,17 @@
 //!
 //! [`Registry`] is the backend-neutral interface (blocking; called from the
 //! node's sidecar thread and from the CLI). [`SqliteRegistry`] is the
-//! embedded backend; a PostgreSQL one is meant to sit behind the same trait.
+//! embedded backend; [`PostgresRegistry`] is the scale-out one (several
+//! nodes on one database, revocations pushed with LISTEN/NOTIFY).
 
 pub mod model;
+pub mod postgres;
 mod schema;
 pub mod snowflake;
 mod sqlite;
 pub mod token;
 
+pub use self::postgres::{PostgresRegistry, RevocationListener};
 pub use model::*;
 pub use sqlite::{SqliteRegistry, BUSY_TIMEOUT};
 

@@ -1,0 +1,263 @@
+//! Applications, tokens and identify counting (PostgreSQL).
+
+use ::postgres::Row;
+
+use super::{col, col_u32, to_i, to_u, validate_name, Tx};
+use crate::model::*;
+use crate::{snowflake, token, RegistryError, Result};
+
+const COLS: &str = "id, name, bot_user_id, bot_username, approved_intents, \
+                    max_concurrency, session_start_total, flags";
+
+fn row(r: &Row) -> Result<Application> {
+    Ok(Application {
+        id: to_u(col(r, 0)?),
+        name: col(r, 1)?,
+        bot_user_id: to_u(col(r, 2)?),
+        bot_username: col(r, 3)?,
+        approved_intents: to_u(col(r, 4)?),
+        max_concurrency: col_u32(r, 5)?,
+        session_start_total: col_u32(r, 6)?,
+        flags: to_u(col(r, 7)?),
+    })
+}
+
+pub fn get(t: &mut Tx<'_>, id: u64) -> Result<Option<Application>> {
+    t.query_opt(
+        &format!("SELECT {COLS} FROM applications WHERE id = $1"),
+        &[&to_i(id)],
+    )?
+    .map(|r| row(&r))
+    .transpose()
+}
+
+pub fn require(t: &mut Tx<'_>, id: u64) -> Result<Application> {
+    get(t, id)?.ok_or(RegistryError::NotFound {
+        what: "application",
+        id,
+    })
+}
+
+pub fn by_name(t: &mut Tx<'_>, name: &str) -> Result<Option<Application>> {
+    t.query_opt(
+        &format!("SELECT {COLS} FROM applications WHERE name = $1 ORDER BY id LIMIT 1"),
+        &[&name],
+    )?
+    .map(|r| row(&r))
+    .transpose()
+}
+
+pub fn list(t: &mut Tx<'_>) -> Result<Vec<Application>> {
+    t.query(&format!("SELECT {COLS} FROM applications ORDER BY id"), &[])?
+        .iter()
+        .map(row)
+        .collect()
+}
+
+/// `tok` is already stripped of `Bot ` and claims application `id`: one
+/// statement reads the row and its salt and hash.
+pub fn authenticate(t: &mut Tx<'_>, id: u64, tok: &str) -> Result<Option<Application>> {
+    let Some(r) = t.query_opt(
+        &format!("SELECT {COLS}, token_salt, token_hash FROM applications WHERE id = $1"),
+        &[&to_i(id)],
+    )?
+    else {
+        return Ok(None);
+    };
+    let salt: &[u8] = col(&r, 8)?;
+    let hash: &[u8] = col(&r, 9)?;
+    if token::verify(tok, salt, hash) {
+        Ok(Some(row(&r)?))
+    } else {
+        Ok(None)
+    }
+}
+
+fn check_intents(bits: u64) -> Result<()> {
+    if bits & !intents::PRIVILEGED != 0 {
+        return Err(RegistryError::Invalid(format!(
+            "approved intents {bits:#x} include non-privileged bits (allowed mask {:#x})",
+            intents::PRIVILEGED
+        )));
+    }
+    Ok(())
+}
+
+fn check_concurrency(n: u32) -> Result<()> {
+    if n == 0 {
+        return Err(RegistryError::Invalid(
+            "max_concurrency must be >= 1".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// New salt + hash for a fresh token of `app_id`; returns the token.
+fn new_credentials(app_id: u64) -> Result<(String, [u8; token::SALT_LEN], [u8; token::HASH_LEN])> {
+    let tok = token::generate(app_id)?;
+    let salt = token::random_bytes::<{ token::SALT_LEN }>()?;
+    let hash = token::hash(&salt, &tok);
+    Ok((tok, salt, hash))
+}
+
+pub fn create(
+    t: &mut Tx<'_>,
+    name: &str,
+    approved: u64,
+    max_concurrency: u32,
+) -> Result<(Application, String)> {
+    validate_name("application", name)?;
+    check_intents(approved)?;
+    check_concurrency(max_concurrency)?;
+    let id = snowflake::global().next_id();
+    let (tok, salt, hash) = new_credentials(id)?;
+    let app = Application {
+        id,
+        name: name.to_owned(),
+        bot_user_id: id,
+        bot_username: name.to_owned(),
+        approved_intents: approved,
+        max_concurrency,
+        session_start_total: DEFAULT_SESSION_START_TOTAL,
+        flags: app_flags::from_approved_intents(approved),
+    };
+    t.execute(
+        "INSERT INTO applications (id, name, bot_user_id, bot_username, approved_intents,
+             max_concurrency, session_start_total, flags, token_salt, token_hash, created_at_ms)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
+        &[
+            &to_i(app.id),
+            &app.name,
+            &to_i(app.bot_user_id),
+            &app.bot_username,
+            &to_i(app.approved_intents),
+            &i64::from(app.max_concurrency),
+            &i64::from(app.session_start_total),
+            &to_i(app.flags),
+            &&salt[..],
+            &&hash[..],
+            &to_i(snowflake::unix_ms_now()),
+        ],
+    )?;
+    Ok((app, tok))
+}
+
+pub fn reset_token(t: &mut Tx<'_>, app_id: u64) -> Result<String> {
+    require(t, app_id)?;
+    let (tok, salt, hash) = new_credentials(app_id)?;
+    t.execute(
+        "UPDATE applications SET token_salt = $2, token_hash = $3 WHERE id = $1",
+        &[&to_i(app_id), &&salt[..], &&hash[..]],
+    )?;
+    Ok(tok)
+}
+
+pub fn set_approved_intents(t: &mut Tx<'_>, app_id: u64, bits: u64) -> Result<Application> {
+    check_intents(bits)?;
+    let app = require(t, app_id)?;
+    let flags = (app.flags & !app_flags::GATEWAY_MASK) | app_flags::from_approved_intents(bits);
+    t.execute(
+        "UPDATE applications SET approved_intents = $2, flags = $3 WHERE id = $1",
+        &[&to_i(app_id), &to_i(bits), &to_i(flags)],
+    )?;
+    require(t, app_id)
+}
+
+pub fn set_max_concurrency(t: &mut Tx<'_>, app_id: u64, n: u32) -> Result<Application> {
+    check_concurrency(n)?;
+    require(t, app_id)?;
+    t.execute(
+        "UPDATE applications SET max_concurrency = $2 WHERE id = $1",
+        &[&to_i(app_id), &i64::from(n)],
+    )?;
+    require(t, app_id)
+}
+
+pub fn set_session_start_total(t: &mut Tx<'_>, app_id: u64, total: u32) -> Result<Application> {
+    require(t, app_id)?;
+    t.execute(
+        "UPDATE applications SET session_start_total = $2 WHERE id = $1",
+        &[&to_i(app_id), &i64::from(total)],
+    )?;
+    require(t, app_id)
+}
+
+pub fn delete(t: &mut Tx<'_>, app_id: u64) -> Result<bool> {
+    Ok(t.execute("DELETE FROM applications WHERE id = $1", &[&to_i(app_id)])? > 0)
+}
+
+/// Identifies at or before `now - window` no longer count.
+fn cutoff(now_ms: u64) -> i64 {
+    to_i(now_ms).saturating_sub(SESSION_START_WINDOW_MS as i64)
+}
+
+/// Identifies are counted per minute: the window is rolling at minute
+/// granularity.
+const MINUTE_MS: u64 = 60_000;
+
+/// Safe from many nodes at once: the minute's row is upserted atomically,
+/// and the application's existence is checked by the foreign key as well
+/// (an application deleted concurrently is `NotFound`, as in SQLite).
+pub fn record_session_start(t: &mut Tx<'_>, app_id: u64, now_ms: u64) -> Result<SessionStartLimit> {
+    require(t, app_id)?;
+    // Prune for every application: the table stays at one day of minutes.
+    t.execute(
+        "DELETE FROM identify_counts WHERE minute_ms <= $1",
+        &[&(cutoff(now_ms) - MINUTE_MS as i64)],
+    )?;
+    let upsert = t.execute(
+        "INSERT INTO identify_counts (application_id, minute_ms, count) VALUES ($1, $2, 1)
+         ON CONFLICT (application_id, minute_ms)
+         DO UPDATE SET count = identify_counts.count + 1",
+        &[&to_i(app_id), &to_i(now_ms - now_ms % MINUTE_MS)],
+    );
+    match upsert {
+        Err(RegistryError::Storage(e))
+            if e.downcast_ref::<::postgres::Error>()
+                .and_then(|e| e.code())
+                .is_some_and(|c| *c == ::postgres::error::SqlState::FOREIGN_KEY_VIOLATION) =>
+        {
+            return Err(RegistryError::NotFound {
+                what: "application",
+                id: app_id,
+            })
+        }
+        r => r?,
+    };
+    session_start_limit(t, app_id, now_ms)
+}
+
+/// One statement: the application's limits and its identifies in the window.
+pub fn session_start_limit(t: &mut Tx<'_>, app_id: u64, now_ms: u64) -> Result<SessionStartLimit> {
+    // A minute counts while any part of it is inside the window.
+    let r = t
+        .query_opt(
+            "SELECT a.session_start_total, a.max_concurrency,
+                    COALESCE(SUM(c.count), 0)::BIGINT, MIN(c.minute_ms)
+             FROM applications a
+             LEFT JOIN identify_counts c ON c.application_id = a.id AND c.minute_ms > $2
+             WHERE a.id = $1
+             GROUP BY a.id",
+            &[&to_i(app_id), &(cutoff(now_ms) - MINUTE_MS as i64)],
+        )?
+        .ok_or(RegistryError::NotFound {
+            what: "application",
+            id: app_id,
+        })?;
+    let total = col_u32(&r, 0)?;
+    let max_concurrency = col_u32(&r, 1)?;
+    let used: i64 = col(&r, 2)?;
+    let oldest: Option<i64> = col(&r, 3)?;
+    // Rolling window: the next slots free when the oldest minute ages out.
+    let reset_after_ms = oldest.map_or(0, |m| {
+        (m.saturating_add((SESSION_START_WINDOW_MS + MINUTE_MS) as i64) - to_i(now_ms))
+            .clamp(0, (SESSION_START_WINDOW_MS + MINUTE_MS) as i64) as u64
+    });
+    let used = u32::try_from(used).unwrap_or(u32::MAX);
+    Ok(SessionStartLimit {
+        total,
+        remaining: total.saturating_sub(used),
+        reset_after_ms,
+        max_concurrency,
+    })
+}

@@ -1,0 +1,910 @@
+//! The scale-out backend: one PostgreSQL database shared by every node's
+//! registry sidecar and by the CLI. Same schema (translated: `schema.rs`
+//! here) and the same behaviour as the embedded SQLite backend.
+//!
+//! Connection: one synchronous [`postgres::Client`] behind a mutex (it runs
+//! tokio-postgres on the calling thread, i.e. the node's sidecar thread). A
+//! broken connection is replaced at the next call; if the break is noticed
+//! when a transaction begins (nothing sent yet) the call is retried once on
+//! the new connection, so a database restart costs no error.
+//!
+//! Bounds (what makes [`RegistryError::Unavailable`] arrive in time rather
+//! than a hang): every statement runs under the server's
+//! `statement_timeout` (given to [`PostgresRegistry::connect`]); lock waits
+//! count against it; a connection attempt gives up after the same time
+//! (`connect_timeout`); TCP keepalives and `tcp_user_timeout` close a
+//! connection whose peer stopped acknowledging (a dead host or a partition).
+//! Not covered: a peer that accepts TCP and acknowledges but never answers
+//! (e.g. a SIGSTOPped server) blocks the call until it answers or the
+//! connection drops; the sync client has no per-call client-side deadline.
+//!
+//! Concurrency (several nodes on one database):
+//! - Every writing operation runs in a READ COMMITTED transaction that first
+//!   takes a transaction-scoped advisory lock ([`WRITE_LOCK`]), so writers
+//!   are serialised cluster-wide exactly like SQLite's single writer: the
+//!   check-then-write logic ported from SQLite stays correct, and outbox ids
+//!   (a BIGSERIAL) are committed in increasing order, so a node following
+//!   `revocations_since(last)` never skips a row that commits late.
+//! - Identify counting does not take that lock: it upserts its minute's row
+//!   (`ON CONFLICT DO UPDATE SET count = identify_counts.count + 1`), so
+//!   identifies from many nodes count exactly and only contend on one row.
+//! - Reads run in REPEATABLE READ READ ONLY transactions (one snapshot for
+//!   multi-statement reads) or as one autocommit statement; they never wait.
+//! - `revision` is bumped in the committing transaction whenever it changed
+//!   any row (as SQLite's `total_changes`), by every writer on every node.
+//! - Serialization failures and deadlocks are retried (twice) before they
+//!   surface as `Unavailable`.
+//!
+//! Revocations: each outbox insert also runs
+//! `pg_notify('gatewayd_revocations', '<outbox id>')` in the same
+//! transaction, so it is pushed exactly when (and only if) it commits. See
+//! [`RevocationListener`].
+
+mod apps;
+mod installs;
+mod schema;
+mod servers;
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant};
+
+use ::postgres::types::{FromSql, ToSql, Type};
+use ::postgres::{Client, NoTls, Row, Statement};
+use fallible_iterator::FallibleIterator;
+
+use crate::model::*;
+use crate::{Registry, RegistryError, Result, Revocation, RevocationRecord, StateChange};
+
+/// The connection settings type of [`PostgresRegistry::connect_config`]
+/// (re-exported so callers need no `postgres` dependency of their own).
+pub use ::postgres::Config;
+
+/// The LISTEN/NOTIFY channel; the payload is the outbox id in decimal.
+pub const REVOCATION_CHANNEL: &str = "gatewayd_revocations";
+
+/// Used by [`PostgresRegistry::listen_revocations`] to bound its connection
+/// attempts.
+pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Advisory lock key (per database) serialising registry writers.
+pub const WRITE_LOCK: i64 = 0x6761_7465_7761_7901;
+/// Advisory lock key (per database) serialising schema migrations.
+const MIGRATE_LOCK: i64 = 0x6761_7465_7761_7902;
+
+/// u64 ids and bitsets keep their bit pattern in BIGINT through these casts.
+pub(crate) fn to_i(v: u64) -> i64 {
+    v as i64
+}
+pub(crate) fn to_u(v: i64) -> u64 {
+    v as u64
+}
+
+/// A column, with a type mismatch reported as an error instead of a panic.
+pub(crate) fn col<'a, T: FromSql<'a>>(r: &'a Row, i: usize) -> Result<T> {
+    r.try_get(i)
+        .map_err(|e| RegistryError::Storage(Box::new(e)))
+}
+
+/// A u32 stored in a BIGINT column.
+pub(crate) fn col_u32(r: &Row, i: usize) -> Result<u32> {
+    let v: i64 = col(r, i)?;
+    u32::try_from(v)
+        .map_err(|_| RegistryError::Storage(format!("column {i}: {v} is not a u32").into()))
+}
+
+/// What a failed statement says about the connection and the transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fault {
+    /// Serialization failure or deadlock: the transaction may be retried.
+    Retry,
+    /// The connection is gone (closed, I/O error, server shutting down,
+    /// session terminated): replace it.
+    Broken,
+    /// Statement or lock timeout, server out of resources: transient.
+    Busy,
+    /// A prepared statement outlived a schema change: re-prepare.
+    StaleStatement,
+    /// Anything else (constraint violations, bugs): not transient.
+    Other,
+}
+
+fn fault_of(e: &::postgres::Error) -> Fault {
+    if let Some(db) = e.as_db_error() {
+        let c = db.code().code();
+        return if c == "40001" || c == "40P01" {
+            Fault::Retry
+        } else if c.starts_with("08")
+            || matches!(c, "57P01" | "57P02" | "57P03" | "57P05" | "25P03")
+        {
+            Fault::Broken
+        } else if c == "57014" || c == "55P03" || c.starts_with("53") {
+            Fault::Busy
+        } else if c == "0A000" && db.message().contains("cached plan") {
+            Fault::StaleStatement
+        } else {
+            Fault::Other
+        };
+    }
+    let io = std::error::Error::source(e).is_some_and(|s| s.is::<std::io::Error>());
+    let msg = e.to_string();
+    if e.is_closed()
+        || io
+        || msg.starts_with("error connecting to server")
+        || msg.starts_with("timeout waiting for server")
+        || msg.starts_with("error communicating with the server")
+    {
+        Fault::Broken
+    } else {
+        Fault::Other
+    }
+}
+
+fn describe(e: &::postgres::Error) -> String {
+    match e.as_db_error() {
+        Some(db) => format!("{}: {} ({})", e, db.message(), db.code().code()),
+        None => match std::error::Error::source(e) {
+            Some(s) => format!("{e}: {s}"),
+            None => e.to_string(),
+        },
+    }
+}
+
+impl From<::postgres::Error> for RegistryError {
+    fn from(e: ::postgres::Error) -> Self {
+        match fault_of(&e) {
+            Fault::Retry | Fault::Broken | Fault::Busy => RegistryError::Unavailable(describe(&e)),
+            Fault::StaleStatement | Fault::Other => RegistryError::Storage(Box::new(e)),
+        }
+    }
+}
+
+/// How an operation talks to the database.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum WriteKind {
+    /// One read-only statement, autocommit: a single round trip.
+    Single,
+    /// A consistent snapshot for several reads.
+    Read,
+    /// A registry change: serialised by [`WRITE_LOCK`], bumps `revision`.
+    Write,
+    /// Identify counting: no global lock, bumps `revision`.
+    Counter,
+    /// Schema migration (takes its own lock), no revision bump.
+    Migrate,
+}
+
+/// One connection and its prepared statements.
+pub(crate) struct Conn {
+    client: Client,
+    stmts: HashMap<String, Statement>,
+    /// True between BEGIN and COMMIT/ROLLBACK: still true at the next call
+    /// only if a panic unwound through a transaction; the connection is then
+    /// dropped rather than reused.
+    in_tx: bool,
+}
+
+/// A failed attempt: the error, its class, and whether it failed at BEGIN
+/// (so nothing of it reached the database).
+struct Failure {
+    error: RegistryError,
+    fault: Option<Fault>,
+    at_begin: bool,
+}
+
+impl Conn {
+    fn open(config: &Config, statement_timeout: Duration) -> Result<Conn> {
+        let mut client = config.connect(NoTls)?;
+        let ms = statement_timeout.as_millis().max(1);
+        // A session idle inside a transaction would hold the write lock for
+        // every node: the server ends it (we never idle between statements).
+        let idle = (ms * 4).max(10_000);
+        client.batch_execute(&format!(
+            "SET statement_timeout = {ms}; SET idle_in_transaction_session_timeout = {idle}"
+        ))?;
+        Ok(Conn {
+            client,
+            stmts: HashMap::new(),
+            in_tx: false,
+        })
+    }
+
+    /// Runs `f` once as `kind`; a failure says how it failed.
+    fn attempt<T>(
+        &mut self,
+        kind: WriteKind,
+        f: &mut impl FnMut(&mut Tx<'_>) -> Result<T>,
+    ) -> Result<T, Failure> {
+        let begin = match kind {
+            WriteKind::Single => None,
+            WriteKind::Read => Some("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY".to_owned()),
+            WriteKind::Write => Some(format!(
+                "BEGIN ISOLATION LEVEL READ COMMITTED; SELECT pg_advisory_xact_lock({WRITE_LOCK})"
+            )),
+            WriteKind::Counter | WriteKind::Migrate => {
+                Some("BEGIN ISOLATION LEVEL READ COMMITTED".to_owned())
+            }
+        };
+        let bumps = matches!(kind, WriteKind::Write | WriteKind::Counter);
+        let mut tx = Tx {
+            conn: self,
+            changes: 0,
+            fault: None,
+        };
+        if let Some(sql) = &begin {
+            tx.conn.in_tx = true;
+            if let Err(error) = tx.batch(sql) {
+                let fault = tx.fault;
+                self.finish_failed(fault);
+                return Err(Failure {
+                    error,
+                    fault,
+                    at_begin: true,
+                });
+            }
+        }
+        let out = f(&mut tx).and_then(|v| {
+            if begin.is_some() {
+                if bumps && tx.changes > 0 {
+                    tx.batch("UPDATE meta SET value = value + 1 WHERE key = 'revision'; COMMIT")?;
+                } else {
+                    tx.batch("COMMIT")?;
+                }
+                tx.conn.in_tx = false;
+            }
+            Ok(v)
+        });
+        let fault = tx.fault;
+        out.map_err(|error| {
+            if begin.is_some() {
+                self.finish_failed(fault);
+            }
+            Failure {
+                error,
+                fault,
+                at_begin: false,
+            }
+        })
+    }
+
+    /// Ends a failed transaction (best effort; a broken connection is
+    /// dropped by the caller anyway).
+    fn finish_failed(&mut self, fault: Option<Fault>) {
+        if fault != Some(Fault::Broken) && self.client.batch_execute("ROLLBACK").is_ok() {
+            self.in_tx = false;
+        }
+    }
+
+    /// For migrations on a fresh connection: one attempt, no reconnects.
+    fn transaction<T>(
+        &mut self,
+        kind: WriteKind,
+        mut f: impl FnMut(&mut Tx<'_>) -> Result<T>,
+    ) -> Result<T> {
+        self.attempt(kind, &mut f).map_err(|fail| fail.error)
+    }
+}
+
+/// The statements of one operation, on one connection.
+pub(crate) struct Tx<'a> {
+    conn: &'a mut Conn,
+    /// Rows written so far: decides whether `revision` is bumped.
+    changes: u64,
+    /// The class of the last failed statement.
+    fault: Option<Fault>,
+}
+
+type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
+
+impl Tx<'_> {
+    fn pg<T>(&mut self, r: std::result::Result<T, ::postgres::Error>) -> Result<T> {
+        r.map_err(|e| {
+            self.fault = Some(fault_of(&e));
+            e.into()
+        })
+    }
+
+    fn stmt(&mut self, sql: &str) -> Result<Statement> {
+        if let Some(s) = self.conn.stmts.get(sql) {
+            return Ok(s.clone());
+        }
+        let r = self.conn.client.prepare(sql);
+        let s = self.pg(r)?;
+        self.conn.stmts.insert(sql.to_owned(), s.clone());
+        Ok(s)
+    }
+
+    /// Simple-query protocol: several statements, no parameters, no rows.
+    pub(crate) fn batch(&mut self, sql: &str) -> Result<()> {
+        let r = self.conn.client.batch_execute(sql);
+        self.pg(r)
+    }
+
+    pub(crate) fn query(&mut self, sql: &str, params: Params<'_>) -> Result<Vec<Row>> {
+        let st = self.stmt(sql)?;
+        let r = self.conn.client.query(&st, params);
+        self.pg(r)
+    }
+
+    /// Without a prepare round trip, whatever the statement cache holds.
+    pub(crate) fn query_typed(
+        &mut self,
+        sql: &str,
+        params: &[(&(dyn ToSql + Sync), Type)],
+    ) -> Result<Vec<Row>> {
+        let r = self.conn.client.query_typed(sql, params);
+        self.pg(r)
+    }
+
+    pub(crate) fn query_opt(&mut self, sql: &str, params: Params<'_>) -> Result<Option<Row>> {
+        Ok(self.query(sql, params)?.into_iter().next())
+    }
+
+    pub(crate) fn query_one(&mut self, sql: &str, params: Params<'_>) -> Result<Row> {
+        self.query_opt(sql, params)?
+            .ok_or_else(|| RegistryError::Storage(format!("no row from: {sql}").into()))
+    }
+
+    /// INSERT/UPDATE/DELETE: returns (and counts) the rows changed.
+    pub(crate) fn execute(&mut self, sql: &str, params: Params<'_>) -> Result<u64> {
+        let st = self.stmt(sql)?;
+        let r = self.conn.client.execute(&st, params);
+        let n = self.pg(r)?;
+        self.changes += n;
+        Ok(n)
+    }
+}
+
+/// The PostgreSQL registry. `Sync`: calls from several threads queue on the
+/// one connection.
+pub struct PostgresRegistry {
+    config: Config,
+    statement_timeout: Duration,
+    conn: Mutex<Option<Conn>>,
+}
+
+impl std::fmt::Debug for PostgresRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never the password.
+        f.debug_struct("PostgresRegistry")
+            .field("hosts", &self.config.get_hosts())
+            .field("ports", &self.config.get_ports())
+            .field("dbname", &self.config.get_dbname())
+            .field("user", &self.config.get_user())
+            .field("statement_timeout", &self.statement_timeout)
+            .finish()
+    }
+}
+
+fn parse_url(url: &str) -> Result<Config> {
+    // The parser's message never repeats the URL (which may hold a password).
+    url.parse::<Config>()
+        .map_err(|e| RegistryError::Invalid(format!("database url: {e}")))
+}
+
+/// Client-side bounds derived from the statement timeout, where the URL
+/// does not set them.
+fn tune(config: &mut Config, timeout: Duration) {
+    let t = timeout.max(Duration::from_secs(1));
+    if config.get_connect_timeout().is_none() {
+        config.connect_timeout(t);
+    }
+    if config.get_tcp_user_timeout().is_none() {
+        config.tcp_user_timeout(t + Duration::from_secs(1));
+    }
+    if config.get_keepalives() {
+        if config.get_keepalives_idle() == Duration::from_secs(2 * 60 * 60) {
+            config.keepalives_idle(t);
+        }
+        if config.get_keepalives_interval().is_none() {
+            config.keepalives_interval(Duration::from_secs(1));
+        }
+        if config.get_keepalives_retries().is_none() {
+            config.keepalives_retries(3);
+        }
+    }
+    if config.get_application_name().is_none() {
+        config.application_name("gatewayd-registry");
+    }
+}
+
+impl PostgresRegistry {
+    /// Connects (e.g. `postgres://user@127.0.0.1:5432/gatewayd`) and brings
+    /// the schema up to date. Every statement then runs under
+    /// `statement_timeout` (server side); exceeding it, like an unreachable
+    /// server, is [`RegistryError::Unavailable`]. A bad URL is
+    /// [`RegistryError::Invalid`]. No TLS: use loopback or a private network.
+    pub fn connect(url: &str, statement_timeout: Duration) -> Result<Self> {
+        Self::connect_config(parse_url(url)?, statement_timeout)
+    }
+
+    /// Like [`connect`](Self::connect) with a parsed configuration.
+    pub fn connect_config(mut config: Config, statement_timeout: Duration) -> Result<Self> {
+        if statement_timeout.is_zero() {
+            return Err(RegistryError::Invalid(
+                "statement timeout must be > 0".into(),
+            ));
+        }
+        tune(&mut config, statement_timeout);
+        let mut conn = Conn::open(&config, statement_timeout)?;
+        schema::migrate(&mut conn)?;
+        Ok(Self {
+            config,
+            statement_timeout,
+            conn: Mutex::new(Some(conn)),
+        })
+    }
+
+    pub fn schema_version() -> u32 {
+        schema::SCHEMA_VERSION
+    }
+
+    pub fn statement_timeout(&self) -> Duration {
+        self.statement_timeout
+    }
+
+    /// A server with a chosen id (tests, load generators that need known
+    /// shard placement). Like [`Registry::create_server`] otherwise.
+    pub fn create_server_with_id(&self, id: u64, name: &str, owner_id: u64) -> Result<Server> {
+        self.run(WriteKind::Write, |t| {
+            servers::create_with_id(t, id, name, owner_id)
+        })
+    }
+
+    /// A listener on the revocation channel over its own connection, to the
+    /// same database as this registry.
+    pub fn revocation_listener(&self) -> Result<RevocationListener> {
+        RevocationListener::open(self.config.clone())
+    }
+
+    /// A listener on [`REVOCATION_CHANNEL`] of the database at `url` (its
+    /// own connection; connection attempts bounded by [`DEFAULT_TIMEOUT`]
+    /// unless the URL says otherwise).
+    pub fn listen_revocations(url: &str) -> Result<RevocationListener> {
+        let mut config = parse_url(url)?;
+        tune(&mut config, DEFAULT_TIMEOUT);
+        RevocationListener::open(config)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Option<Conn>> {
+        // A panic mid-operation leaves `in_tx` set: that connection is
+        // replaced below, so the poison carries no state.
+        self.conn.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs one operation, reconnecting first if the connection is known
+    /// broken. Retried: a break noticed at BEGIN or in a single read (once,
+    /// on a new connection; nothing was written), serialization failures and
+    /// deadlocks (twice; the transaction was rolled back).
+    fn run<T>(&self, kind: WriteKind, mut f: impl FnMut(&mut Tx<'_>) -> Result<T>) -> Result<T> {
+        let mut slot = self.lock();
+        let mut reconnected = false;
+        let mut conflicts = 0;
+        loop {
+            if slot
+                .as_ref()
+                .is_some_and(|c| c.in_tx || c.client.is_closed())
+            {
+                *slot = None;
+            }
+            let conn = match slot.as_mut() {
+                Some(c) => c,
+                None => {
+                    reconnected = true;
+                    slot.insert(Conn::open(&self.config, self.statement_timeout)?)
+                }
+            };
+            let fail = match conn.attempt(kind, &mut f) {
+                Ok(v) => return Ok(v),
+                Err(fail) => fail,
+            };
+            let retry = match fail.fault {
+                Some(Fault::Broken) => {
+                    *slot = None;
+                    !reconnected && (fail.at_begin || kind == WriteKind::Single)
+                }
+                Some(Fault::Retry) => {
+                    conflicts += 1;
+                    conflicts <= 2
+                }
+                Some(Fault::StaleStatement) => {
+                    if let Some(c) = slot.as_mut() {
+                        c.stmts.clear();
+                    }
+                    conflicts += 1;
+                    conflicts <= 1
+                }
+                _ => false,
+            };
+            if !retry {
+                return Err(fail.error);
+            }
+        }
+    }
+}
+
+pub(crate) fn validate_name(what: &str, name: &str) -> Result<()> {
+    crate::sqlite::validate_name(what, name)
+}
+
+impl Registry for PostgresRegistry {
+    fn authenticate(&self, token: &str) -> Result<Option<Application>> {
+        // A malformed token is refused without a round trip.
+        let tok = crate::token::strip_prefix(token);
+        let Some(id) = crate::token::parse_app_id(tok) else {
+            return Ok(None);
+        };
+        self.run(WriteKind::Single, |t| apps::authenticate(t, id, tok))
+    }
+
+    fn application(&self, id: u64) -> Result<Option<Application>> {
+        self.run(WriteKind::Single, |t| apps::get(t, id))
+    }
+
+    fn list_applications(&self) -> Result<Vec<Application>> {
+        self.run(WriteKind::Single, apps::list)
+    }
+
+    fn create_application(
+        &self,
+        name: &str,
+        approved_privileged_intents: u64,
+        max_concurrency: u32,
+    ) -> Result<(Application, String)> {
+        self.run(WriteKind::Write, |t| {
+            apps::create(t, name, approved_privileged_intents, max_concurrency)
+        })
+    }
+
+    fn reset_token(&self, app_id: u64) -> Result<String> {
+        self.run(WriteKind::Write, |t| {
+            let tok = apps::reset_token(t, app_id)?;
+            outbox(
+                t,
+                Revocation::TokenReset {
+                    application_id: app_id,
+                },
+            )?;
+            Ok(tok)
+        })
+    }
+
+    fn set_approved_intents(&self, app_id: u64, bits: u64) -> Result<Application> {
+        self.run(WriteKind::Write, |t| {
+            let a = apps::set_approved_intents(t, app_id, bits)?;
+            outbox(
+                t,
+                Revocation::IntentsChanged {
+                    application_id: app_id,
+                },
+            )?;
+            Ok(a)
+        })
+    }
+
+    fn set_max_concurrency(&self, app_id: u64, max_concurrency: u32) -> Result<Application> {
+        self.run(WriteKind::Write, |t| {
+            apps::set_max_concurrency(t, app_id, max_concurrency)
+        })
+    }
+
+    fn set_session_start_total(&self, app_id: u64, total: u32) -> Result<Application> {
+        self.run(WriteKind::Write, |t| {
+            apps::set_session_start_total(t, app_id, total)
+        })
+    }
+
+    fn delete_application(&self, app_id: u64) -> Result<bool> {
+        self.run(WriteKind::Write, |t| {
+            for inst in installs::of_app(t, app_id)? {
+                installs::uninstall(t, app_id, inst.server_id)?;
+                outbox(
+                    t,
+                    Revocation::Uninstalled {
+                        application_id: app_id,
+                        server_id: inst.server_id,
+                    },
+                )?;
+            }
+            apps::delete(t, app_id)
+        })
+    }
+
+    fn create_server(&self, name: &str, owner_id: u64) -> Result<Server> {
+        self.run(WriteKind::Write, |t| servers::create(t, name, owner_id))
+    }
+
+    fn delete_server(&self, server_id: u64) -> Result<bool> {
+        self.run(WriteKind::Write, |t| servers::delete(t, server_id))
+    }
+
+    fn create_channel(
+        &self,
+        server_id: u64,
+        name: &str,
+        kind: u8,
+        parent: Option<u64>,
+    ) -> Result<Channel> {
+        self.run(WriteKind::Write, |t| {
+            servers::create_channel(t, server_id, name, kind, parent)
+        })
+    }
+
+    fn create_role(&self, server_id: u64, name: &str, permissions: u64) -> Result<Role> {
+        self.run(WriteKind::Write, |t| {
+            servers::create_role(t, server_id, name, permissions, false)
+        })
+    }
+
+    fn set_overwrite(
+        &self,
+        channel_id: u64,
+        target_id: u64,
+        target_kind: OverwriteKind,
+        allow: u64,
+        deny: u64,
+    ) -> Result<()> {
+        self.run(WriteKind::Write, |t| {
+            servers::set_overwrite(t, channel_id, target_id, target_kind, allow, deny)
+        })
+    }
+
+    fn delete_overwrite(&self, channel_id: u64, target_id: u64) -> Result<bool> {
+        self.run(WriteKind::Write, |t| {
+            servers::delete_overwrite(t, channel_id, target_id)
+        })
+    }
+
+    fn list_servers(&self) -> Result<Vec<Server>> {
+        self.run(WriteKind::Single, servers::list)
+    }
+
+    fn install(&self, app_id: u64, server_id: u64, permissions: u64) -> Result<Installation> {
+        self.run(WriteKind::Write, |t| {
+            let before = installs::get(t, app_id, server_id)?;
+            let i = installs::install(t, app_id, server_id, permissions)?;
+            if before.is_some_and(|b| b.permissions != permissions) {
+                outbox(
+                    t,
+                    Revocation::PermissionsChanged {
+                        application_id: app_id,
+                        server_id,
+                    },
+                )?;
+            }
+            Ok(i)
+        })
+    }
+
+    fn uninstall(&self, app_id: u64, server_id: u64) -> Result<bool> {
+        self.run(WriteKind::Write, |t| {
+            let removed = installs::uninstall(t, app_id, server_id)?;
+            if removed {
+                outbox(
+                    t,
+                    Revocation::Uninstalled {
+                        application_id: app_id,
+                        server_id,
+                    },
+                )?;
+            }
+            Ok(removed)
+        })
+    }
+
+    fn add_installation_role(&self, app_id: u64, server_id: u64, role_id: u64) -> Result<()> {
+        self.run(WriteKind::Write, |t| {
+            installs::add_role(t, app_id, server_id, role_id)
+        })
+    }
+
+    fn remove_installation_role(&self, app_id: u64, server_id: u64, role_id: u64) -> Result<bool> {
+        self.run(WriteKind::Write, |t| {
+            installs::remove_role(t, app_id, server_id, role_id)
+        })
+    }
+
+    fn installations_of_app(&self, app_id: u64) -> Result<Vec<Installation>> {
+        self.run(WriteKind::Read, |t| installs::of_app(t, app_id))
+    }
+
+    fn installation(&self, app_id: u64, server_id: u64) -> Result<Option<Installation>> {
+        self.run(WriteKind::Read, |t| installs::get(t, app_id, server_id))
+    }
+
+    fn server_snapshot(&self, server_id: u64) -> Result<Option<ServerSnapshot>> {
+        self.run(WriteKind::Read, |t| servers::snapshot(t, server_id))
+    }
+
+    fn servers_for_shard(&self, app_id: u64, shard_id: u32, shard_count: u32) -> Result<Vec<u64>> {
+        installs::check_shard(shard_id, shard_count)?;
+        self.run(WriteKind::Single, |t| {
+            installs::servers_for_shard(t, app_id, shard_id, shard_count)
+        })
+    }
+
+    fn record_session_start(&self, app_id: u64, now_ms: u64) -> Result<SessionStartLimit> {
+        self.run(WriteKind::Counter, |t| {
+            apps::record_session_start(t, app_id, now_ms)
+        })
+    }
+
+    fn session_start_remaining(&self, app_id: u64, now_ms: u64) -> Result<SessionStartLimit> {
+        self.run(WriteKind::Single, |t| {
+            apps::session_start_limit(t, app_id, now_ms)
+        })
+    }
+
+    fn revision(&self) -> Result<u64> {
+        self.run(WriteKind::Single, |t| {
+            let r = t.query_one("SELECT value FROM meta WHERE key = 'revision'", &[])?;
+            Ok(to_u(col(&r, 0)?))
+        })
+    }
+
+    fn seed_demo(&self) -> Result<Option<DemoSeed>> {
+        self.run(WriteKind::Write, installs::seed_demo)
+    }
+
+    fn installations_in_server(&self, server_id: u64) -> Result<Vec<Installation>> {
+        self.run(WriteKind::Read, |t| installs::in_server(t, server_id))
+    }
+
+    fn apply_state(&self, change: &StateChange) -> Result<()> {
+        self.run(WriteKind::Write, |t| servers::apply_state(t, change))
+    }
+
+    fn revocations_since(&self, after: u64, limit: u32) -> Result<Vec<RevocationRecord>> {
+        self.run(WriteKind::Single, |t| {
+            let rows = t.query(
+                "SELECT id, at_ms, kind, application_id, server_id FROM revocations
+                 WHERE id > $1 ORDER BY id LIMIT $2",
+                &[&to_i(after), &i64::from(limit)],
+            )?;
+            let mut out = Vec::with_capacity(rows.len());
+            for r in &rows {
+                let kind: i16 = col(r, 2)?;
+                if let Some(revocation) =
+                    Revocation::from_parts(kind as u8, to_u(col(r, 3)?), to_u(col(r, 4)?))
+                {
+                    out.push(RevocationRecord {
+                        id: to_u(col(r, 0)?),
+                        at_ms: to_u(col(r, 1)?),
+                        revocation,
+                    });
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn last_revocation_id(&self) -> Result<u64> {
+        self.run(WriteKind::Single, |t| {
+            let r = t.query_one("SELECT COALESCE(MAX(id), 0)::BIGINT FROM revocations", &[])?;
+            Ok(to_u(col(&r, 0)?))
+        })
+    }
+
+    /// One statement, sent without a prepare step: exactly one round trip
+    /// for the whole batch, on any connection. The pairs travel as two
+    /// BIGINT arrays, are unnested with their ordinal, and each is answered
+    /// with an EXISTS probe of the installations primary key.
+    fn installed(&self, pairs: &[(u64, u64)]) -> Result<Vec<bool>> {
+        if pairs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let apps: Vec<i64> = pairs.iter().map(|&(a, _)| to_i(a)).collect();
+        let servers: Vec<i64> = pairs.iter().map(|&(_, s)| to_i(s)).collect();
+        self.run(WriteKind::Single, |t| {
+            let rows = t.query_typed(
+                "SELECT EXISTS (SELECT 1 FROM installations i
+                                WHERE i.application_id = p.a AND i.server_id = p.s)
+                 FROM unnest($1::BIGINT[], $2::BIGINT[]) WITH ORDINALITY AS p(a, s, n)
+                 ORDER BY p.n",
+                &[(&apps, Type::INT8_ARRAY), (&servers, Type::INT8_ARRAY)],
+            )?;
+            rows.iter().map(|r| col::<bool>(r, 0)).collect()
+        })
+    }
+}
+
+/// Write a revocation to the outbox and NOTIFY its id, in the caller's
+/// transaction: both happen at its commit or not at all.
+fn outbox(t: &mut Tx<'_>, r: Revocation) -> Result<()> {
+    // Counted as a change by `execute` (one row).
+    t.execute(
+        "WITH r AS (
+             INSERT INTO revocations (at_ms, kind, application_id, server_id)
+             VALUES ($1, $2, $3, $4) RETURNING id)
+         SELECT pg_notify('gatewayd_revocations', r.id::TEXT) FROM r",
+        &[
+            &to_i(crate::snowflake::unix_ms_now()),
+            &i16::from(r.kind()),
+            &to_i(r.application_id()),
+            &to_i(r.server_id()),
+        ],
+    )?;
+    Ok(())
+}
+
+/// Follows [`REVOCATION_CHANNEL`] on its own connection (`LISTEN`).
+///
+/// Pushes are a latency optimisation, not the record: the outbox is. A node
+/// starts with `LISTEN` (open the listener), then reads
+/// [`Registry::last_revocation_id`] or catches up with
+/// [`Registry::revocations_since`], then applies each pushed id by reading
+/// the outbox from its last applied id. Pushes sent while the listener is
+/// disconnected are lost: after [`wait`](Self::wait) returns an error, the
+/// next `wait` reconnects (and re-`LISTEN`s) before waiting, and the first
+/// `Ok` after an error is the moment to catch up from the outbox.
+pub struct RevocationListener {
+    config: Config,
+    client: Option<Client>,
+}
+
+impl std::fmt::Debug for RevocationListener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RevocationListener")
+            .field("connected", &self.client.is_some())
+            .finish()
+    }
+}
+
+impl RevocationListener {
+    fn open(config: Config) -> Result<Self> {
+        let mut l = Self {
+            config,
+            client: None,
+        };
+        l.connect()?;
+        Ok(l)
+    }
+
+    fn connect(&mut self) -> Result<&mut Client> {
+        let mut client = self.config.connect(NoTls)?;
+        client.batch_execute(&format!("LISTEN {REVOCATION_CHANNEL}"))?;
+        Ok(self.client.insert(client))
+    }
+
+    /// The next pushed outbox id, or None when `timeout` passes without one.
+    /// Ids already pushed are returned at once, in commit order. An error
+    /// means the connection broke (see the type's docs).
+    pub fn wait(&mut self, timeout: Duration) -> Result<Option<u64>> {
+        let deadline = Instant::now() + timeout;
+        let client = match self.client.take() {
+            Some(c) if !c.is_closed() => self.client.insert(c),
+            _ => self.connect()?,
+        };
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let next = client.notifications().timeout_iter(left).next();
+            match next {
+                Ok(Some(n)) => {
+                    if n.channel() != REVOCATION_CHANNEL {
+                        continue;
+                    }
+                    match n.payload().parse::<u64>() {
+                        Ok(id) => return Ok(Some(id)),
+                        // Not ours (someone NOTIFYs by hand): keep waiting.
+                        Err(_) => continue,
+                    }
+                }
+                Ok(None) => {
+                    // The iterator also ends early when the connection has
+                    // ended (the server closed it): that is a break.
+                    if Instant::now() < deadline || client.is_closed() {
+                        self.client = None;
+                        return Err(RegistryError::Unavailable(
+                            "revocation listener: connection closed".into(),
+                        ));
+                    }
+                    return Ok(None);
+                }
+                Err(e) => {
+                    self.client = None;
+                    return Err(e.into());
+                }
+            }
+        }
+    }
+}

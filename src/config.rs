@@ -22,6 +22,9 @@ pub struct Config {
     pub workers: usize,
     /// Registry file; empty means `<data_dir>/registry.sqlite`.
     pub registry_path: PathBuf,
+    /// A shared PostgreSQL registry (`postgres://user@host:port/db`) instead
+    /// of the embedded file: for several nodes.
+    pub registry_url: String,
     pub tls: TlsConfig,
     pub limits: Limits,
     pub ring: RingSizes,
@@ -170,6 +173,7 @@ impl Default for Config {
             public_url: String::new(),
             workers: 0,
             registry_path: PathBuf::new(),
+            registry_url: String::new(),
             tls: TlsConfig::default(),
             limits: Limits::default(),
             ring: RingSizes::default(),
@@ -236,6 +240,9 @@ pub struct RunArgs {
     pub workers: Option<usize>,
     #[arg(long)]
     pub registry_path: Option<PathBuf>,
+    /// Shared PostgreSQL registry URL (instead of the embedded SQLite file).
+    #[arg(long, env = "GATEWAYD_REGISTRY_URL")]
+    pub registry_url: Option<String>,
     #[arg(long)]
     pub tls_cert: Option<PathBuf>,
     #[arg(long)]
@@ -315,6 +322,7 @@ impl Config {
         set!(args.public_url => cfg.public_url);
         set!(args.workers => cfg.workers);
         set!(args.registry_path => cfg.registry_path);
+        set!(args.registry_url => cfg.registry_url);
         set!(args.max_sessions_per_worker => cfg.limits.max_sessions_per_worker);
         set!(args.heartbeat_interval_ms => cfg.limits.heartbeat_interval_ms);
         set!(args.handshake_timeout_ms => cfg.limits.handshake_timeout_ms);

@@ -37,6 +37,8 @@ pub enum SidecarRequest {
         worker: usize,
         pairs: Vec<(u64, u64)>,
     },
+    /// A revocation was pushed (PostgreSQL NOTIFY): read the outbox now.
+    PollRevocations,
     /// A worker applied revocation `id` at `applied_ms` (Unix ms).
     RevocationApplied { id: u64, applied_ms: u64 },
     ApplyState {

@@ -44,11 +44,21 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     std::fs::create_dir_all(&cfg.data_dir)
         .map_err(|e| format!("creating data dir {}: {e}", cfg.data_dir.display()))?;
     let nofile = net::uring::raise_nofile_limit();
-    let registry = SqliteRegistry::open(&cfg.registry_file())
-        .map_err(|e| format!("opening registry {}: {e}", cfg.registry_file().display()))?;
+    let registry: Box<dyn Registry> = if cfg.registry_url.is_empty() {
+        Box::new(
+            SqliteRegistry::open(&cfg.registry_file())
+                .map_err(|e| format!("opening registry {}: {e}", cfg.registry_file().display()))?,
+        )
+    } else {
+        let timeout = Duration::from_millis(cfg.registry.timeout_ms);
+        Box::new(
+            registry::PostgresRegistry::connect(&cfg.registry_url, timeout)
+                .map_err(|e| format!("connecting to the PostgreSQL registry: {e}"))?,
+        )
+    };
     // The demo data is always seeded (it is how a fresh node is usable);
     // `--no-demo` only stops the traffic source.
-    let demo_target = seed_demo(&cfg, &registry)?;
+    let demo_target = seed_demo(&cfg, &*registry)?;
 
     let tls = match (&cfg.tls.cert, &cfg.tls.key) {
         (Some(c), Some(k)) => {
@@ -138,8 +148,17 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     });
 
     let stop = Arc::new(AtomicBool::new(false));
+    if !cfg.registry_url.is_empty() {
+        // PostgreSQL pushes revocations with NOTIFY: wake the sidecar at once
+        // (its periodic poll stays as the backstop for a lost notification).
+        crate::sidecar::listen_revocations(
+            cfg.registry_url.clone(),
+            shared.sidecar.clone(),
+            stop.clone(),
+        );
+    }
     let sidecar = crate::sidecar::Sidecar::new(
-        Box::new(registry),
+        registry,
         handles.clone(),
         gateway_url.clone(),
         cfg.registry.clone(),
@@ -247,7 +266,7 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
 }
 
 /// Seed the demo application on first start and publish its token.
-fn seed_demo(cfg: &Config, registry: &SqliteRegistry) -> Result<crate::demo::DemoTarget, String> {
+fn seed_demo(cfg: &Config, registry: &dyn Registry) -> Result<crate::demo::DemoTarget, String> {
     let token_path = cfg.data_path("demo-token");
     let seed = match registry.seed_demo().map_err(|e| format!("seeding demo data: {e}"))? {
         Some(s) => s,
@@ -261,6 +280,13 @@ fn seed_demo(cfg: &Config, registry: &SqliteRegistry) -> Result<crate::demo::Dem
                 "demo bot token (shown once, also in {}): {token}",
                 token_path.display()
             );
+        }
+        None if !cfg.registry_url.is_empty() => {
+            // A shared registry: another node (or an earlier run) holds the
+            // token; resetting it here would end that node's demo sessions.
+            if !token_path.exists() {
+                println!("demo bot exists in the shared registry; its token is where it was first written (or use `gatewayd registry reset-token`)");
+            }
         }
         None => {
             if !token_path.exists() {

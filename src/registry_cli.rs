@@ -14,6 +14,9 @@ pub struct RegistryArgs {
     /// Registry file (default: <data-dir>/registry.sqlite).
     #[arg(long)]
     registry_path: Option<PathBuf>,
+    /// A shared PostgreSQL registry instead of the file.
+    #[arg(long, env = "GATEWAYD_REGISTRY_URL")]
+    registry_url: Option<String>,
     #[command(subcommand)]
     cmd: RegistryCmd,
 }
@@ -119,11 +122,21 @@ enum RegistryCmd {
 }
 
 pub fn run(args: RegistryArgs) -> Result<(), String> {
-    let path = args
-        .registry_path
-        .unwrap_or_else(|| args.data_dir.join("registry.sqlite"));
-    let reg =
-        SqliteRegistry::open(&path).map_err(|e| format!("opening {}: {e}", path.display()))?;
+    let reg: Box<dyn Registry> = match &args.registry_url {
+        Some(url) => Box::new(
+            registry::PostgresRegistry::connect(url, std::time::Duration::from_secs(10))
+                .map_err(|e| format!("connecting to the PostgreSQL registry: {e}"))?,
+        ),
+        None => {
+            let path = args
+                .registry_path
+                .unwrap_or_else(|| args.data_dir.join("registry.sqlite"));
+            Box::new(
+                SqliteRegistry::open(&path)
+                    .map_err(|e| format!("opening {}: {e}", path.display()))?,
+            )
+        }
+    };
     let e = |e: registry::RegistryError| e.to_string();
     match args.cmd {
         RegistryCmd::AddApp {

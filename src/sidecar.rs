@@ -65,6 +65,46 @@ pub struct LinkStats {
     pub revocation_latency: Histogram,
 }
 
+/// A thread that LISTENs for the PostgreSQL registry's revocation pushes
+/// and wakes the sidecar to read them (tokio-postgres under the `postgres`
+/// crate, on its own thread so a wait never blocks an identify).
+pub fn listen_revocations(
+    url: String,
+    sidecar: crossbeam_channel::Sender<SidecarRequest>,
+    stop: Arc<AtomicBool>,
+) {
+    let spawned = std::thread::Builder::new().name("registry-listen".into()).spawn(move || {
+        let mut listener = None;
+        while !stop.load(Ordering::Relaxed) {
+            let l = match listener.as_mut() {
+                Some(l) => l,
+                None => match registry::PostgresRegistry::listen_revocations(&url) {
+                    Ok(l) => listener.insert(l),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "revocation LISTEN failed; retrying (polling covers the gap)");
+                        std::thread::sleep(Duration::from_secs(1));
+                        continue;
+                    }
+                },
+            };
+            match l.wait(Duration::from_millis(500)) {
+                Ok(Some(_)) => {
+                    let _ = sidecar.try_send(SidecarRequest::PollRevocations);
+                }
+                Ok(None) => {}
+                Err(_) => {
+                    // Reconnects on the next wait; catch up on what was missed meanwhile.
+                    let _ = sidecar.try_send(SidecarRequest::PollRevocations);
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        }
+    });
+    if let Err(e) = spawned {
+        tracing::error!(error = %e, "could not start the revocation listener");
+    }
+}
+
 fn now_ms() -> u64 {
     registry::snowflake::unix_ms_now()
 }
@@ -208,6 +248,7 @@ impl Sidecar {
                 let reply = self.renew_leases(pairs);
                 self.reply(worker, reply);
             }
+            SidecarRequest::PollRevocations => self.poll_revocations(),
             SidecarRequest::RevocationApplied { id, applied_ms } => {
                 if let Some(p) = self.pending.get_mut(&id) {
                     p.1 -= 1;

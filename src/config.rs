@@ -40,7 +40,9 @@ pub struct RegistryLink {
     /// A session delivers a server's events only while the (application,
     /// server) lease is valid; leases are renewed in batches well before.
     pub lease_ttl_ms: u64,
-    /// How often the revocation outbox is read (0: never, leases bound the delay).
+    /// How often the revocation outbox is read. 0 turns revocation pushes off
+    /// entirely (no polling, no PostgreSQL LISTEN): a drill in which only
+    /// lease expiry bounds the delay.
     pub revocation_poll_ms: u64,
     /// A registry call slower than this (or failing) puts the node in brownout.
     pub timeout_ms: u64,
@@ -96,6 +98,14 @@ pub struct Events {
     pub max_unsent_bytes: u64,
     /// Vectored sends a worker may have in the kernel at once.
     pub send_slots: u16,
+    /// Also (or instead) consume events from a Kafka-protocol topic
+    /// (Kafka, Redpanda, Event Hubs, MSK, Tansu): bootstrap servers, empty for off.
+    pub kafka_brokers: String,
+    pub kafka_topic: String,
+    /// Consumer group: one per node (every node needs every event of its servers).
+    pub kafka_group: String,
+    /// Low for tests; the broker's session timeout for this consumer.
+    pub kafka_session_timeout_ms: u32,
 }
 
 impl Default for Events {
@@ -109,6 +119,10 @@ impl Default for Events {
             max_held: 5000,
             max_unsent_bytes: 16 << 20,
             send_slots: 1024,
+            kafka_brokers: String::new(),
+            kafka_topic: "gatewayd-events".into(),
+            kafka_group: String::new(),
+            kafka_session_timeout_ms: 10_000,
         }
     }
 }
@@ -263,6 +277,16 @@ pub struct RunArgs {
     /// Ingest listener address (events in).
     #[arg(long)]
     pub ingest_addr: Option<SocketAddr>,
+    /// Kafka-protocol bootstrap servers to consume events from (e.g. 127.0.0.1:9092).
+    #[arg(long)]
+    pub kafka_brokers: Option<String>,
+    #[arg(long)]
+    pub kafka_topic: Option<String>,
+    /// Consumer group (default: gatewayd-<hostname>-<gateway port>).
+    #[arg(long)]
+    pub kafka_group: Option<String>,
+    #[arg(long)]
+    pub kafka_session_timeout_ms: Option<u32>,
     /// Unsent events a session may queue before it is closed (4000).
     #[arg(long)]
     pub max_unsent: Option<u32>,
@@ -331,6 +355,10 @@ impl Config {
         set!(args.drain_spread_ms => cfg.limits.drain_spread_ms);
         set!(args.demo_interval_ms => cfg.demo.interval_ms);
         set!(args.ingest_addr => cfg.events.ingest_addr);
+        set!(args.kafka_brokers => cfg.events.kafka_brokers);
+        set!(args.kafka_topic => cfg.events.kafka_topic);
+        set!(args.kafka_group => cfg.events.kafka_group);
+        set!(args.kafka_session_timeout_ms => cfg.events.kafka_session_timeout_ms);
         if let Some(v) = args.identify_limits {
             cfg.registry.identify_limits = v == OnOff::On;
         }

@@ -28,14 +28,14 @@ pub struct Batch {
 }
 
 impl Batch {
-    fn new() -> Batch {
+    pub fn new() -> Batch {
         Batch {
             buf: AlignedVec::with_capacity(BATCH_BYTES + 64 * 1024),
             spans: Vec::with_capacity(BATCH_RECORDS),
         }
     }
 
-    fn push(&mut self, body: &[u8]) {
+    pub fn push(&mut self, body: &[u8]) {
         let pad = self.buf.len().next_multiple_of(ingest::BODY_ALIGN) - self.buf.len();
         self.buf.extend_from_slice(&[0u8; 8][..pad]);
         let start = self.buf.len();
@@ -199,7 +199,7 @@ fn serve(
 
 /// Have the registry apply a server change and every worker take the new
 /// permissions, in stream order with the batches around it.
-fn apply_state(
+pub fn apply_state(
     server_id: u64,
     change: registry::StateChange,
     workers: &[WorkerHandle],
@@ -238,7 +238,7 @@ fn apply_state(
 
 /// Hand a batch to every worker; return an empty batch to fill next
 /// (a recycled one when all workers are done with it).
-fn send(
+pub fn send(
     batch: Arc<Batch>,
     workers: &[WorkerHandle],
     stats: &IngestStats,

@@ -10,6 +10,7 @@ mod fanout;
 mod gateway;
 mod histogram;
 mod ingest_listener;
+mod kafka_ingest;
 mod messages;
 mod metrics;
 #[cfg(test)]

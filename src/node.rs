@@ -148,7 +148,7 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     });
 
     let stop = Arc::new(AtomicBool::new(false));
-    if !cfg.registry_url.is_empty() {
+    if !cfg.registry_url.is_empty() && cfg.registry.revocation_poll_ms > 0 {
         // PostgreSQL pushes revocations with NOTIFY: wake the sidecar at once
         // (its periodic poll stays as the backstop for a lost notification).
         crate::sidecar::listen_revocations(
@@ -202,6 +202,30 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         stop.clone(),
     )
     .map_err(|e| e.to_string())?;
+    let kafka_thread = if cfg.events.kafka_brokers.is_empty() {
+        None
+    } else {
+        let group = if cfg.events.kafka_group.is_empty() {
+            format!("gatewayd-{}", cfg.gateway_addr.port())
+        } else {
+            cfg.events.kafka_group.clone()
+        };
+        Some(
+            crate::kafka_ingest::start(
+                crate::kafka_ingest::KafkaConfig {
+                    brokers: cfg.events.kafka_brokers.clone(),
+                    topic: cfg.events.kafka_topic.clone(),
+                    group,
+                    session_timeout_ms: cfg.events.kafka_session_timeout_ms,
+                },
+                handles.clone(),
+                shared.sidecar.clone(),
+                shared.ingest.clone(),
+                stop.clone(),
+            )
+            .map_err(|e| format!("kafka ingest: {e}"))?,
+        )
+    };
     // The demo source is a producer like any other: it writes records to the ingest listener.
     let demo_thread = cfg
         .demo
@@ -260,6 +284,9 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         let _ = t.join();
     }
     let _ = ingest_thread.join();
+    if let Some(t) = kafka_thread {
+        let _ = t.join();
+    }
     drop(admin);
     tracing::info!("stopped");
     Ok(())

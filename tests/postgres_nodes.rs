@@ -14,36 +14,6 @@ use support::{intent, read_next, Next};
 
 const INTENTS: u64 = intent::GUILDS | intent::GUILD_MESSAGES | intent::MESSAGE_CONTENT;
 
-fn database() -> Option<(String, String)> {
-    let admin = match std::env::var("GATEWAYD_TEST_DATABASE_URL") {
-        Ok(u) if !u.trim().is_empty() => u,
-        _ => {
-            let ci = std::env::var("CI").unwrap_or_default();
-            assert!(
-                ci.is_empty() || ci == "0" || ci == "false",
-                "GATEWAYD_TEST_DATABASE_URL must be set under CI"
-            );
-            eprintln!(
-                "SKIPPED: GATEWAYD_TEST_DATABASE_URL is not set (see scripts/pg-test-server.sh)"
-            );
-            return None;
-        }
-    };
-    let name = format!(
-        "gatewayd_nodes_{}_{:08x}",
-        std::process::id(),
-        getrandom::u32().unwrap()
-    );
-    let mut client =
-        postgres::Client::connect(&admin, postgres::NoTls).expect("connect to the test server");
-    client
-        .batch_execute(&format!("CREATE DATABASE {name}"))
-        .unwrap();
-    let (scheme, rest) = admin.split_once("://").expect("a postgres:// URL");
-    let authority = rest.split('/').next().unwrap();
-    Some((admin.clone(), format!("{scheme}://{authority}/{name}")))
-}
-
 fn messages_until(s: &mut support::Session, until: Instant) -> Vec<Instant> {
     let mut at = Vec::new();
     while let Some(left) = until.checked_duration_since(Instant::now()) {

@@ -38,19 +38,66 @@ fn messages_until(s: &mut Session, until: Instant) -> Vec<Instant> {
     at
 }
 
+/// Where the node's registry lives: the embedded file, or a fresh database
+/// on the test PostgreSQL server. Every test here runs on both.
+struct Backend {
+    url: Option<String>,
+}
+
+impl Backend {
+    fn start(&self, extra: &[&str]) -> Node {
+        let mut flags: Vec<&str> = extra.to_vec();
+        if let Some(url) = &self.url {
+            flags.extend(["--registry-url", url.as_str()]);
+        }
+        Node::start(&flags)
+    }
+
+    fn registry(&self, node: &Node) -> Registry {
+        Registry::with_url(node.dir.path(), self.url.as_deref())
+    }
+}
+
+macro_rules! on_both_registries {
+    ($($name:ident),* $(,)?) => {
+        mod embedded {
+            $(#[test]
+            fn $name() {
+                super::$name(&super::Backend { url: None })
+            })*
+        }
+        mod postgres {
+            $(#[test]
+            fn $name() {
+                if let Some((_, url)) = super::support::pg_database() {
+                    super::$name(&super::Backend { url: Some(url) })
+                }
+            })*
+        }
+    };
+}
+
+on_both_registries!(
+    a_pushed_revocation_stops_delivery_within_a_second,
+    a_lost_push_is_bounded_by_the_lease_ttl,
+    brownout_keeps_existing_sessions_for_a_while_and_refuses_new_ones,
+    identify_buckets_and_the_daily_limit,
+    node_admission_refuses_a_storm_beyond_its_rate,
+    a_token_reset_closes_sessions_with_4004_and_withdrawn_intents_with_4014
+);
+
 fn metric(node: &Node, name: &str) -> f64 {
     metric_sum(&metrics(node.admin), name, &[])
 }
 
-#[test]
-fn a_pushed_revocation_stops_delivery_within_a_second() {
-    let node = Node::start(&["--demo-interval-ms", "20"]);
+fn a_pushed_revocation_stops_delivery_within_a_second(backend: &Backend) {
+    let node = backend.start(&["--demo-interval-ms", "20"]);
     let (mut s, app, server) = demo(&node);
     assert!(
         !messages_until(&mut s, Instant::now() + Duration::from_millis(300)).is_empty(),
         "events flow"
     );
-    Registry::new(node.dir.path()).uninstall(app, server);
+    backend.registry(&node).uninstall(app, server);
     let revoked = Instant::now();
     let after = messages_until(&mut s, revoked + Duration::from_millis(2500));
     if let Some(last) = after.last() {
@@ -68,10 +115,9 @@ fn a_pushed_revocation_stops_delivery_within_a_second() {
     );
 }
 
-#[test]
-fn a_lost_push_is_bounded_by_the_lease_ttl() {
+fn a_lost_push_is_bounded_by_the_lease_ttl(backend: &Backend) {
     // No outbox polling: only lease renewal can notice the uninstall.
-    let node = Node::start(&[
+    let node = backend.start(&[
         "--demo-interval-ms",
         "20",
         "--revocation-poll-ms",
@@ -81,7 +127,7 @@ fn a_lost_push_is_bounded_by_the_lease_ttl() {
     ]);
     let (mut s, app, server) = demo(&node);
     messages_until(&mut s, Instant::now() + Duration::from_millis(1200)); // a renewal or two
-    Registry::new(node.dir.path()).uninstall(app, server);
+    backend.registry(&node).uninstall(app, server);
     let revoked = Instant::now();
     let after = messages_until(&mut s, revoked + Duration::from_millis(4000));
     let last = *after
@@ -99,9 +145,8 @@ fn a_lost_push_is_bounded_by_the_lease_ttl() {
     assert!(metric(&node, "gatewayd_leases_lost_total") >= 1.0);
 }
 
-#[test]
-fn brownout_keeps_existing_sessions_for_a_while_and_refuses_new_ones() {
-    let node = Node::start(&[
+fn brownout_keeps_existing_sessions_for_a_while_and_refuses_new_ones(backend: &Backend) {
+    let node = backend.start(&[
         "--demo-interval-ms",
         "50",
         "--fault-injection",
@@ -152,10 +197,9 @@ fn brownout_keeps_existing_sessions_for_a_while_and_refuses_new_ones() {
     assert_eq!(metric(&node, "gatewayd_registry_brownout"), 0.0);
 }
 
-#[test]
-fn identify_buckets_and_the_daily_limit() {
-    let node = Node::start(&["--no-demo", "--identify-limits", "on"]);
-    let reg = Registry::new(node.dir.path());
+fn identify_buckets_and_the_daily_limit(backend: &Backend) {
+    let node = backend.start(&["--no-demo", "--identify-limits", "on"]);
+    let reg = backend.registry(&node);
     let (_, _, server) = demo(&node);
     let a = reg.add_app_with("bucketed", 0, 2);
     reg.install(a.id, server, None);
@@ -212,9 +256,8 @@ fn identify_buckets_and_the_daily_limit() {
     drop((s0, s1));
 }
 
-#[test]
-fn node_admission_refuses_a_storm_beyond_its_rate() {
-    let node = Node::start(&["--no-demo", "--admission-per-second", "2"]);
+fn node_admission_refuses_a_storm_beyond_its_rate(backend: &Backend) {
+    let node = backend.start(&["--no-demo", "--admission-per-second", "2"]);
     let (mut ready, mut refused) = (0, 0);
     let mut held = Vec::new();
     for i in 0..8 {
@@ -242,10 +285,9 @@ fn node_admission_refuses_a_storm_beyond_its_rate() {
     assert!(metric(&node, "gatewayd_identifies_refused_admission_total") >= 4.0);
 }
 
-#[test]
-fn a_token_reset_closes_sessions_with_4004_and_withdrawn_intents_with_4014() {
-    let node = Node::start(&["--no-demo"]);
-    let reg = Registry::new(node.dir.path());
+fn a_token_reset_closes_sessions_with_4004_and_withdrawn_intents_with_4014(backend: &Backend) {
+    let node = backend.start(&["--no-demo"]);
+    let reg = backend.registry(&node);
     let (_, _, server) = demo(&node);
     let a = reg.add_app("resettable", intent::MESSAGE_CONTENT);
     reg.install(a.id, server, None);

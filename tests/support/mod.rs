@@ -45,6 +45,41 @@ pub fn now_ns() -> u64 {
 pub struct Registry {
     bin: PathBuf,
     dir: PathBuf,
+    /// A shared PostgreSQL registry instead of the node's file.
+    url: Option<String>,
+}
+
+/// A fresh database on the test PostgreSQL server: (admin URL, its URL).
+/// None (skip) when GATEWAYD_TEST_DATABASE_URL is unset locally; under CI
+/// an unset variable fails the test.
+pub fn pg_database() -> Option<(String, String)> {
+    let admin = match std::env::var("GATEWAYD_TEST_DATABASE_URL") {
+        Ok(u) if !u.trim().is_empty() => u,
+        _ => {
+            let ci = std::env::var("CI").unwrap_or_default();
+            assert!(
+                ci.is_empty() || ci == "0" || ci == "false",
+                "GATEWAYD_TEST_DATABASE_URL must be set under CI"
+            );
+            eprintln!(
+                "SKIPPED: GATEWAYD_TEST_DATABASE_URL is not set (see scripts/pg-test-server.sh)"
+            );
+            return None;
+        }
+    };
+    let name = format!(
+        "gatewayd_it_{}_{:08x}",
+        std::process::id(),
+        getrandom::u32().unwrap()
+    );
+    let mut client =
+        postgres::Client::connect(&admin, postgres::NoTls).expect("connect to the test server");
+    client
+        .batch_execute(&format!("CREATE DATABASE {name}"))
+        .unwrap();
+    let (scheme, rest) = admin.split_once("://").expect("a postgres:// URL");
+    let authority = rest.split('/').next().unwrap();
+    Some((admin.clone(), format!("{scheme}://{authority}/{name}")))
 }
 
 #[derive(Clone, Debug)]
@@ -59,18 +94,26 @@ impl Registry {
         Registry {
             bin: PathBuf::from(env!("CARGO_BIN_EXE_gatewayd")),
             dir: data_dir.to_path_buf(),
+            url: None,
+        }
+    }
+
+    /// The CLI against a shared PostgreSQL registry.
+    pub fn with_url(data_dir: &Path, url: Option<&str>) -> Registry {
+        Registry {
+            url: url.map(str::to_string),
+            ..Registry::new(data_dir)
         }
     }
 
     /// Run one registry command; returns its `key=value` output lines.
     pub fn run(&self, args: &[&str]) -> BTreeMap<String, String> {
-        let out = Command::new(&self.bin)
-            .arg("registry")
-            .arg("--data-dir")
-            .arg(&self.dir)
-            .args(args)
-            .output()
-            .expect("run gatewayd registry");
+        let mut cmd = Command::new(&self.bin);
+        cmd.arg("registry").arg("--data-dir").arg(&self.dir);
+        if let Some(url) = &self.url {
+            cmd.arg("--registry-url").arg(url);
+        }
+        let out = cmd.args(args).output().expect("run gatewayd registry");
         let stdout = String::from_utf8_lossy(&out.stdout).to_string();
         assert!(
             out.status.success(),

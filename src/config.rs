@@ -86,8 +86,9 @@ pub struct Events {
     /// Per-worker event arena (allocated at start). Resume can replay only
     /// what is still in it; size it for 120 s of the worker's traffic.
     pub arena_bytes: u64,
-    /// Per-worker ring storage: chunks of 64 references (1.5 KiB each),
-    /// allocated at start and shared by the worker's sessions.
+    /// Per-worker ring storage: chunks of 16 references (384 bytes each),
+    /// allocated at start and shared by the worker's sessions. 0: sized from
+    /// max_sessions_per_worker (2 per session + 16,384 for backlogs).
     pub ring_chunks: u32,
     /// Unsent events a session may queue; at the bound it is closed with
     /// 4000 (resumable).
@@ -114,7 +115,7 @@ impl Default for Events {
             ingest_addr: "127.0.0.1:8081".parse().unwrap(),
             ingest_max_connections: 64,
             arena_bytes: 64 << 20,
-            ring_chunks: 16_384,
+            ring_chunks: 0,
             max_unsent: 5000,
             max_held: 5000,
             max_unsent_bytes: 16 << 20,
@@ -410,8 +411,8 @@ impl Config {
         if self.events.arena_bytes < 1 << 20 {
             return Err("events.arena_bytes must be at least 1 MiB".into());
         }
-        if self.events.send_slots == 0 || self.events.ring_chunks == 0 {
-            return Err("events.send_slots and events.ring_chunks must be positive".into());
+        if self.events.send_slots == 0 {
+            return Err("events.send_slots must be positive".into());
         }
         if self.registry.lease_ttl_ms < 100 {
             return Err("registry.lease_ttl_ms must be at least 100".into());

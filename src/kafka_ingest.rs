@@ -1,9 +1,74 @@
-//! Events from a Kafka-protocol topic (placeholder until the consumer lands).
+//! Events from a Kafka-protocol topic (Apache Kafka, Redpanda, Azure Event
+//! Hubs, MSK, Tansu), as an alternative or an addition to the embedded
+//! ingest listener (`src/ingest_listener.rs`), whose path this mirrors.
+//!
+//! # Topic and records
+//!
+//! One topic, partitioned by server id: producers key every message by its
+//! server id (any stable bytes, e.g. the decimal id; all producers must use
+//! the same partitioner), so all events of one server are in one partition
+//! and keep their commit order. Each message value is one framed ingest
+//! record, exactly what `ingest::encode_parts` writes (a value holding
+//! several whole frames is taken frame by frame). Records are validated once
+//! with `ingest::FrameReader`: a malformed one is counted by reason in
+//! `gatewayd_ingest_rejected_total` and skipped; a Kafka message boundary
+//! always resynchronises, so even a "fatal" framing error only costs that
+//! message. Server changes (GUILD_STATE records) are applied exactly as the
+//! listener does: the batch so far is handed to the workers, the registry
+//! and every worker take the change, then the record follows in the next
+//! batch.
+//!
+//! # Consumer group and offsets
+//!
+//! One consumer group per node (`--kafka-group`, default
+//! `gatewayd-<gateway port>`): every node needs every event of its servers,
+//! so nodes must never share a group. A group without committed offsets
+//! starts at the beginning of the topic (`auto.offset.reset=earliest`):
+//! whatever the topic still retains is delivered, nothing is skipped.
+//!
+//! Auto-commit is off. Batches are handed to the workers like the
+//! listener's; a partition's offset is committed (asynchronously) only once
+//! every worker has released the batch holding its last message, i.e. each
+//! worker has copied those events into its arena and its sessions' rings
+//! (the batch's `Arc` is back to one owner). Messages that carry no deliverable
+//! record (malformed, empty) are committed with the batch they were read
+//! alongside, or, when no batch is open, once every earlier batch is
+//! released.
+//!
+//! Delivery guarantee: **at-least-once** per node across a node restart or
+//! a rebalance: the events after the group's last commit (at most the
+//! batches still at the workers plus the one being filled, a few ms worth)
+//! are consumed again by the next consumer of the group and delivered as new
+//! events with new sequence numbers. It is never at-most-once by design: an
+//! offset is not committed before its events reached the workers. The
+//! exceptions are the listener's own: a worker whose inbox stays full for
+//! 1 s refuses a batch (`gatewayd_ingest_dropped_batches_total`; its
+//! sessions miss those events, the offset still advances), and a worker
+//! that has shut down releases what it had not delivered (its sessions are
+//! gone by then).
+//!
+//! # Threading
+//!
+//! The design puts the stream link on the sidecar thread; here the consumer
+//! has a dedicated thread ("kafka-ingest") instead, with the same role and
+//! the same messages: librdkafka's poll loop blocks, and registry requests
+//! (GUILD_STATE) go to the sidecar over its channel exactly like the
+//! listener's. The thread stops within ~100 ms of `stop` being set, commits
+//! (synchronously) what the workers have released, and leaves the group.
 
-use std::sync::atomic::AtomicBool;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use crate::ingest_listener::IngestStats;
+use ingest::{DecodeError, FrameReader};
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
+use rdkafka::error::KafkaResult;
+use rdkafka::message::Message;
+use rdkafka::{ClientContext, Offset, TopicPartitionList};
+
+use crate::ingest_listener::{apply_state, send, Batch, IngestStats};
 use crate::messages::{SidecarRequest, WorkerHandle};
 
 pub struct KafkaConfig {
@@ -13,12 +78,305 @@ pub struct KafkaConfig {
     pub session_timeout_ms: u32,
 }
 
+/// Records and body bytes per batch before it is sent on (as the listener).
+const BATCH_RECORDS: usize = 256;
+const BATCH_BYTES: usize = 1 << 20;
+/// A partial batch waits at most this long for more records.
+const FLUSH_AFTER: Duration = Duration::from_millis(5);
+/// Poll timeout when there is nothing to flush or commit.
+const IDLE_POLL: Duration = Duration::from_millis(100);
+/// Poll timeout while batches wait to be released (commit promptly).
+const INFLIGHT_POLL: Duration = Duration::from_millis(10);
+
+/// Next offset to read, per partition (the value Kafka commits).
+type Offsets = Vec<(i32, i64)>;
+
+fn note(offsets: &mut Offsets, partition: i32, next: i64) {
+    match offsets.iter_mut().find(|(p, _)| *p == partition) {
+        Some((_, o)) => *o = (*o).max(next),
+        None => offsets.push((partition, next)),
+    }
+}
+
+/// Logs rebalances and failed commits.
+struct Ctx {
+    group: String,
+}
+
+impl ClientContext for Ctx {}
+
+impl ConsumerContext for Ctx {
+    fn post_rebalance(&self, _consumer: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        let parts = |tpl: &TopicPartitionList| {
+            tpl.elements()
+                .iter()
+                .map(|e| format!("{}/{}", e.topic(), e.partition()))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        match rebalance {
+            Rebalance::Assign(tpl) => {
+                tracing::info!(group = %self.group, partitions = %parts(tpl), "kafka partitions assigned")
+            }
+            Rebalance::Revoke(tpl) => {
+                tracing::info!(group = %self.group, partitions = %parts(tpl), "kafka partitions revoked")
+            }
+            Rebalance::Error(e) => {
+                tracing::warn!(group = %self.group, error = %e, "kafka rebalance failed")
+            }
+        }
+    }
+
+    fn commit_callback(&self, result: KafkaResult<()>, offsets: &TopicPartitionList) {
+        if let Err(e) = result {
+            // The next commit carries newer offsets; a lost one only widens
+            // what a restart redelivers.
+            tracing::warn!(group = %self.group, error = %e, partitions = offsets.count(), "kafka offset commit failed");
+        }
+    }
+}
+
 pub fn start(
-    _cfg: KafkaConfig,
-    _workers: Arc<[WorkerHandle]>,
-    _sidecar: crossbeam_channel::Sender<SidecarRequest>,
-    _stats: Arc<IngestStats>,
-    _stop: Arc<AtomicBool>,
+    cfg: KafkaConfig,
+    workers: Arc<[WorkerHandle]>,
+    sidecar: crossbeam_channel::Sender<SidecarRequest>,
+    stats: Arc<IngestStats>,
+    stop: Arc<AtomicBool>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
-    Err(std::io::Error::other("Kafka ingest is not built yet"))
+    let session_ms = cfg.session_timeout_ms.max(1);
+    let consumer: BaseConsumer<Ctx> = ClientConfig::new()
+        .set("bootstrap.servers", &cfg.brokers)
+        .set("group.id", &cfg.group)
+        .set("client.id", "gatewayd")
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("session.timeout.ms", session_ms.to_string())
+        .set("heartbeat.interval.ms", (session_ms / 3).max(1).to_string())
+        .set("enable.partition.eof", "false")
+        // Brokers answer a fetch as soon as data arrives; this bounds the
+        // wait on any that do not.
+        .set("fetch.wait.max.ms", "100")
+        // Notice a topic created after the node, or new partitions, soon.
+        .set("topic.metadata.refresh.interval.ms", "30000")
+        .create_with_context(Ctx {
+            group: cfg.group.clone(),
+        })
+        .map_err(|e| std::io::Error::other(format!("creating the consumer: {e}")))?;
+    consumer
+        .subscribe(&[cfg.topic.as_str()])
+        .map_err(|e| std::io::Error::other(format!("subscribing to {}: {e}", cfg.topic)))?;
+    tracing::info!(brokers = %cfg.brokers, topic = %cfg.topic, group = %cfg.group, "kafka ingest subscribed");
+    std::thread::Builder::new()
+        .name("kafka-ingest".into())
+        .spawn(move || {
+            let mut link = Link {
+                topic: cfg.topic,
+                workers,
+                stats,
+                out: VecDeque::new(),
+                pending: VecDeque::new(),
+                batch: Arc::new(Batch::new()),
+                batch_bytes: 0,
+                batch_since: None,
+                open: Offsets::new(),
+                to_commit: Offsets::new(),
+            };
+            link.run(&consumer, &sidecar, &stop);
+            // The workers have stopped: the unsent partial batch is left
+            // uncommitted (redelivered after a restart).
+            link.release(&consumer, CommitMode::Sync);
+            // Dropping the consumer leaves the group (its partitions go to
+            // the next member at once instead of after the session timeout).
+            drop(consumer);
+            tracing::info!("kafka ingest stopped");
+        })
+}
+
+struct Link {
+    topic: String,
+    workers: Arc<[WorkerHandle]>,
+    stats: Arc<IngestStats>,
+    /// Batches handed to workers, oldest first (`send` recycles from here).
+    out: VecDeque<Arc<Batch>>,
+    /// Offsets of each batch in `out`, same order; `None` once committed.
+    pending: VecDeque<Option<Offsets>>,
+    batch: Arc<Batch>,
+    batch_bytes: usize,
+    batch_since: Option<Instant>,
+    /// Offsets of the messages read into the batch being filled.
+    open: Offsets,
+    /// Released, not yet committed.
+    to_commit: Offsets,
+}
+
+impl Link {
+    fn run(
+        &mut self,
+        consumer: &BaseConsumer<Ctx>,
+        sidecar: &crossbeam_channel::Sender<SidecarRequest>,
+        stop: &AtomicBool,
+    ) {
+        let mut reader = FrameReader::new();
+        let mut last_error_log: Option<Instant> = None;
+        while !stop.load(Relaxed) {
+            let timeout = if self.batch.len() > 0 {
+                Duration::ZERO
+            } else if self.pending.iter().any(Option::is_some) || !self.open.is_empty() {
+                INFLIGHT_POLL
+            } else {
+                IDLE_POLL
+            };
+            match consumer.poll(timeout) {
+                None => {
+                    // Nothing more buffered: deliver what we have now.
+                    self.flush();
+                    self.release(consumer, CommitMode::Async);
+                }
+                Some(Err(e)) => {
+                    // librdkafka retries by itself (broker down, topic not
+                    // yet created, rebalance in progress): log, at most every 10 s.
+                    if last_error_log.is_none_or(|t| t.elapsed() > Duration::from_secs(10)) {
+                        tracing::warn!(error = %e, topic = %self.topic, "kafka consumer error");
+                        last_error_log = Some(Instant::now());
+                    }
+                    self.flush();
+                }
+                Some(Ok(msg)) => {
+                    let (partition, offset) = (msg.partition(), msg.offset());
+                    match msg.payload() {
+                        Some(value) => self.take(value, &mut reader, sidecar),
+                        None => self.take(&[], &mut reader, sidecar),
+                    }
+                    // Committed with the batch the message's record went to
+                    // (a GUILD_STATE record goes to the batch after the flush).
+                    note(&mut self.open, partition, offset + 1);
+                    let full = self.batch.len() >= BATCH_RECORDS || self.batch_bytes >= BATCH_BYTES;
+                    if full || self.batch_since.is_some_and(|t| t.elapsed() >= FLUSH_AFTER) {
+                        self.flush();
+                        self.release(consumer, CommitMode::Async);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Validate a message value and add its record(s) to the batch.
+    fn take(
+        &mut self,
+        value: &[u8],
+        reader: &mut FrameReader,
+        sidecar: &crossbeam_channel::Sender<SidecarRequest>,
+    ) {
+        self.stats.bytes.fetch_add(value.len() as u64, Relaxed);
+        if value.is_empty() {
+            self.stats.errors[DecodeError::Malformed.index()].fetch_add(1, Relaxed);
+            return;
+        }
+        // A message is its own stream: a bad frame cannot desynchronise the next one.
+        reader.reset();
+        reader.push(value);
+        loop {
+            match reader.next() {
+                None => break,
+                Some(Ok(rec)) => {
+                    self.stats.records.fetch_add(1, Relaxed);
+                    let change = if rec.is_guild_state() {
+                        crate::state::parse(rec.event_type(), rec.server_id(), rec.d())
+                            .map(|c| (rec.server_id(), c))
+                    } else {
+                        None
+                    };
+                    if let Some((server_id, change)) = change {
+                        // Events before the change are decided on the old
+                        // permissions, events after it on the new ones.
+                        self.flush();
+                        apply_state(server_id, change, &self.workers, sidecar, &self.stats);
+                    }
+                    let body = reader.last_body();
+                    Arc::get_mut(&mut self.batch)
+                        .expect("unshared until sent")
+                        .push(body);
+                    self.batch_bytes += body.len();
+                    self.batch_since.get_or_insert_with(Instant::now);
+                }
+                Some(Err(e)) => {
+                    self.stats.errors[e.index()].fetch_add(1, Relaxed);
+                    if e.is_fatal() {
+                        break;
+                    }
+                }
+            }
+        }
+        if reader.fatal().is_none() && reader.buffered() > 0 {
+            // The value ends inside a frame.
+            self.stats.errors[DecodeError::Malformed.index()].fetch_add(1, Relaxed);
+        }
+    }
+
+    /// Hand the batch being filled to every worker, with its offsets.
+    fn flush(&mut self) {
+        if self.batch.len() == 0 {
+            return;
+        }
+        self.pending.push_back(Some(std::mem::take(&mut self.open)));
+        // Our own reference goes when the returned batch replaces it.
+        self.batch = send(
+            self.batch.clone(),
+            &self.workers,
+            &self.stats,
+            &mut self.out,
+        );
+        self.batch_bytes = 0;
+        self.batch_since = None;
+        // `send` pops (recycles) the oldest batches once released.
+        while self.pending.len() > self.out.len() {
+            if let Some(Some(offsets)) = self.pending.pop_front() {
+                merge(&mut self.to_commit, offsets);
+            }
+        }
+    }
+
+    /// Commit the offsets of every batch the workers have released, oldest
+    /// first, stopping at the first still held (commits never skip ahead of
+    /// an unreleased batch).
+    fn release(&mut self, consumer: &BaseConsumer<Ctx>, mode: CommitMode) {
+        let mut released_all = true;
+        for (b, p) in self.out.iter().zip(self.pending.iter_mut()) {
+            if Arc::strong_count(b) != 1 {
+                released_all = false;
+                break;
+            }
+            if let Some(offsets) = p.take() {
+                merge(&mut self.to_commit, offsets);
+            }
+        }
+        // Messages that produced nothing to deliver (malformed) while no
+        // batch is open: due once everything before them is released.
+        if released_all && self.batch.len() == 0 && !self.open.is_empty() {
+            let open = std::mem::take(&mut self.open);
+            merge(&mut self.to_commit, open);
+        }
+        if self.to_commit.is_empty() {
+            return;
+        }
+        let mut tpl = TopicPartitionList::new();
+        for &(partition, next) in &self.to_commit {
+            if let Err(e) = tpl.add_partition_offset(&self.topic, partition, Offset::Offset(next)) {
+                tracing::warn!(error = %e, partition, "kafka offset not committable");
+            }
+        }
+        match consumer.commit(&tpl, mode) {
+            Ok(()) => self.to_commit.clear(),
+            // No assignment (rebalance in progress) or the broker is away:
+            // keep them for the next try.
+            Err(e) => tracing::debug!(error = %e, "kafka offset commit not sent"),
+        }
+    }
+}
+
+/// Later offsets win (batches are merged oldest first).
+fn merge(into: &mut Offsets, from: Offsets) {
+    for (p, o) in from {
+        note(into, p, o);
+    }
 }

@@ -274,7 +274,17 @@ impl WorkerSetup {
         let fan = FanOut::new(
             FanOutConfig {
                 arena_bytes: ev.arena_bytes,
-                ring_chunks: ev.ring_chunks,
+                // Auto: every session may hold two chunks (its READY and
+                // recent history) plus room for backlogs.
+                ring_chunks: if ev.ring_chunks > 0 {
+                    ev.ring_chunks
+                } else {
+                    shared_cfg
+                        .limits
+                        .max_sessions_per_worker
+                        .saturating_mul(2)
+                        .saturating_add(16_384)
+                },
                 ring: ringbuf::RingConfig {
                     max_unsent: ev.max_unsent,
                     // Headroom past the unsent bound for the event that finds
@@ -1473,12 +1483,28 @@ impl Worker {
         WorkerMetrics::inc(&self.metrics().sessions_ready);
         // READY (s = 1), then one GUILD_CREATE per server: dispatches like any
         // other, so a Resume can replay them too.
-        let mut full = self.fan.dispatch(idx, "READY", &ready_d, now).is_err();
+        let mut pushed = self.fan.dispatch(idx, "READY", &ready_d, now);
         for g in &ok.guilds {
-            full = full || self.fan.dispatch(idx, "GUILD_CREATE", &g.1, now).is_err();
+            if pushed.is_ok() {
+                pushed = self.fan.dispatch(idx, "GUILD_CREATE", &g.1, now);
+            }
         }
-        if full {
-            self.overflowed(idx, key);
+        match pushed {
+            Ok(_) => {}
+            Err(ringbuf::PushError::NoChunks) => {
+                // The worker's ring storage is used up: this is capacity, not
+                // the client's fault. Undo the session and ask it to retry.
+                tracing::warn!(
+                    worker = self.id,
+                    "ring storage exhausted (events.ring_chunks): identify refused"
+                );
+                WorkerMetrics::inc(&self.metrics().ring_exhausted);
+                self.detach_conn(key);
+                self.fan.remove(idx);
+                self.refuse_identify(key);
+                return;
+            }
+            Err(ringbuf::PushError::Full) => self.overflowed(idx, key),
         }
         self.queue_flush(key);
     }

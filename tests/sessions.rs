@@ -175,8 +175,15 @@ fn hold_40000_sessions() {
     if !hold.exists() {
         // `cargo test --test sessions` alone does not build examples.
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        // Same profile as this test binary (target/release for --release).
+        let profile: &[&str] = if cfg!(debug_assertions) {
+            &[]
+        } else {
+            &["--release"]
+        };
         let st = Command::new(cargo)
             .args(["build", "--example", "hold_sessions"])
+            .args(profile)
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .status()
             .expect("run cargo build --example hold_sessions");

@@ -12,7 +12,7 @@
 //! only sent entries are ever dropped. Storage is a chain of chunks from a
 //! shared `RingSlab`; chunk boundaries are aligned to `seq % CHUNK`, so the
 //! slot of `seq` is `seq % CHUNK` in the chunk covering it and the number of
-//! chunks held is exactly the number of aligned 64-seq blocks that
+//! chunks held is exactly the number of aligned CHUNK-seq blocks that
 //! `first..=last` touches (zero when empty). Resume is "move `unsent` back
 //! and send normally".
 
@@ -544,11 +544,16 @@ mod tests {
         let mut slab = RingSlab::new(1);
         let cfg = RingConfig::default();
         let mut r = SessionRing::new(&cfg, 0);
-        for s in 1..=63 {
+        // Seqs 1..CHUNK-1 fill the first chunk; seq CHUNK needs a second.
+        let full = CHUNK_U64 - 1;
+        for s in 1..=full {
             r.push(&mut slab, entry(s, 0, 1)).unwrap();
         }
-        assert_eq!(r.push(&mut slab, entry(64, 0, 1)), Err(PushError::NoChunks));
-        assert_eq!(r.last_seq(), 63);
+        assert_eq!(
+            r.push(&mut slab, entry(full + 1, 0, 1)),
+            Err(PushError::NoChunks)
+        );
+        assert_eq!(r.last_seq(), full);
         r.check_invariants(&slab);
         r.clear(&mut slab);
     }

@@ -8,7 +8,7 @@ use std::num::NonZeroU32;
 
 /// Entries per chunk. 64 keeps the slack of a partly used chunk small while
 /// a 5,000-entry ring still needs only 80 chunks.
-pub const CHUNK: usize = 64;
+pub const CHUNK: usize = 16;
 
 /// Index of a chunk in its slab. `Option<ChunkId>` is 4 bytes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

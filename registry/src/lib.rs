@@ -8,6 +8,7 @@
 
 pub mod model;
 pub mod postgres;
+mod rules;
 mod schema;
 pub mod snowflake;
 mod sqlite;

@@ -1,5 +1,6 @@
 //! Applications, tokens and identify counting (PostgreSQL).
 
+use crate::rules::{check_concurrency, check_intents, new_credentials};
 use ::postgres::Row;
 
 use super::{col, col_u32, to_i, to_u, validate_name, Tx};
@@ -71,33 +72,6 @@ pub fn authenticate(t: &mut Tx<'_>, id: u64, tok: &str) -> Result<Option<Applica
     } else {
         Ok(None)
     }
-}
-
-fn check_intents(bits: u64) -> Result<()> {
-    if bits & !intents::PRIVILEGED != 0 {
-        return Err(RegistryError::Invalid(format!(
-            "approved intents {bits:#x} include non-privileged bits (allowed mask {:#x})",
-            intents::PRIVILEGED
-        )));
-    }
-    Ok(())
-}
-
-fn check_concurrency(n: u32) -> Result<()> {
-    if n == 0 {
-        return Err(RegistryError::Invalid(
-            "max_concurrency must be >= 1".into(),
-        ));
-    }
-    Ok(())
-}
-
-/// New salt + hash for a fresh token of `app_id`; returns the token.
-fn new_credentials(app_id: u64) -> Result<(String, [u8; token::SALT_LEN], [u8; token::HASH_LEN])> {
-    let tok = token::generate(app_id)?;
-    let salt = token::random_bytes::<{ token::SALT_LEN }>()?;
-    let hash = token::hash(&salt, &tok);
-    Ok((tok, salt, hash))
 }
 
 pub fn create(

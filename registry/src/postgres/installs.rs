@@ -1,5 +1,6 @@
 //! Installations, shard lookups and the demo seed (PostgreSQL).
 
+pub use crate::rules::{DEMO_APP, DEMO_CATEGORY, DEMO_CHANNEL, DEMO_SERVER};
 use std::collections::HashMap;
 
 use super::{apps, col, servers, to_i, to_u, Tx};
@@ -220,10 +221,6 @@ pub fn servers_for_shard(
 }
 
 // The same names as the SQLite seed, so either backend finds the other's demo.
-pub const DEMO_APP: &str = "demo-bot";
-pub const DEMO_SERVER: &str = "Demo Server";
-pub const DEMO_CATEGORY: &str = "Text Channels";
-pub const DEMO_CHANNEL: &str = "general";
 
 pub fn seed_demo(t: &mut Tx<'_>) -> Result<Option<DemoSeed>> {
     if let Some(app) = apps::by_name(t, DEMO_APP)? {

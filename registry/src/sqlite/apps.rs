@@ -1,5 +1,6 @@
 //! Applications, tokens and the identify log.
 
+use crate::rules::{check_concurrency, check_intents, new_credentials};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::{to_i, to_u, validate_name};
@@ -69,33 +70,6 @@ pub fn authenticate(c: &Connection, raw: &str) -> Result<Option<Application>> {
         Some((salt, hash)) if token::verify(tok, &salt, &hash) => get(c, id),
         _ => Ok(None),
     }
-}
-
-fn check_intents(bits: u64) -> Result<()> {
-    if bits & !intents::PRIVILEGED != 0 {
-        return Err(RegistryError::Invalid(format!(
-            "approved intents {bits:#x} include non-privileged bits (allowed mask {:#x})",
-            intents::PRIVILEGED
-        )));
-    }
-    Ok(())
-}
-
-fn check_concurrency(n: u32) -> Result<()> {
-    if n == 0 {
-        return Err(RegistryError::Invalid(
-            "max_concurrency must be >= 1".into(),
-        ));
-    }
-    Ok(())
-}
-
-/// New salt + hash for a fresh token of `app_id`; returns the token.
-fn new_credentials(app_id: u64) -> Result<(String, [u8; token::SALT_LEN], [u8; token::HASH_LEN])> {
-    let tok = token::generate(app_id)?;
-    let salt = token::random_bytes::<{ token::SALT_LEN }>()?;
-    let hash = token::hash(&salt, &tok);
-    Ok((tok, salt, hash))
 }
 
 pub fn create(

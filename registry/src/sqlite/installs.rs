@@ -1,6 +1,7 @@
 //! Installations (an application's grant in a server), shard lookups and the
 //! demo seed.
 
+pub use crate::rules::{DEMO_APP, DEMO_CATEGORY, DEMO_CHANNEL, DEMO_SERVER};
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{apps, servers, to_i, to_u};
@@ -192,11 +193,6 @@ pub fn servers_for_shard(
     ids.retain(|id| (id >> 22) % u64::from(shard_count) == u64::from(shard_id));
     Ok(ids)
 }
-
-pub const DEMO_APP: &str = "demo-bot";
-pub const DEMO_SERVER: &str = "Demo Server";
-pub const DEMO_CATEGORY: &str = "Text Channels";
-pub const DEMO_CHANNEL: &str = "general";
 
 pub fn seed_demo(c: &Connection) -> Result<Option<DemoSeed>> {
     if let Some(app) = apps::by_name(c, DEMO_APP)? {

@@ -206,7 +206,9 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         None
     } else {
         let group = if cfg.events.kafka_group.is_empty() {
-            format!("gatewayd-{}", cfg.gateway_addr.port())
+            // One group per node: the host name and gateway port tell nodes apart.
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            format!("gatewayd-{}-{}", host.trim(), cfg.gateway_addr.port())
         } else {
             cfg.events.kafka_group.clone()
         };

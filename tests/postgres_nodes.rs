@@ -29,7 +29,7 @@ fn messages_until(s: &mut support::Session, until: Instant) -> Vec<Instant> {
 
 #[test]
 fn two_nodes_share_a_postgresql_registry_and_both_apply_a_revocation() {
-    let Some((admin, url)) = database() else {
+    let Some((admin, url)) = support::pg_database() else {
         return;
     };
     // Push only: the outbox poll is slowed to 10 s, so a stop within 1 s is NOTIFY's doing.

@@ -251,7 +251,11 @@ impl FrameReader {
             return Some(Err(e));
         }
         let aligned = (self.buf.as_ptr() as usize + body_start).is_multiple_of(BODY_ALIGN);
-        self.last_body = if aligned { Some((body_start, body_end)) } else { None };
+        self.last_body = if aligned {
+            Some((body_start, body_end))
+        } else {
+            None
+        };
         let body: &[u8] = if aligned {
             &self.buf.as_slice()[body_start..body_end]
         } else {

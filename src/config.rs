@@ -150,8 +150,10 @@ pub struct Limits {
     pub handshake_timeout_ms: u64,
     /// How long a disconnected session stays resumable.
     pub resume_window_ms: u64,
-    /// Unsent bytes a session may queue before it is closed (4000, resumable).
-    pub outbound_buffer_bytes: usize,
+    /// Kernel send buffer per session socket (SO_SNDBUF; Linux doubles it).
+    /// Bounds what a peer that stops reading holds in the kernel; 0 leaves
+    /// the kernel's autotuning (up to tcp_wmem max, megabytes per socket).
+    pub socket_send_buffer_bytes: usize,
     /// After the last op 7 of a drain: time before closing what is left.
     pub shutdown_grace_ms: u64,
     /// SIGTERM and POST /drain send op 7 to every session at a random moment
@@ -209,7 +211,7 @@ impl Default for Limits {
             heartbeat_interval_ms: 41_250,
             handshake_timeout_ms: 10_000,
             resume_window_ms: 120_000,
-            outbound_buffer_bytes: 4 << 20,
+            socket_send_buffer_bytes: 256 << 10,
             shutdown_grace_ms: 3_000,
             drain_spread_ms: 30_000,
         }

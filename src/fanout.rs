@@ -45,6 +45,8 @@ pub struct EventIn<'a> {
 /// What `deliver` did, for metrics.
 #[derive(Default, Clone, Copy, Debug)]
 pub struct Delivered {
+    /// Times ring storage ran out and resume history was trimmed to make room.
+    pub history_reclaims: u32,
     pub recipients: u32,
     pub redacted: u32,
     pub overflowed: u32,
@@ -72,6 +74,19 @@ pub struct FanOut {
     by_bot: HashMap<u64, Vec<u32>>,
     /// The redacted variant of the event being delivered.
     redacted: Vec<u8>,
+}
+
+/// Ring storage ran out: drop the older half of every session's *sent*
+/// history (the resume window shrinks under memory pressure; what is still
+/// unsent is never touched). Amortised: it frees many chunks at once.
+fn reclaim_history(sessions: &mut [Option<SessionSlot>], slab: &mut RingSlab) {
+    for s in sessions.iter_mut().flatten() {
+        let sent = u64::from(s.ring.len_held() - s.ring.len_unsent());
+        if sent > 0 {
+            let first = s.ring.first_held_seq();
+            s.ring.ack(slab, first + sent.div_ceil(2) - 1);
+        }
+    }
 }
 
 fn unlist(map: &mut HashMap<u64, Vec<u32>>, key: u64, idx: u32) {
@@ -404,7 +419,17 @@ impl FanOut {
                     seq: s.ring.next_seq(),
                     at_ms: now_ms,
                 };
-                match s.ring.push(&mut self.slab, entry) {
+                let mut pushed = s.ring.push(&mut self.slab, entry);
+                if pushed == Err(PushError::NoChunks) {
+                    // The worker's ring storage is full of resume history:
+                    // trim every session's sent history by half, then retry.
+                    out.history_reclaims += 1;
+                    reclaim_history(&mut self.sessions, &mut self.slab);
+                    let s = self.sessions[idx as usize].as_mut().expect("a live recipient");
+                    pushed = s.ring.push(&mut self.slab, entry);
+                }
+                let s = self.sessions[idx as usize].as_mut().expect("a live recipient");
+                match pushed {
                     Ok(()) => {
                         out.recipients += 1;
                         if let Some(c) = s.conn {
@@ -504,5 +529,88 @@ impl FanOut {
 
     pub fn config(&self) -> &FanOutConfig {
         &self.cfg
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gateway::intents;
+    use crate::gateway::session::GuildAccess;
+
+    #[test]
+    fn resume_history_gives_way_when_ring_storage_runs_out() {
+        let mut fan = FanOut::new(
+            FanOutConfig {
+                arena_bytes: 1 << 20,
+                ring_chunks: 8, // 128 entries for everyone
+                ring: RingConfig {
+                    max_unsent: 100,
+                    max_held: 164,
+                    max_unsent_bytes: u64::MAX,
+                },
+                resume_window_ms: 120_000,
+            },
+            2,
+        )
+        .unwrap();
+        for i in 0..2u32 {
+            let id = Identity {
+                session_id: SessionId::new(0, i as u128 + 1),
+                application_id: 1,
+                bot_user_id: 7,
+                intents: intents::GUILD_MESSAGES,
+                shard: (0, 1),
+                token_digest: [0; 32],
+                guilds: vec![GuildAccess {
+                    id: 5,
+                    channels: vec![(6, intents::perm::VIEW_CHANNEL)],
+                    lease_until_ms: u64::MAX,
+                }],
+                user_json: "{}".into(),
+            };
+            fan.create(
+                Box::new(id),
+                ConnKey {
+                    ring: 0,
+                    gen: 1,
+                    slot: i,
+                },
+            );
+        }
+        let ev = EventIn {
+            t: "MESSAGE_CREATE",
+            server_id: 5,
+            channel_id: 6,
+            intent: intents::GUILD_MESSAGES,
+            permissions: 0,
+            has_content: false,
+            mentions: &[],
+            d: b"{}",
+        };
+        // Both sessions read everything; 500 events would need far more than
+        // 8 chunks of history, so history is trimmed instead of anyone closing.
+        let mut reclaims = 0;
+        for _ in 0..500 {
+            let d = fan.deliver(
+                &ev,
+                0,
+                0,
+                |_| {},
+                |_, _| panic!("a reading session must not be closed"),
+            );
+            assert_eq!(d.recipients, 2);
+            reclaims += d.history_reclaims;
+            for i in 0..2 {
+                let n = fan.get(i).unwrap().ring.len_unsent();
+                fan.mark_sent(i, n);
+            }
+        }
+        assert!(reclaims > 0, "storage ran out and history was reclaimed");
+        for i in 0..2 {
+            let s = fan.get(i).unwrap();
+            assert_eq!(s.ring.last_seq(), 500);
+            assert!(!s.lost);
+        }
     }
 }

@@ -33,6 +33,7 @@ pub struct WorkerMetrics {
     pub reconnects_sent: AtomicU64,
     pub rejected_full: AtomicU64,
     pub ring_exhausted: AtomicU64,
+    pub history_reclaims: AtomicU64,
     pub handover_fallbacks: AtomicU64,
     pub sessions_degraded: AtomicU64,
     pub arena_records: AtomicU64,
@@ -65,7 +66,7 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
     fn family(out: &mut String, name: &str, kind: &str, help: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
     }
-    let per_worker: [(&str, &str, &str, fn(&WorkerMetrics) -> &AtomicU64); 28] = [
+    let per_worker: [(&str, &str, &str, fn(&WorkerMetrics) -> &AtomicU64); 29] = [
         ("gatewayd_connections", "gauge", "Open TCP connections (HTTP, WebSocket, closing).", |m| &m.connections_open),
         ("gatewayd_connections_accepted_total", "counter", "TCP connections accepted.", |m| &m.connections_accepted),
         ("gatewayd_accept_errors_total", "counter", "Accepts that failed (e.g. fixed file table full).", |m| &m.accept_errors),
@@ -88,6 +89,7 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
         ("gatewayd_rejected_full_total", "counter", "Connections answered 503 because the ring's fixed file table was full.", |m| &m.rejected_full),
         ("gatewayd_handover_fallbacks_total", "counter", "Handovers refused by a full worker; the connection was served where it was.", |m| &m.handover_fallbacks),
         ("gatewayd_ring_exhausted_total", "counter", "Identifies refused (op 9) because the worker's ring storage (events.ring_chunks) was used up.", |m| &m.ring_exhausted),
+        ("gatewayd_history_reclaims_total", "counter", "Times ring storage ran out and every session's sent (resume) history was halved to make room.", |m| &m.history_reclaims),
         ("gatewayd_reconnects_sent_total", "counter", "Op 7 Reconnect sent (drain).", |m| &m.reconnects_sent),
         ("gatewayd_sessions_degraded", "gauge", "Sessions whose send queue is at least 80 % full.", |m| &m.sessions_degraded),
         ("gatewayd_arena_records_total", "counter", "Event records copied into the worker's arena (at most one per variant per event).", |m| &m.arena_records),

@@ -268,6 +268,9 @@ impl WorkerSetup {
             })?;
             ring.register_eventfd(wake_fd)?;
             let listener = net::uring::listen_reuseport(shared_cfg.gateway_addr, 4096)?;
+            if shared_cfg.limits.socket_send_buffer_bytes > 0 {
+                net::uring::set_send_buffer(&listener, shared_cfg.limits.socket_send_buffer_bytes)?;
+            }
             out.push((ring, listener));
         }
         let ev = &shared_cfg.events;
@@ -1597,6 +1600,7 @@ impl Worker {
         WorkerMetrics::add(&m.deliveries, d.recipients as u64);
         WorkerMetrics::add(&m.deliveries_redacted, d.redacted as u64);
         WorkerMetrics::add(&m.arena_records, d.appended_records as u64);
+        WorkerMetrics::add(&m.history_reclaims, d.history_reclaims as u64);
         while let Some((sid, key)) = self.overflow.pop() {
             self.overflowed(sid, key);
         }

@@ -544,9 +544,32 @@ pub fn raise_nofile_limit() -> u64 {
     lim.rlim_cur
 }
 
+/// Cap the kernel send buffer of sockets accepted from `listener` (they
+/// inherit it). The kernel otherwise autotunes it up to tcp_wmem's max, so a
+/// peer that stops reading can hold megabytes of the node's memory in the
+/// kernel, outside any bound the application keeps.
+pub fn set_send_buffer(listener: &std::net::TcpListener, bytes: usize) -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let v = bytes.min(i32::MAX as usize) as libc::c_int;
+    // SAFETY: setsockopt on a live descriptor with a local int.
+    let r = unsafe {
+        libc::setsockopt(
+            listener.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&v as *const libc::c_int).cast(),
+            4,
+        )
+    };
+    if r != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// A non-blocking TCP listener with SO_REUSEPORT (several rings can each own
 /// a listener on one port; the kernel spreads connections over them) and
-/// TCP_NODELAY, which accepted sockets inherit.
+/// TCP_NODELAY, which accepted sockets inherit. See [`set_send_buffer`].
 pub fn listen_reuseport(
     addr: std::net::SocketAddr,
     backlog: i32,

@@ -446,12 +446,6 @@ impl Config {
         format!("{scheme}://{}", self.gateway_addr)
     }
 
-    /// The REST base clients should use.
-    pub fn api_base(&self) -> String {
-        let scheme = if self.tls_enabled() { "https" } else { "http" };
-        format!("{scheme}://{}/api/v10", self.gateway_addr)
-    }
-
     pub fn worker_count(&self) -> usize {
         if self.workers > 0 {
             self.workers

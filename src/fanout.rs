@@ -127,10 +127,6 @@ impl FanOut {
         })
     }
 
-    pub fn len(&self) -> usize {
-        self.by_id.len()
-    }
-
     pub fn get(&self, idx: u32) -> Option<&SessionSlot> {
         self.sessions.get(idx as usize)?.as_ref()
     }
@@ -525,10 +521,6 @@ impl FanOut {
             .flatten()
             .filter(|s| s.conn.is_none())
             .count()
-    }
-
-    pub fn config(&self) -> &FanOutConfig {
-        &self.cfg
     }
 }
 

@@ -28,10 +28,6 @@ impl Histogram {
         self.count.fetch_add(1, Relaxed);
     }
 
-    pub fn count(&self) -> u64 {
-        self.count.load(Relaxed)
-    }
-
     pub fn render(&self, name: &str, help: &str, out: &mut String) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
         let mut cum = 0;

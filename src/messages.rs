@@ -93,22 +93,6 @@ pub enum IdentifyRefusal {
     InvalidSession,
 }
 
-/// A committed event, pre-serialised, with what a recipient needs.
-pub struct Event {
-    pub t: &'static str,
-    pub server_id: u64,
-    pub channel_id: u64,
-    pub intent: u64,
-    pub permissions: u64,
-    pub has_content: bool,
-    pub mentions: Vec<u64>,
-    /// `d` for recipients entitled to message content.
-    pub full: Vec<u8>,
-    /// `d` with content fields emptied.
-    pub redacted: Vec<u8>,
-    pub commit_unix_ns: u64,
-}
-
 pub enum ToWorker {
     Identified {
         conn: ConnKey,
@@ -119,7 +103,6 @@ pub enum ToWorker {
         status: u16,
         body: Vec<u8>,
     },
-    Event(Arc<Event>),
     /// These leases (sorted pairs) are valid until `until_ms` (Unix ms).
     Leases {
         pairs: Vec<(u64, u64)>,

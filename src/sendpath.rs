@@ -76,10 +76,6 @@ impl SendPool {
     pub fn slot(&mut self, id: u16) -> &mut SendSlot {
         &mut self.slots[id as usize]
     }
-
-    pub fn in_use(&self) -> usize {
-        self.slots.len() - self.free.len()
-    }
 }
 
 /// An unsent entry's record is gone from the arena: the session cannot be

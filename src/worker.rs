@@ -177,13 +177,6 @@ impl Conn {
             close_pending: None,
         }
     }
-
-    fn session(&self) -> Option<&Session> {
-        match &self.state {
-            ConnState::WebSocket(w) => Some(&w.session),
-            _ => None,
-        }
-    }
 }
 
 struct RingState {
@@ -1538,16 +1531,6 @@ impl Worker {
                     self.close_after_flush(key);
                 }
             }
-            ToWorker::Event(ev) => self.deliver(&EventIn {
-                t: ev.t,
-                server_id: ev.server_id,
-                channel_id: ev.channel_id,
-                intent: ev.intent,
-                permissions: ev.permissions,
-                has_content: ev.has_content,
-                mentions: &ev.mentions,
-                d: &ev.full,
-            }),
             ToWorker::Batch(batch) => self.deliver_batch(&batch),
             ToWorker::Leases { pairs, until_ms } => self.fan.renew_leases(&pairs, until_ms),
             ToWorker::Revoke(msg) => self.revoke(&msg),

@@ -14,17 +14,6 @@ pub fn frame(out: &mut Vec<u8>, payload: &[u8]) {
     ws::encode_frame(OpCode::Text, payload, out);
 }
 
-/// Append a text frame built from `parts` without joining them first.
-pub fn frame_parts(out: &mut Vec<u8>, parts: &[&[u8]]) {
-    let len: usize = parts.iter().map(|p| p.len()).sum();
-    let mut header = [0u8; ws::MAX_SERVER_HEADER];
-    let n = ws::encode_header(OpCode::Text, true, len, &mut header);
-    out.extend_from_slice(&header[..n]);
-    for p in parts {
-        out.extend_from_slice(p);
-    }
-}
-
 pub fn hello(out: &mut Vec<u8>, heartbeat_interval_ms: u64) {
     let mut p = [0u8; 96];
     let n = {
@@ -59,26 +48,6 @@ pub fn invalid_session(out: &mut Vec<u8>, resumable: bool) {
     }
 }
 
-/// Append a dispatch (op 0) frame for event `t` with sequence `seq` whose
-/// `d` is the concatenation of `d_parts` (already valid JSON).
-pub fn dispatch(out: &mut Vec<u8>, t: &str, seq: u64, d_parts: &[&[u8]]) {
-    let mut num = itoa::Buffer::new();
-    let s = num.format(seq).as_bytes();
-    let mut parts: [&[u8]; 10] = [b""; 10];
-    parts[0] = br#"{"op":0,"t":""#;
-    parts[1] = t.as_bytes();
-    parts[2] = br#"","s":"#;
-    parts[3] = s;
-    parts[4] = br#","d":"#;
-    let mut n = 5;
-    for p in d_parts.iter().take(4) {
-        parts[n] = p;
-        n += 1;
-    }
-    parts[n] = b"}";
-    frame_parts(out, &parts[..=n]);
-}
-
 /// ISO 8601 UTC timestamp (`2026-11-30T08:38:50.123000+00:00`) from Unix ms,
 /// the form Discord uses in `timestamp` and `joined_at`.
 pub fn iso8601(unix_ms: u64) -> String {
@@ -109,11 +78,6 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
-/// The Unix time in ms encoded in a Discord snowflake.
-pub fn snowflake_ms(id: u64) -> u64 {
-    (id >> 22) + 1_420_070_400_000
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -125,18 +89,6 @@ mod tests {
             127 => &frame[10..],
             _ => &frame[2..],
         }
-    }
-
-    #[test]
-    fn dispatch_is_valid_json_with_seq() {
-        let mut out = Vec::new();
-        dispatch(&mut out, "MESSAGE_CREATE", 42, &[br#"{"content":"hi"}"#]);
-        assert_eq!(out[0], 0x81);
-        let v: serde_json::Value = serde_json::from_slice(payload_of(&out)).unwrap();
-        assert_eq!(v["op"], 0);
-        assert_eq!(v["s"], 42);
-        assert_eq!(v["t"], "MESSAGE_CREATE");
-        assert_eq!(v["d"]["content"], "hi");
     }
 
     #[test]

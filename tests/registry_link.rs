@@ -78,6 +78,7 @@ macro_rules! on_both_registries {
 }
 
 on_both_registries!(
+    a_narrowed_grant_applies_at_once,
     a_pushed_revocation_stops_delivery_within_a_second,
     a_lost_push_is_bounded_by_the_lease_ttl,
     brownout_keeps_existing_sessions_for_a_while_and_refuses_new_ones,
@@ -309,4 +310,34 @@ fn a_token_reset_closes_sessions_with_4004_and_withdrawn_intents_with_4014(backe
         Next::Close(Some((code, _))) => assert_eq!(code, 4004),
         other => panic!("expected close 4004, got {other:?}"),
     }
+}
+
+fn a_narrowed_grant_applies_at_once(backend: &Backend) {
+    let node = backend.start(&["--demo-interval-ms", "20"]);
+    let (mut s, app, server) = demo(&node);
+    assert!(
+        !messages_until(&mut s, Instant::now() + Duration::from_millis(300)).is_empty(),
+        "events flow"
+    );
+    // Re-install with a grant without VIEW_CHANNEL: the bot can no longer see #general.
+    backend
+        .registry(&node)
+        .install(app, server, Some(support::perm::SEND_MESSAGES));
+    let narrowed = Instant::now();
+    let after = messages_until(&mut s, narrowed + Duration::from_millis(2500));
+    if let Some(last) = after.last() {
+        assert!(
+            *last - narrowed < Duration::from_secs(1),
+            "events stopped {:?} after the change",
+            *last - narrowed
+        );
+    }
+    // And widening it again brings them back (the new grant is pushed too).
+    backend
+        .registry(&node)
+        .install(app, server, Some(support::perm::INSTALL_DEFAULT));
+    assert!(
+        !messages_until(&mut s, Instant::now() + Duration::from_millis(2000)).is_empty(),
+        "events flow again"
+    );
 }

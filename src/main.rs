@@ -56,7 +56,14 @@ fn main() {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Some(Command::Registry(args)) => registry_cli::run(args),
+        Some(Command::Registry(args)) => {
+            // The CLI dies quietly on a closed stdout (`gatewayd registry list | head`)
+            // like other tools, instead of panicking in println!. Only the CLI:
+            // the node writes to sockets and must never die of SIGPIPE.
+            // SAFETY: restoring the default disposition of one signal at start.
+            unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+            registry_cli::run(args)
+        }
         Some(Command::Run(args)) => config::Config::load(&args).and_then(node::run),
         None => config::Config::load(&cli.run).and_then(node::run),
     };

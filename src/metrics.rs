@@ -137,7 +137,7 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
         out,
         "gatewayd_worker_busy_seconds_total",
         "counter",
-        "Time each worker spent processing (not waiting).",
+        "CPU time each worker thread spent processing (user and system), not waiting.",
     );
     for (i, w) in workers.iter().enumerate() {
         let _ = writeln!(

@@ -389,9 +389,11 @@ impl Worker {
             "worker listening"
         );
         loop {
-            let t0 = Instant::now();
+            // CPU time of this thread (user + system, including the kernel's
+            // send work done inline in submit), not wall time.
+            let t0 = thread_cpu_ns();
             self.turn();
-            WorkerMetrics::add(&self.metrics().busy_ns, t0.elapsed().as_nanos() as u64);
+            WorkerMetrics::add(&self.metrics().busy_ns, thread_cpu_ns().saturating_sub(t0));
             if self.finished() {
                 break;
             }
@@ -2223,6 +2225,17 @@ impl Worker {
 /// headroom for connections in flight when the limit is reached.
 pub fn admit_limit(slots: u32) -> u32 {
     slots.saturating_sub((slots / 32).max(4))
+}
+
+/// CPU time consumed by the calling thread, in ns.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime into a local timespec.
+    unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
 /// The live connection `key` names, borrowing only the rings.

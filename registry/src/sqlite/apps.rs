@@ -1,9 +1,9 @@
 //! Applications, tokens and the identify log.
 
-use crate::rules::{check_concurrency, check_intents, new_credentials};
+use crate::rules::{check_concurrency, check_intents, new_application, new_credentials};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
-use super::{to_i, to_u, validate_name};
+use super::{to_i, to_u};
 use crate::model::*;
 use crate::{snowflake, token, RegistryError, Result};
 
@@ -78,21 +78,7 @@ pub fn create(
     approved: u64,
     max_concurrency: u32,
 ) -> Result<(Application, String)> {
-    validate_name("application", name)?;
-    check_intents(approved)?;
-    check_concurrency(max_concurrency)?;
-    let id = snowflake::global().next_id();
-    let (tok, salt, hash) = new_credentials(id)?;
-    let app = Application {
-        id,
-        name: name.to_owned(),
-        bot_user_id: id,
-        bot_username: name.to_owned(),
-        approved_intents: approved,
-        max_concurrency,
-        session_start_total: DEFAULT_SESSION_START_TOTAL,
-        flags: app_flags::from_approved_intents(approved),
-    };
+    let (app, tok, salt, hash) = new_application(name, approved, max_concurrency)?;
     c.execute(
         "INSERT INTO applications (id, name, bot_user_id, bot_username, approved_intents,
              max_concurrency, session_start_total, flags, token_salt, token_hash, created_at_ms)

@@ -23,6 +23,9 @@ use crate::gateway::{Close, CloseCode};
 use crate::histogram::Histogram;
 use crate::messages::*;
 
+/// Identify buckets remembered before stale ones are pruned.
+const MAX_BUCKETS: usize = 65_536;
+
 /// PROTOCOL.md: at most 2500 servers per shard.
 const MAX_SERVERS_PER_SHARD: usize = 2500;
 
@@ -326,6 +329,12 @@ impl Sidecar {
                     .refused_daily_limit
                     .fetch_add(1, Ordering::Relaxed);
                 return Err(IdentifyRefusal::InvalidSession);
+            }
+            if self.buckets.len() >= MAX_BUCKETS {
+                // Only buckets inside their spacing matter; forget the rest.
+                let spacing = self.cfg.identify_spacing_ms;
+                self.buckets
+                    .retain(|_, last| now.saturating_sub(*last) < spacing);
             }
             self.buckets.insert(bucket, now);
         }

@@ -402,6 +402,55 @@ impl Ring {
         self.push(b);
     }
 
+    /// Create a TCP/IPv4 socket directly in fixed slot `slot` (never in the
+    /// fd table), optionally bind it to `bind`, and connect it to `connect`:
+    /// one linked chain. A failed step cancels the rest (-ECANCELED); the
+    /// connect's completion says whether the socket is usable.
+    ///
+    /// # Safety
+    /// `bind` and `connect` must stay valid until the connect's completion.
+    pub unsafe fn socket_connect(
+        &mut self,
+        slot: u32,
+        bind: Option<*const libc::sockaddr_in>,
+        connect: *const libc::sockaddr_in,
+        user_data: [u64; 3],
+    ) {
+        self.reserve(3);
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        let dest = io_uring::types::DestinationSlot::try_from_slot_target(slot)
+            .expect("slot fits the fixed table");
+        let a = opcode::Socket::new(libc::AF_INET, libc::SOCK_STREAM, 0)
+            .file_index(Some(dest))
+            .build()
+            .flags(squeue::Flags::IO_LINK)
+            .user_data(user_data[0]);
+        self.push(a);
+        if let Some(b) = bind {
+            let e = opcode::Bind::new(Fixed(slot), b.cast(), len)
+                .build()
+                .flags(squeue::Flags::IO_LINK)
+                .user_data(user_data[1]);
+            self.push(e);
+        }
+        let c = opcode::Connect::new(Fixed(slot), connect.cast(), len)
+            .build()
+            .user_data(user_data[2]);
+        self.push(c);
+    }
+
+    /// One receive into a caller's buffer (for readers that pace themselves
+    /// instead of taking whatever arrives).
+    ///
+    /// # Safety
+    /// `buf..buf+len` must stay valid until the completion.
+    pub unsafe fn recv(&mut self, slot: u32, buf: *mut u8, len: u32, user_data: u64) {
+        let e = opcode::Recv::new(Fixed(slot), buf, len)
+            .build()
+            .user_data(user_data);
+        self.push(e);
+    }
+
     /// One plain accept into an ordinary descriptor (not the fixed table):
     /// for turning connections away when the table is full.
     pub fn accept_plain(&mut self, listener: RawFd, user_data: u64) {

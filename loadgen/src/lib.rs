@@ -1,10 +1,22 @@
 //! `loadgen`: the gatewayd load tester.
 //!
-//! For now this crate holds the fleet coordinator (`loadgen coordinator`), a
-//! JSON Lines over TCP service that lets several loadgen processes or
-//! machines share identify concurrency, REST rate limits and cooldowns.
-//! See `loadgen/README.md` for the wire protocol.
+//! - `world`: applications, servers, grants generated into the registry, and
+//!   the truth every received event is checked against;
+//! - `session` + `fleet`: bot sessions (sans-IO protocol + io_uring driver);
+//! - `producer`: the open-loop event producer;
+//! - `nodes`: gatewayd processes and their metrics;
+//! - `scenario`: steady, storm, slow-consumer, revocation;
+//! - `coordinator`: the fleet coordinator (JSON Lines over TCP, see README).
 
+pub mod clock;
 pub mod coordinator;
+pub mod fleet;
+pub mod nodes;
+pub mod producer;
+pub mod scenario;
+pub mod session;
+pub mod world;
+pub mod report;
+pub mod proxy;
 
 pub use coordinator::{serve, Config};

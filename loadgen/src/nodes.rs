@@ -1,0 +1,326 @@
+//! gatewayd processes a scenario starts (or attaches to), and what loadgen
+//! reads from them: /proc (RSS, CPU) and the admin port's /metrics.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, SocketAddrV4, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// Where the registry lives for the nodes of a run.
+#[derive(Clone, Debug)]
+pub enum RegistryLoc {
+    /// The embedded SQLite file (shared by every node of the run).
+    Sqlite(PathBuf),
+    /// A PostgreSQL URL.
+    Postgres(String),
+}
+
+pub struct NodeProc {
+    pub child: Option<Child>,
+    pub pid: u32,
+    pub gateway: SocketAddrV4,
+    pub admin: SocketAddr,
+    pub ingest: SocketAddr,
+    pub dir: PathBuf,
+}
+
+/// The gatewayd binary: `--gatewayd`, else next to this executable.
+pub fn gatewayd_bin(explicit: Option<&Path>) -> Result<PathBuf, String> {
+    if let Some(p) = explicit {
+        return Ok(p.to_path_buf());
+    }
+    let me = std::env::current_exe().map_err(|e| e.to_string())?;
+    let dir = me.parent().ok_or("no exe dir")?;
+    for cand in [dir.join("gatewayd"), dir.join("../gatewayd")] {
+        if cand.exists() {
+            return Ok(cand);
+        }
+    }
+    Err(format!(
+        "gatewayd not found next to {} (build it: cargo build --release; or pass --gatewayd PATH)",
+        me.display()
+    ))
+}
+
+impl NodeProc {
+    /// Starts gatewayd on free loopback ports with `dir` as its data dir.
+    pub fn start(
+        bin: &Path,
+        dir: &Path,
+        registry: &RegistryLoc,
+        extra: &[String],
+        log: &Path,
+    ) -> Result<NodeProc, String> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let addrs_path = dir.join("gatewayd.addrs");
+        let _ = std::fs::remove_file(&addrs_path);
+        let mut cmd = Command::new(bin);
+        cmd.arg("run")
+            .arg("--data-dir")
+            .arg(dir)
+            .args(["--gateway-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"])
+            .args(["--ingest-addr", "127.0.0.1:0", "--no-demo"]);
+        match registry {
+            RegistryLoc::Sqlite(p) => {
+                cmd.arg("--registry-path").arg(p);
+            }
+            RegistryLoc::Postgres(url) => {
+                cmd.arg("--registry-url").arg(url);
+            }
+        }
+        cmd.args(extra);
+        // The node dies with loadgen (even if loadgen is killed): a run never
+        // leaves a gatewayd behind.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                Ok(())
+            });
+        }
+        let logf = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
+        cmd.stdout(Stdio::null()).stderr(logf);
+        cmd.env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()));
+        let mut child = cmd.spawn().map_err(|e| format!("starting {}: {e}", bin.display()))?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let text = loop {
+            if let Ok(Some(st)) = child.try_wait() {
+                return Err(format!("gatewayd exited at start ({st}); see {}", log.display()));
+            }
+            if let Ok(t) = std::fs::read_to_string(&addrs_path) {
+                if t.lines().count() >= 3 {
+                    break t;
+                }
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                return Err(format!("gatewayd did not start in 60 s; see {}", log.display()));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        let get = |name: &str| -> Result<SocketAddr, String> {
+            text.lines()
+                .find_map(|l| l.strip_prefix(&format!("{name}=")))
+                .and_then(|v| v.trim().parse().ok())
+                .ok_or_else(|| format!("no {name} address in {}", addrs_path.display()))
+        };
+        let gateway = match get("gateway")? {
+            SocketAddr::V4(a) => a,
+            a => return Err(format!("gateway address {a} is not IPv4")),
+        };
+        let node = NodeProc {
+            pid: child.id(),
+            child: Some(child),
+            gateway,
+            admin: get("admin")?,
+            ingest: get("ingest")?,
+            dir: dir.to_path_buf(),
+        };
+        while http_get(node.admin, "/readyz").map(|(s, _)| s != 200).unwrap_or(true) {
+            if Instant::now() > deadline {
+                return Err("gatewayd not ready in 60 s".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(node)
+    }
+
+    /// Attach to a running node by address (nothing is started or stopped).
+    pub fn attach(gateway: SocketAddrV4, admin: SocketAddr, ingest: SocketAddr, pid: Option<u32>) -> NodeProc {
+        NodeProc {
+            child: None,
+            pid: pid.unwrap_or(0),
+            gateway,
+            admin,
+            ingest,
+            dir: PathBuf::new(),
+        }
+    }
+
+    pub fn kill9(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.child = None;
+    }
+
+    pub fn stop(&mut self) {
+        if let Some(c) = self.child.as_mut() {
+            // SIGINT: drain at once (nothing to wait for at the end of a run).
+            unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < deadline {
+                if let Ok(Some(_)) = c.try_wait() {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        self.child = None;
+    }
+
+    pub fn alive(&mut self) -> bool {
+        match self.child.as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => self.pid != 0 && Path::new(&format!("/proc/{}", self.pid)).exists(),
+        }
+    }
+
+    pub fn rss_bytes(&self) -> Option<u64> {
+        rss_bytes(self.pid)
+    }
+
+    pub fn cpu_seconds(&self) -> Option<f64> {
+        cpu_seconds(self.pid)
+    }
+
+    pub fn metrics(&self) -> Option<Metrics> {
+        http_get(self.admin, "/metrics").ok().map(|(_, b)| Metrics::parse(&b))
+    }
+}
+
+impl Drop for NodeProc {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+pub fn rss_bytes(pid: u32) -> Option<u64> {
+    if pid == 0 {
+        return None;
+    }
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: u64 = s
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+pub fn cpu_seconds(pid: u32) -> Option<f64> {
+    if pid == 0 {
+        return None;
+    }
+    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
+    Some(ticks / 100.0)
+}
+
+pub fn self_cpu_seconds() -> f64 {
+    cpu_seconds(std::process::id()).unwrap_or(0.0)
+}
+
+/// A bare HTTP/1.1 GET (or POST with `post`); returns (status, body).
+pub fn http_request(addr: SocketAddr, method: &str, path: &str) -> std::io::Result<(u16, String)> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+    write!(
+        s,
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+    )?;
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf)?;
+    let text = String::from_utf8_lossy(&buf).to_string();
+    let status = text
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    Ok((status, body))
+}
+
+pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> {
+    http_request(addr, "GET", path)
+}
+
+/// Prometheus text, parsed into (name with labels, value).
+#[derive(Clone, Debug, Default)]
+pub struct Metrics(pub Vec<(String, f64)>);
+
+impl Metrics {
+    pub fn parse(text: &str) -> Metrics {
+        Metrics(
+            text.lines()
+                .filter(|l| !l.starts_with('#') && !l.is_empty())
+                .filter_map(|l| {
+                    let (k, v) = l.rsplit_once(' ')?;
+                    Some((k.to_string(), v.parse().ok()?))
+                })
+                .collect(),
+        )
+    }
+
+    /// Sum of every series of family `name` (any labels).
+    pub fn sum(&self, name: &str) -> f64 {
+        self.0
+            .iter()
+            .filter(|(k, _)| k == name || (k.starts_with(name) && k[name.len()..].starts_with('{')))
+            .map(|(_, v)| v)
+            .sum()
+    }
+
+    /// Cumulative histogram buckets of `name` as (upper bound s, count).
+    pub fn buckets(&self, name: &str) -> Vec<(f64, f64)> {
+        let prefix = format!("{name}_bucket{{le=\"");
+        let mut v: Vec<(f64, f64)> = self
+            .0
+            .iter()
+            .filter_map(|(k, c)| {
+                let le = k.strip_prefix(&prefix)?.strip_suffix("\"}")?;
+                let b = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+                Some((b, *c))
+            })
+            .collect();
+        v.sort_by(|a, b| a.0.total_cmp(&b.0));
+        v
+    }
+}
+
+/// The `q` quantile (0..1) of the observations between two scrapes of a
+/// cumulative histogram, as the upper bound of the bucket it falls in
+/// (seconds; the buckets limit the resolution). None if nothing was observed.
+pub fn quantile_between(before: &[(f64, f64)], after: &[(f64, f64)], q: f64) -> Option<(f64, u64)> {
+    let delta: Vec<(f64, f64)> = after
+        .iter()
+        .map(|&(b, c)| {
+            let was = before.iter().find(|x| x.0 == b).map(|x| x.1).unwrap_or(0.0);
+            (b, c - was)
+        })
+        .collect();
+    let total = delta.last()?.1;
+    if total <= 0.0 {
+        return None;
+    }
+    let want = q * total;
+    delta.iter().find(|(_, c)| *c >= want).map(|&(b, _)| (b, total as u64))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn metrics_and_quantiles() {
+        let m = Metrics::parse(
+            "# HELP x y\nx_total{worker=\"0\"} 3\nx_total{worker=\"1\"} 4\nh_bucket{le=\"0.001\"} 5\nh_bucket{le=\"0.05\"} 9\nh_bucket{le=\"+Inf\"} 10\n",
+        );
+        assert_eq!(m.sum("x_total"), 7.0);
+        let b = m.buckets("h");
+        assert_eq!(b.len(), 3);
+        assert_eq!(quantile_between(&[], &b, 0.5), Some((0.001, 10)));
+        assert_eq!(quantile_between(&[], &b, 0.99).unwrap().0, f64::INFINITY);
+        let before = vec![(0.001, 5.0), (0.05, 5.0), (f64::INFINITY, 5.0)];
+        assert_eq!(quantile_between(&before, &b, 0.5), Some((0.05, 5)));
+    }
+}

@@ -61,6 +61,7 @@ fn serve(mut s: TcpStream, shared: &Shared) -> std::io::Result<()> {
             );
             render_ingest(&shared.ingest, &mut out);
             render_link(&shared.link, &mut out);
+            crate::metrics::render_ops(&shared.metrics, &shared.ingest, &shared.link, &mut out);
             (200, "text/plain; version=0.0.4; charset=utf-8", out)
         }
         "/healthz" => (200, "text/plain", "ok\n".to_string()),

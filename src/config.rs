@@ -159,6 +159,12 @@ pub struct Limits {
     /// SIGTERM and POST /drain send op 7 to every session at a random moment
     /// within this window (SIGINT drains at once).
     pub drain_spread_ms: u64,
+    /// Connections (node-wide) that may use transport compression
+    /// (`compress=zlib-stream` / `zstd-stream`) at once; each holds its own
+    /// compression stream (about 150 KiB zlib, 80 KiB zstd: see
+    /// docs/measurements.md). Beyond the cap a connection is served
+    /// uncompressed text frames. 0: none.
+    pub max_compressed_sessions: usize,
 }
 
 #[derive(Clone, Debug, Deserialize)]
@@ -214,6 +220,7 @@ impl Default for Limits {
             socket_send_buffer_bytes: 256 << 10,
             shutdown_grace_ms: 3_000,
             drain_spread_ms: 30_000,
+            max_compressed_sessions: 4096,
         }
     }
 }
@@ -277,6 +284,9 @@ pub struct RunArgs {
     /// Window over which a drain (SIGTERM, POST /drain) spreads op 7.
     #[arg(long)]
     pub drain_spread_ms: Option<u64>,
+    /// Node-wide cap on connections served compressed (zlib-stream / zstd-stream); 0: none.
+    #[arg(long)]
+    pub max_compressed_sessions: Option<usize>,
     /// Ingest listener address (events in).
     #[arg(long)]
     pub ingest_addr: Option<SocketAddr>,
@@ -356,6 +366,7 @@ impl Config {
         set!(args.resume_window_ms => cfg.limits.resume_window_ms);
         set!(args.shutdown_grace_ms => cfg.limits.shutdown_grace_ms);
         set!(args.drain_spread_ms => cfg.limits.drain_spread_ms);
+        set!(args.max_compressed_sessions => cfg.limits.max_compressed_sessions);
         set!(args.demo_interval_ms => cfg.demo.interval_ms);
         set!(args.ingest_addr => cfg.events.ingest_addr);
         set!(args.kafka_brokers => cfg.events.kafka_brokers);

@@ -236,6 +236,22 @@ impl FanOut {
         out.dedup();
     }
 
+    /// (held, lapsed): the sessions' (application, server) leases still
+    /// valid at `now_ms` (unix ms) and those past their lease (for metrics).
+    pub fn lease_counts(&self, now_ms: u64) -> (u64, u64) {
+        let (mut held, mut lapsed) = (0, 0);
+        for s in self.sessions.iter().flatten() {
+            for g in &s.identity.guilds {
+                if g.lease_until_ms >= now_ms {
+                    held += 1;
+                } else {
+                    lapsed += 1;
+                }
+            }
+        }
+        (held, lapsed)
+    }
+
     /// Extend the leases of the pairs the registry confirmed (sorted).
     pub fn renew_leases(&mut self, pairs: &[(u64, u64)], until_ms: u64) {
         for s in self.sessions.iter_mut().flatten() {

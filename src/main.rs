@@ -2,26 +2,14 @@
 //! gatewayd: a Discord Gateway v10 compatible node. `gatewayd run` (the
 //! default) serves bots; `gatewayd registry ...` manages the registry.
 
-mod admin;
-mod config;
-mod demo;
-mod entitlement;
-mod fanout;
-mod gateway;
-mod histogram;
-mod ingest_listener;
-mod kafka_ingest;
-mod messages;
-mod metrics;
+// The node's modules live in the library (src/lib.rs; declare new ones
+// there); the binary is the CLI around them.
+use gatewayd::{config, node, registry_cli};
+// no_alloc's test names them as `crate::...`.
+#[cfg(test)]
+use gatewayd::{fanout, gateway, messages, sendpath};
 #[cfg(test)]
 mod no_alloc;
-mod node;
-mod registry_cli;
-mod rest;
-mod sendpath;
-mod sidecar;
-mod state;
-mod worker;
 
 use clap::{Parser, Subcommand};
 
@@ -45,6 +33,8 @@ enum Command {
     Run(config::RunArgs),
     /// Manage applications, servers and installations in the registry.
     Registry(registry_cli::RegistryArgs),
+    /// A live one-screen view of a running node, read from its admin /metrics.
+    Stats(gatewayd::stats::StatsArgs),
 }
 
 fn main() {
@@ -64,6 +54,7 @@ fn main() {
             unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
             registry_cli::run(args)
         }
+        Some(Command::Stats(args)) => gatewayd::stats::run(args),
         Some(Command::Run(args)) => config::Config::load(&args).and_then(node::run),
         None => config::Config::load(&cli.run).and_then(node::run),
     };

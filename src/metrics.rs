@@ -40,9 +40,27 @@ pub struct WorkerMetrics {
     pub arena_wraps: AtomicU64,
     pub arena_lost_reads: AtomicU64,
     pub ring_chunks_free: AtomicU64,
+    /// Chunks in the worker's session ring slab (set each tick).
+    pub ring_chunks_capacity: AtomicU64,
+    /// WebSocket connections that have not reached READY/RESUMED (set each tick).
+    pub sessions_handshaking: AtomicU64,
+    /// (application, server) leases of this worker's sessions, valid and
+    /// lapsed (set at each renewal, every lease TTL/3).
+    pub leases_held: AtomicU64,
+    pub leases_lapsed: AtomicU64,
+    /// Identifies refused with a close (bad token, intents, shard, ...).
+    pub identifies_refused_closed: AtomicU64,
     /// Gateway closes sent, indexed by code - 4000 (0..=14); 15 counts WebSocket-level closes.
     pub closes: [AtomicU64; 16],
     pub busy_ns: AtomicU64,
+    /// Connections of this worker served with transport compression (set each tick).
+    pub compressed_sessions: AtomicU64,
+    /// Connections that asked for compression but were served plain text
+    /// because limits.max_compressed_sessions was reached.
+    pub compression_refused: AtomicU64,
+    /// Message bytes given to compression streams, and what came out.
+    pub compress_bytes_in: AtomicU64,
+    pub compress_bytes_out: AtomicU64,
 }
 
 impl WorkerMetrics {
@@ -66,7 +84,7 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
     fn family(out: &mut String, name: &str, kind: &str, help: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
     }
-    let per_worker: [(&str, &str, &str, fn(&WorkerMetrics) -> &AtomicU64); 29] = [
+    let per_worker: [(&str, &str, &str, fn(&WorkerMetrics) -> &AtomicU64); 33] = [
         ("gatewayd_connections", "gauge", "Open TCP connections (HTTP, WebSocket, closing).", |m| &m.connections_open),
         ("gatewayd_connections_accepted_total", "counter", "TCP connections accepted.", |m| &m.connections_accepted),
         ("gatewayd_accept_errors_total", "counter", "Accepts that failed (e.g. fixed file table full).", |m| &m.accept_errors),
@@ -96,6 +114,10 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
         ("gatewayd_arena_wraps_total", "counter", "Times the worker's event arena wrapped around.", |m| &m.arena_wraps),
         ("gatewayd_arena_lost_reads_total", "counter", "Reads of records the arena had already overwritten (events lost to a slow session or resume).", |m| &m.arena_lost_reads),
         ("gatewayd_ring_chunks_free", "gauge", "Free chunks in the worker's session ring slab.", |m| &m.ring_chunks_free),
+        ("gatewayd_compressed_sessions", "gauge", "Connections served with transport compression (zlib-stream or zstd-stream).", |m| &m.compressed_sessions),
+        ("gatewayd_compression_refused_total", "counter", "Connections that asked for compression and were served plain text (limits.max_compressed_sessions reached).", |m| &m.compression_refused),
+        ("gatewayd_compression_in_bytes_total", "counter", "Message bytes given to transport compression.", |m| &m.compress_bytes_in),
+        ("gatewayd_compression_out_bytes_total", "counter", "Compressed bytes transport compression produced (before WebSocket framing).", |m| &m.compress_bytes_out),
     ];
     for (name, kind, help, get) in per_worker {
         family(out, name, kind, help);
@@ -153,4 +175,211 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
         "Seconds since the node started.",
     );
     let _ = writeln!(out, "gatewayd_uptime_seconds {uptime_s:.3}");
+}
+
+/// The operations view: families that combine the per-worker counters, the
+/// ingest listener's and the registry link's into conventional labelled
+/// families (sessions by state, drops by reason, ring fill, identify
+/// refusals by reason, leases), and the `process_*` families from /proc.
+/// The per-worker families above stay as they were (documented in README).
+pub fn render_ops(
+    workers: &[WorkerMetrics],
+    ingest: &crate::ingest_listener::IngestStats,
+    link: &crate::sidecar::LinkStats,
+    out: &mut String,
+) {
+    fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+    let sum = |get: fn(&WorkerMetrics) -> &AtomicU64| -> u64 {
+        workers.iter().map(|w| get(w).load(Relaxed)).sum()
+    };
+
+    family(
+        out,
+        "gatewayd_sessions_by_state",
+        "gauge",
+        "Sessions per worker by state: connected (READY/RESUMED, attached), detached (resumable, no connection), \
+handshaking (WebSocket open, not yet READY), degraded (send queue at least 80 % full; a subset of connected and detached).",
+    );
+    for (i, w) in workers.iter().enumerate() {
+        for (state, c) in [
+            ("connected", &w.sessions_ready),
+            ("detached", &w.sessions_detached),
+            ("handshaking", &w.sessions_handshaking),
+            ("degraded", &w.sessions_degraded),
+        ] {
+            let _ = writeln!(
+                out,
+                "gatewayd_sessions_by_state{{worker=\"{i}\",state=\"{state}\"}} {}",
+                c.load(Relaxed)
+            );
+        }
+    }
+
+    family(
+        out,
+        "gatewayd_drops_total",
+        "counter",
+        "Things dropped or cut short, node-wide, by reason (per-worker detail in the family each reason names in README).",
+    );
+    let malformed: u64 = ingest.errors.iter().map(|e| e.load(Relaxed)).sum();
+    let drops: [(&str, u64); 7] = [
+        ("slow_consumer_close", sum(|m| &m.slow_consumer_closes)),
+        ("inbox_full", sum(|m| &m.inbox_full_drops)),
+        ("ring_exhausted", sum(|m| &m.ring_exhausted)),
+        ("history_reclaim", sum(|m| &m.history_reclaims)),
+        ("arena_lost_read", sum(|m| &m.arena_lost_reads)),
+        ("ingest_malformed", malformed),
+        ("ingest_batch_dropped", ingest.dropped_batches.load(Relaxed)),
+    ];
+    for (reason, v) in drops {
+        let _ = writeln!(out, "gatewayd_drops_total{{reason=\"{reason}\"}} {v}");
+    }
+
+    family(
+        out,
+        "gatewayd_ring_chunks_used",
+        "gauge",
+        "Chunks in use in the worker's session ring slab (events.ring_chunks).",
+    );
+    for (i, w) in workers.iter().enumerate() {
+        let cap = w.ring_chunks_capacity.load(Relaxed);
+        let used = cap.saturating_sub(w.ring_chunks_free.load(Relaxed));
+        let _ = writeln!(out, "gatewayd_ring_chunks_used{{worker=\"{i}\"}} {used}");
+    }
+    family(
+        out,
+        "gatewayd_ring_chunks_capacity",
+        "gauge",
+        "Chunks in the worker's session ring slab.",
+    );
+    for (i, w) in workers.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "gatewayd_ring_chunks_capacity{{worker=\"{i}\"}} {}",
+            w.ring_chunks_capacity.load(Relaxed)
+        );
+    }
+
+    family(
+        out,
+        "gatewayd_identify_refusals_total",
+        "counter",
+        "Identifies refused, node-wide, by reason (close: bad token, intents, shard..., see gatewayd_closes_total; \
+the others are op 9).",
+    );
+    let total = sum(|m| &m.identifies_refused);
+    let closed = sum(|m| &m.identifies_refused_closed);
+    let by_reason: [(&str, u64); 6] = [
+        ("close", closed),
+        ("brownout", link.refused_brownout.load(Relaxed)),
+        ("concurrency", link.refused_concurrency.load(Relaxed)),
+        ("daily_limit", link.refused_daily_limit.load(Relaxed)),
+        ("admission", link.refused_admission.load(Relaxed)),
+        ("ring_exhausted", sum(|m| &m.ring_exhausted)),
+    ];
+    let known: u64 = by_reason.iter().map(|(_, v)| v).sum();
+    for (reason, v) in by_reason {
+        let _ = writeln!(
+            out,
+            "gatewayd_identify_refusals_total{{reason=\"{reason}\"}} {v}"
+        );
+    }
+    let _ = writeln!(
+        out,
+        "gatewayd_identify_refusals_total{{reason=\"other\"}} {}",
+        total.saturating_sub(known)
+    );
+
+    family(
+        out,
+        "gatewayd_leases",
+        "gauge",
+        "(application, server) leases of the worker's sessions: held (valid) or lapsed (not renewed; \
+their events stop). Updated at each renewal (every lease TTL/3).",
+    );
+    for (i, w) in workers.iter().enumerate() {
+        for (state, c) in [("held", &w.leases_held), ("lapsed", &w.leases_lapsed)] {
+            let _ = writeln!(
+                out,
+                "gatewayd_leases{{worker=\"{i}\",state=\"{state}\"}} {}",
+                c.load(Relaxed)
+            );
+        }
+    }
+
+    render_process(out);
+}
+
+/// Standard `process_*` families from /proc/self (Linux).
+fn render_process(out: &mut String) {
+    fn family(out: &mut String, name: &str, kind: &str, help: &str, v: f64) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+    }
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return;
+    };
+    // The fields after the command name (which may hold spaces) start at field 3.
+    let Some((_, rest)) = stat.rsplit_once(')') else {
+        return;
+    };
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let field = |n: usize| -> f64 { f.get(n - 3).and_then(|v| v.parse().ok()).unwrap_or(0.0) };
+    // SAFETY: sysconf has no preconditions.
+    let (tck, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_CLK_TCK).max(1) as f64,
+            libc::sysconf(libc::_SC_PAGESIZE).max(1) as f64,
+        )
+    };
+    family(
+        out,
+        "process_cpu_seconds_total",
+        "counter",
+        "Total user and system CPU time spent in seconds.",
+        (field(14) + field(15)) / tck,
+    );
+    family(
+        out,
+        "process_resident_memory_bytes",
+        "gauge",
+        "Resident memory size in bytes.",
+        field(24) * page,
+    );
+    family(
+        out,
+        "process_virtual_memory_bytes",
+        "gauge",
+        "Virtual memory size in bytes.",
+        field(23),
+    );
+    family(
+        out,
+        "process_threads",
+        "gauge",
+        "Number of OS threads in the process.",
+        field(20),
+    );
+    if let Some(btime) = std::fs::read_to_string("/proc/stat").ok().and_then(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("btime ")?.trim().parse::<f64>().ok())
+    }) {
+        family(
+            out,
+            "process_start_time_seconds",
+            "gauge",
+            "Start time of the process since unix epoch in seconds.",
+            btime + field(22) / tck,
+        );
+    }
+    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+        family(
+            out,
+            "process_open_fds",
+            "gauge",
+            "Number of open file descriptors.",
+            fds.count() as f64,
+        );
+    }
 }

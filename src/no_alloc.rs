@@ -1,6 +1,8 @@
 //! Proof that the steady-state event path allocates nothing: ingest decode,
 //! entitlement filter, arena and ring append, frame header build and send
-//! submission, run many times under a counting allocator.
+//! submission (and, for a quarter of the sessions, zlib-stream / zstd-stream
+//! compression into a reused buffer), run many times under a counting
+//! allocator.
 
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::cell::Cell;
@@ -121,6 +123,15 @@ mod tests {
         let mut queued: Vec<ConnKey> = Vec::with_capacity(sessions as usize);
         let mut mentions: Vec<u64> = Vec::with_capacity(128);
         let mut completions = Vec::with_capacity(4096);
+        // Every fourth session uses transport compression (alternating zlib
+        // and zstd): its stream and output buffer are made at session start.
+        use crate::gateway::compress::{Compressor, Kind};
+        let mut compressed: Vec<(Compressor, Vec<u8>)> = (0..sessions.div_ceil(4))
+            .map(|i| {
+                let kind = if i % 2 == 0 { Kind::Zlib } else { Kind::Zstd };
+                (Compressor::new(kind, None).unwrap(), Vec::new())
+            })
+            .collect();
         let mut round = |fan: &mut FanOut, pool: &mut SendPool, ring: &mut Ring| {
             reader.push(&frames);
             while let Some(rec) = reader.next() {
@@ -149,6 +160,17 @@ mod tests {
             }
             // One vectored send per recipient, submitted to a real ring.
             for (i, k) in queued.iter().enumerate() {
+                if k.slot % 4 == 0 {
+                    let (c, out) = &mut compressed[k.slot as usize / 4];
+                    out.clear();
+                    let s = fan.get(k.slot).unwrap();
+                    let done =
+                        sendpath::build_compressed(c, &s.ring, &fan.slab, &fan.arena, out).unwrap();
+                    assert!(done.entries > 0 && !done.lost);
+                    unsafe { ring.send(0, out.as_ptr(), out.len() as u32, i as u64) };
+                    fan.mark_sent(k.slot, done.entries);
+                    continue;
+                }
                 let id = pool.take().unwrap();
                 let slot = pool.slot(id);
                 let s = fan.get(k.slot).unwrap();

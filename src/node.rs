@@ -31,6 +31,8 @@ pub struct Shared {
     pub ingest: Arc<crate::ingest_listener::IngestStats>,
     pub link: Arc<crate::sidecar::LinkStats>,
     pub ready_workers: AtomicUsize,
+    /// Node-wide cap on connections served compressed (limits.max_compressed_sessions).
+    pub compress_budget: Arc<crate::gateway::compress::Budget>,
     pub shutting_down: AtomicBool,
     pub started: Instant,
 }
@@ -142,6 +144,7 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         ingest: Arc::new(Default::default()),
         link: Arc::new(Default::default()),
         ready_workers: AtomicUsize::new(0),
+        compress_budget: crate::gateway::compress::Budget::new(cfg.limits.max_compressed_sessions),
         shutting_down: AtomicBool::new(false),
         started: Instant::now(),
         cfg: cfg.clone(),

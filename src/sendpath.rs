@@ -14,7 +14,7 @@ use crate::fanout::record_parts;
 /// Ring entries per send.
 pub const MAX_BATCH: usize = 32;
 /// Frame header (10) + `{"op":0,"t":"` (13) + t (<= 64) + `","s":` (6) + seq (20) + `,"d":` (5).
-const HDR_MAX: usize = 10 + 13 + 64 + 6 + 20 + 5;
+pub const HDR_MAX: usize = 10 + 13 + 64 + 6 + 20 + 5;
 const SUFFIX: &[u8] = b"}";
 
 pub struct SendSlot {
@@ -193,6 +193,66 @@ pub fn finish_frame(
     true
 }
 
+/// What `build_compressed` did.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Compressed {
+    /// Ring entries compressed (all of them count as sent).
+    pub entries: u32,
+    /// Message bytes in, compressed bytes out.
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    /// The next unsent entry's record is gone from the arena (see `Lost`).
+    pub lost: bool,
+}
+
+/// A compressed connection's send: up to MAX_BATCH unsent entries of
+/// `ring`, each compressed on the connection's stream into one binary frame
+/// appended to `out` (the connection's reused output buffer). Compression
+/// consumes the stream, so what is built here is sent from `out`, never
+/// rebuilt: the entries count as sent at once (as under TLS).
+pub fn build_compressed(
+    c: &mut crate::gateway::compress::Compressor,
+    ring: &SessionRing,
+    slab: &RingSlab,
+    arena: &Arena,
+    out: &mut Vec<u8>,
+) -> Result<Compressed, crate::gateway::compress::CompressError> {
+    let mut done = Compressed::default();
+    let mut hdr = [0u8; HDR_MAX];
+    for e in ring.unsent(slab).take(MAX_BATCH) {
+        let Some(record) = arena.get(e.record) else {
+            done.lost = true;
+            break;
+        };
+        let (t, d) = record_parts(record);
+        let h = dispatch_prefix(&mut hdr, t, e.seq);
+        let n = c.frame(&[&hdr[..h], d, SUFFIX], out)?;
+        done.entries += 1;
+        done.bytes_in += (h + d.len() + SUFFIX.len()) as u64;
+        done.bytes_out += n as u64;
+    }
+    Ok(done)
+}
+
+/// Write `{"op":0,"t":"..","s":N,"d":` (no frame header); returns its length.
+fn dispatch_prefix(buf: &mut [u8], t: &str, seq: u64) -> usize {
+    let t = &t.as_bytes()[..t.len().min(64)];
+    let mut num = itoa::Buffer::new();
+    let s = num.format(seq).as_bytes();
+    let mut at = 0;
+    for part in [
+        br#"{"op":0,"t":""#.as_slice(),
+        t,
+        br#"","s":"#,
+        s,
+        br#","d":"#,
+    ] {
+        buf[at..at + part.len()].copy_from_slice(part);
+        at += part.len();
+    }
+    at
+}
+
 /// The bytes of `slot`'s send, gathered (for TLS, which encrypts a copy).
 pub fn gather(slot: &SendSlot, out: &mut Vec<u8>) {
     for iov in &slot.iov[..slot.msg.msg_iovlen as usize] {
@@ -205,7 +265,7 @@ pub fn gather(slot: &SendSlot, out: &mut Vec<u8>) {
 
 /// Write a text frame header and the dispatch prefix for a payload `d` of
 /// `d_len` bytes; returns the bytes written.
-fn dispatch_header(buf: &mut [u8], t: &str, seq: u64, d_len: usize) -> usize {
+pub fn dispatch_header(buf: &mut [u8], t: &str, seq: u64, d_len: usize) -> usize {
     let t = &t.as_bytes()[..t.len().min(64)];
     let mut num = itoa::Buffer::new();
     let s = num.format(seq).as_bytes();

@@ -23,6 +23,7 @@ use net::ws::{self, Message, OpCode};
 use shards::SessionId;
 
 use crate::fanout::{EventIn, FanOut, FanOutConfig};
+use crate::gateway::compress::{self, Compressor};
 use crate::gateway::identify::{self, Resume};
 use crate::gateway::session::{Action, Identity, Limits, Phase, Session};
 use crate::gateway::{intents, payload, Close, CloseCode};
@@ -130,6 +131,14 @@ pub struct Conn {
     handover: Option<Box<Handover>>,
     /// A close that waits for the send in flight (see `begin_close`).
     close_pending: Option<Option<Close>>,
+    /// Transport compression (`compress=zlib-stream`/`zstd-stream`): the
+    /// connection's stream, held until the connection is gone (a close frame
+    /// after the session ended still follows compressed messages). Its
+    /// messages are built into `wire` and sent from there, like TLS.
+    compress: Option<Box<Compressor>>,
+    /// With `compress`: bytes at the front of `out` already in wire form
+    /// (the 101 response); the frames after them are compressed at flush.
+    out_raw: usize,
 }
 
 /// Moving a connection to the worker that owns its session (a Resume) or
@@ -175,6 +184,8 @@ impl Conn {
             closed: false,
             handover: None,
             close_pending: None,
+            compress: None,
+            out_raw: 0,
         }
     }
 }
@@ -916,6 +927,25 @@ impl Worker {
             if conn.sending || conn.closed || conn.handover.is_some() || conn.waiting_writable {
                 continue;
             }
+            let ud_send = ud(OP_SEND, key.ring, key.gen, key.slot);
+            if (conn.tls.is_some() || conn.compress.is_some()) && !conn.wire.is_empty() {
+                // A short send left bytes that are already in wire form
+                // (ciphertext, compressed frames): they go first, as they are.
+                conn.sending = true;
+                let rest = &conn.wire[conn.wire_off..];
+                let (ptr, len) = (rest.as_ptr(), rest.len() as u32);
+                // SAFETY: `wire` is untouched until the completion (or the graveyard holds it).
+                unsafe {
+                    self.rings[key.ring as usize]
+                        .ring
+                        .send(key.slot, ptr, len, ud_send)
+                };
+                continue;
+            }
+            if conn.compress.is_some() {
+                self.flush_compressed(key);
+                continue;
+            }
             if conn.wire.is_empty() && !conn.out.is_empty() {
                 std::mem::swap(&mut conn.out, &mut conn.wire);
                 conn.wire_off = 0;
@@ -971,7 +1001,6 @@ impl Worker {
                     continue;
                 }
             };
-            let ud_send = ud(OP_SEND, key.ring, key.gen, key.slot);
             match conn.tls.as_deref_mut() {
                 Some(tls) => {
                     // TLS encrypts a copy: everything in the batch counts as sent now.
@@ -1026,6 +1055,119 @@ impl Worker {
         if self.queue.capacity() < queue.capacity() {
             self.queue = queue;
         }
+    }
+
+    /// `flush` for a connection with transport compression (its `wire` is
+    /// empty): its control frames, then a batch of its ring's unsent entries,
+    /// each compressed into one binary frame in `wire` (or, under TLS, in
+    /// the worker's scratch and then encrypted into `wire`), sent in one send.
+    fn flush_compressed(&mut self, key: ConnKey) {
+        let Some(conn) = conn_in(&mut self.rings, key) else {
+            return;
+        };
+        let sid = match &conn.state {
+            ConnState::WebSocket(w) => w.sid,
+            _ => None,
+        };
+        let tls = conn.tls.is_some();
+        let dst = if tls {
+            self.gather.clear();
+            &mut self.gather
+        } else {
+            &mut conn.wire
+        };
+        let comp = conn
+            .compress
+            .as_deref_mut()
+            .expect("a compressed connection");
+        let raw = conn.out_raw.min(conn.out.len());
+        dst.extend_from_slice(&conn.out[..raw]);
+        let mut failed = false;
+        let (mut bytes_in, mut bytes_out) = (0, 0);
+        match compress::reframe(comp, &conn.out[raw..], dst) {
+            Ok((i, o)) => (bytes_in, bytes_out) = (i, o),
+            Err(e) => {
+                tracing::warn!(error = %e, "compressing control frames");
+                failed = true;
+            }
+        }
+        conn.out.clear();
+        conn.out_raw = 0;
+        let mut done = sendpath::Compressed::default();
+        if !failed {
+            if let Some(s) = sid.and_then(|sid| self.fan.get(sid)) {
+                match sendpath::build_compressed(
+                    comp,
+                    &s.ring,
+                    &self.fan.slab,
+                    &self.fan.arena,
+                    dst,
+                ) {
+                    Ok(d) => done = d,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "compressing dispatches");
+                        failed = true;
+                    }
+                }
+            }
+        }
+        let m = &self.shared.metrics[self.id];
+        WorkerMetrics::add(&m.compress_bytes_in, bytes_in + done.bytes_in);
+        WorkerMetrics::add(&m.compress_bytes_out, bytes_out + done.bytes_out);
+        if let (Some(sid), true) = (sid, done.entries > 0) {
+            self.fan.mark_sent(sid, done.entries);
+        }
+        let conn = conn_in(&mut self.rings, key).expect("live");
+        if let Some(tls) = conn.tls.as_deref_mut() {
+            if !self.gather.is_empty() && tls.write_plaintext(&[&self.gather]).is_err() {
+                self.begin_close(key, None);
+                return;
+            }
+            tls.take_ciphertext(&mut conn.wire);
+        }
+        conn.wire_off = 0;
+        if conn.wire.is_empty() {
+            if failed || done.lost {
+                self.compressed_failed(key, failed);
+            } else if conn.close_after_flush && !conn.write_shut {
+                conn.write_shut = true;
+                self.rings[key.ring as usize].ring.shutdown(
+                    key.slot,
+                    libc::SHUT_WR,
+                    ud(OP_SHUTDOWN, key.ring, key.gen, key.slot),
+                );
+            }
+            return;
+        }
+        conn.sending = true;
+        let (ptr, len) = (conn.wire.as_ptr(), conn.wire.len() as u32);
+        // SAFETY: `wire` is untouched until the completion (or the graveyard holds it).
+        unsafe {
+            self.rings[key.ring as usize].ring.send(
+                key.slot,
+                ptr,
+                len,
+                ud(OP_SEND, key.ring, key.gen, key.slot),
+            )
+        };
+        if failed || done.lost {
+            // Closes once this send completes (begin_close waits for it).
+            self.compressed_failed(key, failed);
+        }
+    }
+
+    fn compressed_failed(&mut self, key: ConnKey, failed: bool) {
+        self.begin_close(
+            key,
+            Some(Close::new(
+                CloseCode::UnknownError,
+                if failed {
+                    "compression failed: resume"
+                } else {
+                    "events were overwritten before they could be sent: resume"
+                },
+            )),
+        );
     }
 
     /// Parse everything buffered for a connection.
@@ -1218,10 +1360,36 @@ impl Worker {
             self.close_after_flush(key);
             return;
         }
+        // Transport compression, if asked for and the node-wide cap allows;
+        // beyond it the connection gets plain text frames.
+        let compressor = match compress::Kind::from_query(http::query_param(
+            &head.query,
+            "compress",
+        )) {
+            None => None,
+            Some(kind) => match self.shared.compress_budget.try_take() {
+                Some(permit) => match Compressor::new(kind, Some(permit)) {
+                    Ok(c) => Some(Box::new(c)),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "compression stream not created: serving plain text");
+                        None
+                    }
+                },
+                None => {
+                    WorkerMetrics::inc(&self.shared.metrics[worker].compression_refused);
+                    None
+                }
+            },
+        };
+        let conn = self.conn(key).expect("live");
         http::write_upgrade_response(
             head.websocket_key.as_deref().expect("checked"),
             &mut conn.out,
         );
+        if compressor.is_some() {
+            conn.out_raw = conn.out.len();
+            conn.compress = compressor;
+        }
         let mut wsc = Box::new(WsConn {
             decoder: ws::Decoder::new(max_message),
             session: Session::new(limits, now, &mut conn.out),
@@ -1428,6 +1596,7 @@ impl Worker {
         let ok = match result {
             Err(IdentifyRefusal::Close(close)) => {
                 WorkerMetrics::inc(&self.metrics().identifies_refused);
+                WorkerMetrics::inc(&self.metrics().identifies_refused_closed);
                 self.begin_close(key, Some(close));
                 return;
             }
@@ -1692,6 +1861,9 @@ impl Worker {
             self.next_lease_renewal = self.unix_ms + self.shared.cfg.registry.lease_ttl_ms / 3;
             let mut pairs = std::mem::take(&mut self.lease_pairs);
             self.fan.lease_pairs(&mut pairs);
+            let (held, lapsed) = self.fan.lease_counts(self.unix_ms);
+            self.metrics().leases_held.store(held, Ordering::Relaxed);
+            self.metrics().leases_lapsed.store(lapsed, Ordering::Relaxed);
             if !pairs.is_empty() {
                 let req = SidecarRequest::RenewLeases {
                     worker: self.id,
@@ -1703,6 +1875,8 @@ impl Worker {
         }
         let now = self.now_ms();
         let mut to_close: Vec<(ConnKey, Option<Close>, bool)> = Vec::new();
+        let mut handshaking = 0u64;
+        let mut compressed = 0u64;
         for r in 0..self.rings.len() {
             let rs = &mut self.rings[r];
             for slot in 0..rs.conns.len() {
@@ -1724,6 +1898,8 @@ impl Worker {
                         }
                     }
                     ConnState::WebSocket(w) => {
+                        handshaking += w.sid.is_none() as u64;
+                        compressed += conn.compress.is_some() as u64;
                         if conn.close_after_flush {
                             continue;
                         }
@@ -1781,6 +1957,10 @@ impl Worker {
         m.arena_lost_reads.store(st.lost_reads, Ordering::Relaxed);
         m.ring_chunks_free
             .store(self.fan.slab.free_count() as u64, Ordering::Relaxed);
+        m.ring_chunks_capacity
+            .store(self.fan.slab.capacity() as u64, Ordering::Relaxed);
+        m.sessions_handshaking.store(handshaking, Ordering::Relaxed);
+        m.compressed_sessions.store(compressed, Ordering::Relaxed);
         let stale: Vec<u64> = self
             .adopting
             .iter()

@@ -7,9 +7,10 @@
 //! ConfigBuilder::new(token, intents).proxy_url(node.ws_url()).build()
 //! ```
 //!
-//! twilight appends `/?v=10&encoding=json` to the proxy URL itself (no
-//! `compress` parameter: the dev-dependency is built without its `zlib`/`zstd`
-//! features) and reconnects to READY's `resume_gateway_url` when it resumes.
+//! twilight appends `/?v=10&encoding=json&compress=zlib-stream` to the proxy
+//! URL itself (the dev-dependency is built with its `zlib` feature, so every
+//! test here also runs over transport compression) and reconnects to READY's
+//! `resume_gateway_url` when it resumes.
 //!
 //! Every message the library cannot deserialize fails the test with the raw
 //! frame (twilight's `ReceiveMessageError` carries it), so a failure here

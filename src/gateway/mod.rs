@@ -5,6 +5,7 @@
 //! close code. The worker (src/worker.rs) moves bytes; nothing here does I/O.
 
 pub mod close;
+pub mod compress;
 pub mod identify;
 pub mod intents;
 pub mod payload;

@@ -1,0 +1,283 @@
+#!/usr/bin/env bash
+# Side-by-side macro benchmark (issue 6) and gatewayd scaling run.
+#
+#   scripts/side-by-side.sh [side|scaling|all]      (default: all)
+#
+# side:    the same `measure fanout` workloads against a fresh release gatewayd
+#          and a fresh bench/conventional gateway (tokio + tokio-tungstenite,
+#          a task per connection, a broadcast channel, serde_json), one after
+#          the other in this run; prints deliveries per node CPU-second,
+#          p50/p99, RSS of both and the ratios.
+# scaling: gatewayd alone at 1k, 10k, 40k sessions: per-session RSS, identify
+#          CPU and idle CPU (`measure idle`), then per-delivery CPU and
+#          latency at a constant ~100,000 deliveries/s (`measure fanout`).
+#
+# Environment (defaults in brackets):
+#   OUT        output directory            [/tmp/side-by-side-<UTC time>]
+#   NO_BUILD=1 use the binaries in target/release as they are
+#   BIN_FROM   take gatewayd, conventional-gateway and measure from this
+#              directory instead (implies NO_BUILD=1), e.g. an earlier $OUT/bin
+#   SECS       seconds of events per run   [20]
+#   PAYLOAD    bytes of `d` per event      [600]
+#   REPS       repetitions of each side-by-side pair [1]
+#   WORKLOADS  "sessions:events_per_s ..." ["1000:100 5000:20"]
+#   SCALE      "sessions ..."              ["1000 10000 40000"]
+#   SCALE_DELIVERIES  deliveries/s offered in the scaling fan-out [100000]
+#
+# Loopback only; ports 26080-26190 (below the ephemeral range). Sessions past
+# 10,000 are spread over several `measure` processes (RLIMIT_NOFILE is 20,000
+# here and cannot be raised) bound to 127.0.0.2, .3, ... as source addresses.
+set -euo pipefail
+
+MODE=${1:-all}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+OUT=${OUT:-/tmp/side-by-side-$(date -u +%Y%m%d-%H%M%S)}
+SECS=${SECS:-20}
+PAYLOAD=${PAYLOAD:-600}
+REPS=${REPS:-1}
+WORKLOADS=${WORKLOADS:-"1000:100 5000:20"}
+SCALE=${SCALE:-"1000 10000 40000"}
+SCALE_DELIVERIES=${SCALE_DELIVERIES:-100000}
+CHUNK=10000   # sessions per measure process
+
+GW_PORT=26080 GW_INGEST=26081 GW_ADMIN=26090
+CV_PORT=26180 CV_INGEST=26181 CV_ADMIN=26190
+
+mkdir -p "$OUT/bin"
+log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
+
+if [ -n "${BIN_FROM:-}" ]; then
+  NO_BUILD=1
+fi
+if [ "${NO_BUILD:-0}" != 1 ]; then
+  log "building (nice)"
+  (cd "$ROOT" && nice cargo build --release -p conventional-gateway && \
+     nice cargo build --release --bin gatewayd --example measure) >&2
+fi
+# Copies, so that a concurrent rebuild cannot swap a binary mid-run.
+if [ -n "${BIN_FROM:-}" ]; then
+  [ "$BIN_FROM/gatewayd" -ef "$OUT/bin/gatewayd" ] || \
+    cp "$BIN_FROM/gatewayd" "$BIN_FROM/conventional-gateway" "$BIN_FROM/measure" "$OUT/bin/"
+else
+  cp "$ROOT/target/release/gatewayd" "$ROOT/target/release/conventional-gateway" \
+     "$ROOT/target/release/examples/measure" "$OUT/bin/"
+fi
+md5sum "$OUT/bin/"* > "$OUT/bin.md5"
+GW=$OUT/bin/gatewayd CV=$OUT/bin/conventional-gateway M=$OUT/bin/measure
+(cd "$ROOT" && { git rev-parse HEAD; git status --short; }) > "$OUT/tree.txt" 2>/dev/null || true
+
+# ---------------------------------------------------------------- provisioning
+
+D=$OUT/data TOKENS=$OUT/tokens16
+if [ ! -s "$TOKENS" ]; then
+  log "provisioning a registry: 1 server, 16 apps (MESSAGE_CONTENT approved), permissions 3072"
+  rm -rf "$D"; mkdir -p "$D"
+  SID=$("$GW" registry --data-dir "$D" add-server --name bench | sed -n 's/^server_id=//p')
+  : > "$TOKENS"
+  for i in $(seq 1 16); do
+    o=$("$GW" registry --data-dir "$D" add-app --name "bench$i" --privileged-intents 32768)
+    app=$(echo "$o" | sed -n 's/^application_id=//p')
+    echo "$o" | sed -n 's/^token=//p' >> "$TOKENS"
+    "$GW" registry --data-dir "$D" install --app "$app" --server "$SID" --permissions 3072 >/dev/null
+  done
+fi
+
+# ---------------------------------------------------------------- nodes
+
+NODE_PID=
+wait_port() { # host port
+  for _ in $(seq 1 300); do
+    (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null && return 0
+    sleep 0.1
+  done
+  log "nothing listening on $1:$2"; return 1
+}
+start_gatewayd() {
+  "$GW" run --data-dir "$D" --gateway-addr 127.0.0.1:$GW_PORT --admin-addr 127.0.0.1:$GW_ADMIN \
+    --ingest-addr 127.0.0.1:$GW_INGEST --no-demo --identify-limits off --admission-per-second 0 \
+    > "$OUT/gatewayd.log" 2>&1 &
+  NODE_PID=$!
+  for _ in $(seq 1 300); do
+    curl -sf "http://127.0.0.1:$GW_ADMIN/readyz" >/dev/null 2>&1 && break
+    sleep 0.1
+  done
+  wait_port 127.0.0.1 $GW_PORT; sleep 1
+}
+start_conventional() {
+  "$CV" --gateway-addr 127.0.0.1:$CV_PORT --ingest-addr 127.0.0.1:$CV_INGEST \
+    --admin-addr 127.0.0.1:$CV_ADMIN --tokens-file "$TOKENS" > "$OUT/conventional.log" 2>&1 &
+  NODE_PID=$!
+  wait_port 127.0.0.1 $CV_PORT; sleep 1
+}
+stop_node() {
+  [ -n "$NODE_PID" ] || return 0
+  kill -INT "$NODE_PID" 2>/dev/null || true
+  for _ in $(seq 1 100); do kill -0 "$NODE_PID" 2>/dev/null || break; sleep 0.1; done
+  kill -KILL "$NODE_PID" 2>/dev/null || true
+  wait "$NODE_PID" 2>/dev/null || true
+  NODE_PID=
+  sleep 2   # let TIME_WAIT and the loopback settle a little
+}
+HOLDERS=()
+stop_holders() {
+  for p in "${HOLDERS[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  for p in "${HOLDERS[@]}"; do wait "$p" 2>/dev/null || true; done
+  HOLDERS=()
+}
+cleanup() { stop_holders; stop_node; }
+trap cleanup EXIT
+
+cpu_s() { awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); split($0, f, " "); printf "%.2f", (f[12] + f[13]) / hz }' "/proc/$1/stat"; }
+rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
+load1() { cut -d' ' -f1 /proc/loadavg; }
+
+# Picks figures out of a `measure fanout` output file: one tab-separated line.
+summarise_fanout() { # file
+  awk '
+    /^load_before/ { load = $2 }
+    /^all_ready/ { ready = $2 }
+    /^expected_deliveries/ { expd = $2 }
+    /^received_deliveries / { recv = $2; miss = $4 }
+    /^node_deliveries_delta/ { nd = $2 }
+    /^gaps/ { gaps = $2 }
+    /^sessions_lost_during_run/ { lost = $2 }
+    /^node_cpu_secs/ { cpu = $2; over = $4 }
+    /^client_cpu_secs/ { ccpu = $2 }
+    /^latency_ms/ { p50 = $3; p90 = $5; p99 = $7; p999 = $9; mx = $11 }
+    /^node_rss_kb/ { rss0 = $3; rss1 = $5; rss2 = $7; rss3 = $9 }
+    END {
+      if (cpu == "" || cpu == 0) cpu = "nan";
+      printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
+        ready, expd, recv, miss, gaps, lost, nd, cpu, over, nd / cpu, recv / cpu, p50, p99, p999, mx, rss0, rss1, rss3, load
+    }' "$1"
+}
+
+# ---------------------------------------------------------------- side by side
+
+side() {
+  local tsv=$OUT/side.tsv
+  printf "node\tsessions\trate\trep\tready\texpected\treceived\tmissing\tgaps\tlost\tnode_deliveries\tnode_cpu_s\twindow_s\tdeliv_per_cpu_s\trecv_per_cpu_s\tp50_ms\tp99_ms\tp999_ms\tmax_ms\trss_start_kb\trss_ready_kb\trss_end_kb\tload1\n" > "$tsv"
+  for rep in $(seq 1 "$REPS"); do
+    for w in $WORKLOADS; do
+      local n=${w%%:*} r=${w##*:}
+      for node in gatewayd conventional; do
+        local f=$OUT/side-$node-$n-r$r-rep$rep.txt
+        if [ $node = gatewayd ]; then start_gatewayd; A=$GW_PORT I=$GW_INGEST AD=$GW_ADMIN
+        else start_conventional; A=$CV_PORT I=$CV_INGEST AD=$CV_ADMIN; fi
+        log "side: $node $n sessions x $r events/s x ${SECS}s (pid $NODE_PID, load $(load1))"
+        echo "+ measure fanout --addr 127.0.0.1:$A --ingest 127.0.0.1:$I --tokens-file tokens16 --sessions $n --rate $r --seconds $SECS --payload $PAYLOAD --node-pid PID --admin 127.0.0.1:$AD" > "$f"
+        "$M" fanout --addr 127.0.0.1:$A --ingest 127.0.0.1:$I --tokens-file "$TOKENS" \
+          --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$PAYLOAD" \
+          --node-pid "$NODE_PID" --admin 127.0.0.1:$AD >> "$f" 2>&1 || log "measure failed, see $f"
+        [ $node = conventional ] && curl -s "http://127.0.0.1:$CV_ADMIN/metrics" | grep -v '^#' >> "$f" || true
+        stop_node
+        printf "%s\t%s\t%s\t%s\t%s\n" "$node" "$n" "$r" "$rep" "$(summarise_fanout "$f")" >> "$tsv"
+      done
+    done
+  done
+  echo
+  echo "== side by side ($OUT/side.tsv) =="
+  column -t -s $'\t' "$tsv"
+  echo
+  echo "== ratios, gatewayd / conventional, same run =="
+  awk -F'\t' 'NR > 1 {
+      k = $2 "x" $3 " rep" $4
+      if ($1 == "gatewayd") { g[k] = $0; order[++n] = k } else c[k] = $0
+    }
+    END {
+      printf "%-16s %10s %10s %6s %8s %8s %8s %8s %9s %9s %7s %7s %9s %9s\n", "workload", "gw del/cpu", "cv del/cpu", "ratio", "gw p50", "cv p50", "gw p99", "cv p99", "gw miss", "cv miss", "gw MB", "cv MB", "gw KB/ses", "cv KB/ses"
+      for (i = 1; i <= n; i++) {
+        k = order[i]; split(g[k], G, "\t"); split(c[k], C, "\t")
+        # 15 = received per node CPU-second (client-counted, same for both);
+        # MB = RSS with every session READY; KB/s = RSS growth per session.
+        printf "%-16s %10.0f %10.0f %6.2f %8s %8s %8s %8s %9s %9s %7.1f %7.1f %9.1f %9.1f\n", k, G[15], C[15], (C[15] > 0 ? G[15] / C[15] : 0), G[16], C[16], G[17], C[17], G[8], C[8], G[21] / 1024, C[21] / 1024, (G[21] - G[20]) / G[2], (C[21] - C[20]) / C[2]
+      }
+    }' "$tsv" | tee "$OUT/side-ratios.txt"
+}
+
+# ---------------------------------------------------------------- scaling
+
+# Starts measure idle holders for $1 sessions in chunks of CHUNK, source
+# addresses from 127.0.0.$2 on, holding for $3 s; output files prefixed $4.
+start_holders() {
+  local left=$1 ip=$2 hold=$3 pre=$4 k=0
+  while [ "$left" -gt 0 ]; do
+    local c=$(( left < CHUNK ? left : CHUNK ))
+    "$M" idle --addr 127.0.0.1:$GW_PORT --token-file "$TOKENS" --sessions "$c" \
+      --node-pid "$NODE_PID" --admin 127.0.0.1:$GW_ADMIN --bind-base "127.0.0.$ip" \
+      --settle-secs 1 --hold-secs "$hold" --timeout-secs 300 > "$pre-$k.txt" 2>&1 &
+    HOLDERS+=($!)
+    left=$(( left - c )); ip=$(( ip + 1 )); k=$(( k + 1 ))
+  done
+}
+wait_holders_ready() { # prefix count
+  for _ in $(seq 1 3000); do
+    local r
+    r=$(cat "$1"-*.txt 2>/dev/null | grep -c '^all_ready' || true)
+    [ "$r" -ge "$2" ] && return 0
+    sleep 0.1
+  done
+  log "holders not ready in time"; return 1
+}
+
+scaling() {
+  local tsv=$OUT/scaling.tsv
+  printf "sessions\tready\tidentify_s\trss_fresh_kb\trss_ready_kb\trss_per_session_B\tidentify_cpu_ms_per_1k\tidle_cpu_pct_per_10k\trate\tfan_ready\tnode_deliveries\tnode_cpu_s\tus_cpu_per_delivery\tdeliv_per_cpu_s\tmissing\tgaps\tp50_ms\tp99_ms\tload1\n" > "$tsv"
+  for n in $SCALE; do
+    # Phase A: idle cost per session.
+    start_gatewayd
+    local rss0 cpu0 t0 t1 cpu1 rss1 cpu2 procs
+    rss0=$(rss_kb "$NODE_PID"); cpu0=$(cpu_s "$NODE_PID"); t0=$(date +%s.%N)
+    procs=$(( (n + CHUNK - 1) / CHUNK ))
+    log "scaling idle: $n sessions in $procs measure processes (load $(load1))"
+    rm -f "$OUT/scale-$n-idle"-*.txt
+    start_holders "$n" 2 120 "$OUT/scale-$n-idle"
+    wait_holders_ready "$OUT/scale-$n-idle" "$procs"
+    t1=$(date +%s.%N)
+    sleep 3
+    cpu1=$(cpu_s "$NODE_PID"); rss1=$(rss_kb "$NODE_PID")
+    sleep 10
+    cpu2=$(cpu_s "$NODE_PID")
+    local ready
+    ready=$(cat "$OUT/scale-$n-idle"-*.txt | awk '/^all_ready/ { s += $2 } END { print s + 0 }')
+    stop_holders; stop_node
+    # Phase B: fan-out at a constant delivery rate; sessions past CHUNK are idle holders.
+    local rate fan hold
+    rate=$(awk -v d="$SCALE_DELIVERIES" -v n="$n" 'BEGIN { printf "%g", d / n }')
+    fan=$(( n < CHUNK ? n : CHUNK ))
+    start_gatewayd
+    rm -f "$OUT/scale-$n-hold"-*.txt
+    if [ $(( n - fan )) -gt 0 ]; then
+      start_holders $(( n - fan )) 3 600 "$OUT/scale-$n-hold"
+      wait_holders_ready "$OUT/scale-$n-hold" $(( (n - fan + CHUNK - 1) / CHUNK ))
+    fi
+    local f=$OUT/scale-$n-fanout.txt
+    log "scaling fanout: $n sessions ($fan in the measuring process) x $rate events/s (load $(load1))"
+    echo "+ measure fanout --addr 127.0.0.1:$GW_PORT --ingest 127.0.0.1:$GW_INGEST --tokens-file tokens16 --sessions $fan --rate $rate --seconds $SECS --payload $PAYLOAD --node-pid PID --admin 127.0.0.1:$GW_ADMIN --bind-base 127.0.0.2 (+ $(( n - fan )) idle sessions held by measure idle)" > "$f"
+    "$M" fanout --addr 127.0.0.1:$GW_PORT --ingest 127.0.0.1:$GW_INGEST --tokens-file "$TOKENS" \
+      --sessions "$fan" --rate "$rate" --seconds "$SECS" --payload "$PAYLOAD" \
+      --node-pid "$NODE_PID" --admin 127.0.0.1:$GW_ADMIN --bind-base 127.0.0.2 >> "$f" 2>&1 \
+      || log "measure failed, see $f"
+    stop_holders; stop_node
+    summarise_fanout "$f" | awk -F'\t' -v n="$n" -v ready="$ready" -v t0="$t0" -v t1="$t1" \
+      -v rss0="$rss0" -v rss1="$rss1" -v cpu0="$cpu0" -v cpu1="$cpu1" -v cpu2="$cpu2" -v rate="$rate" '{
+        # $7 node deliveries, $8 node cpu s, $4 missing, $5 gaps, $12 p50, $13 p99, $19 load
+        printf "%d\t%d\t%.1f\t%d\t%d\t%.0f\t%.1f\t%.2f\t%s\t%s\t%s\t%s\t%.2f\t%.0f\t%s\t%s\t%s\t%s\t%s\n",
+          n, ready, t1 - t0, rss0, rss1, (rss1 - rss0) * 1024 / ready, (cpu1 - cpu0) * 1e6 / ready,
+          (cpu2 - cpu1) / 10 * 100 * 10000 / ready, rate, $1, $7, $8, ($7 > 0 ? $8 * 1e6 / $7 : 0),
+          $10, $4, $5, $12, $13, $19
+      }' >> "$tsv"
+  done
+  echo
+  echo "== gatewayd scaling ($OUT/scaling.tsv) =="
+  column -t -s $'\t' "$tsv" | tee "$OUT/scaling-table.txt"
+}
+
+log "output in $OUT (load $(cat /proc/loadavg))"
+case "$MODE" in
+  side) side ;;
+  scaling) scaling ;;
+  all) side; scaling ;;
+  *) echo "usage: $0 [side|scaling|all]" >&2; exit 2 ;;
+esac
+log "done; raw outputs in $OUT"

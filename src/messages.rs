@@ -148,6 +148,16 @@ impl WorkerHandle {
         unsafe { libc::write(self.wake_fd, (&one as *const u64).cast(), 8) };
     }
 
+    /// Like `send`, but says why a message was dropped: `Full`, or
+    /// `Disconnected` (the worker has stopped and dropped its inbox).
+    pub fn deliver(&self, msg: ToWorker) -> Result<(), crossbeam_channel::TrySendError<ToWorker>> {
+        let r = self.tx.try_send(msg);
+        if !matches!(r, Err(crossbeam_channel::TrySendError::Disconnected(_))) {
+            self.wake();
+        }
+        r
+    }
+
     /// False if the inbox is full (the message is dropped, never blocks).
     pub fn send(&self, msg: ToWorker) -> bool {
         let ok = self.tx.try_send(msg).is_ok();

@@ -217,8 +217,14 @@ impl Sidecar {
 
     fn reply(&self, worker: usize, msg: ToWorker) {
         if let Some(w) = self.workers.get(worker) {
-            if !w.send(msg) {
-                tracing::warn!(worker, "worker inbox full: sidecar reply dropped");
+            match w.deliver(msg) {
+                Ok(()) => {}
+                Err(crossbeam_channel::TrySendError::Full(_)) => {
+                    tracing::warn!(worker, "worker inbox full: sidecar reply dropped");
+                }
+                Err(crossbeam_channel::TrySendError::Disconnected(_)) => {
+                    tracing::warn!(worker, "worker gone: sidecar reply dropped");
+                }
             }
         }
     }

@@ -58,6 +58,14 @@ const RING_HEADROOM: u32 = 64;
 const ADOPT_TIMEOUT_MS: u64 = 5_000;
 
 const TICK: Duration = Duration::from_millis(250);
+/// The longest a worker parks on its eventfd before it looks at its rings
+/// and inbox anyway. The read parked on the eventfd (an io_uring READ on
+/// glommio's ring, completed through an internal poll of the eventfd) has
+/// been seen to stay pending with the eventfd's count far above zero: the
+/// worker then slept for good while its rings and inbox filled (new
+/// Identifies and handed-over connections unanswered). Bounding the park
+/// turns such a lost wakeup into at most this much delay.
+const PARK_MAX: Duration = Duration::from_millis(50);
 /// How long a closing connection waits for the peer's FIN after ours.
 const LINGER_MS: u64 = 2_000;
 /// Buffers above this are released when they drain, so idle sessions are small.
@@ -240,6 +248,8 @@ pub struct Worker {
     unix_ms: u64,
     next_lease_renewal: u64,
     lease_pairs: Vec<(u64, u64)>,
+    /// Parks that timed out with the eventfd signalled (see PARK_MAX).
+    lost_wakeups: u64,
 }
 
 /// Everything a worker needs, built on the main thread so setup errors
@@ -373,6 +383,7 @@ impl Worker {
             unix_ms: registry::snowflake::unix_ms_now(),
             next_lease_renewal: 0,
             lease_pairs: Vec::new(),
+            lost_wakeups: 0,
         }
     }
 
@@ -388,6 +399,7 @@ impl Worker {
     pub async fn run(mut self, wake_fd: RawFd) {
         // SAFETY: dup gives glommio its own descriptor of the eventfd to own and close.
         let waiter = unsafe { glommio::io::BufferedFile::from_raw_fd(libc::dup(wake_fd)) };
+        let mut reading = None;
         for r in 0..self.rings.len() {
             self.arm_accept(r);
         }
@@ -413,9 +425,34 @@ impl Worker {
                     tracing::error!(worker = self.id, error = %e, "io_uring submit failed");
                 }
             }
-            if let Err(e) = waiter.read_at(0, 8).await {
-                tracing::error!(worker = self.id, error = %e, "waiting on the worker eventfd failed");
-                glommio::timer::sleep(Duration::from_millis(1)).await;
+            // The read stays pending across parks that end by the bound
+            // (a dropped read could still take the next signal); it is only
+            // replaced once it completed, or when it is plainly stuck.
+            let read = reading.get_or_insert_with(|| Box::pin(waiter.read_at(0, 8)));
+            match park(read.as_mut(), PARK_MAX).await {
+                Some(r) => {
+                    reading = None;
+                    if let Err(e) = r {
+                        tracing::error!(worker = self.id, error = %e, "waiting on the worker eventfd failed");
+                        glommio::timer::sleep(Duration::from_millis(1)).await;
+                    }
+                }
+                None if eventfd_readable(wake_fd) => {
+                    // Signalled, yet the read parked on it did not complete:
+                    // without the bound we would sleep here for good. Drop
+                    // (cancel) it; the next park reads afresh. (A signal
+                    // landing just at the bound counts here too; harmless.)
+                    reading = None;
+                    self.lost_wakeups += 1;
+                    if self.lost_wakeups.is_power_of_two() {
+                        tracing::warn!(
+                            worker = self.id,
+                            lost = self.lost_wakeups,
+                            "eventfd wakeup lost; recovered by the park bound"
+                        );
+                    }
+                }
+                None => {}
             }
         }
         tracing::info!(worker = self.id, "worker stopped");
@@ -2407,6 +2444,39 @@ pub fn admit_limit(slots: u32) -> u32 {
     slots.saturating_sub((slots / 32).max(4))
 }
 
+/// Poll `read` (the eventfd read) until it completes, or until `max` has
+/// passed (None); a timed-out read is left pending for the next park.
+async fn park<F: std::future::Future>(
+    mut read: std::pin::Pin<&mut F>,
+    max: Duration,
+) -> Option<F::Output> {
+    use std::future::Future;
+    use std::task::Poll;
+    let mut timer = std::pin::pin!(glommio::timer::sleep(max));
+    std::future::poll_fn(|cx| {
+        if let Poll::Ready(r) = read.as_mut().poll(cx) {
+            return Poll::Ready(Some(r));
+        }
+        if timer.as_mut().poll(cx).is_ready() {
+            return Poll::Ready(None);
+        }
+        Poll::Pending
+    })
+    .await
+}
+
+/// Whether the eventfd's count is above zero (a read would not block); it
+/// is not consumed.
+fn eventfd_readable(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one pollfd on the stack, zero timeout.
+    unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLIN != 0 }
+}
+
 /// CPU time consumed by the calling thread, in ns.
 fn thread_cpu_ns() -> u64 {
     let mut ts = libc::timespec {
@@ -2446,5 +2516,74 @@ fn ws_error_close(e: ws::WsError) -> Close {
             "decode error: text is not valid UTF-8",
         ),
         ws::WsError::Protocol(_) => Close::websocket(1002, "websocket protocol error"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn signal(fd: RawFd) {
+        let one: u64 = 1;
+        // SAFETY: 8 bytes to an eventfd.
+        assert_eq!(
+            unsafe { libc::write(fd, (&one as *const u64).cast(), 8) },
+            8
+        );
+    }
+
+    /// A worker whose eventfd wakeup never arrives (lost, or work queued
+    /// without one) must still come back to look at its rings and inbox:
+    /// the park is bounded and a worker never sleeps for good. A park that
+    /// ends by its bound keeps its read, which still takes the next signal.
+    #[test]
+    fn park_is_bounded_and_keeps_its_read() {
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .spawn(|| async move {
+                // SAFETY: a fresh blocking eventfd, as Worker::new makes.
+                let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+                assert!(fd >= 0);
+                // SAFETY: a dup for glommio to own, as Worker::run does.
+                let waiter = unsafe { glommio::io::BufferedFile::from_raw_fd(libc::dup(fd)) };
+
+                // Nothing signalled: the park ends by its bound.
+                let mut read = Box::pin(waiter.read_at(0, 8));
+                let t0 = Instant::now();
+                assert!(park(read.as_mut(), Duration::from_millis(50))
+                    .await
+                    .is_none());
+                let took = t0.elapsed();
+                assert!(
+                    took >= Duration::from_millis(40),
+                    "returned early: {took:?}"
+                );
+                assert!(took < Duration::from_secs(5), "park not bounded: {took:?}");
+                assert!(!eventfd_readable(fd));
+
+                // The same read, parked again, completes on a signal.
+                assert!(park(read.as_mut(), Duration::from_millis(10))
+                    .await
+                    .is_none());
+                signal(fd);
+                let r = park(read.as_mut(), Duration::from_secs(30)).await;
+                assert!(matches!(r, Some(Ok(_))), "the signal ends the park");
+                assert!(!eventfd_readable(fd), "the read consumed the count");
+
+                // A signal before the park: a fresh read returns at once.
+                signal(fd);
+                assert!(eventfd_readable(fd));
+                let mut read = Box::pin(waiter.read_at(0, 8));
+                let t0 = Instant::now();
+                assert!(matches!(
+                    park(read.as_mut(), Duration::from_secs(30)).await,
+                    Some(Ok(_))
+                ));
+                assert!(t0.elapsed() < Duration::from_secs(5));
+                // SAFETY: ours (glommio closes its dup).
+                unsafe { libc::close(fd) };
+            })
+            .unwrap()
+            .join()
+            .unwrap();
     }
 }

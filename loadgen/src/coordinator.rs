@@ -76,7 +76,8 @@ struct Shared {
 
 #[derive(Default)]
 struct State {
-    identify: HashMap<u64, IdentifyBucket>,
+    /// Keyed by (application key, shard % max_concurrency).
+    identify: HashMap<(String, u64), IdentifyBucket>,
     routes: HashMap<String, Route>,
     limits: HashMap<String, Limit>,
     aliases: HashMap<String, String>,
@@ -455,7 +456,15 @@ impl Shared {
         alive: &mut dyn FnMut() -> bool,
     ) -> Result<Option<Value>, String> {
         let shard = require_uint(obj, "shard_id")?;
-        let bucket = shard % self.cfg.max_concurrency;
+        // Optional extension: "key" names the application, so one
+        // coordinator serves a fleet of many bots (each its own buckets).
+        // Without it every request shares one application's buckets.
+        let key = match obj.get("key") {
+            None | Some(Value::Null) => String::new(),
+            Some(Value::String(k)) if k.len() <= 128 => k.clone(),
+            Some(_) => return Err("key must be a string of at most 128 bytes".into()),
+        };
+        let bucket = (key, shard % self.cfg.max_concurrency);
         let spacing = self
             .cfg
             .identify_spacing
@@ -469,7 +478,7 @@ impl Shared {
                 st.identify
                     .retain(|_, b| !b.queue.is_empty() || b.next_allowed > now);
             }
-            let b = st.identify.entry(bucket).or_default();
+            let b = st.identify.entry(bucket.clone()).or_default();
             if b.queue.len() >= self.cfg.max_waiters_per_bucket {
                 return Err("too many waiters on this identify bucket".into());
             }
@@ -478,7 +487,7 @@ impl Shared {
         let granted = self.block(
             alive,
             |st, now| {
-                let b = st.identify.entry(bucket).or_default();
+                let b = st.identify.entry(bucket.clone()).or_default();
                 if b.queue.front() != Some(&me) {
                     return Step::WaitUntil(None);
                 }

@@ -36,6 +36,9 @@ pub struct FleetConfig {
     pub handshake_timeout: Duration,
     /// Paced readers: (bot, MESSAGE_CREATE per second it reads).
     pub slow: Vec<(u32, f64)>,
+    /// Fleet coordinator (`loadgen coordinator`): every Identify waits for
+    /// its `identify_acquire` grant (keyed by application).
+    pub coordinator: Option<std::net::SocketAddr>,
 }
 
 impl Default for FleetConfig {
@@ -48,6 +51,7 @@ impl Default for FleetConfig {
             window: 256,
             handshake_timeout: Duration::from_secs(30),
             slow: Vec::new(),
+            coordinator: None,
         }
     }
 }
@@ -73,6 +77,11 @@ pub struct Shared {
     pub latency_exclude_bot: Mutex<Option<u32>>,
     pub latency_only_bots: Mutex<Option<Arc<Vec<bool>>>>,
     pub first_violation: Mutex<Option<String>>,
+    /// First time (process clock, ns) a paced reader lost its connection,
+    /// and the close code it had read by then (0: none; the close frame was
+    /// still behind unread data).
+    pub slow_lost_ns: AtomicU64,
+    pub slow_lost_code: AtomicU64,
     pub sessions: usize,
     pub threads: usize,
 }
@@ -121,6 +130,8 @@ impl Fleet {
             latency_exclude_bot: Mutex::new(None),
             latency_only_bots: Mutex::new(None),
             first_violation: Mutex::new(None),
+            slow_lost_ns: AtomicU64::new(0),
+            slow_lost_code: AtomicU64::new(0),
             sessions: all.len(),
             threads,
         });
@@ -128,9 +139,13 @@ impl Fleet {
         for (k, &(b, sh)) in all.iter().enumerate() {
             parts[k % threads].push((b, sh, k));
         }
+        let gate = match cfg.coordinator {
+            Some(addr) => Some(crate::gate::Gate::start(addr, 32, threads)?),
+            None => None,
+        };
         let mut handles = Vec::new();
         for (t, part) in parts.into_iter().enumerate() {
-            let (sh, cfg) = (shared.clone(), cfg.clone());
+            let (sh, cfg, gate) = (shared.clone(), cfg.clone(), gate.clone());
             let ring = Ring::new(&RingConfig {
                 sq_entries: 4096,
                 cq_entries: 32768,
@@ -141,7 +156,7 @@ impl Fleet {
             handles.push(
                 std::thread::Builder::new()
                     .name(format!("fleet-{t}"))
-                    .spawn(move || Driver::new(t, ring, part, cfg, sh).run())?,
+                    .spawn(move || Driver::new(t, ring, part, cfg, sh, gate).run())?,
             );
         }
         Ok(Fleet { shared, handles })
@@ -271,10 +286,18 @@ struct Driver {
     collect_seen: u64,
     reported_socket_error: bool,
     reported_refusal: bool,
+    gate: Option<Arc<crate::gate::Gate>>,
 }
 
 impl Driver {
-    fn new(t: usize, ring: Ring, part: Vec<(u32, u32, usize)>, cfg: FleetConfig, sh: Arc<Shared>) -> Driver {
+    fn new(
+        t: usize,
+        ring: Ring,
+        part: Vec<(u32, u32, usize)>,
+        cfg: FleetConfig,
+        sh: Arc<Shared>,
+        gate: Option<Arc<crate::gate::Gate>>,
+    ) -> Driver {
         let world = &sh.world;
         let slots: Vec<Slot> = part
             .iter()
@@ -282,6 +305,7 @@ impl Driver {
                 let mut s = Session::new(b, shard, world.bots[b as usize].shards, 0x9e37_79b9 ^ (k as u64) << 17);
                 s.node = if cfg.spread { k % cfg.nodes.len() } else { 0 };
                 s.read_rate = cfg.slow.iter().find(|(sb, _)| *sb == b).map(|&(_, r)| r);
+                s.gated = gate.is_some();
                 let src = if cfg.sources.is_empty() {
                     Ipv4Addr::UNSPECIFIED
                 } else {
@@ -314,6 +338,7 @@ impl Driver {
             collect_seen: 0,
             reported_socket_error: false,
             reported_refusal: false,
+            gate,
         }
     }
 
@@ -538,6 +563,16 @@ impl Driver {
             .shutdown_and_close(i as u32, ud(K_SHUT, gen, i), ud(K_CLOSE, gen, i));
         slot.sock = Sock::Closing;
         slot.recv_armed = false;
+        if slot.slow_buf.is_some() && slot.s.streaming() {
+            if self
+                .sh
+                .slow_lost_ns
+                .compare_exchange(0, now, Relaxed, Relaxed)
+                .is_ok()
+            {
+                self.sh.slow_lost_code.store(slot.s.last_close_code as u64, Relaxed);
+            }
+        }
         if connect_failed || slot.s.phase == Phase::Connecting || slot.s.phase == Phase::Upgrading {
             // Count a refused upgrade (e.g. 503) like a failed connect.
             slot.s.on_lost(now, connect_failed, nodes, &mut self.rec);
@@ -557,6 +592,16 @@ impl Driver {
             self.rec.watch_count = 0;
             self.rec.watch_last_ns = 0;
         }
+        if let Some(g) = self.gate.clone() {
+            let granted = std::mem::take(&mut *g.grants[self.t].lock().unwrap());
+            for (i, gen) in granted {
+                let slot = &mut self.slots[i];
+                if slot.gen == gen {
+                    slot.s.grant_requested = false;
+                    slot.s.has_grant = true;
+                }
+            }
+        }
         let hs_timeout = self.cfg.handshake_timeout.as_nanos() as u64;
         let mut handshaking = 0usize;
         for slot in self.slots.iter() {
@@ -573,8 +618,19 @@ impl Driver {
                     continue;
                 }
                 Phase::Idle => {
-                    let slot = &self.slots[i];
+                    let slot = &mut self.slots[i];
                     if slot.sock == Sock::None && now >= slot.s.reconnect_at && handshaking < self.cfg.window {
+                        if slot.s.gated && slot.s.needs_identify() && !slot.s.has_grant {
+                            // Ask the coordinator first; connect once granted.
+                            if !slot.s.grant_requested {
+                                let app = self.sh.world.bots[slot.s.bot as usize].app_id;
+                                let req = (self.t, i, slot.gen, app, slot.s.shard);
+                                if self.gate.as_ref().is_some_and(|g| g.request(req)) {
+                                    slot.s.grant_requested = true;
+                                }
+                            }
+                            continue;
+                        }
                         handshaking += 1;
                         self.open(i, now);
                     }

@@ -11,6 +11,7 @@
 pub mod clock;
 pub mod coordinator;
 pub mod fleet;
+pub mod gate;
 pub mod nodes;
 pub mod producer;
 pub mod scenario;

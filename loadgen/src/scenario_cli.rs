@@ -80,6 +80,10 @@ pub struct ScenarioArgs {
     pub max_p50_ms: f64,
     #[arg(long, default_value_t = 800.0)]
     pub max_p99_ms: f64,
+    /// Identify through this fleet coordinator (`loadgen coordinator`), so
+    /// several loadgen processes respect each application's max_concurrency.
+    #[arg(long)]
+    pub coordinator: Option<SocketAddr>,
     /// storm: gatewayd processes (the first is killed).
     #[arg(long, default_value_t = 2)]
     pub nodes: usize,
@@ -175,6 +179,7 @@ pub fn run(a: ScenarioArgs) -> ExitCode {
         command: std::env::args().collect::<Vec<_>>().join(" "),
         max_p50_ms: a.max_p50_ms,
         max_p99_ms: a.max_p99_ms,
+        coordinator: a.coordinator,
     };
     let which = match a.name {
         Name::Steady => Which::Steady,

@@ -138,6 +138,13 @@ pub struct Session {
     rbuf: Vec<u8>,
     /// Frames waiting to be sent (the driver takes them).
     pub out: Vec<u8>,
+    /// The code of the last close frame read (0: none since connecting).
+    pub last_close_code: u16,
+    /// Identify only with a grant from the fleet coordinator (gate.rs):
+    /// asked for before connecting, used by the next Identify.
+    pub gated: bool,
+    pub grant_requested: bool,
+    pub has_grant: bool,
     rng: u64,
 }
 
@@ -165,6 +172,10 @@ impl Session {
             asked_at: None,
             rbuf: Vec::new(),
             out: Vec::new(),
+            last_close_code: 0,
+            gated: false,
+            grant_requested: false,
+            has_grant: false,
             rng: seed | 1,
         }
     }
@@ -183,6 +194,7 @@ impl Session {
     /// The socket is being opened.
     pub fn on_connecting(&mut self) {
         self.phase = Phase::Connecting;
+        self.last_close_code = 0;
         self.rbuf.clear();
         self.out.clear();
         self.awaiting_ack = false;
@@ -389,6 +401,7 @@ impl Session {
 
     /// A close frame (or a code the driver saw) from the node.
     pub fn on_close_code(&mut self, code: u16, now: u64, rec: &mut Recorder) {
+        self.last_close_code = code;
         let i = match code {
             4000..=4015 => (code - 4000) as usize,
             _ => 16,
@@ -483,8 +496,14 @@ impl Session {
         }
     }
 
+    /// Whether the next connection will Identify (not Resume).
+    pub fn needs_identify(&self) -> bool {
+        self.session_id.is_none() || self.seq == 0
+    }
+
     fn identify(&mut self, world: &World, rec: &mut Recorder) {
         rec.c.identifies += 1;
+        self.has_grant = false;
         let bot = &world.bots[self.bot as usize];
         let msg = format!(
             r#"{{"op":2,"d":{{"token":"{}","intents":{},"shard":[{},{}],"properties":{{"os":"linux","browser":"loadgen","device":"loadgen"}}}}}}"#,

@@ -53,7 +53,7 @@ pub struct ScenarioArgs {
     /// The revocation scenario needs one.
     #[arg(long, env = "LOADGEN_REGISTRY_URL")]
     pub registry_url: Option<String>,
-    /// Source addresses to bind, comma separated (default 127.0.0.2, .3, ... one per 20,000 sessions).
+    /// Source addresses to bind, comma separated (default 127.0.0.2, .3, ... one per 4,000 sessions).
     #[arg(long, value_delimiter = ',')]
     pub sources: Vec<Ipv4Addr>,
     /// Fleet threads (one io_uring each); 0: as the fixed-table limit needs, at least 2.

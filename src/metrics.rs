@@ -315,7 +315,10 @@ their events stop). Updated at each renewal (every lease TTL/3).",
 /// Standard `process_*` families from /proc/self (Linux).
 fn render_process(out: &mut String) {
     fn family(out: &mut String, name: &str, kind: &str, help: &str, v: f64) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+        );
     }
     let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
         return;

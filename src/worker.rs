@@ -1900,7 +1900,9 @@ impl Worker {
             self.fan.lease_pairs(&mut pairs);
             let (held, lapsed) = self.fan.lease_counts(self.unix_ms);
             self.metrics().leases_held.store(held, Ordering::Relaxed);
-            self.metrics().leases_lapsed.store(lapsed, Ordering::Relaxed);
+            self.metrics()
+                .leases_lapsed
+                .store(lapsed, Ordering::Relaxed);
             if !pairs.is_empty() {
                 let req = SidecarRequest::RenewLeases {
                     worker: self.id,

@@ -137,7 +137,10 @@ fn slow_consumer_is_closed_and_a_fast_one_is_not() {
     let (passed, r) = run(Which::SlowConsumer(opts.clone()), c);
     assert!(passed, "{}", r.text_summary());
     assert!(figure(&r, "with the slow bot", "node: slow-consumer closes") >= 1.0);
-    assert_eq!(figure(&r, "without (baseline)", "node: slow-consumer closes"), 0.0);
+    assert_eq!(
+        figure(&r, "without (baseline)", "node: slow-consumer closes"),
+        0.0
+    );
 
     // Reading everything it is sent, the "slow" bot is never closed: the
     // claim must fail (and say so), everything else still holds.

@@ -166,7 +166,11 @@ impl Fleet {
         self.shared.streaming.iter().map(|a| a.load(Relaxed)).sum()
     }
     pub fn handshaking(&self) -> u64 {
-        self.shared.handshaking.iter().map(|a| a.load(Relaxed)).sum()
+        self.shared
+            .handshaking
+            .iter()
+            .map(|a| a.load(Relaxed))
+            .sum()
     }
     pub fn stopped(&self) -> u64 {
         self.shared.stopped.iter().map(|a| a.load(Relaxed)).sum()
@@ -234,7 +238,11 @@ fn ud(kind: u64, gen: u32, idx: usize) -> u64 {
     kind << 56 | ((gen as u64) & 0xff_ffff) << 32 | idx as u64
 }
 fn ud_parts(u: u64) -> (u64, u32, usize) {
-    (u >> 56, ((u >> 32) & 0xff_ffff) as u32, (u & 0xffff_ffff) as usize)
+    (
+        u >> 56,
+        ((u >> 32) & 0xff_ffff) as u32,
+        (u & 0xffff_ffff) as usize,
+    )
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -302,7 +310,12 @@ impl Driver {
         let slots: Vec<Slot> = part
             .iter()
             .map(|&(b, shard, k)| {
-                let mut s = Session::new(b, shard, world.bots[b as usize].shards, 0x9e37_79b9 ^ (k as u64) << 17);
+                let mut s = Session::new(
+                    b,
+                    shard,
+                    world.bots[b as usize].shards,
+                    0x9e37_79b9 ^ (k as u64) << 17,
+                );
                 s.node = if cfg.spread { k % cfg.nodes.len() } else { 0 };
                 s.read_rate = cfg.slow.iter().find(|(sb, _)| *sb == b).map(|&(_, r)| r);
                 s.gated = gate.is_some();
@@ -498,8 +511,12 @@ impl Driver {
             // SAFETY: the buffer is owned by the slot, which lives in a boxed
             // slice for the life of the ring.
             unsafe {
-                self.ring
-                    .recv(i as u32, buf.as_mut_ptr(), buf.len() as u32, ud(K_RECV1, gen, i))
+                self.ring.recv(
+                    i as u32,
+                    buf.as_mut_ptr(),
+                    buf.len() as u32,
+                    ud(K_RECV1, gen, i),
+                )
             };
         } else {
             self.ring.recv_multi(i as u32, ud(K_RECV, gen, i));
@@ -523,8 +540,12 @@ impl Driver {
         let rest = &slot.send_buf[slot.send_off..];
         // SAFETY: send_buf is not touched until the completion (sending).
         unsafe {
-            self.ring
-                .send(i as u32, rest.as_ptr(), rest.len() as u32, ud(K_SEND, slot.gen, i))
+            self.ring.send(
+                i as u32,
+                rest.as_ptr(),
+                rest.len() as u32,
+                ud(K_SEND, slot.gen, i),
+            )
         };
     }
 
@@ -547,7 +568,11 @@ impl Driver {
                 i as u32,
                 bind,
                 &slot.dst,
-                [ud(K_SOCKET, gen, i), ud(K_BIND, gen, i), ud(K_CONNECT, gen, i)],
+                [
+                    ud(K_SOCKET, gen, i),
+                    ud(K_BIND, gen, i),
+                    ud(K_CONNECT, gen, i),
+                ],
             )
         };
     }
@@ -570,7 +595,9 @@ impl Driver {
                 .compare_exchange(0, now, Relaxed, Relaxed)
                 .is_ok()
             {
-                self.sh.slow_lost_code.store(slot.s.last_close_code as u64, Relaxed);
+                self.sh
+                    .slow_lost_code
+                    .store(slot.s.last_close_code as u64, Relaxed);
             }
         }
         if connect_failed || slot.s.phase == Phase::Connecting || slot.s.phase == Phase::Upgrading {
@@ -619,7 +646,10 @@ impl Driver {
                 }
                 Phase::Idle => {
                     let slot = &mut self.slots[i];
-                    if slot.sock == Sock::None && now >= slot.s.reconnect_at && handshaking < self.cfg.window {
+                    if slot.sock == Sock::None
+                        && now >= slot.s.reconnect_at
+                        && handshaking < self.cfg.window
+                    {
                         if slot.s.gated && slot.s.needs_identify() && !slot.s.has_grant {
                             // Ask the coordinator first; connect once granted.
                             if !slot.s.grant_requested {
@@ -651,7 +681,10 @@ impl Driver {
                 self.close(i, now, false);
                 continue;
             }
-            if self.slots[i].slow_buf.is_some() && !self.slots[i].recv_armed && self.slots[i].s.may_read(now) {
+            if self.slots[i].slow_buf.is_some()
+                && !self.slots[i].recv_armed
+                && self.slots[i].s.may_read(now)
+            {
                 self.arm_recv(i);
             }
             self.flush_out(i);
@@ -673,8 +706,12 @@ impl Driver {
         }
         if let Some(w) = watch {
             let _ = w;
-            self.sh.watch_last_ns.fetch_max(self.rec.watch_last_ns, Relaxed);
-            self.sh.watch_count.fetch_add(std::mem::take(&mut self.rec.watch_count), Relaxed);
+            self.sh
+                .watch_last_ns
+                .fetch_max(self.rec.watch_last_ns, Relaxed);
+            self.sh
+                .watch_count
+                .fetch_add(std::mem::take(&mut self.rec.watch_count), Relaxed);
         }
     }
 
@@ -703,10 +740,26 @@ pub fn add_counters(t: &mut Counters, c: &Counters) {
         ($($f:ident),*) => { $( t.$f += c.$f; )* };
     }
     add!(
-        connects, connect_errors, identifies, readies, resumes_sent, resumed, invalid_resumable,
-        invalid_new_session, deliveries, other_dispatches, duplicates, gaps,
-        entitlement_violations, content_violations, hb_acks, zombies, reconnects_asked, fatal,
-        protocol_errors, bytes_in
+        connects,
+        connect_errors,
+        identifies,
+        readies,
+        resumes_sent,
+        resumed,
+        invalid_resumable,
+        invalid_new_session,
+        deliveries,
+        other_dispatches,
+        duplicates,
+        gaps,
+        entitlement_violations,
+        content_violations,
+        hb_acks,
+        zombies,
+        reconnects_asked,
+        fatal,
+        protocol_errors,
+        bytes_in
     );
     for k in 0..t.closes.len() {
         t.closes[k] += c.closes[k];

@@ -29,9 +29,8 @@ impl Gate {
     /// `clients` connections to the coordinator at `addr`.
     pub fn start(addr: SocketAddr, clients: usize, threads: usize) -> std::io::Result<Arc<Gate>> {
         // Fail early and clearly when the coordinator is not there.
-        let probe = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).map_err(|e| {
-            std::io::Error::new(e.kind(), format!("coordinator {addr}: {e}"))
-        })?;
+        let probe = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+            .map_err(|e| std::io::Error::new(e.kind(), format!("coordinator {addr}: {e}")))?;
         drop(probe);
         let (tx, rx) = sync_channel::<Request>(65_536);
         let rx = Arc::new(Mutex::new(rx));
@@ -53,7 +52,10 @@ impl Gate {
 
     /// Queue a request; false if the queue is full (try again next tick).
     pub fn request(&self, r: Request) -> bool {
-        !matches!(self.tx.try_send(r), Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)))
+        !matches!(
+            self.tx.try_send(r),
+            Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_))
+        )
     }
 
     pub fn stop(&self) {
@@ -93,9 +95,11 @@ fn client(addr: SocketAddr, g: &Gate, rx: &Mutex<Receiver<Request>>) {
                 }
             }
             let (w, r) = conn.as_mut().unwrap();
-            let msg = format!("{{\"op\":\"identify_acquire\",\"shard_id\":{shard},\"key\":\"{app}\"}}\n");
+            let msg =
+                format!("{{\"op\":\"identify_acquire\",\"shard_id\":{shard},\"key\":\"{app}\"}}\n");
             line.clear();
-            let ok = w.write_all(msg.as_bytes()).is_ok() && r.read_line(&mut line).map(|n| n > 0).unwrap_or(false);
+            let ok = w.write_all(msg.as_bytes()).is_ok()
+                && r.read_line(&mut line).map(|n| n > 0).unwrap_or(false);
             if ok && line.contains("\"ok\":true") {
                 g.granted.fetch_add(1, Relaxed);
                 g.grants[t].lock().unwrap().push((slot, gen));

@@ -14,10 +14,10 @@ pub mod fleet;
 pub mod gate;
 pub mod nodes;
 pub mod producer;
+pub mod proxy;
+pub mod report;
 pub mod scenario;
 pub mod session;
 pub mod world;
-pub mod report;
-pub mod proxy;
 
 pub use coordinator::{serve, Config};

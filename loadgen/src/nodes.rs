@@ -59,7 +59,12 @@ impl NodeProc {
         cmd.arg("run")
             .arg("--data-dir")
             .arg(dir)
-            .args(["--gateway-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"])
+            .args([
+                "--gateway-addr",
+                "127.0.0.1:0",
+                "--admin-addr",
+                "127.0.0.1:0",
+            ])
             .args(["--ingest-addr", "127.0.0.1:0", "--no-demo"]);
         match registry {
             RegistryLoc::Sqlite(p) => {
@@ -81,12 +86,20 @@ impl NodeProc {
         }
         let logf = std::fs::File::create(log).map_err(|e| format!("{}: {e}", log.display()))?;
         cmd.stdout(Stdio::null()).stderr(logf);
-        cmd.env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()));
-        let mut child = cmd.spawn().map_err(|e| format!("starting {}: {e}", bin.display()))?;
+        cmd.env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()),
+        );
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| format!("starting {}: {e}", bin.display()))?;
         let deadline = Instant::now() + Duration::from_secs(60);
         let text = loop {
             if let Ok(Some(st)) = child.try_wait() {
-                return Err(format!("gatewayd exited at start ({st}); see {}", log.display()));
+                return Err(format!(
+                    "gatewayd exited at start ({st}); see {}",
+                    log.display()
+                ));
             }
             if let Ok(t) = std::fs::read_to_string(&addrs_path) {
                 if t.lines().count() >= 3 {
@@ -95,7 +108,10 @@ impl NodeProc {
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
-                return Err(format!("gatewayd did not start in 60 s; see {}", log.display()));
+                return Err(format!(
+                    "gatewayd did not start in 60 s; see {}",
+                    log.display()
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         };
@@ -117,7 +133,10 @@ impl NodeProc {
             ingest: get("ingest")?,
             dir: dir.to_path_buf(),
         };
-        while http_get(node.admin, "/readyz").map(|(s, _)| s != 200).unwrap_or(true) {
+        while http_get(node.admin, "/readyz")
+            .map(|(s, _)| s != 200)
+            .unwrap_or(true)
+        {
             if Instant::now() > deadline {
                 return Err("gatewayd not ready in 60 s".into());
             }
@@ -127,7 +146,12 @@ impl NodeProc {
     }
 
     /// Attach to a running node by address (nothing is started or stopped).
-    pub fn attach(gateway: SocketAddrV4, admin: SocketAddr, ingest: SocketAddr, pid: Option<u32>) -> NodeProc {
+    pub fn attach(
+        gateway: SocketAddrV4,
+        admin: SocketAddr,
+        ingest: SocketAddr,
+        pid: Option<u32>,
+    ) -> NodeProc {
         NodeProc {
             child: None,
             pid: pid.unwrap_or(0),
@@ -179,7 +203,9 @@ impl NodeProc {
     }
 
     pub fn metrics(&self) -> Option<Metrics> {
-        http_get(self.admin, "/metrics").ok().map(|(_, b)| Metrics::parse(&b))
+        http_get(self.admin, "/metrics")
+            .ok()
+            .map(|(_, b)| Metrics::parse(&b))
     }
 }
 
@@ -236,7 +262,10 @@ pub fn http_request(addr: SocketAddr, method: &str, path: &str) -> std::io::Resu
         .nth(1)
         .and_then(|c| c.parse().ok())
         .unwrap_or(0);
-    let body = text.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default();
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default();
     Ok((status, body))
 }
 
@@ -278,7 +307,11 @@ impl Metrics {
             .iter()
             .filter_map(|(k, c)| {
                 let le = k.strip_prefix(&prefix)?.strip_suffix("\"}")?;
-                let b = if le == "+Inf" { f64::INFINITY } else { le.parse().ok()? };
+                let b = if le == "+Inf" {
+                    f64::INFINITY
+                } else {
+                    le.parse().ok()?
+                };
                 Some((b, *c))
             })
             .collect();
@@ -303,7 +336,10 @@ pub fn quantile_between(before: &[(f64, f64)], after: &[(f64, f64)], q: f64) -> 
         return None;
     }
     let want = q * total;
-    delta.iter().find(|(_, c)| *c >= want).map(|&(b, _)| (b, total as u64))
+    delta
+        .iter()
+        .find(|(_, c)| *c >= want)
+        .map(|&(b, _)| (b, total as u64))
 }
 
 #[cfg(test)]

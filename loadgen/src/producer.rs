@@ -38,7 +38,9 @@ impl std::str::FromStr for Dist {
                 .parse()
                 .map(Dist::Zipf)
                 .map_err(|_| format!("bad Zipf exponent {e:?}")),
-            _ => Err(format!("unknown distribution {s:?}: uniform, zipf or zipf:EXPONENT")),
+            _ => Err(format!(
+                "unknown distribution {s:?}: uniform, zipf or zipf:EXPONENT"
+            )),
         }
     }
 }
@@ -205,7 +207,11 @@ fn run(
     };
     let mut rng = Rng(0x1234_5678_9abc_def1);
     let start = now_ns();
-    let bg_period = if cfg.rate > 0.0 { 1e9 / cfg.rate } else { f64::INFINITY };
+    let bg_period = if cfg.rate > 0.0 {
+        1e9 / cfg.rate
+    } else {
+        f64::INFINITY
+    };
     let hot_period = cfg.hot.map(|(_, r)| 1e9 / r).unwrap_or(f64::INFINITY);
     let (mut bg_n, mut hot_n) = (0u64, 0u64);
     let mut d = Vec::with_capacity(cfg.payload + 512);
@@ -243,7 +249,11 @@ fn run(
                 }
                 _ => rng.below(world.servers.len() as u64) as u32,
             };
-            let chan = if rng.unit() < cfg.private_share { PRIVATE } else { PUBLIC };
+            let chan = if rng.unit() < cfg.private_share {
+                PRIVATE
+            } else {
+                PUBLIC
+            };
             event += 1;
             let srv = &world.servers[server as usize];
             d.clear();
@@ -269,8 +279,10 @@ fn run(
             );
             let _ = len;
             st.events.fetch_add(1, Relaxed);
-            st.expected_deliveries
-                .fetch_add(world.recipients[server as usize][chan as usize] as u64, Relaxed);
+            st.expected_deliveries.fetch_add(
+                world.recipients[server as usize][chan as usize] as u64,
+                Relaxed,
+            );
             if hot {
                 st.hot_events.fetch_add(1, Relaxed);
             }

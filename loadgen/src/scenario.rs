@@ -155,7 +155,8 @@ fn open_registry(c: &Common, sub: &str) -> Result<Reg, String> {
             for ext in ["", "-wal", "-shm"] {
                 let _ = std::fs::remove_file(format!("{}{ext}", path.display()));
             }
-            let r = registry::SqliteRegistry::open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+            let r = registry::SqliteRegistry::open(&path)
+                .map_err(|e| format!("{}: {e}", path.display()))?;
             Ok(Reg {
                 loc: RegistryLoc::Sqlite(path),
                 handle: Box::new(r),
@@ -179,20 +180,31 @@ fn make_world(c: &Common, reg: &dyn Registry, hot_bots: u32) -> Result<Arc<World
         // planned as sequential scans. A real registry has its statistics.
         let mut client = postgres::Client::connect(url, postgres::NoTls)
             .map_err(|e| format!("PostgreSQL {url}: {e}"))?;
-        client.batch_execute("ANALYZE").map_err(|e| format!("ANALYZE: {e}"))?;
+        client
+            .batch_execute("ANALYZE")
+            .map_err(|e| format!("ANALYZE: {e}"))?;
     }
     progress(&format!(
         "world: {} bots, {} sessions, {} servers, {:.1} recipients per event, written in {:.1} s",
         w.bots.len(),
         c.sessions,
         w.servers.len(),
-        w.recipients.iter().map(|r| (r[0] + r[1]) as f64 / 2.0).sum::<f64>() / w.servers.len() as f64,
+        w.recipients
+            .iter()
+            .map(|r| (r[0] + r[1]) as f64 / 2.0)
+            .sum::<f64>()
+            / w.servers.len() as f64,
         t.elapsed().as_secs_f64()
     ));
     Ok(Arc::new(w))
 }
 
-fn start_node(c: &Common, reg: &RegistryLoc, dir: &str, extra: &[String]) -> Result<NodeProc, String> {
+fn start_node(
+    c: &Common,
+    reg: &RegistryLoc,
+    dir: &str,
+    extra: &[String],
+) -> Result<NodeProc, String> {
     let bin = gatewayd_bin(c.gatewayd.as_deref())?;
     let d = c.out.join("work").join(dir);
     let logs = c.out.join("logs");
@@ -201,8 +213,32 @@ fn start_node(c: &Common, reg: &RegistryLoc, dir: &str, extra: &[String]) -> Res
     args.extend(extra.iter().cloned());
     args.extend(c.node_args.iter().cloned());
     let n = NodeProc::start(&bin, &d, reg, &args, &logs.join(format!("{dir}.log")))?;
-    progress(&format!("node {dir}: pid {}, gateway {}, admin {}", n.pid, n.gateway, n.admin));
+    progress(&format!(
+        "node {dir}: pid {}, gateway {}, admin {}",
+        n.pid, n.gateway, n.admin
+    ));
     Ok(n)
+}
+
+/// The fleet for `world` on `nodes`, as the common options say.
+fn start_fleet(
+    c: &Common,
+    world: &Arc<World>,
+    nodes: Vec<SocketAddrV4>,
+    slow: Vec<(u32, f64)>,
+) -> Result<Fleet, String> {
+    Fleet::start(
+        world.clone(),
+        FleetConfig {
+            nodes,
+            sources: sources(c, c.sessions),
+            threads: c.threads,
+            coordinator: c.coordinator,
+            slow,
+            ..FleetConfig::default()
+        },
+    )
+    .map_err(|e| format!("fleet: {e}"))
 }
 
 /// Source addresses: given, or one 127.0.0.x per 4,000 sessions. One
@@ -214,7 +250,9 @@ fn sources(c: &Common, sessions: u32) -> Vec<Ipv4Addr> {
         return c.sources.clone();
     }
     let n = sessions.div_ceil(4_000).clamp(1, 200);
-    (0..n).map(|i| Ipv4Addr::new(127, 0, 0, 2 + i as u8)).collect()
+    (0..n)
+        .map(|i| Ipv4Addr::new(127, 0, 0, 2 + i as u8))
+        .collect()
 }
 
 const NO_THROTTLE: [&str; 4] = ["--identify-limits", "off", "--admission-per-second", "0"];
@@ -311,7 +349,13 @@ impl Sampler {
 }
 
 /// Waits for every session to stream, sampling each second.
-fn connect_all(fleet: &Fleet, c: &Common, nodes: &[&NodeProc], sampler: &mut Sampler, label: &str) -> (u64, f64) {
+fn connect_all(
+    fleet: &Fleet,
+    c: &Common,
+    nodes: &[&NodeProc],
+    sampler: &mut Sampler,
+    label: &str,
+) -> (u64, f64) {
     let t = Instant::now();
     let deadline = t + c.connect_timeout;
     let n = fleet.shared.sessions as u64;
@@ -332,7 +376,10 @@ fn integrity_claims(rep: &mut Report, c: &Counters, first: Option<String>) {
         "0 entitlement or content violations",
         &match first {
             Some(f) if viol > 0 => format!("{viol} violations; first: {f}"),
-            _ => format!("{} entitlement, {} content violations", c.entitlement_violations, c.content_violations),
+            _ => format!(
+                "{} entitlement, {} content violations",
+                c.entitlement_violations, c.content_violations
+            ),
         },
     );
     rep.claim(
@@ -369,11 +416,20 @@ fn node_figures(rep: &mut Report, group: &str, m: &Metrics) {
     for (name, fam) in [
         ("node: records in", "gatewayd_ingest_records_total"),
         ("node: records rejected", "gatewayd_ingest_rejected_total"),
-        ("node: batches dropped", "gatewayd_ingest_dropped_batches_total"),
+        (
+            "node: batches dropped",
+            "gatewayd_ingest_dropped_batches_total",
+        ),
         ("node: deliveries queued", "gatewayd_deliveries_total"),
         ("node: drops (all reasons)", "gatewayd_drops_total"),
-        ("node: slow-consumer closes", "gatewayd_slow_consumer_closes_total"),
-        ("node: handshake timeouts", "gatewayd_handshake_timeouts_total"),
+        (
+            "node: slow-consumer closes",
+            "gatewayd_slow_consumer_closes_total",
+        ),
+        (
+            "node: handshake timeouts",
+            "gatewayd_handshake_timeouts_total",
+        ),
         ("node: identifies", "gatewayd_identifies_total"),
         ("node: resumes", "gatewayd_resumes_total"),
     ] {
@@ -403,27 +459,27 @@ fn steady(c: &Common, rep: &mut Report) -> Result<(), String> {
         }
     };
     let rss0 = node.rss_bytes();
-    let fleet = Fleet::start(
-        world.clone(),
-        FleetConfig {
-            nodes: vec![node.gateway],
-            sources: sources(c, c.sessions),
-            threads: c.threads,
-            coordinator: c.coordinator,
-            ..FleetConfig::default()
-        },
-    )
-    .map_err(|e| format!("fleet: {e}"))?;
+    let fleet = start_fleet(c, &world, vec![node.gateway], vec![])?;
     let mut sampler = Sampler::new(&[&node]);
     let (ready, secs) = connect_all(&fleet, c, &[&node], &mut sampler, "connect");
     let rss_ready = node.rss_bytes();
     rep.figure("", "sessions", c.sessions as f64, "");
     rep.figure("", "sessions READY", ready as f64, "");
     rep.figure("", "time to all READY", secs, "s");
-    rep.figure("", "identify rate", ready as f64 / secs.max(1e-3), "sessions/s");
+    rep.figure(
+        "",
+        "identify rate",
+        ready as f64 / secs.max(1e-3),
+        "sessions/s",
+    );
     if let (Some(a), Some(b)) = (rss0, rss_ready) {
         rep.figure("", "gatewayd RSS before", a as f64 / 1048576.0, "MiB");
-        rep.figure("", "gatewayd RSS with all sessions", b as f64 / 1048576.0, "MiB");
+        rep.figure(
+            "",
+            "gatewayd RSS with all sessions",
+            b as f64 / 1048576.0,
+            "MiB",
+        );
         rep.figure(
             "",
             "RSS per 1,000 sessions",
@@ -434,7 +490,11 @@ fn steady(c: &Common, rep: &mut Report) -> Result<(), String> {
     let all_ready = rep.claim(
         "every session reaches READY",
         ready == c.sessions as u64,
-        &format!("{} within {:.0} s", c.sessions, c.connect_timeout.as_secs_f64()),
+        &format!(
+            "{} within {:.0} s",
+            c.sessions,
+            c.connect_timeout.as_secs_f64()
+        ),
         &format!("{ready} in {secs:.1} s"),
     );
     if !all_ready {
@@ -490,17 +550,37 @@ fn steady(c: &Common, rep: &mut Report) -> Result<(), String> {
     if let (Some(a), Some(b)) = (cpu0, cpu1) {
         let cores = (b - a) / dt;
         rep.figure("", "gatewayd CPU", cores, "cores");
-        rep.figure("", "deliveries per gatewayd CPU-second", deliveries / (b - a).max(1e-3), "deliveries");
+        rep.figure(
+            "",
+            "deliveries per gatewayd CPU-second",
+            deliveries / (b - a).max(1e-3),
+            "deliveries",
+        );
     }
     rep.figure("", "loadgen CPU", (self1 - self0) / dt, "cores");
     if let Some(r) = rss_end {
         rep.figure("", "gatewayd RSS at the end", r as f64 / 1048576.0, "MiB");
     }
-    rep.figure("", "producer max lag", pstats.max_lag_ns.load(Relaxed) as f64 / 1e6, "ms");
+    rep.figure(
+        "",
+        "producer max lag",
+        pstats.max_lag_ns.load(Relaxed) as f64 / 1e6,
+        "ms",
+    );
     let expected = pstats.expected_deliveries.load(Relaxed);
-    rep.figure("", "events produced", pstats.events.load(Relaxed) as f64, "");
+    rep.figure(
+        "",
+        "events produced",
+        pstats.events.load(Relaxed) as f64,
+        "",
+    );
     rep.figure("", "deliveries expected (all events)", expected as f64, "");
-    rep.figure("", "deliveries received (all events)", total.deliveries as f64, "");
+    rep.figure(
+        "",
+        "deliveries received (all events)",
+        total.deliveries as f64,
+        "",
+    );
     counter_figures(rep, "", &total);
     sampler.into_report(rep, "");
     integrity_claims(rep, &total, first);
@@ -508,14 +588,21 @@ fn steady(c: &Common, rep: &mut Report) -> Result<(), String> {
         "every entitled session receives every event",
         total.deliveries >= expected,
         &format!("{expected} deliveries"),
-        &format!("{} received ({} missing)", total.deliveries, expected.saturating_sub(total.deliveries)),
+        &format!(
+            "{} received ({} missing)",
+            total.deliveries,
+            expected.saturating_sub(total.deliveries)
+        ),
     );
     latency_claims(rep, c, &lat);
     Ok(())
 }
 
 fn latency_claims(rep: &mut Report, c: &Common, lat: &hdrhistogram::Histogram<u64>) {
-    let (p50, p99) = (ms(lat.value_at_quantile(0.5)), ms(lat.value_at_quantile(0.99)));
+    let (p50, p99) = (
+        ms(lat.value_at_quantile(0.5)),
+        ms(lat.value_at_quantile(0.99)),
+    );
     rep.claim(
         "delivery latency p50",
         lat.len() > 0 && p50 <= c.max_p50_ms,
@@ -554,7 +641,11 @@ fn storm(c: &Common, o: &StormOpts, rep: &mut Report) -> Result<(), String> {
         o.nodes
     ));
     for throttle in runs {
-        let group = if throttle { "throttle on" } else { "throttle off" };
+        let group = if throttle {
+            "throttle on"
+        } else {
+            "throttle off"
+        };
         storm_once(c, o, rep, &reg.loc, world.clone(), throttle, group)?;
     }
     Ok(())
@@ -572,31 +663,39 @@ fn storm_once(
 ) -> Result<(), String> {
     // Throttle on = the node's shipped identify limits (per-application
     // max_concurrency buckets, node admission rate); off = none.
-    let extra = if throttle { owned(&["--identify-limits", "on"]) } else { owned(&NO_THROTTLE) };
+    let extra = if throttle {
+        owned(&["--identify-limits", "on"])
+    } else {
+        owned(&NO_THROTTLE)
+    };
     let tag = if throttle { "on" } else { "off" };
     let mut nodes = Vec::new();
     for k in 0..o.nodes {
         // Node A (the victim) starts without the throttle so the fleet
         // comes up fast; the survivors run with the setting under test.
-        let e = if k == 0 { owned(&NO_THROTTLE) } else { extra.clone() };
-        nodes.push(start_node(c, loc, &format!("storm-{tag}-{}", (b'a' + k as u8) as char), &e)?);
+        let e = if k == 0 {
+            owned(&NO_THROTTLE)
+        } else {
+            extra.clone()
+        };
+        nodes.push(start_node(
+            c,
+            loc,
+            &format!("storm-{tag}-{}", (b'a' + k as u8) as char),
+            &e,
+        )?);
     }
-    let fleet = Fleet::start(
-        world.clone(),
-        FleetConfig {
-            nodes: nodes.iter().map(|n| n.gateway).collect(),
-            sources: sources(c, c.sessions),
-            threads: c.threads,
-            coordinator: c.coordinator,
-            ..FleetConfig::default()
-        },
-    )
-    .map_err(|e| format!("fleet: {e}"))?;
+    let fleet = start_fleet(c, &world, nodes.iter().map(|n| n.gateway).collect(), vec![])?;
     let refs: Vec<&NodeProc> = nodes.iter().collect();
     let mut sampler = Sampler::new(&refs);
     let (ready, secs) = connect_all(&fleet, c, &refs, &mut sampler, &format!("connect {group}"));
     drop(refs);
-    rep.figure(group, "sessions on node A before the kill", ready as f64, "");
+    rep.figure(
+        group,
+        "sessions on node A before the kill",
+        ready as f64,
+        "",
+    );
     rep.figure(group, "time to connect them", secs, "s");
     if ready < c.sessions as u64 {
         rep.claim(
@@ -623,7 +722,10 @@ fn storm_once(
     let before: Vec<Option<Metrics>> = nodes[1..].iter().map(|n| n.metrics()).collect();
     let c0 = fleet.counters();
     let rss_a = nodes[0].rss_bytes();
-    progress(&format!("storm {group}: SIGKILL node A (pid {}) holding {ready} sessions", nodes[0].pid));
+    progress(&format!(
+        "storm {group}: SIGKILL node A (pid {}) holding {ready} sessions",
+        nodes[0].pid
+    ));
     let t_kill = Instant::now();
     nodes[0].kill9();
     let limit = Duration::from_secs_f64(o.max_back_secs);
@@ -659,17 +761,47 @@ fn storm_once(
     let first = fleet.shared.first_violation.lock().unwrap().clone();
     let total = fleet.stop();
     if let Some(r) = rss_a {
-        rep.figure(group, "node A RSS before the kill", r as f64 / 1048576.0, "MiB");
+        rep.figure(
+            group,
+            "node A RSS before the kill",
+            r as f64 / 1048576.0,
+            "MiB",
+        );
     }
     rep.add_histogram(&format!("{group}: time back per session"), &recovery);
     rep.figure(group, "sessions back", recovery.len() as f64, "");
-    rep.figure(group, "time back p50", ms(recovery.value_at_quantile(0.5)) / 1000.0, "s");
-    rep.figure(group, "time back p99", ms(recovery.value_at_quantile(0.99)) / 1000.0, "s");
+    rep.figure(
+        group,
+        "time back p50",
+        ms(recovery.value_at_quantile(0.5)) / 1000.0,
+        "s",
+    );
+    rep.figure(
+        group,
+        "time back p99",
+        ms(recovery.value_at_quantile(0.99)) / 1000.0,
+        "s",
+    );
     rep.figure(group, "time back max", ms(recovery.max()) / 1000.0, "s");
-    rep.figure(group, "time until all back", all_back.unwrap_or(f64::NAN), "s");
+    rep.figure(
+        group,
+        "time until all back",
+        all_back.unwrap_or(f64::NAN),
+        "s",
+    );
     let d = |f: fn(&Counters) -> u64| f(&c1) - f(&c0);
-    rep.figure(group, "op 9 received during the storm (resumes of sessions that were on A + refused identifies)", d(|c| c.invalid_new_session + c.invalid_resumable) as f64, "");
-    rep.figure(group, "identifies sent during the storm", d(|c| c.identifies) as f64, "");
+    rep.figure(
+        group,
+        "op 9 received during the storm (resumes of sessions that were on A + refused identifies)",
+        d(|c| c.invalid_new_session + c.invalid_resumable) as f64,
+        "",
+    );
+    rep.figure(
+        group,
+        "identifies sent during the storm",
+        d(|c| c.identifies) as f64,
+        "",
+    );
     let mut refused = 0.0;
     let mut worst_p99: Option<f64> = None;
     let mut calls = 0u64;
@@ -694,7 +826,12 @@ fn storm_once(
     }
     rep.figure(group, "identifies refused by the nodes (op 9)", refused, "");
     rep.figure(group, "registry calls during the storm", calls as f64, "");
-    rep.figure(group, "registry call p99 (bucket bound)", worst_p99.map_or(f64::NAN, |s| s * 1000.0), "ms");
+    rep.figure(
+        group,
+        "registry call p99 (bucket bound)",
+        worst_p99.map_or(f64::NAN, |s| s * 1000.0),
+        "ms",
+    );
     counter_figures(rep, group, &total);
     sampler.into_report(rep, group);
     rep.claim(
@@ -702,15 +839,24 @@ fn storm_once(
         all_back.is_some(),
         &format!("all {ready} back within {:.0} s", o.max_back_secs),
         &match all_back {
-            Some(t) => format!("all back in {t:.1} s (per session p99 {:.1} s)", ms(recovery.value_at_quantile(0.99)) / 1000.0),
-            None => format!("{} of {ready} back after {:.0} s", fleet_back(&recovery), t_kill.elapsed().as_secs_f64()),
+            Some(t) => format!(
+                "all back in {t:.1} s (per session p99 {:.1} s)",
+                ms(recovery.value_at_quantile(0.99)) / 1000.0
+            ),
+            None => format!(
+                "{} of {ready} back after {:.0} s",
+                fleet_back(&recovery),
+                t_kill.elapsed().as_secs_f64()
+            ),
         },
     );
     rep.claim(
         &format!("{group}: registry p99 during the storm"),
         worst_p99.is_some_and(|p| p * 1000.0 <= o.max_registry_p99_ms),
         &format!("<= {} ms", o.max_registry_p99_ms),
-        &worst_p99.map_or("no registry calls observed".into(), |p| format!("<= {:.0} ms over {calls} calls", p * 1000.0)),
+        &worst_p99.map_or("no registry calls observed".into(), |p| {
+            format!("<= {:.0} ms over {calls} calls", p * 1000.0)
+        }),
     );
     let viol = total.entitlement_violations + total.content_violations;
     rep.claim(
@@ -747,7 +893,11 @@ fn slow_consumer(c: &Common, o: &SlowOpts, rep: &mut Report) -> Result<(), Strin
         .bots
         .iter()
         .enumerate()
-        .map(|(b, bot)| b as u32 != target && bot.shards == 1 && shards::worker_for(bot.app_id, 0, c.workers) == w)
+        .map(|(b, bot)| {
+            b as u32 != target
+                && bot.shards == 1
+                && shards::worker_for(bot.app_id, 0, c.workers) == w
+        })
         .collect();
     let neighbours = mask.iter().filter(|&&m| m).count();
     let hot_share = 1.0 - ProducerConfig::default().private_share; // the slow bot sees #general only
@@ -761,25 +911,37 @@ fn slow_consumer(c: &Common, o: &SlowOpts, rep: &mut Report) -> Result<(), Strin
     let mut p99 = [0.0f64; 2];
     let mut peak = [0.0f64; 2];
     for (k, slow) in [false, true].into_iter().enumerate() {
-        let group = if slow { "with the slow bot" } else { "without (baseline)" };
-        let node = start_node(c, &reg.loc, if slow { "slow-b" } else { "slow-a" }, &owned(&NO_THROTTLE))?;
-        let fleet = Fleet::start(
-            world.clone(),
-            FleetConfig {
-                nodes: vec![node.gateway],
-                sources: sources(c, c.sessions),
-                threads: c.threads,
-            coordinator: c.coordinator,
-                slow: if slow { vec![(target, slow_rate)] } else { vec![] },
-                ..FleetConfig::default()
+        let group = if slow {
+            "with the slow bot"
+        } else {
+            "without (baseline)"
+        };
+        let node = start_node(
+            c,
+            &reg.loc,
+            if slow { "slow-b" } else { "slow-a" },
+            &owned(&NO_THROTTLE),
+        )?;
+        let fleet = start_fleet(
+            c,
+            &world,
+            vec![node.gateway],
+            if slow {
+                vec![(target, slow_rate)]
+            } else {
+                vec![]
             },
-        )
-        .map_err(|e| format!("fleet: {e}"))?;
+        )?;
         *fleet.shared.latency_only_bots.lock().unwrap() = Some(Arc::new(mask.clone()));
         let mut sampler = Sampler::new(&[&node]);
         let (ready, _) = connect_all(&fleet, c, &[&node], &mut sampler, group);
         if ready < c.sessions as u64 {
-            rep.claim(&format!("{group}: all sessions READY"), false, &c.sessions.to_string(), &ready.to_string());
+            rep.claim(
+                &format!("{group}: all sessions READY"),
+                false,
+                &c.sessions.to_string(),
+                &ready.to_string(),
+            );
             let _ = fleet.stop();
             return Ok(());
         }
@@ -802,7 +964,8 @@ fn slow_consumer(c: &Common, o: &SlowOpts, rep: &mut Report) -> Result<(), Strin
         let mut closed_at: Option<f64> = None;
         let mut node_closed_at: Option<(f64, f64)> = None;
         let mut rss_peak = rss_start;
-        let end = t0 + Duration::from_secs_f64(c.seconds.max(o.max_close_secs.min(c.seconds * 4.0)));
+        let end =
+            t0 + Duration::from_secs_f64(c.seconds.max(o.max_close_secs.min(c.seconds * 4.0)));
         while Instant::now() < end {
             std::thread::sleep(Duration::from_secs(1));
             sampler.sample(&fleet, &[&node], group);
@@ -814,12 +977,14 @@ fn slow_consumer(c: &Common, o: &SlowOpts, rep: &mut Report) -> Result<(), Strin
             if node_closed_at.is_none() {
                 if let Some(m) = node.metrics() {
                     if m.sum("gatewayd_slow_consumer_closes_total") > 0.0 {
-                        let c4000: f64 = m
-                            .0
-                            .iter()
-                            .filter(|(k, _)| k.starts_with("gatewayd_closes_total{") && k.contains("code=\"4000\""))
-                            .map(|(_, v)| v)
-                            .sum();
+                        let c4000: f64 =
+                            m.0.iter()
+                                .filter(|(k, _)| {
+                                    k.starts_with("gatewayd_closes_total{")
+                                        && k.contains("code=\"4000\"")
+                                })
+                                .map(|(_, v)| v)
+                                .sum();
                         node_closed_at = Some((t0.elapsed().as_secs_f64(), c4000));
                     }
                 }
@@ -849,21 +1014,51 @@ fn slow_consumer(c: &Common, o: &SlowOpts, rep: &mut Report) -> Result<(), Strin
         rep.add_histogram(&format!("neighbours {group}"), &lat);
         p99[k] = ms(lat.value_at_quantile(0.99));
         peak[k] = rss_peak;
-        rep.figure(group, "neighbour latency p50", ms(lat.value_at_quantile(0.5)), "ms");
+        rep.figure(
+            group,
+            "neighbour latency p50",
+            ms(lat.value_at_quantile(0.5)),
+            "ms",
+        );
         rep.figure(group, "neighbour latency p99", p99[k], "ms");
         rep.figure(group, "neighbour deliveries measured", lat.len() as f64, "");
         rep.figure(group, "gatewayd RSS at start", rss_start, "MiB");
         rep.figure(group, "gatewayd RSS peak", rss_peak, "MiB");
-        rep.figure(group, "closes 4000 (slow consumer) received", total.closes[0] as f64, "");
+        rep.figure(
+            group,
+            "closes 4000 (slow consumer) received",
+            total.closes[0] as f64,
+            "",
+        );
         counter_figures(rep, group, &total);
         sampler.into_report(rep, group);
         integrity_claims(rep, &total, first);
         if slow {
             let code = fleet_code;
-            rep.figure(group, "node closed the slow session after", node_closed_at.map_or(f64::NAN, |x| x.0), "s");
-            rep.figure(group, "node close frames 4000 sent by then", node_closed_at.map_or(f64::NAN, |x| x.1), "");
-            rep.figure(group, "slow bot's connection ended after", closed_at.unwrap_or(f64::NAN), "s");
-            rep.figure(group, "close code the slow bot read (0: none)", code as f64, "");
+            rep.figure(
+                group,
+                "node closed the slow session after",
+                node_closed_at.map_or(f64::NAN, |x| x.0),
+                "s",
+            );
+            rep.figure(
+                group,
+                "node close frames 4000 sent by then",
+                node_closed_at.map_or(f64::NAN, |x| x.1),
+                "",
+            );
+            rep.figure(
+                group,
+                "slow bot's connection ended after",
+                closed_at.unwrap_or(f64::NAN),
+                "s",
+            );
+            rep.figure(
+                group,
+                "close code the slow bot read (0: none)",
+                code as f64,
+                "",
+            );
             if code == 0 && closed_at.is_some() {
                 rep.notes.push(
                     "the slow bot never read the 4000 close frame: it was queued behind the unread events, \
@@ -900,14 +1095,30 @@ fn slow_consumer(c: &Common, o: &SlowOpts, rep: &mut Report) -> Result<(), Strin
     rep.claim(
         "no neighbour sees added latency",
         p99[1] - p99[0] <= o.max_added_p99_ms,
-        &format!("p99 with the slow bot - p99 without <= {} ms", o.max_added_p99_ms),
-        &format!("{:.2} ms - {:.2} ms = {:+.2} ms", p99[1], p99[0], p99[1] - p99[0]),
+        &format!(
+            "p99 with the slow bot - p99 without <= {} ms",
+            o.max_added_p99_ms
+        ),
+        &format!(
+            "{:.2} ms - {:.2} ms = {:+.2} ms",
+            p99[1],
+            p99[0],
+            p99[1] - p99[0]
+        ),
     );
     rep.claim(
         "gatewayd memory stays bounded",
         peak[1] - peak[0] <= o.max_added_rss_mib,
-        &format!("peak RSS with the slow bot - without <= {} MiB", o.max_added_rss_mib),
-        &format!("{:.0} MiB - {:.0} MiB = {:+.0} MiB", peak[1], peak[0], peak[1] - peak[0]),
+        &format!(
+            "peak RSS with the slow bot - without <= {} MiB",
+            o.max_added_rss_mib
+        ),
+        &format!(
+            "{:.0} MiB - {:.0} MiB = {:+.0} MiB",
+            peak[1],
+            peak[0],
+            peak[1] - peak[0]
+        ),
     );
     Ok(())
 }
@@ -935,27 +1146,25 @@ fn revocation(c: &Common, o: &RevocationOpts, rep: &mut Report) -> Result<(), St
         &RegistryLoc::Postgres(proxied),
         "revocation",
         &[
-            NO_THROTTLE.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+            NO_THROTTLE
+                .iter()
+                .map(|s| s.to_string())
+                .collect::<Vec<_>>(),
             owned(&["--brownout-max-ms", &o.brownout_max_ms.to_string()]),
             owned(&["--lease-ttl-ms", &o.lease_ttl_ms.to_string()]),
         ]
         .concat(),
     )?;
-    let fleet = Fleet::start(
-        world.clone(),
-        FleetConfig {
-            nodes: vec![node.gateway],
-            sources: sources(c, c.sessions),
-            threads: c.threads,
-            coordinator: c.coordinator,
-            ..FleetConfig::default()
-        },
-    )
-    .map_err(|e| format!("fleet: {e}"))?;
+    let fleet = start_fleet(c, &world, vec![node.gateway], vec![])?;
     let mut sampler = Sampler::new(&[&node]);
     let (ready, _) = connect_all(&fleet, c, &[&node], &mut sampler, "connect");
     if ready < c.sessions as u64 {
-        rep.claim("all sessions READY", false, &c.sessions.to_string(), &ready.to_string());
+        rep.claim(
+            "all sessions READY",
+            false,
+            &c.sessions.to_string(),
+            &ready.to_string(),
+        );
         let _ = fleet.stop();
         return Ok(());
     }
@@ -1001,7 +1210,9 @@ fn revocation(c: &Common, o: &RevocationOpts, rep: &mut Report) -> Result<(), St
             .uninstall(app, world.servers[0].id)
             .map_err(|e| format!("uninstall: {e}"))?;
         let revoked_at = now_ns();
-        progress(&format!("revocation {case}: uninstalled application {app} from the hot server"));
+        progress(&format!(
+            "revocation {case}: uninstalled application {app} from the hot server"
+        ));
         // Done when nothing arrived for 3 s (the producer keeps posting
         // there at hot_rate), or at the bound + 10 s.
         let give_up = Instant::now() + Duration::from_secs_f64(bound + 10.0);
@@ -1023,15 +1234,34 @@ fn revocation(c: &Common, o: &RevocationOpts, rep: &mut Report) -> Result<(), St
         }
         proxy.set(crate::proxy::Fault::Pass);
         let group = format!("{case}");
-        rep.figure(&group, "events to the bot in the 2 s before the revoke", flowing as f64, "");
-        rep.figure(&group, "events received after the revoke", (after.saturating_sub(flowing)) as f64, "");
-        rep.figure(&group, "last event after the revoke", stopped.unwrap_or(f64::NAN), "s");
+        rep.figure(
+            &group,
+            "events to the bot in the 2 s before the revoke",
+            flowing as f64,
+            "",
+        );
+        rep.figure(
+            &group,
+            "events received after the revoke",
+            (after.saturating_sub(flowing)) as f64,
+            "",
+        );
+        rep.figure(
+            &group,
+            "last event after the revoke",
+            stopped.unwrap_or(f64::NAN),
+            "s",
+        );
         rep.claim(
             &format!("{case}: the revoked bot stops receiving"),
             flowing > 0 && stopped.is_some_and(|s| s <= bound),
-            &format!("last event within {bound:.1} s of the revoke (and events were flowing before)"),
+            &format!(
+                "last event within {bound:.1} s of the revoke (and events were flowing before)"
+            ),
             &match stopped {
-                Some(s) => format!("last event {s:.3} s after the revoke ({flowing} events in the 2 s before)"),
+                Some(s) => format!(
+                    "last event {s:.3} s after the revoke ({flowing} events in the 2 s before)"
+                ),
                 None => format!("still receiving {:.0} s after the revoke", bound + 10.0),
             },
         );
@@ -1074,7 +1304,11 @@ fn pg_addr(url: &str) -> Result<SocketAddr, String> {
     let rest = url.split_once("://").map(|x| x.1).unwrap_or(url);
     let hostport = rest.split('/').next().unwrap_or("");
     let hostport = hostport.rsplit('@').next().unwrap_or(hostport);
-    let hp = if hostport.contains(':') { hostport.to_string() } else { format!("{hostport}:5432") };
+    let hp = if hostport.contains(':') {
+        hostport.to_string()
+    } else {
+        format!("{hostport}:5432")
+    };
     use std::net::ToSocketAddrs;
     hp.to_socket_addrs()
         .ok()
@@ -1088,7 +1322,10 @@ fn replace_host_port(url: &str, to: SocketAddr) -> String {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, ""),
     };
-    let userinfo = hostpart.rsplit_once('@').map(|(u, _)| format!("{u}@")).unwrap_or_default();
+    let userinfo = hostpart
+        .rsplit_once('@')
+        .map(|(u, _)| format!("{u}@"))
+        .unwrap_or_default();
     format!("{scheme}://{userinfo}{to}{path}")
 }
 
@@ -1104,13 +1341,19 @@ mod tests {
     #[test]
     fn urls() {
         assert_eq!(
-            replace_host_port("postgres://u:p@127.0.0.1:5432/db?x=1", "127.0.0.1:9".parse().unwrap()),
+            replace_host_port(
+                "postgres://u:p@127.0.0.1:5432/db?x=1",
+                "127.0.0.1:9".parse().unwrap()
+            ),
             "postgres://u:p@127.0.0.1:9/db?x=1"
         );
         assert_eq!(
             replace_host_port("postgresql://127.0.0.1/db", "127.0.0.1:9".parse().unwrap()),
             "postgresql://127.0.0.1:9/db"
         );
-        assert_eq!(pg_addr("postgres://u@127.0.0.1:6000/x").unwrap().port(), 6000);
+        assert_eq!(
+            pg_addr("postgres://u@127.0.0.1:6000/x").unwrap().port(),
+            6000
+        );
     }
 }

@@ -133,7 +133,10 @@ fn parse_attach(s: &str) -> Result<(SocketAddrV4, SocketAddr, SocketAddr, Option
     let g = p[0].parse().map_err(|e| format!("gateway {}: {e}", p[0]))?;
     let a = p[1].parse().map_err(|e| format!("admin {}: {e}", p[1]))?;
     let i = p[2].parse().map_err(|e| format!("ingest {}: {e}", p[2]))?;
-    let pid = p.get(3).map(|x| x.parse().map_err(|e| format!("pid {x}: {e}"))).transpose()?;
+    let pid = p
+        .get(3)
+        .map(|x| x.parse().map_err(|e| format!("pid {x}: {e}")))
+        .transpose()?;
     Ok((g, a, i, pid))
 }
 

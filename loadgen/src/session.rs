@@ -315,12 +315,21 @@ impl Session {
         Action::Close
     }
 
-    fn parse(&mut self, buf: &[u8], now: u64, world: &World, rec: &mut Recorder) -> (usize, Action) {
+    fn parse(
+        &mut self,
+        buf: &[u8],
+        now: u64,
+        world: &World,
+        rec: &mut Recorder,
+    ) -> (usize, Action) {
         let mut off = 0;
         if self.phase == Phase::Upgrading {
             let Some(end) = find(buf, b"\r\n\r\n") else {
                 if buf.len() > 16 * 1024 {
-                    return (0, self.protocol_error(now, rec, "HTTP head too large".into()));
+                    return (
+                        0,
+                        self.protocol_error(now, rec, "HTTP head too large".into()),
+                    );
                 }
                 return (0, Action::Continue);
             };
@@ -447,7 +456,10 @@ impl Session {
         };
         match v["op"].as_u64() {
             Some(10) => {
-                self.hb_ms = v["d"]["heartbeat_interval"].as_u64().unwrap_or(41_250).max(100);
+                self.hb_ms = v["d"]["heartbeat_interval"]
+                    .as_u64()
+                    .unwrap_or(41_250)
+                    .max(100);
                 self.next_hb = now + (self.rand() % 1000) * self.hb_ms * 1_000;
                 self.awaiting_ack = false;
                 if let (Some(id), true) = (self.session_id.clone(), self.seq > 0) {
@@ -581,7 +593,9 @@ impl Session {
         if watched {
             rec.watch_last_ns = rec.watch_last_ns.max(now);
             rec.watch_count += 1;
-        } else if !world.entitled(self.bot, server, chan) || world.shard_of(self.bot, server) != self.shard {
+        } else if !world.entitled(self.bot, server, chan)
+            || world.shard_of(self.bot, server) != self.shard
+        {
             rec.c.entitlement_violations += 1;
             if rec.first_violation.is_none() {
                 rec.first_violation = Some(format!(
@@ -603,8 +617,9 @@ impl Session {
                 None => true,
             };
             if keep {
-                rec.latency
-                    .saturating_record((crate::clock::now_ns().saturating_sub(sched) / 1000).max(1));
+                rec.latency.saturating_record(
+                    (crate::clock::now_ns().saturating_sub(sched) / 1000).max(1),
+                );
             }
         }
     }
@@ -660,8 +675,14 @@ mod tests {
                 servers: vec![(0, false)],
             }],
             servers: vec![
-                Server { id: 10 << 22, channels: [1, 2] },
-                Server { id: 11 << 22, channels: [3, 4] },
+                Server {
+                    id: 10 << 22,
+                    channels: [1, 2],
+                },
+                Server {
+                    id: 11 << 22,
+                    channels: [3, 4],
+                },
             ],
             recipients: vec![[1, 0], [0, 0]],
             hot_bots: vec![],
@@ -765,7 +786,11 @@ mod tests {
         let t = s.next_hb;
         assert_eq!(s.tick(t, &mut r), Action::Continue);
         assert!(!s.out.is_empty(), "heartbeat sent");
-        assert_eq!(s.tick(t + 41_250_000_000, &mut r), Action::Close, "no ACK: zombie");
+        assert_eq!(
+            s.tick(t + 41_250_000_000, &mut r),
+            Action::Close,
+            "no ACK: zombie"
+        );
         assert_eq!(r.c.zombies, 1);
         let mut close = vec![0x88, 2];
         close.extend_from_slice(&4014u16.to_be_bytes());

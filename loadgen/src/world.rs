@@ -221,14 +221,21 @@ impl World {
                 break;
             }
             if bot.shards == 1 && bot.intents & MESSAGE_CONTENT != 0 {
-                reg.install(bot.app_id, servers[0].id, VIEW_CHANNEL | SEND_MESSAGES | READ_MESSAGE_HISTORY)
-                    .map_err(|e| err("install", e))?;
+                reg.install(
+                    bot.app_id,
+                    servers[0].id,
+                    VIEW_CHANNEL | SEND_MESSAGES | READ_MESSAGE_HISTORY,
+                )
+                .map_err(|e| err("install", e))?;
                 bot.servers.insert(0, (0, false));
                 hot_bots.push(b as u32);
             }
         }
         if (hot_bots.len() as u32) < p.hot_bots {
-            return Err(format!("only {} bots fit the hot server; use more sessions", hot_bots.len()));
+            return Err(format!(
+                "only {} bots fit the hot server; use more sessions",
+                hot_bots.len()
+            ));
         }
         let mut w = World {
             servers,
@@ -259,7 +266,12 @@ impl World {
     /// (on the one session whose shard covers `s`).
     pub fn entitled(&self, b: u32, s: u32, c: u8) -> bool {
         let bot = &self.bots[b as usize];
-        if s == 0 && self.revoked_hot.get(b as usize).is_some_and(|r| r.load(std::sync::atomic::Ordering::Relaxed)) {
+        if s == 0
+            && self
+                .revoked_hot
+                .get(b as usize)
+                .is_some_and(|r| r.load(std::sync::atomic::Ordering::Relaxed))
+        {
             return false;
         }
         if bot.intents & GUILD_MESSAGES == 0 {
@@ -297,7 +309,8 @@ impl World {
     pub fn pick_target(&self, s: u32) -> Option<u32> {
         self.bots.iter().enumerate().find_map(|(b, bot)| {
             let ok = bot.shards == 1
-                && bot.intents & (GUILD_MESSAGES | MESSAGE_CONTENT) == GUILD_MESSAGES | MESSAGE_CONTENT
+                && bot.intents & (GUILD_MESSAGES | MESSAGE_CONTENT)
+                    == GUILD_MESSAGES | MESSAGE_CONTENT
                 && bot.servers.iter().any(|&(i, _)| i == s);
             ok.then_some(b as u32)
         })

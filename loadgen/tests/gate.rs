@@ -40,11 +40,23 @@ fn one_application_is_spaced_others_are_not() {
     // ... application 8 has its own.
     assert!(g.request((0, 3, 0, 8, 0)));
     let first = wait_grants(&g, 2, Duration::from_secs(2));
-    assert_eq!(first.len(), 2, "app 7's first shard and app 8 at once: {first:?}");
-    assert!(t.elapsed() < Duration::from_millis(350), "{:?}", t.elapsed());
+    assert_eq!(
+        first.len(),
+        2,
+        "app 7's first shard and app 8 at once: {first:?}"
+    );
+    assert!(
+        t.elapsed() < Duration::from_millis(350),
+        "{:?}",
+        t.elapsed()
+    );
     let second = wait_grants(&g, 1, Duration::from_secs(3));
     assert_eq!(second.len(), 1);
-    assert!(t.elapsed() >= Duration::from_millis(400), "spaced: {:?}", t.elapsed());
+    assert!(
+        t.elapsed() >= Duration::from_millis(400),
+        "spaced: {:?}",
+        t.elapsed()
+    );
     let mut slots: Vec<usize> = first.iter().chain(&second).map(|g| g.0).collect();
     slots.sort();
     assert_eq!(slots, vec![1, 2, 3]);

@@ -121,7 +121,7 @@ const MIGRATIONS: &[&str] = &[
         application_id BIGINT NOT NULL,
         server_id      BIGINT NOT NULL DEFAULT 0
     );
-    "#,    // 4: server snapshots read a server's installation roles by server_id,
+    "#, // 4: server snapshots read a server's installation roles by server_id,
     // which the primary key (application_id, server_id, role_id) cannot
     // serve: every identify scanned the whole table (found by loadgen: 4
     // identifies/s on a 1,000-bot registry).

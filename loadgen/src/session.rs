@@ -800,6 +800,52 @@ mod tests {
     }
 
     #[test]
+    fn op7_reconnects_at_once_and_resumes() {
+        let w = world();
+        let mut r = Recorder::new();
+        let mut s = Session::new(0, 0, 1, 5);
+        ready(&mut s, &w, &mut r);
+        s.feed(&msg(2, 0, 0), 3, &w, &mut r);
+        assert_eq!(
+            s.feed(&frame(r#"{"op":7,"d":null}"#), 50, &w, &mut r),
+            Action::Close
+        );
+        s.on_lost(50, false, 1, &mut r);
+        assert_eq!(s.reconnect_at, 50, "no backoff after op 7");
+        assert!(!s.needs_identify());
+        s.on_connecting();
+        s.on_connected("h", &mut r);
+        s.out.clear();
+        let mut b = b"HTTP/1.1 101 Switching Protocols\r\n\r\n".to_vec();
+        b.extend(frame(r#"{"op":10,"d":{"heartbeat_interval":41250}}"#));
+        s.feed(&b, 60, &w, &mut r);
+        assert_eq!(s.phase, Phase::Resuming);
+        s.feed(&msg(3, 0, 0), 61, &w, &mut r); // replayed
+        s.feed(
+            &frame(r#"{"op":0,"t":"RESUMED","s":4,"d":{}}"#),
+            62,
+            &w,
+            &mut r,
+        );
+        assert!(s.streaming());
+        assert_eq!((r.c.resumed, r.c.gaps, r.c.duplicates), (1, 0, 0));
+    }
+
+    #[test]
+    fn a_paced_reader_reads_at_its_rate() {
+        let w = world();
+        let mut r = Recorder::new();
+        let mut s = Session::new(0, 0, 1, 5);
+        s.read_rate = Some(10.0);
+        ready(&mut s, &w, &mut r);
+        let t0 = s.streaming_since;
+        assert!(s.may_read(t0));
+        s.feed(&msg(2, 0, 0), t0, &w, &mut r);
+        assert!(!s.may_read(t0), "one event read, none allowed yet");
+        assert!(s.may_read(t0 + 100_000_000), "10/s: the next after 100 ms");
+    }
+
+    #[test]
     fn content_must_be_empty_without_the_intent() {
         let mut w = world();
         w.bots[0].intents = GUILDS | GUILD_MESSAGES;

@@ -295,6 +295,7 @@ struct Driver {
     reported_socket_error: bool,
     reported_refusal: bool,
     gate: Option<Arc<crate::gate::Gate>>,
+    scratch: Vec<u8>,
 }
 
 impl Driver {
@@ -352,6 +353,7 @@ impl Driver {
             reported_socket_error: false,
             reported_refusal: false,
             gate,
+            scratch: Vec::with_capacity(4096),
         }
     }
 
@@ -392,10 +394,14 @@ impl Driver {
             if let Some(bid) = c.buffer_id() {
                 if current && c.result > 0 && self.slots[i].sock == Sock::Open {
                     let n = c.result as usize;
-                    // Copy out so the buffer goes back before parsing.
-                    let data = self.ring.buffer(bid, n).to_vec();
+                    // Copy out (into a reused scratch buffer) so the
+                    // provided buffer goes back before parsing.
+                    let mut data = std::mem::take(&mut self.scratch);
+                    data.clear();
+                    data.extend_from_slice(self.ring.buffer(bid, n));
                     self.ring.recycle(bid);
                     self.feed(i, &data, now);
+                    self.scratch = data;
                 } else {
                     self.ring.recycle(bid);
                 }

@@ -220,6 +220,26 @@ fn start_node(
     Ok(n)
 }
 
+/// The producer's settings from the common options, writing to `ingest`.
+fn producer_config(c: &Common, ingest: Vec<SocketAddr>) -> ProducerConfig {
+    ProducerConfig {
+        ingest,
+        rate: c.rate,
+        dist: c.dist.clone(),
+        payload: c.payload,
+        ..ProducerConfig::default()
+    }
+}
+
+/// False (with a failed claim in the report) unless every session is READY.
+fn all_ready(rep: &mut Report, claim: &str, c: &Common, ready: u64) -> bool {
+    let ok = ready >= c.sessions as u64;
+    if !ok {
+        rep.claim(claim, false, &c.sessions.to_string(), &ready.to_string());
+    }
+    ok
+}
+
 /// The fleet for `world` on `nodes`, as the common options say.
 fn start_fleet(
     c: &Common,
@@ -501,16 +521,7 @@ fn steady(c: &Common, rep: &mut Report) -> Result<(), String> {
         let _ = fleet.stop();
         return Ok(());
     }
-    let producer = Producer::start(
-        world.clone(),
-        ProducerConfig {
-            ingest: vec![node.ingest],
-            rate: c.rate,
-            dist: c.dist.clone(),
-            payload: c.payload,
-            ..ProducerConfig::default()
-        },
-    );
+    let producer = Producer::start(world.clone(), producer_config(c, vec![node.ingest]));
     let warm_end = Instant::now() + Duration::from_secs_f64(c.warmup);
     while Instant::now() < warm_end {
         std::thread::sleep(Duration::from_secs(1));
@@ -697,25 +708,18 @@ fn storm_once(
         "",
     );
     rep.figure(group, "time to connect them", secs, "s");
-    if ready < c.sessions as u64 {
-        rep.claim(
-            &format!("{group}: all sessions on node A before the kill"),
-            false,
-            &c.sessions.to_string(),
-            &ready.to_string(),
-        );
+    if !all_ready(
+        rep,
+        &format!("{group}: all sessions on node A before the kill"),
+        c,
+        ready,
+    ) {
         let _ = fleet.stop();
         return Ok(());
     }
     let producer = Producer::start(
         world.clone(),
-        ProducerConfig {
-            ingest: nodes.iter().map(|n| n.ingest).collect(),
-            rate: c.rate,
-            dist: c.dist.clone(),
-            payload: c.payload,
-            ..ProducerConfig::default()
-        },
+        producer_config(c, nodes.iter().map(|n| n.ingest).collect()),
     );
     std::thread::sleep(Duration::from_secs_f64(c.warmup));
     let _ = fleet.take_histograms();
@@ -935,13 +939,7 @@ fn slow_consumer(c: &Common, o: &SlowOpts, rep: &mut Report) -> Result<(), Strin
         *fleet.shared.latency_only_bots.lock().unwrap() = Some(Arc::new(mask.clone()));
         let mut sampler = Sampler::new(&[&node]);
         let (ready, _) = connect_all(&fleet, c, &[&node], &mut sampler, group);
-        if ready < c.sessions as u64 {
-            rep.claim(
-                &format!("{group}: all sessions READY"),
-                false,
-                &c.sessions.to_string(),
-                &ready.to_string(),
-            );
+        if !all_ready(rep, &format!("{group}: all sessions READY"), c, ready) {
             let _ = fleet.stop();
             return Ok(());
         }
@@ -949,12 +947,8 @@ fn slow_consumer(c: &Common, o: &SlowOpts, rep: &mut Report) -> Result<(), Strin
         let producer = Producer::start(
             world.clone(),
             ProducerConfig {
-                ingest: vec![node.ingest],
-                rate: c.rate,
-                dist: c.dist.clone(),
                 hot: Some((0, o.hot_rate)),
-                payload: c.payload,
-                ..ProducerConfig::default()
+                ..producer_config(c, vec![node.ingest])
             },
         );
         let _ = fleet.take_histograms();
@@ -1158,26 +1152,16 @@ fn revocation(c: &Common, o: &RevocationOpts, rep: &mut Report) -> Result<(), St
     let fleet = start_fleet(c, &world, vec![node.gateway], vec![])?;
     let mut sampler = Sampler::new(&[&node]);
     let (ready, _) = connect_all(&fleet, c, &[&node], &mut sampler, "connect");
-    if ready < c.sessions as u64 {
-        rep.claim(
-            "all sessions READY",
-            false,
-            &c.sessions.to_string(),
-            &ready.to_string(),
-        );
+    if !all_ready(rep, "all sessions READY", c, ready) {
         let _ = fleet.stop();
         return Ok(());
     }
     let producer = Producer::start(
         world.clone(),
         ProducerConfig {
-            ingest: vec![node.ingest],
-            rate: c.rate,
-            dist: c.dist.clone(),
             hot: Some((0, o.hot_rate)),
-            payload: c.payload,
             private_share: 0.0,
-            ..ProducerConfig::default()
+            ..producer_config(c, vec![node.ingest])
         },
     );
     std::thread::sleep(Duration::from_secs_f64(c.warmup));

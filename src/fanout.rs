@@ -185,9 +185,14 @@ impl FanOut {
     }
 
     /// `n` more entries of a session's ring went out on its connection.
-    pub fn mark_sent(&mut self, idx: u32, n: u32) {
-        if let Some(s) = self.sessions.get_mut(idx as usize).and_then(Option::as_mut) {
-            s.ring.mark_sent(&self.slab, n);
+    /// `n` more entries went to the socket; returns how many are still unsent.
+    pub fn mark_sent(&mut self, idx: u32, n: u32) -> u32 {
+        match self.sessions.get_mut(idx as usize).and_then(Option::as_mut) {
+            Some(s) => {
+                s.ring.mark_sent(&self.slab, n);
+                s.ring.len_unsent()
+            }
+            None => 0,
         }
     }
 

@@ -66,6 +66,10 @@ const TICK: Duration = Duration::from_millis(250);
 /// Identifies and handed-over connections unanswered). Bounding the park
 /// turns such a lost wakeup into at most this much delay.
 const PARK_MAX: Duration = Duration::from_millis(50);
+/// A flush submits and reaps its sends every this many: the completions
+/// then find their connection, send slot and session still in cache (the
+/// kernel's work for a few hundred sends evicts them otherwise).
+const REAP_EVERY: usize = 32;
 /// How long a closing connection waits for the peer's FIN after ours.
 const LINGER_MS: u64 = 2_000;
 /// Buffers above this are released when they drain, so idle sessions are small.
@@ -89,7 +93,10 @@ fn ud_parts(u: u64) -> (u8, ConnKey) {
 enum ConnState {
     /// Reading an HTTP request head (REST, or the WebSocket upgrade).
     Http,
-    WebSocket(Box<WsConn>),
+    /// With the fan-out session it serves after READY or RESUMED, kept
+    /// here rather than in `WsConn` so a send finds it in the connection's
+    /// own cache lines.
+    WebSocket(Box<WsConn>, Option<u32>),
     /// Our FIN is sent (or about to be); waiting for the peer's until `deadline`.
     Closing,
 }
@@ -97,9 +104,6 @@ enum ConnState {
 struct WsConn {
     decoder: ws::Decoder,
     session: Session,
-    /// The gateway session (in the fan-out) this connection serves, after
-    /// READY or RESUMED.
-    sid: Option<u32>,
     /// Set when the session must not be kept for Resume after this connection.
     end_session: bool,
 }
@@ -223,6 +227,10 @@ pub struct Worker {
     rings: Vec<RingState>,
     limits: Limits,
     completions: Vec<Completion>,
+    /// Completions reaped in the middle of a flush (see `REAP_EVERY`).
+    reaped: Vec<Completion>,
+    /// Sends pushed since the last reap.
+    unreaped: usize,
     scratch: Vec<u8>,
     queue: Vec<ConnKey>,
     /// Sessions, their rings and the event arena.
@@ -230,6 +238,8 @@ pub struct Worker {
     pool: SendPool,
     /// Connections that found the send pool empty; they go first next turn.
     deferred: Vec<ConnKey>,
+    /// The connections the running flush works through.
+    flushing: Vec<ConnKey>,
     overflow: Vec<(u32, ConnKey)>,
     gather: Vec<u8>,
     mentions: Vec<u64>,
@@ -364,11 +374,14 @@ impl Worker {
             rings,
             limits,
             completions: Vec::with_capacity(4096),
+            reaped: Vec::with_capacity(REAP_EVERY * 2),
+            unreaped: 0,
             scratch: Vec::with_capacity(4096),
             queue: Vec::with_capacity(max_conns),
             fan,
             pool: SendPool::new(send_slots),
             deferred: Vec::with_capacity(max_conns),
+            flushing: Vec::with_capacity(max_conns),
             overflow: Vec::with_capacity(1024),
             gather: Vec::with_capacity(64 * 1024),
             mentions: Vec::with_capacity(128),
@@ -484,7 +497,7 @@ impl Worker {
             }
             // Send what the completions made sendable (a resumed session's
             // replay) before new events queue behind it.
-            self.flush_and_submit();
+            progressed |= self.flush_and_submit();
             for _ in 0..64 {
                 match self.inbox.try_recv() {
                     Ok(msg) => {
@@ -494,7 +507,7 @@ impl Worker {
                     Err(_) => break,
                 }
             }
-            self.flush_and_submit();
+            progressed |= self.flush_and_submit();
             if !progressed {
                 break;
             }
@@ -505,13 +518,42 @@ impl Worker {
         conn_in(&mut self.rings, key)
     }
 
-    fn flush_and_submit(&mut self) {
-        self.flush();
+    /// Returns true if completions were handled on the way (so the turn
+    /// must look again: they may have queued more to send).
+    fn flush_and_submit(&mut self) -> bool {
+        let reaped = self.flush();
         for r in &mut self.rings {
             if let Err(e) = r.ring.submit() {
                 tracing::error!(error = %e, "io_uring submit failed");
             }
         }
+        self.unreaped = 0;
+        reaped || !self.queue.is_empty()
+    }
+
+    /// Submit what is pushed and handle the completions that are there
+    /// (mostly the sends just submitted, which complete inline).
+    fn reap(&mut self) -> bool {
+        self.unreaped = 0;
+        let mut any = false;
+        for r in 0..self.rings.len() {
+            if let Err(e) = self.rings[r].ring.submit() {
+                tracing::error!(error = %e, "io_uring submit failed");
+            }
+            loop {
+                self.reaped.clear();
+                let n = self.rings[r].ring.drain(&mut self.reaped);
+                for i in 0..n {
+                    let c = self.reaped[i];
+                    self.on_completion(r, c);
+                }
+                any |= n > 0;
+                if n < self.reaped.capacity() {
+                    break;
+                }
+            }
+        }
+        any
     }
 
     /// Accept into the fixed table while it has room below the admission
@@ -831,12 +873,14 @@ impl Worker {
     }
 
     fn on_send(&mut self, key: ConnKey, c: Completion) {
-        if let Some((_buf, slot)) = self.graveyard.remove(&c.user_data) {
-            // The kernel is done with a dead connection's buffers.
-            if let Some(id) = slot {
-                self.pool.put(id);
+        if !self.graveyard.is_empty() {
+            if let Some((_buf, slot)) = self.graveyard.remove(&c.user_data) {
+                // The kernel is done with a dead connection's buffers.
+                if let Some(id) = slot {
+                    self.pool.put(id);
+                }
+                return;
             }
-            return;
         }
         let oldest = self.fan.arena.oldest();
         let metrics = &self.shared.metrics[self.id];
@@ -863,6 +907,8 @@ impl Worker {
         let sent = c.result as usize;
         WorkerMetrics::add(&metrics.bytes_out, sent as u64);
         let short;
+        // Ring entries still unsent after this send (u32::MAX: not known).
+        let mut unsent = u32::MAX;
         match slot_id {
             None => {
                 // TLS: ciphertext from `wire`.
@@ -888,12 +934,13 @@ impl Worker {
                 conn.partial = partial;
                 short = entries < total_entries || conn.wire_off > 0 || (wanted > 0 && sent == 0);
                 let sid = match &conn.state {
-                    ConnState::WebSocket(w) => w.sid,
+                    ConnState::WebSocket(_, sid) => *sid,
                     _ => None,
                 };
-                if let Some(sid) = sid {
-                    self.fan.mark_sent(sid, entries);
-                }
+                unsent = match sid {
+                    Some(sid) => self.fan.mark_sent(sid, entries),
+                    None => 0,
+                };
                 if torn {
                     // The arena wrapped while the kernel read from it: what
                     // went out may be corrupt. The session can Resume.
@@ -922,9 +969,14 @@ impl Worker {
             self.try_pass(key);
         } else if short {
             self.wait_writable(key);
-        } else {
+        } else if unsent > 0
+            || !conn.out.is_empty()
+            || !conn.wire.is_empty()
+            || conn.close_after_flush
+        {
             self.queue_flush(key);
         }
+        // Else nothing is left to send: the next delivery queues the connection.
     }
 
     fn wait_writable(&mut self, key: ConnKey) {
@@ -951,12 +1003,20 @@ impl Worker {
     /// One send per connection per turn: its control frames, then a batch of
     /// its ring's unsent entries, in one vectored send (plain) or one
     /// encrypted buffer (TLS).
-    fn flush(&mut self) {
-        let mut queue = std::mem::take(&mut self.queue);
-        // Connections deferred for lack of a send slot go first.
-        let mut deferred = std::mem::take(&mut self.deferred);
-        deferred.append(&mut queue);
-        for (i, &key) in deferred.iter().enumerate() {
+    fn flush(&mut self) -> bool {
+        // Connections deferred for lack of a send slot go first. The three
+        // lists keep their capacity (every connection fits in each), so
+        // queueing never allocates; completions reaped below queue into
+        // `queue` for the next flush.
+        debug_assert!(self.flushing.is_empty());
+        std::mem::swap(&mut self.flushing, &mut self.deferred);
+        self.flushing.append(&mut self.queue);
+        let mut reaped = false;
+        for i in 0..self.flushing.len() {
+            let key = self.flushing[i];
+            if self.unreaped >= REAP_EVERY {
+                reaped |= self.reap();
+            }
             let Some(conn) = conn_in(&mut self.rings, key) else {
                 continue;
             };
@@ -964,6 +1024,8 @@ impl Worker {
             if conn.sending || conn.closed || conn.handover.is_some() || conn.waiting_writable {
                 continue;
             }
+            // Most visits from here push a send.
+            self.unreaped += 1;
             let ud_send = ud(OP_SEND, key.ring, key.gen, key.slot);
             if (conn.tls.is_some() || conn.compress.is_some()) && !conn.wire.is_empty() {
                 // A short send left bytes that are already in wire form
@@ -988,7 +1050,7 @@ impl Worker {
                 conn.wire_off = 0;
             }
             let sid = match &conn.state {
-                ConnState::WebSocket(w) => w.sid,
+                ConnState::WebSocket(_, sid) => *sid,
                 _ => None,
             };
             let ring = sid
@@ -1013,7 +1075,7 @@ impl Worker {
             let Some(id) = self.pool.take() else {
                 // Every slot is in the kernel: try again next turn.
                 conn.queued = true;
-                self.deferred.extend_from_slice(&deferred[i..]);
+                self.deferred.extend_from_slice(&self.flushing[i..]);
                 break;
             };
             let slot = self.pool.slot(id);
@@ -1087,11 +1149,8 @@ impl Worker {
                 }
             }
         }
-        deferred.clear();
-        self.queue = deferred;
-        if self.queue.capacity() < queue.capacity() {
-            self.queue = queue;
-        }
+        self.flushing.clear();
+        reaped
     }
 
     /// `flush` for a connection with transport compression (its `wire` is
@@ -1103,7 +1162,7 @@ impl Worker {
             return;
         };
         let sid = match &conn.state {
-            ConnState::WebSocket(w) => w.sid,
+            ConnState::WebSocket(_, sid) => *sid,
             _ => None,
         };
         let tls = conn.tls.is_some();
@@ -1248,7 +1307,7 @@ impl Worker {
                         }
                     }
                 }
-                ConnState::WebSocket(wsc) => {
+                ConnState::WebSocket(wsc, _) => {
                     let step = {
                         let WsConn {
                             decoder, session, ..
@@ -1430,7 +1489,6 @@ impl Worker {
         let mut wsc = Box::new(WsConn {
             decoder: ws::Decoder::new(max_message),
             session: Session::new(limits, now, &mut conn.out),
-            sid: None,
             end_session: false,
         });
         let version = http::query_param(&head.query, "v");
@@ -1449,7 +1507,7 @@ impl Worker {
             None
         };
         wsc.end_session = refusal.is_some();
-        conn.state = ConnState::WebSocket(wsc);
+        conn.state = ConnState::WebSocket(wsc, None);
         conn.deadline_ms = u64::MAX;
         self.queue_flush(key);
         if let Some(close) = refusal {
@@ -1518,7 +1576,7 @@ impl Worker {
     /// The fan-out session a connection serves, if it is READY.
     fn session_of(&mut self, key: ConnKey) -> Option<u32> {
         match &self.conn(key)?.state {
-            ConnState::WebSocket(w) => w.sid,
+            ConnState::WebSocket(_, sid) => *sid,
             _ => None,
         }
     }
@@ -1582,10 +1640,10 @@ impl Worker {
                     .fan
                     .dispatch(idx, "RESUMED", br#"{"_trace":["gatewayd"]}"#, now);
                 let Some(conn) = self.conn(key) else { return };
-                let ConnState::WebSocket(w) = &mut conn.state else {
+                let ConnState::WebSocket(w, sid) = &mut conn.state else {
                     return;
                 };
-                w.sid = Some(idx);
+                *sid = Some(idx);
                 w.session.authenticated();
                 conn.partial = 0;
                 WorkerMetrics::inc(&self.metrics().resumes);
@@ -1597,7 +1655,7 @@ impl Worker {
             Err(why) => {
                 tracing::debug!(worker = self.id, why, "resume refused");
                 let Some(conn) = self.conn(key) else { return };
-                let ConnState::WebSocket(w) = &mut conn.state else {
+                let ConnState::WebSocket(w, _) = &mut conn.state else {
                     return;
                 };
                 w.session.authentication_failed();
@@ -1611,8 +1669,8 @@ impl Worker {
     /// Unhook a connection from its session (the session stays).
     fn detach_conn(&mut self, key: ConnKey) {
         if let Some(conn) = self.conn(key) {
-            if let ConnState::WebSocket(w) = &mut conn.state {
-                if w.sid.take().is_some() {
+            if let ConnState::WebSocket(_, sid) = &mut conn.state {
+                if sid.take().is_some() {
                     WorkerMetrics::dec(&self.metrics().sessions_ready);
                 }
             }
@@ -1624,7 +1682,7 @@ impl Worker {
         let gateway_url = self.shared.gateway_url.clone();
         let now = self.now_ms();
         let Some(conn) = self.conn(key) else { return };
-        let ConnState::WebSocket(w) = &mut conn.state else {
+        let ConnState::WebSocket(w, _) = &mut conn.state else {
             return;
         };
         if w.session.phase() != Phase::Authenticating {
@@ -1680,8 +1738,8 @@ impl Worker {
             user_json: ok.user_json.clone(),
         });
         let idx = self.fan.create(identity, key);
-        if let Some(ConnState::WebSocket(w)) = self.conn(key).map(|c| &mut c.state) {
-            w.sid = Some(idx);
+        if let Some(ConnState::WebSocket(_, sid)) = self.conn(key).map(|c| &mut c.state) {
+            *sid = Some(idx);
         }
         WorkerMetrics::inc(&self.metrics().identifies);
         WorkerMetrics::inc(&self.metrics().sessions_ready);
@@ -1936,8 +1994,8 @@ impl Worker {
                             to_close.push((key, None, true));
                         }
                     }
-                    ConnState::WebSocket(w) => {
-                        handshaking += w.sid.is_none() as u64;
+                    ConnState::WebSocket(w, sid) => {
+                        handshaking += sid.is_none() as u64;
                         compressed += conn.compress.is_some() as u64;
                         if conn.close_after_flush {
                             continue;
@@ -2144,7 +2202,7 @@ impl Worker {
                 // The session is on the other worker and cannot come here.
                 Action::Resume(_) => {
                     if let Some(conn) = self.conn(key) {
-                        if let ConnState::WebSocket(w) = &mut conn.state {
+                        if let ConnState::WebSocket(w, _) = &mut conn.state {
                             w.session.authentication_failed();
                         }
                         payload::invalid_session(&mut conn.out, false);
@@ -2182,7 +2240,7 @@ impl Worker {
     /// The registry link is saturated: tell the client to back off (op 9).
     fn refuse_identify(&mut self, key: ConnKey) {
         if let Some(conn) = self.conn(key) {
-            if let ConnState::WebSocket(w) = &mut conn.state {
+            if let ConnState::WebSocket(w, _) = &mut conn.state {
                 w.session.authentication_failed();
                 payload::invalid_session(&mut conn.out, false);
             }
@@ -2273,7 +2331,7 @@ impl Worker {
         for key in self.all_keys() {
             let Some(conn) = self.conn(key) else { continue };
             match &mut conn.state {
-                ConnState::WebSocket(_) => {
+                ConnState::WebSocket(..) => {
                     // xorshift: a cheap, good-enough spread.
                     x ^= x << 13;
                     x ^= x >> 7;
@@ -2302,7 +2360,7 @@ impl Worker {
             }
             self.drain_schedule.pop();
             if let Some(conn) = self.conn(key) {
-                if matches!(conn.state, ConnState::WebSocket(_)) {
+                if matches!(conn.state, ConnState::WebSocket(..)) {
                     payload::reconnect(&mut conn.out);
                     WorkerMetrics::inc(&self.metrics().reconnects_sent);
                     self.queue_flush(key);
@@ -2315,7 +2373,7 @@ impl Worker {
         let now = self.now_ms();
         let Some(conn) = self.conn(key) else { return };
         conn.close_after_flush = true;
-        if !matches!(conn.state, ConnState::WebSocket(_)) {
+        if !matches!(conn.state, ConnState::WebSocket(..)) {
             conn.state = ConnState::Closing;
         }
         conn.deadline_ms = now + LINGER_MS;
@@ -2343,8 +2401,8 @@ impl Worker {
         }
         let state = std::mem::replace(&mut conn.state, ConnState::Closing);
         let partial = std::mem::take(&mut conn.partial);
-        if let ConnState::WebSocket(w) = state {
-            if let (Some(sid), true) = (w.sid, partial > 0) {
+        if let ConnState::WebSocket(w, sid) = state {
+            if let (Some(sid), true) = (sid, partial > 0) {
                 // A short write left a frame half sent: finish it, then close.
                 let done = match self.fan.get(sid) {
                     Some(s) => sendpath::finish_frame(
@@ -2368,7 +2426,7 @@ impl Worker {
                 }
                 None => !w.end_session,
             };
-            self.end_session(w, keep, now);
+            self.end_session(sid, keep, now);
         }
         let Some(conn) = self.conn(key) else { return };
         conn.close_after_flush = true;
@@ -2394,19 +2452,19 @@ impl Worker {
         );
         conn.close_after_flush = true;
         conn.deadline_ms = now + LINGER_MS;
-        if let ConnState::WebSocket(w) = state {
+        if let ConnState::WebSocket(w, sid) = state {
             // 1000/1001, or a close without a code (a deliberate close by the
             // library), end the session; anything else keeps it resumable.
             let keep = !matches!(code, None | Some(1000) | Some(1001)) && !w.end_session;
-            self.end_session(w, keep, now);
+            self.end_session(sid, keep, now);
         }
         self.queue_flush(key);
     }
 
     /// A connection stops serving its session: keep the session for Resume
     /// when allowed (it goes on collecting events into its ring), else end it.
-    fn end_session(&mut self, w: Box<WsConn>, resumable: bool, now: u64) {
-        let Some(sid) = w.sid else { return };
+    fn end_session(&mut self, sid: Option<u32>, resumable: bool, now: u64) {
+        let Some(sid) = sid else { return };
         WorkerMetrics::dec(&self.metrics().sessions_ready);
         if resumable && self.draining_until.is_none() {
             self.fan.detach(sid, now);
@@ -2425,9 +2483,9 @@ impl Worker {
         }
         conn.closed = true;
         let state = std::mem::replace(&mut conn.state, ConnState::Closing);
-        if let ConnState::WebSocket(w) = state {
+        if let ConnState::WebSocket(w, sid) = state {
             let keep = !w.end_session;
-            self.end_session(w, keep, now);
+            self.end_session(sid, keep, now);
         }
         self.open -= 1;
         WorkerMetrics::dec(&self.metrics().connections_open);

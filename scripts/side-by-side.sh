@@ -20,7 +20,8 @@
 #   SECS       seconds of events per run   [20]
 #   PAYLOAD    bytes of `d` per event      [600]
 #   REPS       repetitions of each side-by-side pair [1]
-#   WORKLOADS  "sessions:events_per_s ..." ["1000:100 5000:20"]
+#   WORKLOADS  "sessions:events_per_s[:payload_bytes] ..." ["1000:100 5000:20"]
+#              (a workload without a payload uses PAYLOAD)
 #   SCALE      "sessions ..."              ["1000 10000 40000"]
 #   SCALE_DELIVERIES  deliveries/s offered in the scaling fan-out [100000]
 #
@@ -156,22 +157,24 @@ summarise_fanout() { # file
 
 side() {
   local tsv=$OUT/side.tsv
-  printf "node\tsessions\trate\trep\tready\texpected\treceived\tmissing\tgaps\tlost\tnode_deliveries\tnode_cpu_s\twindow_s\tdeliv_per_cpu_s\trecv_per_cpu_s\tp50_ms\tp99_ms\tp999_ms\tmax_ms\trss_start_kb\trss_ready_kb\trss_end_kb\tload1\n" > "$tsv"
+  printf "node\tsessions\trate\tpayload\trep\tready\texpected\treceived\tmissing\tgaps\tlost\tnode_deliveries\tnode_cpu_s\twindow_s\tdeliv_per_cpu_s\trecv_per_cpu_s\tp50_ms\tp99_ms\tp999_ms\tmax_ms\trss_start_kb\trss_ready_kb\trss_end_kb\tload1\n" > "$tsv"
   for rep in $(seq 1 "$REPS"); do
     for w in $WORKLOADS; do
-      local n=${w%%:*} r=${w##*:}
+      local n r p
+      IFS=: read -r n r p <<< "$w"
+      p=${p:-$PAYLOAD}
       for node in gatewayd conventional; do
-        local f=$OUT/side-$node-$n-r$r-rep$rep.txt
+        local f=$OUT/side-$node-$n-r$r-p$p-rep$rep.txt
         if [ $node = gatewayd ]; then start_gatewayd; A=$GW_PORT I=$GW_INGEST AD=$GW_ADMIN
         else start_conventional; A=$CV_PORT I=$CV_INGEST AD=$CV_ADMIN; fi
-        log "side: $node $n sessions x $r events/s x ${SECS}s (pid $NODE_PID, load $(load1))"
-        echo "+ measure fanout --addr 127.0.0.1:$A --ingest 127.0.0.1:$I --tokens-file tokens16 --sessions $n --rate $r --seconds $SECS --payload $PAYLOAD --node-pid PID --admin 127.0.0.1:$AD" > "$f"
+        log "side: $node $n sessions x $r events/s x ${SECS}s, payload $p B (pid $NODE_PID, load $(load1))"
+        echo "+ measure fanout --addr 127.0.0.1:$A --ingest 127.0.0.1:$I --tokens-file tokens16 --sessions $n --rate $r --seconds $SECS --payload $p --node-pid PID --admin 127.0.0.1:$AD" > "$f"
         "$M" fanout --addr 127.0.0.1:$A --ingest 127.0.0.1:$I --tokens-file "$TOKENS" \
-          --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$PAYLOAD" \
+          --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$p" \
           --node-pid "$NODE_PID" --admin 127.0.0.1:$AD >> "$f" 2>&1 || log "measure failed, see $f"
         [ $node = conventional ] && curl -s "http://127.0.0.1:$CV_ADMIN/metrics" | grep -v '^#' >> "$f" || true
         stop_node
-        printf "%s\t%s\t%s\t%s\t%s\n" "$node" "$n" "$r" "$rep" "$(summarise_fanout "$f")" >> "$tsv"
+        printf "%s\t%s\t%s\t%s\t%s\t%s\n" "$node" "$n" "$r" "$p" "$rep" "$(summarise_fanout "$f")" >> "$tsv"
       done
     done
   done
@@ -181,16 +184,16 @@ side() {
   echo
   echo "== ratios, gatewayd / conventional, same run =="
   awk -F'\t' 'NR > 1 {
-      k = $2 "x" $3 " rep" $4
+      k = $2 "x" $3 " " $4 "B rep" $5
       if ($1 == "gatewayd") { g[k] = $0; order[++n] = k } else c[k] = $0
     }
     END {
-      printf "%-16s %10s %10s %6s %8s %8s %8s %8s %9s %9s %7s %7s %9s %9s\n", "workload", "gw del/cpu", "cv del/cpu", "ratio", "gw p50", "cv p50", "gw p99", "cv p99", "gw miss", "cv miss", "gw MB", "cv MB", "gw KB/ses", "cv KB/ses"
+      printf "%-22s %10s %10s %6s %8s %8s %8s %8s %9s %9s %7s %7s %9s %9s\n", "workload", "gw del/cpu", "cv del/cpu", "ratio", "gw p50", "cv p50", "gw p99", "cv p99", "gw miss", "cv miss", "gw MB", "cv MB", "gw KB/ses", "cv KB/ses"
       for (i = 1; i <= n; i++) {
         k = order[i]; split(g[k], G, "\t"); split(c[k], C, "\t")
-        # 15 = received per node CPU-second (client-counted, same for both);
+        # 16 = received per node CPU-second (client-counted, same for both);
         # MB = RSS with every session READY; KB/s = RSS growth per session.
-        printf "%-16s %10.0f %10.0f %6.2f %8s %8s %8s %8s %9s %9s %7.1f %7.1f %9.1f %9.1f\n", k, G[15], C[15], (C[15] > 0 ? G[15] / C[15] : 0), G[16], C[16], G[17], C[17], G[8], C[8], G[21] / 1024, C[21] / 1024, (G[21] - G[20]) / G[2], (C[21] - C[20]) / C[2]
+        printf "%-22s %10.0f %10.0f %6.2f %8s %8s %8s %8s %9s %9s %7.1f %7.1f %9.1f %9.1f\n", k, G[16], C[16], (C[16] > 0 ? G[16] / C[16] : 0), G[17], C[17], G[18], C[18], G[9], C[9], G[22] / 1024, C[22] / 1024, (G[22] - G[21]) / G[2], (C[22] - C[21]) / C[2]
       }
     }' "$tsv" | tee "$OUT/side-ratios.txt"
 }

@@ -144,12 +144,14 @@ summarise_fanout() { # file
     /^sessions_lost_during_run/ { lost = $2 }
     /^node_cpu_secs/ { cpu = $2; over = $4 }
     /^client_cpu_secs/ { ccpu = $2 }
+    /^ksoftirqd_cpu_secs/ { ksoft = $2 }
     /^latency_ms/ { p50 = $3; p90 = $5; p99 = $7; p999 = $9; mx = $11 }
     /^node_rss_kb/ { rss0 = $3; rss1 = $5; rss2 = $7; rss3 = $9 }
     END {
       if (cpu == "" || cpu == 0) cpu = "nan";
-      printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n",
-        ready, expd, recv, miss, gaps, lost, nd, cpu, over, nd / cpu, recv / cpu, p50, p99, p999, mx, rss0, rss1, rss3, load
+      if (ksoft == "") ksoft = 0;
+      printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\t%.0f\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%.0f\n",
+        ready, expd, recv, miss, gaps, lost, nd, cpu, over, nd / cpu, recv / cpu, p50, p99, p999, mx, rss0, rss1, rss3, load, ksoft, recv / (cpu + ksoft)
     }' "$1"
 }
 
@@ -157,7 +159,7 @@ summarise_fanout() { # file
 
 side() {
   local tsv=$OUT/side.tsv
-  printf "node\tsessions\trate\tpayload\trep\tready\texpected\treceived\tmissing\tgaps\tlost\tnode_deliveries\tnode_cpu_s\twindow_s\tdeliv_per_cpu_s\trecv_per_cpu_s\tp50_ms\tp99_ms\tp999_ms\tmax_ms\trss_start_kb\trss_ready_kb\trss_end_kb\tload1\n" > "$tsv"
+  printf "node\tsessions\trate\tpayload\trep\tready\texpected\treceived\tmissing\tgaps\tlost\tnode_deliveries\tnode_cpu_s\twindow_s\tdeliv_per_cpu_s\trecv_per_cpu_s\tp50_ms\tp99_ms\tp999_ms\tmax_ms\trss_start_kb\trss_ready_kb\trss_end_kb\tload1\tksoftirqd_s\trecv_per_cpu_s_with_ksoftirqd\n" > "$tsv"
   for rep in $(seq 1 "$REPS"); do
     for w in $WORKLOADS; do
       local n r p
@@ -188,12 +190,13 @@ side() {
       if ($1 == "gatewayd") { g[k] = $0; order[++n] = k } else c[k] = $0
     }
     END {
-      printf "%-22s %10s %10s %6s %8s %8s %8s %8s %9s %9s %7s %7s %9s %9s\n", "workload", "gw del/cpu", "cv del/cpu", "ratio", "gw p50", "cv p50", "gw p99", "cv p99", "gw miss", "cv miss", "gw MB", "cv MB", "gw KB/ses", "cv KB/ses"
+      printf "%-22s %10s %10s %6s %6s %8s %8s %8s %8s %9s %9s %7s %7s %9s %9s\n", "workload", "gw del/cpu", "cv del/cpu", "ratio", "+ksirq", "gw p50", "cv p50", "gw p99", "cv p99", "gw miss", "cv miss", "gw MB", "cv MB", "gw KB/ses", "cv KB/ses"
       for (i = 1; i <= n; i++) {
         k = order[i]; split(g[k], G, "\t"); split(c[k], C, "\t")
         # 16 = received per node CPU-second (client-counted, same for both);
-        # MB = RSS with every session READY; KB/s = RSS growth per session.
-        printf "%-22s %10.0f %10.0f %6.2f %8s %8s %8s %8s %9s %9s %7.1f %7.1f %9.1f %9.1f\n", k, G[16], C[16], (C[16] > 0 ? G[16] / C[16] : 0), G[17], C[17], G[18], C[18], G[9], C[9], G[22] / 1024, C[22] / 1024, (G[22] - G[21]) / G[2], (C[22] - C[21]) / C[2]
+        # MB = RSS with every session READY; KB/s = RSS growth per session;
+        # +ksirq = the ratio with ksoftirqd time (26) added to each node CPU.
+        printf "%-22s %10.0f %10.0f %6.2f %6.2f %8s %8s %8s %8s %9s %9s %7.1f %7.1f %9.1f %9.1f\n", k, G[16], C[16], (C[16] > 0 ? G[16] / C[16] : 0), (C[26] > 0 ? G[26] / C[26] : 0), G[17], C[17], G[18], C[18], G[9], C[9], G[22] / 1024, C[22] / 1024, (G[22] - G[21]) / G[2], (C[22] - C[21]) / C[2]
       }
     }' "$tsv" | tee "$OUT/side-ratios.txt"
 }

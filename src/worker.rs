@@ -75,6 +75,20 @@ const LINGER_MS: u64 = 2_000;
 /// Buffers above this are released when they drain, so idle sessions are small.
 const KEEP_BUFFER: usize = 16 * 1024;
 
+thread_local! {
+    static IN_TURN: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether this thread is a worker inside a turn (completions, inbox,
+/// fan-out, sends): the event path, as opposed to parking in the executor
+/// or the 250 ms housekeeping tick.
+/// Lets an allocation-counting test (tests/no_alloc_worker.rs) attribute
+/// what it counts.
+#[doc(hidden)]
+pub fn in_turn() -> bool {
+    IN_TURN.try_with(|t| t.get()).unwrap_or(false)
+}
+
 fn ud(kind: u8, ring: u8, gen: u16, slot: u32) -> u64 {
     (kind as u64) << 56 | (ring as u64) << 48 | (gen as u64) << 32 | slot as u64
 }
@@ -483,6 +497,12 @@ impl Worker {
     /// socket space, so they are finished before the next inbox message can
     /// append to (and wrap) the arena they read from.
     fn turn(&mut self) {
+        IN_TURN.with(|t| t.set(true));
+        self.turn_inner();
+        IN_TURN.with(|t| t.set(false));
+    }
+
+    fn turn_inner(&mut self) {
         self.unix_ms = registry::snowflake::unix_ms_now();
         loop {
             let mut progressed = false;
@@ -676,7 +696,11 @@ impl Worker {
                 if !c.more() {
                     self.rings[0].ring.tick(TICK, ud(OP_TICK, 0, 0, 0));
                 }
+                // Housekeeping every 250 ms, not the event path: it may
+                // allocate (the lease renewal list it hands the sidecar).
+                let was = IN_TURN.with(|t| t.replace(false));
                 self.on_tick();
+                IN_TURN.with(|t| t.set(was));
             }
             OP_SHUTDOWN | OP_CANCEL => {}
             OP_HANDOVER_CANCEL => {

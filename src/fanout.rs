@@ -184,8 +184,8 @@ impl FanOut {
         self.free.push(idx);
     }
 
-    /// `n` more entries of a session's ring went out on its connection.
-    /// `n` more entries went to the socket; returns how many are still unsent.
+    /// `n` more entries of a session's ring went out on its connection;
+    /// returns how many are still unsent.
     pub fn mark_sent(&mut self, idx: u32, n: u32) -> u32 {
         match self.sessions.get_mut(idx as usize).and_then(Option::as_mut) {
             Some(s) => {

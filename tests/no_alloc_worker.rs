@@ -118,25 +118,7 @@ fn start_node(dir: &std::path::Path) -> (SocketAddr, SocketAddr, SocketAddr) {
             }
         })
         .unwrap();
-    let addrs = dir.join("gatewayd.addrs");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let text = loop {
-        if let Ok(t) = std::fs::read_to_string(&addrs) {
-            if t.lines().count() == 3 {
-                break t;
-            }
-        }
-        assert!(Instant::now() < deadline, "node not up in 30 s");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let addr = |name: &str| -> SocketAddr {
-        let line = text
-            .lines()
-            .find(|l| l.starts_with(&format!("{name}=")))
-            .unwrap();
-        line.split_once('=').unwrap().1.parse().unwrap()
-    };
-    (addr("gateway"), addr("admin"), addr("ingest"))
+    common::wait_for_addrs(dir, || {})
 }
 
 #[test]

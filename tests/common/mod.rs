@@ -54,28 +54,12 @@ impl Node {
             .stdout(Stdio::null())
             .stderr(Stdio::inherit());
         let mut child = cmd.spawn().expect("spawn gatewayd");
-        let addrs_path = dir.path().join("gatewayd.addrs");
         let deadline = Instant::now() + Duration::from_secs(30);
-        let addrs = loop {
+        let (gateway, admin, ingest) = wait_for_addrs(dir.path(), || {
             if let Some(status) = child.try_wait().unwrap() {
                 panic!("gatewayd exited early: {status}");
             }
-            if let Ok(text) = std::fs::read_to_string(&addrs_path) {
-                if text.lines().count() == 3 {
-                    break text;
-                }
-            }
-            assert!(Instant::now() < deadline, "gatewayd not up in 30 s");
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        let addr = |name: &str| -> SocketAddr {
-            let line = addrs
-                .lines()
-                .find(|l| l.starts_with(&format!("{name}=")))
-                .unwrap();
-            line.split_once('=').unwrap().1.parse().unwrap()
-        };
-        let (gateway, admin, ingest) = (addr("gateway"), addr("admin"), addr("ingest"));
+        });
         let mut node = Node {
             child,
             dir,
@@ -125,6 +109,36 @@ impl Drop for Node {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Waits (up to 30 s) for `<dir>/gatewayd.addrs`, which a node started with
+/// port 0 writes once its listeners are up, and returns its (gateway, admin,
+/// ingest) addresses. `check` runs between polls (it may panic if the node
+/// is gone).
+pub fn wait_for_addrs(
+    dir: &std::path::Path,
+    mut check: impl FnMut(),
+) -> (SocketAddr, SocketAddr, SocketAddr) {
+    let path = dir.join("gatewayd.addrs");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let text = loop {
+        check();
+        if let Ok(text) = std::fs::read_to_string(&path) {
+            if text.lines().count() == 3 {
+                break text;
+            }
+        }
+        assert!(Instant::now() < deadline, "gatewayd not up in 30 s");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let addr = |name: &str| -> SocketAddr {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}=")))
+            .unwrap();
+        line.split_once('=').unwrap().1.parse().unwrap()
+    };
+    (addr("gateway"), addr("admin"), addr("ingest"))
 }
 
 /// A one-shot HTTP/1.1 GET; returns (status, body).

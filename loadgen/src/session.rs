@@ -709,14 +709,20 @@ mod tests {
         ))
     }
 
-    fn ready(s: &mut Session, w: &World, r: &mut Recorder) {
+    /// A fresh connection up to the server's Hello (upgrade request sent,
+    /// 101 and op 10 fed at `at`); returns what the session does next.
+    fn connect_through_hello(s: &mut Session, w: &World, r: &mut Recorder, at: u64) -> Action {
         s.on_connecting();
         s.on_connected("h", r);
         assert!(s.out.starts_with(b"GET /?v=10"));
         s.out.clear();
         let mut b = b"HTTP/1.1 101 Switching Protocols\r\n\r\n".to_vec();
         b.extend(frame(r#"{"op":10,"d":{"heartbeat_interval":41250}}"#));
-        assert_eq!(s.feed(&b, 1, w, r), Action::Continue);
+        s.feed(&b, at, w, r)
+    }
+
+    fn ready(s: &mut Session, w: &World, r: &mut Recorder) {
+        assert_eq!(connect_through_hello(s, w, r, 1), Action::Continue);
         assert_eq!(s.phase, Phase::Identifying);
         assert_eq!(s.out[0], 0x81);
         s.out.clear();
@@ -756,12 +762,7 @@ mod tests {
         s.on_lost(10, false, 2, &mut r);
         assert_eq!(s.phase, Phase::Idle);
         assert!(s.reconnect_at >= 10 && s.reconnect_at < 10 + 1_000_000_001);
-        s.on_connecting();
-        s.on_connected("h", &mut r);
-        s.out.clear();
-        let mut b = b"HTTP/1.1 101 Switching Protocols\r\n\r\n".to_vec();
-        b.extend(frame(r#"{"op":10,"d":{"heartbeat_interval":41250}}"#));
-        s.feed(&b, 20, &w, &mut r);
+        connect_through_hello(&mut s, &w, &mut r, 20);
         assert_eq!(s.phase, Phase::Resuming);
         assert_eq!(r.c.resumes_sent, 1);
         // op 9 false: new session, close, identify on the next connection.
@@ -813,12 +814,7 @@ mod tests {
         s.on_lost(50, false, 1, &mut r);
         assert_eq!(s.reconnect_at, 50, "no backoff after op 7");
         assert!(!s.needs_identify());
-        s.on_connecting();
-        s.on_connected("h", &mut r);
-        s.out.clear();
-        let mut b = b"HTTP/1.1 101 Switching Protocols\r\n\r\n".to_vec();
-        b.extend(frame(r#"{"op":10,"d":{"heartbeat_interval":41250}}"#));
-        s.feed(&b, 60, &w, &mut r);
+        connect_through_hello(&mut s, &w, &mut r, 60);
         assert_eq!(s.phase, Phase::Resuming);
         s.feed(&msg(3, 0, 0), 61, &w, &mut r); // replayed
         s.feed(

@@ -229,6 +229,18 @@ fn render_link(st: &crate::sidecar::LinkStats, out: &mut String) {
         "Revocations read from the registry outbox and pushed to workers.",
         st.revocations.load(Relaxed),
     );
+    one(
+        "gatewayd_registry_calls_failed_total",
+        "counter",
+        "Registry calls that failed as unavailable: refused, broken, or no answer within registry.timeout_ms.",
+        st.calls_failed.load(Relaxed),
+    );
+    one(
+        "gatewayd_registry_calls_skipped_brownout_total",
+        "counter",
+        "Registry calls not made in a brownout (failed at once; one probe per max(timeout_ms, 1 s) goes through).",
+        st.calls_skipped_brownout.load(Relaxed),
+    );
     st.registry_latency.render(
         "gatewayd_registry_call_seconds",
         "Latency of each registry call made by the sidecar.",

@@ -46,13 +46,17 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     std::fs::create_dir_all(&cfg.data_dir)
         .map_err(|e| format!("creating data dir {}: {e}", cfg.data_dir.display()))?;
     let nofile = net::uring::raise_nofile_limit();
+    // Every registry call is bounded by timeout_ms: PostgreSQL by a
+    // client-side deadline per call, SQLite by its busy timeout (a writer
+    // stuck holding the lock, e.g. a stopped CLI).
+    let timeout = Duration::from_millis(cfg.registry.timeout_ms);
     let registry: Box<dyn Registry> = if cfg.registry_url.is_empty() {
-        Box::new(
-            SqliteRegistry::open(&cfg.registry_file())
-                .map_err(|e| format!("opening registry {}: {e}", cfg.registry_file().display()))?,
-        )
+        let reg = SqliteRegistry::open(&cfg.registry_file())
+            .map_err(|e| format!("opening registry {}: {e}", cfg.registry_file().display()))?;
+        reg.set_busy_timeout(timeout)
+            .map_err(|e| format!("registry busy timeout: {e}"))?;
+        Box::new(reg)
     } else {
-        let timeout = Duration::from_millis(cfg.registry.timeout_ms);
         Box::new(
             registry::PostgresRegistry::connect(&cfg.registry_url, timeout)
                 .map_err(|e| format!("connecting to the PostgreSQL registry: {e}"))?,
@@ -156,6 +160,7 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         // (its periodic poll stays as the backstop for a lost notification).
         crate::sidecar::listen_revocations(
             cfg.registry_url.clone(),
+            Duration::from_millis(cfg.registry.timeout_ms),
             shared.sidecar.clone(),
             stop.clone(),
         );

@@ -42,6 +42,10 @@ pub struct Sidecar {
     pub tokens_at: Instant,
     /// When the current brownout began (Unix ms).
     pub brownout_since: Option<u64>,
+    /// In a brownout, registry calls before this instant fail at once
+    /// (without waiting for a registry that may be frozen); the first one
+    /// after it is the probe that ends the brownout or pushes this on.
+    pub next_probe: Instant,
     /// The outbox id read up to, and revocations waiting for worker acks:
     /// id -> (written at, acks missing, latest apply time).
     pub last_revocation: u64,
@@ -64,15 +68,20 @@ pub struct LinkStats {
     pub leases_lost: AtomicU64,
     pub leases_extended_in_brownout: AtomicU64,
     pub revocations: AtomicU64,
+    /// Registry calls that failed as unavailable (or timed out).
+    pub calls_failed: AtomicU64,
+    /// Registry calls not made because a brownout's probe was not yet due.
+    pub calls_skipped_brownout: AtomicU64,
     pub registry_latency: Histogram,
     pub revocation_latency: Histogram,
 }
 
 /// A thread that LISTENs for the PostgreSQL registry's revocation pushes
-/// and wakes the sidecar to read them (tokio-postgres under the `postgres`
-/// crate, on its own thread so a wait never blocks an identify).
+/// and wakes the sidecar to read them (its own connection and thread, so a
+/// wait never blocks an identify; a (re)connection is bounded by `timeout`).
 pub fn listen_revocations(
     url: String,
+    timeout: Duration,
     sidecar: crossbeam_channel::Sender<SidecarRequest>,
     stop: Arc<AtomicBool>,
 ) {
@@ -81,7 +90,7 @@ pub fn listen_revocations(
         while !stop.load(Ordering::Relaxed) {
             let l = match listener.as_mut() {
                 Some(l) => l,
-                None => match registry::PostgresRegistry::listen_revocations(&url) {
+                None => match registry::PostgresRegistry::listen_revocations(&url, timeout) {
                     Ok(l) => listener.insert(l),
                     Err(e) => {
                         tracing::warn!(error = %e, "revocation LISTEN failed; retrying (polling covers the gap)");
@@ -132,6 +141,7 @@ impl Sidecar {
             buckets: HashMap::new(),
             tokens_at: Instant::now(),
             brownout_since: None,
+            next_probe: Instant::now(),
             last_revocation,
             pending: HashMap::new(),
             next_poll: Instant::now(),
@@ -158,6 +168,13 @@ impl Sidecar {
     }
 
     /// Time a registry call; a failure or a slow answer is a brownout.
+    ///
+    /// The backends bound every call by `timeout_ms` (PostgreSQL: a
+    /// client-side deadline that abandons the connection; SQLite: the busy
+    /// timeout), so a frozen registry costs one call at most `timeout_ms`.
+    /// In a brownout only one call per probe interval (`max(timeout_ms, 1 s)`)
+    /// goes to the registry; the others fail at once, so identifies get op 9
+    /// and leases are extended without queueing behind a frozen server.
     fn call<T>(
         &mut self,
         f: impl FnOnce(&dyn Registry) -> registry::Result<T>,
@@ -168,6 +185,14 @@ impl Sidecar {
                 "registry outage (fault injection)".into(),
             ));
         }
+        if self.brownout_since.is_some() && Instant::now() < self.next_probe {
+            self.stats
+                .calls_skipped_brownout
+                .fetch_add(1, Ordering::Relaxed);
+            return Err(registry::RegistryError::Unavailable(
+                "registry brownout: waiting for the next probe".into(),
+            ));
+        }
         let t0 = Instant::now();
         let r = f(&*self.registry);
         let took = t0.elapsed();
@@ -176,8 +201,18 @@ impl Sidecar {
             .record_us(took.as_micros() as u64);
         let slow = took > Duration::from_millis(self.cfg.timeout_ms);
         let failed = matches!(r, Err(registry::RegistryError::Unavailable(_)));
+        if failed {
+            self.stats.calls_failed.fetch_add(1, Ordering::Relaxed);
+        }
         self.brownout(slow || failed);
+        if slow || failed {
+            self.next_probe = Instant::now() + self.probe_interval();
+        }
         r
+    }
+
+    fn probe_interval(&self) -> Duration {
+        Duration::from_millis(self.cfg.timeout_ms.max(1000))
     }
 
     fn brownout(&mut self, now_bad: bool) {
@@ -392,18 +427,21 @@ impl Sidecar {
 
     /// Write a server change to the registry, then recompute what every bot
     /// installed there may see.
-    fn apply_state(&self, server_id: u64, change: &registry::StateChange) -> Option<AccessUpdate> {
-        if let Err(e) = self.registry.apply_state(change) {
+    fn apply_state(
+        &mut self,
+        server_id: u64,
+        change: &registry::StateChange,
+    ) -> Option<AccessUpdate> {
+        if let Err(e) = self.call(|r| r.apply_state(change)) {
             tracing::warn!(server_id, error = %e, "server change from the event stream not applied");
         }
-        let snap = self.registry.server_snapshot(server_id).ok()??;
-        let installs = self.registry.installations_in_server(server_id).ok()?;
+        let snap = self.call(|r| r.server_snapshot(server_id)).ok()??;
+        let installs = self.call(|r| r.installations_in_server(server_id)).ok()?;
         let mut by_app = Vec::with_capacity(installs.len());
         for inst in installs {
             // Applications created here have bot user id == application id.
             let bot_user_id = self
-                .registry
-                .application(inst.application_id)
+                .call(|r| r.application(inst.application_id))
                 .ok()
                 .flatten()
                 .map(|a| a.bot_user_id);
@@ -498,8 +536,8 @@ impl Sidecar {
         }
     }
 
-    fn rest(&self, route: RestRoute, token: Option<&str>) -> (u16, Vec<u8>) {
-        let app = match token.map(|t| self.registry.authenticate(t)) {
+    fn rest(&mut self, route: RestRoute, token: Option<&str>) -> (u16, Vec<u8>) {
+        let app = match token.map(|t| self.call(|r| r.authenticate(t))) {
             Some(Ok(Some(app))) => app,
             Some(Err(e)) => {
                 tracing::warn!(error = %e, "registry error during REST");
@@ -518,13 +556,11 @@ impl Sidecar {
         let body = match route {
             RestRoute::GatewayBot => {
                 let installs = self
-                    .registry
-                    .installations_of_app(app.id)
+                    .call(|r| r.installations_of_app(app.id))
                     .map(|i| i.len())
                     .unwrap_or(0);
                 let limit = match self
-                    .registry
-                    .session_start_remaining(app.id, registry::snowflake::unix_ms_now())
+                    .call(|r| r.session_start_remaining(app.id, registry::snowflake::unix_ms_now()))
                 {
                     Ok(l) => l,
                     Err(_) => {

@@ -16,8 +16,9 @@ use std::sync::{Arc, Mutex, Once};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use ::postgres::{Client, Config, NoTls};
+use ::postgres::{Client, NoTls};
 use registry::permissions::*;
+use registry::postgres::Config;
 use registry::*;
 
 #[macro_use]
@@ -108,6 +109,44 @@ impl TestDb {
     fn config(&self) -> Config {
         self.url.parse().unwrap()
     }
+
+    /// The server's TCP address, for a proxy in front of it (None, said on
+    /// stderr, if the test server is not on TCP).
+    fn tcp_target(&self) -> Option<SocketAddr> {
+        let cfg = self.config();
+        match (&cfg.get_hosts()[0], cfg.get_ports().first()) {
+            (registry::postgres::Host::Tcp(h), port) => {
+                let host = if h == "localhost" { "127.0.0.1" } else { h };
+                Some(
+                    format!("{host}:{}", port.copied().unwrap_or(5432))
+                        .parse()
+                        .unwrap(),
+                )
+            }
+            #[allow(unreachable_patterns)]
+            _ => {
+                let _ = writeln!(
+                    std::io::stderr(),
+                    "SKIPPED: proxy part (the test server is not on TCP)"
+                );
+                None
+            }
+        }
+    }
+
+    /// This database, reached through a proxy on `port`.
+    fn config_via(&self, port: u16) -> Config {
+        let cfg = self.config();
+        let mut via = Config::new();
+        via.host("127.0.0.1").port(port).dbname(&self.name);
+        if let Some(user) = cfg.get_user() {
+            via.user(user);
+        }
+        if let Some(pw) = cfg.get_password() {
+            via.password(pw);
+        }
+        via
+    }
 }
 
 impl Drop for TestDb {
@@ -172,7 +211,7 @@ fn notify_arrives_for_a_revocation_written_by_another_connection() {
     let writer = db.open();
     let seed = writer.seed_demo().unwrap().unwrap();
     let (app, sid) = (seed.app.id, seed.server_id);
-    let mut listener = PostgresRegistry::listen_revocations(&db.url).unwrap();
+    let mut listener = PostgresRegistry::listen_revocations(&db.url, TIMEOUT).unwrap();
 
     // Nothing pushed: None after the timeout, not before.
     let t = Instant::now();
@@ -591,6 +630,10 @@ fn terminated_backend_is_replaced_transparently() {
 struct Proxy {
     port: u16,
     stop: Arc<AtomicBool>,
+    /// While set, nothing is forwarded and nothing new accepted (the kernel
+    /// still completes handshakes into the listen queue): a server that was
+    /// SIGSTOPped, as its clients see it.
+    frozen: Arc<AtomicBool>,
     conns: Arc<Mutex<Vec<TcpStream>>>,
     accept: Option<JoinHandle<()>>,
 }
@@ -601,10 +644,15 @@ impl Proxy {
         let port = listener.local_addr().unwrap().port();
         listener.set_nonblocking(true).unwrap();
         let stop = Arc::new(AtomicBool::new(false));
+        let frozen = Arc::new(AtomicBool::new(false));
         let conns: Arc<Mutex<Vec<TcpStream>>> = Arc::default();
-        let (st, cs) = (stop.clone(), conns.clone());
+        let (st, fz, cs) = (stop.clone(), frozen.clone(), conns.clone());
         let accept = std::thread::spawn(move || {
             while !st.load(Ordering::SeqCst) {
+                if fz.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(5));
+                    continue;
+                }
                 let (down, _) = match listener.accept() {
                     Ok(c) => c,
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -624,9 +672,13 @@ impl Proxy {
                     (down.try_clone().unwrap(), up.try_clone().unwrap()),
                     (up, down),
                 ] {
+                    let fz = fz.clone();
                     std::thread::spawn(move || {
                         let mut buf = [0u8; 16384];
                         while let Ok(n) = from.read(&mut buf) {
+                            while fz.load(Ordering::SeqCst) {
+                                std::thread::sleep(Duration::from_millis(5));
+                            }
                             if n == 0 || to.write_all(&buf[..n]).is_err() {
                                 break;
                             }
@@ -641,9 +693,14 @@ impl Proxy {
         Proxy {
             port,
             stop,
+            frozen,
             conns,
             accept: Some(accept),
         }
+    }
+
+    fn freeze(&self, on: bool) {
+        self.frozen.store(on, Ordering::SeqCst);
     }
 
     fn stop(&mut self) {
@@ -677,37 +734,15 @@ fn stopped_or_unreachable_server_is_unavailable() {
     let url = format!("postgres://nobody@127.0.0.1:{port}/none");
     let t = Instant::now();
     assert_unavailable(PostgresRegistry::connect(&url, timeout));
-    assert_unavailable(PostgresRegistry::listen_revocations(&url));
+    assert_unavailable(PostgresRegistry::listen_revocations(&url, timeout));
     assert_bounded(t, timeout);
 
     // Through a proxy that stops (the server "goes away") and comes back.
-    let cfg = db.config();
-    let target: SocketAddr = match (&cfg.get_hosts()[0], cfg.get_ports().first()) {
-        (::postgres::config::Host::Tcp(h), port) => {
-            let host = if h == "localhost" { "127.0.0.1" } else { h };
-            format!("{host}:{}", port.copied().unwrap_or(5432))
-                .parse()
-                .unwrap()
-        }
-        #[allow(unreachable_patterns)]
-        _ => {
-            let _ = writeln!(
-                std::io::stderr(),
-                "SKIPPED: proxy part (the test server is not on TCP)"
-            );
-            return;
-        }
+    let Some(target) = db.tcp_target() else {
+        return;
     };
     let mut proxy = Proxy::start(0, target);
-    let mut via = Config::new();
-    via.host("127.0.0.1").port(proxy.port).dbname(&db.name);
-    if let Some(user) = cfg.get_user() {
-        via.user(user);
-    }
-    if let Some(pw) = cfg.get_password() {
-        via.password(pw);
-    }
-    let reg = PostgresRegistry::connect_config(via, timeout).unwrap();
+    let reg = PostgresRegistry::connect_config(db.config_via(proxy.port), timeout).unwrap();
     let mut listener = reg.revocation_listener().unwrap();
     let (app, _) = reg.create_application("bot", 0, 1).unwrap();
 
@@ -743,4 +778,51 @@ fn stopped_or_unreachable_server_is_unavailable() {
 fn base64_id(id: u64) -> String {
     use base64::Engine as _;
     base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(id.to_string())
+}
+
+/// A server that stops answering but keeps its connections (what SIGSTOP
+/// does): every call, on its open connection or on a new one, is
+/// `Unavailable` at its deadline, never a hang; the listener's waits end on
+/// time; and when the server answers again, the next calls just work.
+#[test]
+fn frozen_server_is_unavailable_at_the_deadline() {
+    let Some(db) = TestDb::create() else { return };
+    let Some(target) = db.tcp_target() else {
+        return;
+    };
+    let timeout = Duration::from_millis(1000);
+    let proxy = Proxy::start(0, target);
+    let reg = PostgresRegistry::connect_config(db.config_via(proxy.port), timeout).unwrap();
+    let mut listener = reg.revocation_listener().unwrap();
+    let (app, _) = reg.create_application("bot", 0, 1).unwrap();
+    let server = reg.create_server("S", 1).unwrap();
+
+    proxy.freeze(true);
+    // The first call waits on its open connection; each later one on a new
+    // connection whose startup is never answered.
+    for _ in 0..2 {
+        let t = Instant::now();
+        assert_unavailable(reg.list_servers());
+        assert!(t.elapsed() >= timeout, "gave up early: {:?}", t.elapsed());
+        assert_bounded(t, timeout);
+        let t = Instant::now();
+        assert_unavailable(reg.create_server("T", 1));
+        assert_bounded(t, timeout);
+        let t = Instant::now();
+        assert_unavailable(reg.installed(&[(app.id, server.id)]));
+        assert_bounded(t, timeout);
+    }
+    let t = Instant::now();
+    assert_eq!(listener.wait(Duration::from_millis(300)).unwrap(), None);
+    assert_bounded(t, Duration::from_millis(300));
+
+    proxy.freeze(false);
+    // Nothing of the abandoned write reached the server.
+    assert_eq!(reg.list_servers().unwrap(), vec![server.clone()]);
+    assert_eq!(reg.installed(&[(app.id, server.id)]).unwrap(), vec![false]);
+    reg.reset_token(app.id).unwrap();
+    assert_eq!(
+        listener.wait(Duration::from_secs(2)).unwrap(),
+        Some(reg.last_revocation_id().unwrap())
+    );
 }

@@ -1,7 +1,7 @@
 //! Applications, tokens and identify counting (PostgreSQL).
 
 use crate::rules::{check_concurrency, check_intents, new_application, new_credentials};
-use ::postgres::Row;
+use tokio_postgres::Row;
 
 use super::{col, col_u32, to_i, to_u, Tx};
 use crate::model::*;
@@ -173,9 +173,9 @@ pub fn record_session_start(t: &mut Tx<'_>, app_id: u64, now_ms: u64) -> Result<
     );
     match upsert {
         Err(RegistryError::Storage(e))
-            if e.downcast_ref::<::postgres::Error>()
+            if e.downcast_ref::<tokio_postgres::Error>()
                 .and_then(|e| e.code())
-                .is_some_and(|c| *c == ::postgres::error::SqlState::FOREIGN_KEY_VIOLATION) =>
+                .is_some_and(|c| *c == tokio_postgres::error::SqlState::FOREIGN_KEY_VIOLATION) =>
         {
             return Err(RegistryError::NotFound {
                 what: "application",

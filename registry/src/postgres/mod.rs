@@ -2,21 +2,26 @@
 //! registry sidecar and by the CLI. Same schema (translated: `schema.rs`
 //! here) and the same behaviour as the embedded SQLite backend.
 //!
-//! Connection: one synchronous [`postgres::Client`] behind a mutex (it runs
-//! tokio-postgres on the calling thread, i.e. the node's sidecar thread). A
-//! broken connection is replaced at the next call; if the break is noticed
-//! when a transaction begins (nothing sent yet) the call is retried once on
-//! the new connection, so a database restart costs no error.
+//! Connection: one tokio-postgres connection behind a mutex, driven by a
+//! current-thread tokio runtime on the calling thread (the node's sidecar
+//! thread): each statement is one `block_on` that polls the request, the
+//! connection and the call's deadline together. A broken connection is
+//! replaced at the next call; if the break is noticed when a transaction
+//! begins (nothing sent yet) the call is retried once on the new connection,
+//! so a database restart costs no error.
 //!
-//! Bounds (what makes [`RegistryError::Unavailable`] arrive in time rather
-//! than a hang): every statement runs under the server's
-//! `statement_timeout` (given to [`PostgresRegistry::connect`]); lock waits
-//! count against it; a connection attempt gives up after the same time
-//! (`connect_timeout`); TCP keepalives and `tcp_user_timeout` close a
-//! connection whose peer stopped acknowledging (a dead host or a partition).
-//! Not covered: a peer that accepts TCP and acknowledges but never answers
-//! (e.g. a SIGSTOPped server) blocks the call until it answers or the
-//! connection drops; the sync client has no per-call client-side deadline.
+//! Deadline (what makes [`RegistryError::Unavailable`] arrive in time rather
+//! than a hang): every call, from its first statement (or the connection
+//! attempt it needs) to its COMMIT, has `timeout` (given to
+//! [`PostgresRegistry::connect`]; the node passes `registry.timeout_ms`). A
+//! call still unanswered at its deadline is abandoned: its connection is
+//! closed at once (the server rolls back whatever it had begun) and the call
+//! returns `Unavailable`. That covers the peer no TCP timer notices: a
+//! server that accepts and acknowledges but never answers (SIGSTOP, a hung
+//! host, a full disk). The server also runs each statement under
+//! `statement_timeout` = `timeout` (lock waits count), and TCP keepalives
+//! with `tcp_user_timeout` close a connection whose peer stopped
+//! acknowledging while idle.
 //!
 //! Concurrency (several nodes on one database):
 //! - Every writing operation runs in a READ COMMITTED transaction that first
@@ -46,25 +51,30 @@ mod schema;
 mod servers;
 
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::{pin, Pin};
 use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::task::Poll;
 use std::time::{Duration, Instant};
 
-use ::postgres::types::{FromSql, ToSql, Type};
-use ::postgres::{Client, NoTls, Row, Statement};
-use fallible_iterator::FallibleIterator;
+use tokio::runtime::Runtime;
+use tokio_postgres::tls::NoTlsStream;
+use tokio_postgres::types::{FromSql, ToSql, Type};
+use tokio_postgres::{AsyncMessage, Client, Connection, NoTls, Row, Socket, Statement};
 
 use crate::model::*;
 use crate::{Registry, RegistryError, Result, Revocation, RevocationRecord, StateChange};
 
 /// The connection settings type of [`PostgresRegistry::connect_config`]
-/// (re-exported so callers need no `postgres` dependency of their own).
-pub use ::postgres::Config;
+/// (re-exported so callers need no `tokio-postgres` dependency of their own).
+pub use tokio_postgres::config::Host;
+pub use tokio_postgres::Config;
 
 /// The LISTEN/NOTIFY channel; the payload is the outbox id in decimal.
 pub const REVOCATION_CHANNEL: &str = "gatewayd_revocations";
 
-/// Used by [`PostgresRegistry::listen_revocations`] to bound its connection
-/// attempts.
+/// A bound for connection attempts where the caller has none of its own
+/// (e.g. [`PostgresRegistry::listen_revocations`]).
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Advisory lock key (per database) serialising registry writers.
@@ -105,11 +115,14 @@ enum Fault {
     Busy,
     /// A prepared statement outlived a schema change: re-prepare.
     StaleStatement,
+    /// The call's deadline passed with no answer: the connection was closed
+    /// (a frozen or hung server). Not retried: the deadline is spent.
+    Deadline,
     /// Anything else (constraint violations, bugs): not transient.
     Other,
 }
 
-fn fault_of(e: &::postgres::Error) -> Fault {
+fn fault_of(e: &tokio_postgres::Error) -> Fault {
     if let Some(db) = e.as_db_error() {
         let c = db.code().code();
         return if c == "40001" || c == "40P01" {
@@ -140,7 +153,7 @@ fn fault_of(e: &::postgres::Error) -> Fault {
     }
 }
 
-fn describe(e: &::postgres::Error) -> String {
+fn describe(e: &tokio_postgres::Error) -> String {
     match e.as_db_error() {
         Some(db) => format!("{}: {} ({})", e, db.message(), db.code().code()),
         None => match std::error::Error::source(e) {
@@ -150,10 +163,12 @@ fn describe(e: &::postgres::Error) -> String {
     }
 }
 
-impl From<::postgres::Error> for RegistryError {
-    fn from(e: ::postgres::Error) -> Self {
+impl From<tokio_postgres::Error> for RegistryError {
+    fn from(e: tokio_postgres::Error) -> Self {
         match fault_of(&e) {
-            Fault::Retry | Fault::Broken | Fault::Busy => RegistryError::Unavailable(describe(&e)),
+            Fault::Retry | Fault::Broken | Fault::Busy | Fault::Deadline => {
+                RegistryError::Unavailable(describe(&e))
+            }
             Fault::StaleStatement | Fault::Other => RegistryError::Storage(Box::new(e)),
         }
     }
@@ -174,14 +189,86 @@ pub(crate) enum WriteKind {
     Migrate,
 }
 
+/// The tokio-postgres connection half: the socket, polled while a statement
+/// waits. Dropping it closes the socket.
+type PgConnection = Connection<Socket, NoTlsStream>;
+
+/// Why a statement did not complete.
+enum Stop {
+    /// The server answered with an error, or the request failed.
+    Pg(tokio_postgres::Error),
+    /// The connection ended (closed by the server, an I/O error).
+    Ended(Option<tokio_postgres::Error>),
+    /// The call's deadline passed first.
+    Deadline,
+}
+
+/// Runs `fut` (a request on `connection`'s client) on `rt`, polling the
+/// connection beside it, until it completes, the connection ends, or
+/// `deadline` passes, whichever is first.
+fn drive<T>(
+    rt: &Runtime,
+    connection: &mut PgConnection,
+    deadline: Instant,
+    fut: impl Future<Output = std::result::Result<T, tokio_postgres::Error>>,
+) -> std::result::Result<T, Stop> {
+    rt.block_on(async {
+        let mut fut = pin!(fut);
+        let mut sleep = pin!(tokio::time::sleep_until(deadline.into()));
+        std::future::poll_fn(|cx| {
+            if let Poll::Ready(r) = fut.as_mut().poll(cx) {
+                return Poll::Ready(r.map_err(Stop::Pg));
+            }
+            if let Poll::Ready(r) = Pin::new(&mut *connection).poll(cx) {
+                return Poll::Ready(Err(Stop::Ended(r.err())));
+            }
+            if sleep.as_mut().poll(cx).is_ready() {
+                return Poll::Ready(Err(Stop::Deadline));
+            }
+            Poll::Pending
+        })
+        .await
+    })
+}
+
+/// Connects within `deadline` (TCP, startup, authentication).
+fn connect_by(rt: &Runtime, config: &Config, deadline: Instant) -> Result<(Client, PgConnection)> {
+    // The timer is made inside the runtime (it needs its time driver).
+    let attempt = rt
+        .block_on(async { tokio::time::timeout_at(deadline.into(), config.connect(NoTls)).await });
+    match attempt {
+        Ok(r) => Ok(r?),
+        Err(_) => Err(deadline_passed("connecting")),
+    }
+}
+
+fn deadline_passed(doing: &str) -> RegistryError {
+    RegistryError::Unavailable(format!(
+        "PostgreSQL did not answer in time ({doing}): call abandoned, connection closed"
+    ))
+}
+
+/// A current-thread runtime for one registry or listener: it runs only
+/// inside our `block_on` calls, on the calling thread.
+fn runtime() -> Result<Runtime> {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+        .map_err(RegistryError::Io)
+}
+
 /// One connection and its prepared statements.
 pub(crate) struct Conn {
     client: Client,
+    connection: PgConnection,
     stmts: HashMap<String, Statement>,
     /// True between BEGIN and COMMIT/ROLLBACK: still true at the next call
     /// only if a panic unwound through a transaction; the connection is then
     /// dropped rather than reused.
     in_tx: bool,
+    /// The connection ended or a deadline passed on it: replace it.
+    broken: bool,
 }
 
 /// A failed attempt: the error, its class, and whether it failed at BEGIN
@@ -193,25 +280,49 @@ struct Failure {
 }
 
 impl Conn {
-    fn open(config: &Config, statement_timeout: Duration) -> Result<Conn> {
-        let mut client = config.connect(NoTls)?;
+    fn open(
+        rt: &Runtime,
+        config: &Config,
+        statement_timeout: Duration,
+        deadline: Instant,
+    ) -> Result<Conn> {
+        let (client, connection) = connect_by(rt, config, deadline)?;
+        let mut conn = Conn {
+            client,
+            connection,
+            stmts: HashMap::new(),
+            in_tx: false,
+            broken: false,
+        };
         let ms = statement_timeout.as_millis().max(1);
         // A session idle inside a transaction would hold the write lock for
         // every node: the server ends it (we never idle between statements).
         let idle = (ms * 4).max(10_000);
-        client.batch_execute(&format!(
+        let Conn {
+            client, connection, ..
+        } = &mut conn;
+        let set = format!(
             "SET statement_timeout = {ms}; SET idle_in_transaction_session_timeout = {idle}"
-        ))?;
-        Ok(Conn {
-            client,
-            stmts: HashMap::new(),
-            in_tx: false,
-        })
+        );
+        match drive(rt, connection, deadline, client.batch_execute(&set)) {
+            Ok(()) => Ok(conn),
+            Err(Stop::Pg(e)) | Err(Stop::Ended(Some(e))) => Err(e.into()),
+            Err(Stop::Ended(None)) => Err(RegistryError::Unavailable(
+                "PostgreSQL closed the connection while it was being set up".into(),
+            )),
+            Err(Stop::Deadline) => Err(deadline_passed("setting up the connection")),
+        }
+    }
+
+    fn is_usable(&self) -> bool {
+        !(self.broken || self.in_tx || self.client.is_closed())
     }
 
     /// Runs `f` once as `kind`; a failure says how it failed.
     fn attempt<T>(
         &mut self,
+        rt: &Runtime,
+        deadline: Instant,
         kind: WriteKind,
         f: &mut impl FnMut(&mut Tx<'_>) -> Result<T>,
     ) -> Result<T, Failure> {
@@ -228,6 +339,8 @@ impl Conn {
         let bumps = matches!(kind, WriteKind::Write | WriteKind::Counter);
         let mut tx = Tx {
             conn: self,
+            rt,
+            deadline,
             changes: 0,
             fault: None,
         };
@@ -235,7 +348,7 @@ impl Conn {
             tx.conn.in_tx = true;
             if let Err(error) = tx.batch(sql) {
                 let fault = tx.fault;
-                self.finish_failed(fault);
+                self.finish_failed(rt, deadline, fault);
                 return Err(Failure {
                     error,
                     fault,
@@ -257,7 +370,7 @@ impl Conn {
         let fault = tx.fault;
         out.map_err(|error| {
             if begin.is_some() {
-                self.finish_failed(fault);
+                self.finish_failed(rt, deadline, fault);
             }
             Failure {
                 error,
@@ -269,25 +382,38 @@ impl Conn {
 
     /// Ends a failed transaction (best effort; a broken connection is
     /// dropped by the caller anyway).
-    fn finish_failed(&mut self, fault: Option<Fault>) {
-        if fault != Some(Fault::Broken) && self.client.batch_execute("ROLLBACK").is_ok() {
-            self.in_tx = false;
+    fn finish_failed(&mut self, rt: &Runtime, deadline: Instant, fault: Option<Fault>) {
+        if self.broken || matches!(fault, Some(Fault::Broken | Fault::Deadline)) {
+            return;
+        }
+        let Conn {
+            client, connection, ..
+        } = self;
+        match drive(rt, connection, deadline, client.batch_execute("ROLLBACK")) {
+            Ok(()) => self.in_tx = false,
+            Err(Stop::Pg(_)) => {}
+            Err(Stop::Ended(_) | Stop::Deadline) => self.broken = true,
         }
     }
 
     /// For migrations on a fresh connection: one attempt, no reconnects.
     fn transaction<T>(
         &mut self,
+        rt: &Runtime,
+        deadline: Instant,
         kind: WriteKind,
         mut f: impl FnMut(&mut Tx<'_>) -> Result<T>,
     ) -> Result<T> {
-        self.attempt(kind, &mut f).map_err(|fail| fail.error)
+        self.attempt(rt, deadline, kind, &mut f)
+            .map_err(|fail| fail.error)
     }
 }
 
-/// The statements of one operation, on one connection.
+/// The statements of one operation, on one connection, under one deadline.
 pub(crate) struct Tx<'a> {
     conn: &'a mut Conn,
+    rt: &'a Runtime,
+    deadline: Instant,
     /// Rows written so far: decides whether `revision` is bumped.
     changes: u64,
     /// The class of the last failed statement.
@@ -297,33 +423,60 @@ pub(crate) struct Tx<'a> {
 type Params<'p> = &'p [&'p (dyn ToSql + Sync)];
 
 impl Tx<'_> {
-    fn pg<T>(&mut self, r: std::result::Result<T, ::postgres::Error>) -> Result<T> {
-        r.map_err(|e| {
-            self.fault = Some(fault_of(&e));
-            e.into()
-        })
+    /// Runs one request built from the client, under the call's deadline.
+    fn run<'c, T, F>(&'c mut self, make: impl FnOnce(&'c Client) -> F) -> Result<T>
+    where
+        F: Future<Output = std::result::Result<T, tokio_postgres::Error>> + 'c,
+    {
+        let Conn {
+            client,
+            connection,
+            broken,
+            ..
+        } = &mut *self.conn;
+        match drive(self.rt, connection, self.deadline, make(client)) {
+            Ok(v) => Ok(v),
+            Err(Stop::Pg(e)) => {
+                let fault = fault_of(&e);
+                if fault == Fault::Broken {
+                    *broken = true;
+                }
+                self.fault = Some(fault);
+                Err(e.into())
+            }
+            Err(Stop::Ended(e)) => {
+                *broken = true;
+                self.fault = Some(Fault::Broken);
+                Err(match e {
+                    Some(e) => RegistryError::Unavailable(describe(&e)),
+                    None => RegistryError::Unavailable("PostgreSQL closed the connection".into()),
+                })
+            }
+            Err(Stop::Deadline) => {
+                *broken = true;
+                self.fault = Some(Fault::Deadline);
+                Err(deadline_passed("waiting for an answer"))
+            }
+        }
     }
 
     fn stmt(&mut self, sql: &str) -> Result<Statement> {
         if let Some(s) = self.conn.stmts.get(sql) {
             return Ok(s.clone());
         }
-        let r = self.conn.client.prepare(sql);
-        let s = self.pg(r)?;
+        let s = self.run(|c| c.prepare(sql))?;
         self.conn.stmts.insert(sql.to_owned(), s.clone());
         Ok(s)
     }
 
     /// Simple-query protocol: several statements, no parameters, no rows.
     pub(crate) fn batch(&mut self, sql: &str) -> Result<()> {
-        let r = self.conn.client.batch_execute(sql);
-        self.pg(r)
+        self.run(|c| c.batch_execute(sql))
     }
 
     pub(crate) fn query(&mut self, sql: &str, params: Params<'_>) -> Result<Vec<Row>> {
         let st = self.stmt(sql)?;
-        let r = self.conn.client.query(&st, params);
-        self.pg(r)
+        self.run(|c| async move { c.query(&st, params).await })
     }
 
     /// Without a prepare round trip, whatever the statement cache holds.
@@ -332,8 +485,7 @@ impl Tx<'_> {
         sql: &str,
         params: &[(&(dyn ToSql + Sync), Type)],
     ) -> Result<Vec<Row>> {
-        let r = self.conn.client.query_typed(sql, params);
-        self.pg(r)
+        self.run(|c| c.query_typed(sql, params))
     }
 
     pub(crate) fn query_opt(&mut self, sql: &str, params: Params<'_>) -> Result<Option<Row>> {
@@ -348,19 +500,26 @@ impl Tx<'_> {
     /// INSERT/UPDATE/DELETE: returns (and counts) the rows changed.
     pub(crate) fn execute(&mut self, sql: &str, params: Params<'_>) -> Result<u64> {
         let st = self.stmt(sql)?;
-        let r = self.conn.client.execute(&st, params);
-        let n = self.pg(r)?;
+        let n = self.run(|c| async move { c.execute(&st, params).await })?;
         self.changes += n;
         Ok(n)
     }
 }
 
 /// The PostgreSQL registry. `Sync`: calls from several threads queue on the
-/// one connection.
+/// one connection. Not for use from inside a tokio runtime (its calls block).
 pub struct PostgresRegistry {
     config: Config,
+    /// Each call's deadline, and the server's `statement_timeout`.
     statement_timeout: Duration,
-    conn: Mutex<Option<Conn>>,
+    conn: Mutex<Link>,
+}
+
+/// The runtime that drives the connection, and the connection (None until
+/// the first call, or after it broke).
+struct Link {
+    rt: Runtime,
+    conn: Option<Conn>,
 }
 
 impl std::fmt::Debug for PostgresRegistry {
@@ -426,12 +585,23 @@ impl PostgresRegistry {
             ));
         }
         tune(&mut config, statement_timeout);
-        let mut conn = Conn::open(&config, statement_timeout)?;
-        schema::migrate(&mut conn)?;
+        let rt = runtime()?;
+        let mut conn = Conn::open(
+            &rt,
+            &config,
+            statement_timeout,
+            Instant::now() + statement_timeout,
+        )?;
+        // DDL may take longer than an ordinary call (and may wait for
+        // another node's migration): a few deadlines' worth.
+        schema::migrate(&rt, Instant::now() + statement_timeout * 4, &mut conn)?;
         Ok(Self {
             config,
             statement_timeout,
-            conn: Mutex::new(Some(conn)),
+            conn: Mutex::new(Link {
+                rt,
+                conn: Some(conn),
+            }),
         })
     }
 
@@ -454,47 +624,53 @@ impl PostgresRegistry {
     /// A listener on the revocation channel over its own connection, to the
     /// same database as this registry.
     pub fn revocation_listener(&self) -> Result<RevocationListener> {
-        RevocationListener::open(self.config.clone())
+        RevocationListener::open(self.config.clone(), self.statement_timeout)
     }
 
     /// A listener on [`REVOCATION_CHANNEL`] of the database at `url` (its
-    /// own connection; connection attempts bounded by [`DEFAULT_TIMEOUT`]
-    /// unless the URL says otherwise).
-    pub fn listen_revocations(url: &str) -> Result<RevocationListener> {
+    /// own connection; each (re)connection, `LISTEN` included, bounded by
+    /// `timeout`, e.g. [`DEFAULT_TIMEOUT`]).
+    pub fn listen_revocations(url: &str, timeout: Duration) -> Result<RevocationListener> {
         let mut config = parse_url(url)?;
-        tune(&mut config, DEFAULT_TIMEOUT);
-        RevocationListener::open(config)
+        tune(&mut config, timeout);
+        RevocationListener::open(config, timeout.max(Duration::from_millis(1)))
     }
 
-    fn lock(&self) -> MutexGuard<'_, Option<Conn>> {
+    fn lock(&self) -> MutexGuard<'_, Link> {
         // A panic mid-operation leaves `in_tx` set: that connection is
         // replaced below, so the poison carries no state.
         self.conn.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Runs one operation, reconnecting first if the connection is known
-    /// broken. Retried: a break noticed at BEGIN or in a single read (once,
-    /// on a new connection; nothing was written), serialization failures and
-    /// deadlocks (twice; the transaction was rolled back).
+    /// Runs one operation under one deadline (`statement_timeout` from now,
+    /// connecting included), reconnecting first if the connection is known
+    /// broken. Retried within the same deadline: a break noticed at BEGIN or
+    /// in a single read (once, on a new connection; nothing was written),
+    /// serialization failures and deadlocks (twice; the transaction was
+    /// rolled back). A passed deadline is never retried.
     fn run<T>(&self, kind: WriteKind, mut f: impl FnMut(&mut Tx<'_>) -> Result<T>) -> Result<T> {
-        let mut slot = self.lock();
+        let deadline = Instant::now() + self.statement_timeout;
+        let mut link = self.lock();
+        let Link { rt, conn: slot } = &mut *link;
         let mut reconnected = false;
         let mut conflicts = 0;
         loop {
-            if slot
-                .as_ref()
-                .is_some_and(|c| c.in_tx || c.client.is_closed())
-            {
+            if slot.as_ref().is_some_and(|c| !c.is_usable()) {
                 *slot = None;
             }
             let conn = match slot.as_mut() {
                 Some(c) => c,
                 None => {
                     reconnected = true;
-                    slot.insert(Conn::open(&self.config, self.statement_timeout)?)
+                    slot.insert(Conn::open(
+                        rt,
+                        &self.config,
+                        self.statement_timeout,
+                        deadline,
+                    )?)
                 }
             };
-            let fail = match conn.attempt(kind, &mut f) {
+            let fail = match conn.attempt(rt, deadline, kind, &mut f) {
                 Ok(v) => return Ok(v),
                 Err(fail) => fail,
             };
@@ -502,6 +678,10 @@ impl PostgresRegistry {
                 Some(Fault::Broken) => {
                     *slot = None;
                     !reconnected && (fail.at_begin || kind == WriteKind::Single)
+                }
+                Some(Fault::Deadline) => {
+                    *slot = None;
+                    false
                 }
                 Some(Fault::Retry) => {
                     conflicts += 1;
@@ -839,47 +1019,73 @@ fn outbox(t: &mut Tx<'_>, r: Revocation) -> Result<()> {
 /// `Ok` after an error is the moment to catch up from the outbox.
 pub struct RevocationListener {
     config: Config,
-    client: Option<Client>,
+    /// Bounds a (re)connection: TCP, startup and `LISTEN`.
+    connect_timeout: Duration,
+    rt: Runtime,
+    link: Option<(Client, PgConnection)>,
 }
 
 impl std::fmt::Debug for RevocationListener {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("RevocationListener")
-            .field("connected", &self.client.is_some())
+            .field("connected", &self.link.is_some())
             .finish()
     }
 }
 
 impl RevocationListener {
-    fn open(config: Config) -> Result<Self> {
+    fn open(config: Config, connect_timeout: Duration) -> Result<Self> {
         let mut l = Self {
             config,
-            client: None,
+            connect_timeout,
+            rt: runtime()?,
+            link: None,
         };
         l.connect()?;
         Ok(l)
     }
 
-    fn connect(&mut self) -> Result<&mut Client> {
-        let mut client = self.config.connect(NoTls)?;
-        client.batch_execute(&format!("LISTEN {REVOCATION_CHANNEL}"))?;
-        Ok(self.client.insert(client))
+    fn connect(&mut self) -> Result<&mut (Client, PgConnection)> {
+        let deadline = Instant::now() + self.connect_timeout;
+        let (client, mut connection) = connect_by(&self.rt, &self.config, deadline)?;
+        let listen = format!("LISTEN {REVOCATION_CHANNEL}");
+        match drive(
+            &self.rt,
+            &mut connection,
+            deadline,
+            client.batch_execute(&listen),
+        ) {
+            Ok(()) => Ok(self.link.insert((client, connection))),
+            Err(Stop::Pg(e)) | Err(Stop::Ended(Some(e))) => Err(e.into()),
+            Err(Stop::Ended(None)) => Err(RegistryError::Unavailable(
+                "revocation listener: connection closed during LISTEN".into(),
+            )),
+            Err(Stop::Deadline) => Err(deadline_passed("LISTEN")),
+        }
     }
 
     /// The next pushed outbox id, or None when `timeout` passes without one.
     /// Ids already pushed are returned at once, in commit order. An error
-    /// means the connection broke (see the type's docs).
+    /// means the connection broke (see the type's docs). A (re)connection
+    /// first is bounded by the listener's connect timeout, so a call never
+    /// blocks longer than that plus `timeout`.
     pub fn wait(&mut self, timeout: Duration) -> Result<Option<u64>> {
         let deadline = Instant::now() + timeout;
-        let client = match self.client.take() {
-            Some(c) if !c.is_closed() => self.client.insert(c),
-            _ => self.connect()?,
-        };
+        if self.link.as_ref().is_some_and(|(c, _)| c.is_closed()) {
+            self.link = None;
+        }
+        if self.link.is_none() {
+            self.connect()?;
+        }
+        let (_, connection) = self.link.as_mut().expect("connected above");
         loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            let next = client.notifications().timeout_iter(left).next();
+            let next = self.rt.block_on(async {
+                let message = std::future::poll_fn(|cx| connection.poll_message(cx));
+                tokio::time::timeout_at(deadline.into(), message).await
+            });
             match next {
-                Ok(Some(n)) => {
+                Err(_) => return Ok(None),
+                Ok(Some(Ok(AsyncMessage::Notification(n)))) => {
                     if n.channel() != REVOCATION_CHANNEL {
                         continue;
                     }
@@ -889,20 +1095,17 @@ impl RevocationListener {
                         Err(_) => continue,
                     }
                 }
-                Ok(None) => {
-                    // The iterator also ends early when the connection has
-                    // ended (the server closed it): that is a break.
-                    if Instant::now() < deadline || client.is_closed() {
-                        self.client = None;
-                        return Err(RegistryError::Unavailable(
-                            "revocation listener: connection closed".into(),
-                        ));
-                    }
-                    return Ok(None);
-                }
-                Err(e) => {
-                    self.client = None;
+                // Notices and anything newer: not for us.
+                Ok(Some(Ok(_))) => continue,
+                Ok(Some(Err(e))) => {
+                    self.link = None;
                     return Err(e.into());
+                }
+                Ok(None) => {
+                    self.link = None;
+                    return Err(RegistryError::Unavailable(
+                        "revocation listener: connection closed".into(),
+                    ));
                 }
             }
         }

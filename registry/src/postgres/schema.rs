@@ -7,6 +7,10 @@
 //! SQLite keeps as 0/1 are BOOLEAN, small enums are SMALLINT, positions are
 //! INTEGER (i32), and the outbox id is a BIGSERIAL.
 
+use std::time::Instant;
+
+use tokio::runtime::Runtime;
+
 use super::{Conn, WriteKind, MIGRATE_LOCK};
 use crate::{RegistryError, Result};
 
@@ -136,8 +140,8 @@ pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 /// openers (several nodes starting at once): everything runs in one
 /// transaction under a transaction-scoped advisory lock, and DDL is
 /// transactional in PostgreSQL.
-pub(super) fn migrate(conn: &mut Conn) -> Result<()> {
-    conn.transaction(WriteKind::Migrate, |tx| {
+pub(super) fn migrate(rt: &Runtime, deadline: Instant, conn: &mut Conn) -> Result<()> {
+    conn.transaction(rt, deadline, WriteKind::Migrate, |tx| {
         tx.batch(&format!(
             "SELECT pg_advisory_xact_lock({MIGRATE_LOCK});
              CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BIGINT NOT NULL);"

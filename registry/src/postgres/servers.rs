@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 
-use ::postgres::Row;
+use tokio_postgres::Row;
 
 use super::{col, to_i, to_u, validate_name, Tx};
 use crate::model::*;

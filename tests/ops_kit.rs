@@ -72,7 +72,9 @@ fn uses(text: &str) -> Vec<Use> {
             continue;
         }
         let mut end = i;
-        while end < b.len() && (b[end].is_ascii_lowercase() || b[end].is_ascii_digit() || b[end] == b'_') {
+        while end < b.len()
+            && (b[end].is_ascii_lowercase() || b[end].is_ascii_digit() || b[end] == b'_')
+        {
             end += 1;
         }
         let name = text[i..end].to_string();
@@ -109,7 +111,9 @@ fn uses(text: &str) -> Vec<Use> {
                     // `label="value"`, and `label=~"a|b"` when it is a plain
                     // list of values (each must exist). Negative matchers,
                     // real regexes and Grafana variables ($worker) are not checked.
-                    let Some((k, v)) = m.split_once('=') else { continue };
+                    let Some((k, v)) = m.split_once('=') else {
+                        continue;
+                    };
                     let (k, v) = (k.trim(), v.trim());
                     if k.ends_with('!') || v.contains('$') {
                         continue;
@@ -254,11 +258,23 @@ fn example_config_parses_and_the_unit_fits_it() {
     assert_eq!(unit_value(&unit, "ProtectSystem"), ["strict"]);
     let rw: Vec<String> = unit_value(&unit, "ReadWritePaths")
         .iter()
-        .flat_map(|v| v.split_whitespace().map(|p| p.trim_start_matches('-').to_string()).collect::<Vec<_>>())
+        .flat_map(|v| {
+            v.split_whitespace()
+                .map(|p| p.trim_start_matches('-').to_string())
+                .collect::<Vec<_>>()
+        })
         .collect();
-    let data_dir = cfg.data_dir.to_string_lossy().trim_end_matches('/').to_string();
-    assert!(rw.contains(&data_dir), "data_dir {data_dir} not in ReadWritePaths {rw:?}");
-    // io_uring system calls allowed by name (not in @system-service before systemd 248... see the unit).
+    let data_dir = cfg
+        .data_dir
+        .to_string_lossy()
+        .trim_end_matches('/')
+        .to_string();
+    assert!(
+        rw.contains(&data_dir),
+        "data_dir {data_dir} not in ReadWritePaths {rw:?}"
+    );
+    // The io_uring system calls allowed by name (older systemd releases do not
+    // have them in @system-service: see the unit).
     let filter = unit_value(&unit, "SystemCallFilter").join(" ");
     for call in ["io_uring_setup", "io_uring_enter", "io_uring_register"] {
         assert!(
@@ -294,23 +310,45 @@ fn dashboard_is_importable() {
     }
     // The datasource variable defaults to the DS_PROMETHEUS chosen at import;
     // every panel and query uses the variable (so provisioning from a file works too).
-    let ds = d["templating"]["list"].as_array().unwrap().iter().find(|v| v["name"] == "datasource").unwrap();
+    let ds = d["templating"]["list"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "datasource")
+        .unwrap();
     assert_eq!(ds["type"], "datasource");
     assert_eq!(ds["query"], "prometheus");
     assert_eq!(ds["current"]["value"], "${DS_PROMETHEUS}");
     let panels = d["panels"].as_array().expect("panels");
     let mut ids = BTreeSet::new();
     for p in panels {
-        assert!(ids.insert(p["id"].as_u64().expect("panel id")), "panel id twice");
+        assert!(
+            ids.insert(p["id"].as_u64().expect("panel id")),
+            "panel id twice"
+        );
         if p["type"] == "row" {
             continue;
         }
-        let targets = p["targets"].as_array().unwrap_or_else(|| panic!("targets of {}", p["title"]));
+        let targets = p["targets"]
+            .as_array()
+            .unwrap_or_else(|| panic!("targets of {}", p["title"]));
         assert!(!targets.is_empty(), "panel {} has no query", p["title"]);
-        assert_eq!(p["datasource"]["uid"], "${datasource}", "panel {}", p["title"]);
+        assert_eq!(
+            p["datasource"]["uid"], "${datasource}",
+            "panel {}",
+            p["title"]
+        );
         for t in targets {
-            assert_eq!(t["datasource"]["uid"], "${datasource}", "query of {}", p["title"]);
-            assert!(t["expr"].as_str().is_some_and(|e| !e.is_empty()), "{}: empty expr", p["title"]);
+            assert_eq!(
+                t["datasource"]["uid"], "${datasource}",
+                "query of {}",
+                p["title"]
+            );
+            assert!(
+                t["expr"].as_str().is_some_and(|e| !e.is_empty()),
+                "{}: empty expr",
+                p["title"]
+            );
         }
     }
 }
@@ -337,7 +375,10 @@ fn every_metric_of_the_alerts_and_the_dashboard_is_exported_and_the_example_conf
         .args(["--ingest-addr", "127.0.0.1:0"])
         .arg("--data-dir")
         .arg(dir.path())
-        .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()))
+        .env(
+            "RUST_LOG",
+            std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
+        )
         .stdout(Stdio::null())
         .stderr(Stdio::inherit())
         .spawn()
@@ -351,8 +392,14 @@ fn every_metric_of_the_alerts_and_the_dashboard_is_exported_and_the_example_conf
     });
     let deadline = Instant::now() + Duration::from_secs(30);
     while !common::http_get(admin, "/readyz").is_ok_and(|(s, _)| s == 200) {
-        assert!(child.try_wait().unwrap().is_none(), "gatewayd exited before ready");
-        assert!(Instant::now() < deadline, "gatewayd with {CONFIG} not ready in 30 s");
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "gatewayd exited before ready"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "gatewayd with {CONFIG} not ready in 30 s"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
 
@@ -377,7 +424,10 @@ fn every_metric_of_the_alerts_and_the_dashboard_is_exported_and_the_example_conf
         if body.contains("gatewayd_closes_total{") {
             break body;
         }
-        assert!(Instant::now() < deadline, "close 4002 never counted in gatewayd_closes_total");
+        assert!(
+            Instant::now() < deadline,
+            "close 4002 never counted in gatewayd_closes_total"
+        );
         std::thread::sleep(Duration::from_millis(50));
     };
     let samples: Vec<Sample> = gatewayd::stats::parse(&body).expect("exposition");
@@ -424,30 +474,61 @@ fn every_metric_of_the_alerts_and_the_dashboard_is_exported_and_the_example_conf
                 continue;
             }
             if !(listed.contains(&u.name) || list.get(&u.name).is_some()) {
-                problems.push(format!("{file}: {} is exported but missing from {FAMILIES}", u.name));
+                problems.push(format!(
+                    "{file}: {} is exported but missing from {FAMILIES}",
+                    u.name
+                ));
             }
-            if u.rated && kind_of(&u.name) != Some("counter") && !u.name.ends_with("_bucket")
-                && !u.name.ends_with("_sum") && !u.name.ends_with("_count")
+            if u.rated
+                && kind_of(&u.name) != Some("counter")
+                && !u.name.ends_with("_bucket")
+                && !u.name.ends_with("_sum")
+                && !u.name.ends_with("_count")
             {
-                problems.push(format!("{file}: rate()/increase() of {} ({:?}), not a counter", u.name, kind_of(&u.name)));
+                problems.push(format!(
+                    "{file}: rate()/increase() of {} ({:?}), not a counter",
+                    u.name,
+                    kind_of(&u.name)
+                ));
             }
             for (k, v) in &u.matchers {
                 if k == "instance" || k == "job" {
                     continue; // added by Prometheus
                 }
-                if !samples.iter().any(|s| s.name == u.name && s.label(k) == Some(v.as_str())) {
-                    problems.push(format!("{file}: no {}{{{k}=\"{v}\"}} series in /metrics", u.name));
+                if !samples
+                    .iter()
+                    .any(|s| s.name == u.name && s.label(k) == Some(v.as_str()))
+                {
+                    problems.push(format!(
+                        "{file}: no {}{{{k}=\"{v}\"}} series in /metrics",
+                        u.name
+                    ));
                 }
             }
-            if let Some(label) = u.label_values.as_ref().filter(|l| *l != "instance" && *l != "job") {
-                if !samples.iter().any(|s| s.name == u.name && s.label(label).is_some()) {
-                    problems.push(format!("{file}: label_values({}, {label}): no such label", u.name));
+            if let Some(label) = u
+                .label_values
+                .as_ref()
+                .filter(|l| *l != "instance" && *l != "job")
+            {
+                if !samples
+                    .iter()
+                    .any(|s| s.name == u.name && s.label(label).is_some())
+                {
+                    problems.push(format!(
+                        "{file}: label_values({}, {label}): no such label",
+                        u.name
+                    ));
                 }
             }
         }
     }
+    problems.sort();
+    problems.dedup();
     assert!(problems.is_empty(), "{}", problems.join("\n"));
-    eprintln!("ops kit: {} metric names checked against a real scrape: {checked:?}", checked.len());
+    eprintln!(
+        "ops kit: {} metric names checked against a real scrape: {checked:?}",
+        checked.len()
+    );
 
     // SIGTERM with the example config's 30 s drain: no sessions, so the
     // workers stop at once; far inside TimeoutStopSec either way.
@@ -464,6 +545,9 @@ fn every_metric_of_the_alerts_and_the_dashboard_is_exported_and_the_example_conf
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    assert!(status.success(), "gatewayd exited with {status} after SIGTERM");
+    assert!(
+        status.success(),
+        "gatewayd exited with {status} after SIGTERM"
+    );
     eprintln!("ops kit: SIGTERM to exit in {:?}", t.elapsed());
 }

@@ -20,14 +20,14 @@ impl behaviour::Store for SqliteStore {
     }
 }
 
-fn store() -> Option<SqliteStore> {
+fn store() -> SqliteStore {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("nested/dir/registry.db");
-    Some(SqliteStore { _dir: dir, path })
+    SqliteStore { _dir: dir, path }
 }
 
 behaviour_tests!(
-    fresh: Some(Box::new(SqliteRegistry::open_in_memory().unwrap())),
+    fresh: Box::new(SqliteRegistry::open_in_memory().unwrap()),
     store: store(),
 );
 

@@ -33,17 +33,18 @@ pub trait Store {
     fn open(&self) -> Box<dyn Backend>;
 }
 
-/// `fresh`: an expression giving `Option<impl Deref<Target = impl Backend>>`
-/// (None: the backend is not available here, the test is skipped);
-/// `store`: the same for `Option<impl Store>`.
+/// `fresh`: an expression giving `impl Deref<Target = impl Backend>`;
+/// `store`: the same for `impl Store`; then any attributes every test gets
+/// (e.g. `#[ignore = "needs PostgreSQL: ..."]` for a backend that needs a
+/// server).
 macro_rules! behaviour_tests {
-    (fresh: $fresh:expr, store: $store:expr $(,)?) => {
-        behaviour_tests!(@store $store;
+    (fresh: $fresh:expr, store: $store:expr $(, #[$m:meta])* $(,)?) => {
+        behaviour_tests!(@store [$(#[$m])*] $store;
             token_round_trip_and_rejections,
             seed_demo_idempotent_and_reopen_keeps_data,
             two_handles_on_one_store,
         );
-        behaviour_tests!(@fresh $fresh;
+        behaviour_tests!(@fresh [$(#[$m])*] $fresh;
             reset_token_invalidates_old,
             application_settings_and_delete,
             install_uninstall,
@@ -54,22 +55,27 @@ macro_rules! behaviour_tests {
             revocations_are_written_to_the_outbox_with_the_change,
         );
     };
-    (@store $store:expr; $($name:ident),* $(,)?) => {$(
+    // One test per name, recursively (the attributes repeat per test).
+    (@store [$($a:tt)*] $store:expr; $name:ident $(, $rest:ident)* $(,)?) => {
         #[test]
+        $($a)*
         fn $name() {
-            if let Some(store) = $store {
-                behaviour::$name(&store);
-            }
+            let store = $store;
+            behaviour::$name(&store);
         }
-    )*};
-    (@fresh $fresh:expr; $($name:ident),* $(,)?) => {$(
+        behaviour_tests!(@store [$($a)*] $store; $($rest),*);
+    };
+    (@store [$($a:tt)*] $store:expr;) => {};
+    (@fresh [$($a:tt)*] $fresh:expr; $name:ident $(, $rest:ident)* $(,)?) => {
         #[test]
+        $($a)*
         fn $name() {
-            if let Some(reg) = $fresh {
-                behaviour::$name(&*reg);
-            }
+            let reg = $fresh;
+            behaviour::$name(&*reg);
         }
-    )*};
+        behaviour_tests!(@fresh [$($a)*] $fresh; $($rest),*);
+    };
+    (@fresh [$($a:tt)*] $fresh:expr;) => {};
 }
 
 pub fn token_round_trip_and_rejections(store: &dyn Store) {

@@ -31,11 +31,43 @@ pub fn start(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<Admin> {
     })
 }
 
+/// Time a client has to send its whole request head (one thread serves the
+/// port: a client that trickles bytes must not hold it for longer).
+const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
+
+/// Whether the request may use a protected endpoint: no token configured, or
+/// `Authorization: Bearer <token>` matching it (compared in constant time).
+fn authorized(token: &str, authorization: Option<&str>) -> bool {
+    if token.is_empty() {
+        return true;
+    }
+    let Some(given) = authorization.and_then(|a| {
+        let (scheme, rest) = a.trim().split_once(' ')?;
+        scheme.eq_ignore_ascii_case("bearer").then(|| rest.trim())
+    }) else {
+        return false;
+    };
+    use sha2::{Digest, Sha256};
+    let (a, b) = (
+        Sha256::digest(given.as_bytes()),
+        Sha256::digest(token.as_bytes()),
+    );
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
+}
+
 fn serve(mut s: TcpStream, shared: &Shared) -> std::io::Result<()> {
-    s.set_read_timeout(Some(Duration::from_secs(2)))?;
+    let deadline = std::time::Instant::now() + REQUEST_DEADLINE;
     let mut buf = [0u8; 4096];
     let mut n = 0;
     loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(std::io::ErrorKind::TimedOut.into());
+        }
+        s.set_read_timeout(Some(left))?;
         let r = s.read(&mut buf[n..])?;
         if r == 0 {
             break;
@@ -45,13 +77,29 @@ fn serve(mut s: TcpStream, shared: &Shared) -> std::io::Result<()> {
             break;
         }
     }
-    let (method, path, query) = match net::http::parse_head(&buf[..n]) {
-        Ok(Some((_, head))) => (head.method, head.path, head.query),
-        _ => (String::new(), String::new(), String::new()),
+    let (method, path, query, authorization) = match net::http::parse_head(&buf[..n]) {
+        Ok(Some((_, head))) => (head.method, head.path, head.query, head.authorization),
+        _ => Default::default(),
     };
     let workers = shared.metrics.len();
     let method = method.as_str();
+    let cfg = &shared.cfg;
+    let allowed = authorized(&cfg.admin_token, authorization.as_deref());
+    let protected = match path.as_str() {
+        "/drain" | "/fault/registry" => method == "POST",
+        "/metrics" => cfg.admin_metrics_auth,
+        _ => false,
+    };
     let (status, ctype, body) = match path.as_str() {
+        _ if protected && !allowed => {
+            shared.link.admin_refused.fetch_add(1, Ordering::Relaxed);
+            (
+                401,
+                "text/plain",
+                "unauthorized: this endpoint needs Authorization: Bearer <admin_token>\n"
+                    .to_string(),
+            )
+        }
         "/metrics" => {
             let mut out = String::with_capacity(8192);
             crate::metrics::render(
@@ -100,7 +148,12 @@ fn serve(mut s: TcpStream, shared: &Shared) -> std::io::Result<()> {
         ),
     };
     let mut out = Vec::with_capacity(body.len() + 128);
-    net::http::write_response(status, ctype, body.as_bytes(), false, &[], &mut out);
+    let challenge: &[(&str, &str)] = if status == 401 {
+        &[("WWW-Authenticate", "Bearer realm=\"gatewayd-admin\"")]
+    } else {
+        &[]
+    };
+    net::http::write_response(status, ctype, body.as_bytes(), false, challenge, &mut out);
     s.write_all(&out)
 }
 
@@ -228,6 +281,12 @@ fn render_link(st: &crate::sidecar::LinkStats, out: &mut String) {
         "counter",
         "Revocations read from the registry outbox and pushed to workers.",
         st.revocations.load(Relaxed),
+    );
+    one(
+        "gatewayd_admin_unauthorized_total",
+        "counter",
+        "Admin requests refused with 401 (no or wrong bearer token).",
+        st.admin_refused.load(Relaxed),
     );
     one(
         "gatewayd_registry_calls_failed_total",

@@ -13,8 +13,17 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// One port for REST (`/api/...`) and WebSocket (any other path).
     pub gateway_addr: SocketAddr,
-    /// Metrics and health.
+    /// Metrics, health, and the controls that change a running node
+    /// (`POST /drain`, `POST /fault/registry`).
     pub admin_addr: SocketAddr,
+    /// Bearer token for the admin controls (`Authorization: Bearer <token>`),
+    /// at least 16 characters. Required when `admin_addr` is not a loopback
+    /// address (the node refuses to start without one); also settable with
+    /// `GATEWAYD_ADMIN_TOKEN`. Empty: none (loopback only).
+    pub admin_token: String,
+    /// Whether `GET /metrics` needs the token too (default false: metrics stay
+    /// readable by the scraper; `/healthz` and `/readyz` never need it).
+    pub admin_metrics_auth: bool,
     /// URL handed to clients in `/gateway` and `resume_gateway_url`;
     /// empty means `ws://` (or `wss://`) + gateway_addr.
     pub public_url: String,
@@ -193,6 +202,8 @@ impl Default for Config {
             data_dir: PathBuf::from("./gatewayd-data"),
             gateway_addr: "127.0.0.1:8080".parse().unwrap(),
             admin_addr: "127.0.0.1:9090".parse().unwrap(),
+            admin_token: String::new(),
+            admin_metrics_auth: false,
             public_url: String::new(),
             workers: 0,
             registry_path: PathBuf::new(),
@@ -258,6 +269,11 @@ pub struct RunArgs {
     pub gateway_addr: Option<SocketAddr>,
     #[arg(long)]
     pub admin_addr: Option<SocketAddr>,
+    /// Bearer token for POST /drain and /fault/registry (required when
+    /// admin_addr is not loopback). Prefer the environment variable: a flag
+    /// is visible in the process list.
+    #[arg(long, env = "GATEWAYD_ADMIN_TOKEN", hide_env_values = true)]
+    pub admin_token: Option<String>,
     #[arg(long)]
     pub public_url: Option<String>,
     #[arg(long)]
@@ -319,6 +335,9 @@ pub struct RunArgs {
     pub revocation_poll_ms: Option<u64>,
     #[arg(long)]
     pub brownout_max_ms: Option<u64>,
+    /// Deadline of each registry call: slower (or failing) means brownout.
+    #[arg(long)]
+    pub registry_timeout_ms: Option<u64>,
     /// Allow POST /fault/registry on the admin port.
     #[arg(long)]
     pub fault_injection: bool,
@@ -356,6 +375,7 @@ impl Config {
         set!(args.data_dir => cfg.data_dir);
         set!(args.gateway_addr => cfg.gateway_addr);
         set!(args.admin_addr => cfg.admin_addr);
+        set!(args.admin_token => cfg.admin_token);
         set!(args.public_url => cfg.public_url);
         set!(args.workers => cfg.workers);
         set!(args.registry_path => cfg.registry_path);
@@ -380,6 +400,7 @@ impl Config {
         set!(args.lease_ttl_ms => cfg.registry.lease_ttl_ms);
         set!(args.revocation_poll_ms => cfg.registry.revocation_poll_ms);
         set!(args.brownout_max_ms => cfg.registry.brownout_max_ms);
+        set!(args.registry_timeout_ms => cfg.registry.timeout_ms);
         if args.fault_injection {
             cfg.registry.fault_injection = true;
         }
@@ -426,6 +447,23 @@ impl Config {
         }
         if self.events.send_slots == 0 {
             return Err("events.send_slots must be positive".into());
+        }
+        if !self.admin_addr.ip().is_loopback() && self.admin_token.is_empty() {
+            return Err(format!(
+                "admin_addr {} is not a loopback address: set admin_token in the config \
+                 (or GATEWAYD_ADMIN_TOKEN) so that POST /drain and /fault/registry require \
+                 `Authorization: Bearer <token>`",
+                self.admin_addr
+            ));
+        }
+        if !self.admin_token.is_empty() && self.admin_token.chars().count() < 16 {
+            return Err("admin_token must be at least 16 characters".into());
+        }
+        if self.admin_token.chars().any(|c| !c.is_ascii_graphic()) {
+            return Err("admin_token may hold only printable ASCII without spaces".into());
+        }
+        if self.registry.timeout_ms < 10 {
+            return Err("registry.timeout_ms must be at least 10".into());
         }
         if self.registry.lease_ttl_ms < 100 {
             return Err("registry.lease_ttl_ms must be at least 100".into());
@@ -493,6 +531,30 @@ mod tests {
         assert_eq!(cfg.limits.heartbeat_interval_ms, 2000, "flag wins");
         assert_eq!(cfg.demo.interval_ms, 250);
         assert_eq!(cfg.limits.inbound_message_bytes, 4096);
+    }
+
+    #[test]
+    fn a_non_loopback_admin_port_needs_a_token() {
+        let load = |addr: &str, token: Option<&str>| {
+            Config::load(&RunArgs {
+                admin_addr: Some(addr.parse().unwrap()),
+                admin_token: token.map(str::to_string),
+                ..Default::default()
+            })
+        };
+        let err = load("0.0.0.0:9090", None).unwrap_err();
+        assert!(err.contains("admin_token"), "{err}");
+        assert!(load("10.1.2.3:9090", None).is_err());
+        assert!(load("[::]:9090", None).is_err());
+        assert!(load("0.0.0.0:9090", Some("short"))
+            .unwrap_err()
+            .contains("16"));
+        assert!(load("0.0.0.0:9090", Some("has a space in it!!")).is_err());
+        let cfg = load("0.0.0.0:9090", Some("0123456789abcdef")).unwrap();
+        assert_eq!(cfg.admin_token, "0123456789abcdef");
+        // Loopback needs none (but may have one).
+        assert!(load("127.0.0.1:9090", None).is_ok());
+        assert!(load("[::1]:9090", None).is_ok());
     }
 
     #[test]

@@ -72,6 +72,8 @@ pub struct LinkStats {
     pub calls_failed: AtomicU64,
     /// Registry calls not made because a brownout's probe was not yet due.
     pub calls_skipped_brownout: AtomicU64,
+    /// Admin requests refused for a missing or wrong bearer token.
+    pub admin_refused: AtomicU64,
     pub registry_latency: Histogram,
     pub revocation_latency: Histogram,
 }

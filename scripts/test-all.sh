@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# The README's test command: EVERY test, for real, on a fresh machine.
+#
+#   scripts/test-all.sh            # what CI runs (.ci/run execs exactly this)
+#
+# It installs or builds what the tests need and is missing, starts the
+# services, runs the whole suite including the tests that plain `cargo test`
+# shows as ignored for want of a service, runs the fuzz targets for a bounded
+# time, and stops what it started, by PID. Exit status: non-zero if anything
+# failed (every step still runs and reports).
+#
+#   1. a Python venv with discord.py (tests/py/requirements.txt), OUTSIDE the
+#      clone under $CACHE/venv                            -> GATEWAYD_PYTHON
+#   2. PostgreSQL (Debian's package, apt-get if missing; a throwaway cluster
+#      in a temp dir, loopback only)                      -> GATEWAYD_TEST_DATABASE_URL
+#   3. Tansu, a Kafka-protocol broker (built from crates.io once per machine
+#      into $CACHE: ~15-30 min the first time; in-memory storage)
+#                                                          -> GATEWAYD_TEST_KAFKA_BROKERS
+#      The fault drills (tests/drills.rs) start, stop, freeze and kill their
+#      own PostgreSQL and Tansu from the same binaries  -> GATEWAYD_TEST_PG_BIN,
+#      GATEWAYD_TEST_TANSU
+#   4. the ops kit: promtool (Debian's prometheus package) on the alert rules
+#      and their tests, the dashboard's metric names      (scripts/check-ops.sh)
+#   5. cargo build --workspace --all-targets, then
+#      cargo test --workspace --no-fail-fast -- --include-ignored, skipping
+#      only the measurements that are run by hand (HEAVY below)
+#   6. every fuzz target for FUZZ_SECONDS each               (scripts/fuzz.sh)
+#
+# Needs root the first time (apt-get, the PostgreSQL system user); later runs
+# reuse the cache. Settings: GATEWAYD_CI_CACHE (default /var/cache/gatewayd-ci),
+# GATEWAYD_BASE_PYTHON (python3), FUZZ_SECONDS (20), GATEWAYD_TEST_ARGS (extra
+# arguments for the test binaries, e.g. a name filter).
+set -euo pipefail
+
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+ROOT="$(pwd)"
+
+CACHE="${GATEWAYD_CI_CACHE:-/var/cache/gatewayd-ci}"
+export GATEWAYD_CI_CACHE="$CACHE"
+VENV="$CACHE/venv"
+REQUIREMENTS="$ROOT/tests/py/requirements.txt"
+BASE_PYTHON="${GATEWAYD_BASE_PYTHON:-python3}"
+FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
+
+# Measurements that are #[ignore]d because they are run by hand (minutes
+# each, tens of thousands of sockets), not because a service is missing.
+HEAVY=(hold_40000_sessions compression_figures memory_per_compressed_session)
+
+T0=$SECONDS
+log() { printf '\n== [%4ds] %s\n' "$((SECONDS - T0))" "$*"; }
+
+# ---------------------------------------------------------------- Python venv
+log "python venv: $VENV"
+mkdir -p "$CACHE"
+if ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
+    # Missing or broken (e.g. the base interpreter moved): rebuild from scratch.
+    rm -rf "$VENV"
+    "$BASE_PYTHON" -m venv "$VENV" || {
+        echo "error: '$BASE_PYTHON -m venv' failed; this machine needs CPython 3 with venv/ensurepip" >&2
+        exit 1
+    }
+fi
+# Reinstall only when requirements.txt changed since the last successful
+# install, or the installed set no longer imports.
+want_hash="$(sha256sum "$REQUIREMENTS" | cut -d' ' -f1)"
+stamp="$VENV/.gatewayd-requirements.sha256"
+if [[ "$(cat "$stamp" 2>/dev/null || true)" != "$want_hash" ]] ||
+    ! "$VENV/bin/python" -c 'import discord, aiohttp, yarl' >/dev/null 2>&1; then
+    echo "installing $REQUIREMENTS"
+    "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input -r "$REQUIREMENTS"
+    echo "$want_hash" >"$stamp"
+else
+    echo "requirements already satisfied"
+fi
+export GATEWAYD_PYTHON="$VENV/bin/python"
+export PYTHONDONTWRITEBYTECODE=1
+
+# ---------------------------------------------------------------- versions
+log "tool versions"
+uname -srm
+rustc --version
+cargo --version
+"$GATEWAYD_PYTHON" -c 'import discord, aiohttp, sys; print("python", sys.version.split()[0], "/ discord.py", discord.__version__, "/ aiohttp", aiohttp.__version__)'
+if command -v cmake >/dev/null 2>&1; then
+    echo "cmake: $(command -v cmake) (not needed by the build)"
+else
+    echo "cmake: absent (not needed)"
+fi
+
+# ---------------------------------------------------------------- SERVICES
+# Started in the background, one PID each in SERVICE_PIDS; the EXIT trap
+# stops exactly those PIDs (never by name), each with its own stop signal,
+# then removes the temp dirs in SERVICE_DIRS. Data under fresh temp dirs,
+# loopback only, a bounded readiness wait each.
+SERVICE_PIDS=()
+SERVICE_NAMES=()
+SERVICE_SIGNALS=()
+SERVICE_DIRS=()
+
+start_service() { # NAME CMD... : start CMD in the background, logs in $SERVICE_LOG_DIR/NAME.log
+    # Stopped with SIGTERM, or with $STOP_SIGNAL if set for this call.
+    local name="$1"
+    shift
+    "$@" >"$SERVICE_LOG_DIR/$name.log" 2>&1 &
+    SERVICE_PIDS+=("$!")
+    SERVICE_NAMES+=("$name")
+    SERVICE_SIGNALS+=("${STOP_SIGNAL:-TERM}")
+    echo "started $name (pid $!)"
+}
+
+stop_services() {
+    local i pid
+    for ((i = ${#SERVICE_PIDS[@]} - 1; i >= 0; i--)); do
+        pid="${SERVICE_PIDS[$i]}"
+        if kill -0 "$pid" 2>/dev/null; then
+            echo "stopping ${SERVICE_NAMES[$i]} (pid $pid, SIG${SERVICE_SIGNALS[$i]})"
+            kill "-${SERVICE_SIGNALS[$i]}" "$pid" 2>/dev/null || true
+            for _ in $(seq 1 40); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+            kill -KILL "$pid" 2>/dev/null || true
+            wait "$pid" 2>/dev/null || true
+        fi
+    done
+    for ((i = 0; i < ${#SERVICE_DIRS[@]}; i++)); do rm -rf "${SERVICE_DIRS[$i]}"; done
+    rm -rf "$SERVICE_LOG_DIR"
+}
+
+SERVICE_LOG_DIR="$(mktemp -d -t gatewayd-test-services.XXXXXX)"
+trap stop_services EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
+
+# PostgreSQL: Debian's package (installed if missing: apt-get, ~1 min), a
+# fresh cluster (initdb ~1 s), trust auth, fsync off; as root it runs as the
+# system user gatewayd-pg. `pg-test-server.sh run` execs the server, so the
+# PID recorded is the postmaster's; SIGINT is its fast shutdown.
+log "postgresql"
+pg_t0=$SECONDS
+PG_SCRIPT="$ROOT/scripts/pg-test-server.sh"
+PG_BIN="$(bash "$PG_SCRIPT" install)"
+"$PG_BIN/postgres" --version
+export GATEWAYD_TEST_PG_BIN="$PG_BIN"
+PG_DIR="$(mktemp -d -t gatewayd-test-pg.XXXXXX)"
+SERVICE_DIRS+=("$PG_DIR")
+bash "$PG_SCRIPT" init "$PG_DIR"
+PG_PORT="$(bash "$PG_SCRIPT" free-port 54329)"
+STOP_SIGNAL=INT start_service postgres bash "$PG_SCRIPT" run "$PG_DIR" "$PG_PORT"
+# Ready within 60 s, and still ours (fails at once if the server exited,
+# e.g. because another one took the port first).
+bash "$PG_SCRIPT" wait-ready "$PG_PORT" 60 "${SERVICE_PIDS[-1]}" || {
+    echo "error: postgres not ready; its log:" >&2
+    cat "$SERVICE_LOG_DIR/postgres.log" >&2
+    exit 1
+}
+bash "$PG_SCRIPT" create-db "$PG_PORT"
+export GATEWAYD_TEST_DATABASE_URL
+GATEWAYD_TEST_DATABASE_URL="$(bash "$PG_SCRIPT" url "$PG_PORT")"
+echo "GATEWAYD_TEST_DATABASE_URL=$GATEWAYD_TEST_DATABASE_URL (ready in $((SECONDS - pg_t0)) s)"
+
+# Tansu: built once per machine into the cache (see tansu-test-broker.sh),
+# in-memory storage (an empty cluster per run); the tests create their own
+# topics. `tansu-test-broker.sh run` execs the broker: the PID is its own.
+log "tansu (Kafka-protocol broker)"
+tansu_t0=$SECONDS
+TANSU_SCRIPT="$ROOT/scripts/tansu-test-broker.sh"
+TANSU_BIN="$(bash "$TANSU_SCRIPT" install)"
+"$TANSU_BIN" --version
+export GATEWAYD_TEST_TANSU="$TANSU_BIN"
+TANSU_DIR="$(mktemp -d -t gatewayd-test-tansu.XXXXXX)"
+SERVICE_DIRS+=("$TANSU_DIR")
+TANSU_PORT="$(bash "$TANSU_SCRIPT" free-port 19092)"
+start_service tansu bash "$TANSU_SCRIPT" run "$TANSU_DIR" "$TANSU_PORT"
+bash "$TANSU_SCRIPT" wait-ready "$TANSU_PORT" 60 "${SERVICE_PIDS[-1]}" || {
+    echo "error: tansu not ready; its log:" >&2
+    cat "$SERVICE_LOG_DIR/tansu.log" >&2
+    exit 1
+}
+export GATEWAYD_TEST_KAFKA_BROKERS="127.0.0.1:$TANSU_PORT"
+echo "GATEWAYD_TEST_KAFKA_BROKERS=$GATEWAYD_TEST_KAFKA_BROKERS (ready in $((SECONDS - tansu_t0)) s)"
+
+status=0
+failed=()
+
+# ---------------------------------------------------------------- ops kit
+log "ops kit (scripts/check-ops.sh)"
+bash "$ROOT/scripts/check-ops.sh" || { status=1; failed+=("check-ops"); }
+
+# ---------------------------------------------------------------- build + test
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+log "cargo build --workspace --all-targets"
+cargo build --workspace --all-targets
+
+skips=()
+for t in "${HEAVY[@]}"; do skips+=(--skip "$t"); done
+# --no-fail-fast: report every failing test binary, not just the first.
+log "cargo test --workspace --no-fail-fast -- --include-ignored ${skips[*]} ${GATEWAYD_TEST_ARGS:-}"
+# shellcheck disable=SC2086 # GATEWAYD_TEST_ARGS is a list of words
+cargo test --workspace --no-fail-fast -- --include-ignored "${skips[@]}" ${GATEWAYD_TEST_ARGS:-} ||
+    { status=1; failed+=("cargo test"); }
+
+# ---------------------------------------------------------------- fuzzing
+if [[ -x "$ROOT/scripts/fuzz.sh" || -f "$ROOT/scripts/fuzz.sh" ]]; then
+    log "fuzz targets, ${FUZZ_SECONDS} s each (scripts/fuzz.sh)"
+    bash "$ROOT/scripts/fuzz.sh" "$FUZZ_SECONDS" || { status=1; failed+=("fuzz"); }
+fi
+
+log "done: exit $status${failed[*]:+ (failed: ${failed[*]})}"
+exit "$status"

@@ -166,6 +166,14 @@ fn assert_same_worker(admin: SocketAddr) {
 /// The slow session finally reads: a gap-free prefix of the events (from
 /// `first_n`), then the 4000 close. Returns (events read, last n read);
 /// what went wrong goes to `errors` (the caller still tries the resume).
+///
+/// The close frame queues behind what the peer has not read. A peer that
+/// still has not read by the end of the node's linger (2 s after the close)
+/// finds the connection reset where the frame would have been (README, slow
+/// consumers): on a busy machine the test's reader can be that late, so a
+/// reset is the other outcome the product allows. The callers check what
+/// the product promises either way: the node counted the 4000 close, and
+/// the session resumes gap-free.
 fn slow_reads_until_close(
     slow: &mut Session,
     first_n: u64,
@@ -195,6 +203,13 @@ fn slow_reads_until_close(
                 k += 1;
             }
             Next::Json(v) if v["op"] == 11 => {}
+            Next::Ended(e) => {
+                eprintln!(
+                    "slow: after {k} complete events the connection ended without the close \
+                     frame ({e}): it was read after the node's linger"
+                );
+                break;
+            }
             Next::Close(Some((code, reason))) => {
                 if code != 4000 || !reason.starts_with("send queue full") {
                     errors.push(format!(

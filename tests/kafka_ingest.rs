@@ -10,24 +10,14 @@
 mod common;
 mod support;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::Node;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
-use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
-use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use serde_json::{json, Value};
+use support::kafka::{create_topic, frame_message, unique, Kafka};
 use support::{Next, Session};
 
 const INTENTS: u64 = (1 << 0) | (1 << 9) | (1 << 15);
-/// Partitions per test topic: several, so keying by server id matters.
-const PARTITIONS: i32 = 3;
 /// First delivery waits for the consumer to join its group (and, after a
 /// restart without leaving, for the old member's 6 s session to expire).
 const FIRST_EVENT: Duration = Duration::from_secs(40);
@@ -42,161 +32,6 @@ fn brokers() -> String {
              scripts/test-all.sh starts one; by hand: eval \"$(scripts/tansu-test-broker.sh start)\""
         ),
     }
-}
-
-fn unique(prefix: &str) -> String {
-    format!(
-        "{prefix}-{}-{:08x}",
-        std::process::id(),
-        getrandom::u32().unwrap()
-    )
-}
-
-/// A fresh topic with PARTITIONS partitions.
-fn create_topic(brokers: &str) -> String {
-    let name = unique("gatewayd-it");
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()
-        .expect("admin client");
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(20)));
-    let results = rt
-        .block_on(admin.create_topics(
-            &[NewTopic::new(&name, PARTITIONS, TopicReplication::Fixed(1))],
-            &opts,
-        ))
-        .expect("create_topics");
-    for r in results {
-        r.unwrap_or_else(|(t, e)| panic!("creating topic {t}: {e}"));
-    }
-    name
-}
-
-/// Counts delivery reports.
-#[derive(Default)]
-struct Reports {
-    ok: AtomicU64,
-    failed: AtomicU64,
-}
-
-#[derive(Clone, Default)]
-struct Ctx(Arc<Reports>);
-
-impl ClientContext for Ctx {}
-
-impl ProducerContext for Ctx {
-    type DeliveryOpaque = ();
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
-        match result {
-            Ok(_) => self.0.ok.fetch_add(1, Ordering::Relaxed),
-            Err((e, _)) => {
-                eprintln!("delivery failed: {e}");
-                self.0.failed.fetch_add(1, Ordering::Relaxed)
-            }
-        };
-    }
-}
-
-/// What the chat service would be: a producer keying every record by its
-/// server id, so a server's events stay in one partition, in order.
-struct Kafka {
-    producer: BaseProducer<Ctx>,
-    ctx: Ctx,
-    topic: String,
-    brokers: String,
-}
-
-impl Kafka {
-    fn new(brokers: &str, topic: &str) -> Kafka {
-        let ctx = Ctx::default();
-        let producer = ClientConfig::new()
-            .set("bootstrap.servers", brokers)
-            .set("linger.ms", "0")
-            // Strict order per partition even if a request were retried.
-            .set("max.in.flight.requests.per.connection", "1")
-            .create_with_context(ctx.clone())
-            .expect("producer");
-        Kafka {
-            producer,
-            ctx,
-            topic: topic.to_string(),
-            brokers: brokers.to_string(),
-        }
-    }
-
-    /// One message: key = the server id (decimal), value = `frame`.
-    fn send(&self, server: u64, frame: &[u8]) {
-        let key = server.to_string();
-        let mut record = BaseRecord::to(&self.topic).key(&key).payload(frame);
-        loop {
-            match self.producer.send(record) {
-                Ok(()) => return,
-                Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), back)) => {
-                    self.producer.poll(Duration::from_millis(10));
-                    record = back;
-                }
-                Err((e, _)) => panic!("produce: {e}"),
-            }
-        }
-    }
-
-    /// Wait until the broker has acknowledged everything sent.
-    fn flush(&self) {
-        self.producer
-            .flush(Duration::from_secs(20))
-            .expect("flush the producer");
-        assert_eq!(
-            self.ctx.0.failed.load(Ordering::Relaxed),
-            0,
-            "every record reached the broker"
-        );
-    }
-
-    /// The offsets `group` has committed, summed over the topic's partitions.
-    fn committed(&self, group: &str) -> i64 {
-        let c: BaseConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &self.brokers)
-            .set("group.id", group)
-            .create()
-            .expect("offset reader");
-        let mut tpl = TopicPartitionList::new();
-        for p in 0..PARTITIONS {
-            tpl.add_partition(&self.topic, p);
-        }
-        let got = c
-            .committed_offsets(tpl, Duration::from_secs(10))
-            .expect("fetch committed offsets");
-        got.elements()
-            .iter()
-            .map(|e| match e.offset() {
-                Offset::Offset(o) => o,
-                _ => 0,
-            })
-            .sum()
-    }
-}
-
-fn frame_message(server: u64, channel: u64, content: &str) -> Vec<u8> {
-    let d = json!({"id": "1", "channel_id": channel.to_string(), "guild_id": server.to_string(), "content": content,
-                   "author": {"id": "5", "username": "u", "discriminator": "0", "avatar": null}, "embeds": [], "attachments": []});
-    let mut out = Vec::new();
-    ingest::encode_parts(
-        "MESSAGE_CREATE",
-        server,
-        channel,
-        1 << 9,
-        0,
-        0,
-        ingest::FLAG_HAS_CONTENT,
-        &[],
-        d.to_string().as_bytes(),
-        &mut out,
-    );
-    out
 }
 
 fn start_node(brokers: &str, topic: &str, group: &str) -> Node {

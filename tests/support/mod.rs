@@ -14,6 +14,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 use tungstenite::{Message, WebSocket};
 
+pub mod kafka;
+pub mod services;
+
 // ------------------------------------------------------------------ bits
 
 pub mod intent {

@@ -1,0 +1,356 @@
+//! Real servers a test owns outright, so it may freeze (SIGSTOP), thaw,
+//! kill -9 and restart them without disturbing the shared ones other tests
+//! use: a PostgreSQL cluster and a Tansu broker, started from the binaries
+//! scripts/test-all.sh installed (`GATEWAYD_TEST_PG_BIN`,
+//! `GATEWAYD_TEST_TANSU`) through the same scripts it uses.
+//!
+//! Each server's processes are found from the PID of the process the
+//! script execs into (the postmaster, the broker) and its descendants; a
+//! server is never signalled by name. Drop stops what is still running.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("scripts")
+        .join(name)
+}
+
+fn required_env(name: &str, what: &str) -> String {
+    match std::env::var(name) {
+        Ok(v) if !v.trim().is_empty() => v,
+        _ => panic!(
+            "{name} is not set: this test runs its own {what}. scripts/test-all.sh installs \
+             it and sets {name}"
+        ),
+    }
+}
+
+/// `pid` and every process descending from it, parents first.
+pub fn process_tree(pid: u32) -> Vec<u32> {
+    let mut all: Vec<(u32, u32)> = Vec::new(); // (pid, ppid)
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+                continue;
+            };
+            // /proc/PID/stat: "pid (comm) state ppid ..."; comm may hold spaces.
+            let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+                continue;
+            };
+            let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+                continue;
+            };
+            if let Some(ppid) = rest.split_whitespace().nth(1).and_then(|v| v.parse().ok()) {
+                all.push((p, ppid));
+            }
+        }
+    }
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() {
+        let parent = out[i];
+        out.extend(all.iter().filter(|(_, pp)| *pp == parent).map(|(p, _)| *p));
+        i += 1;
+    }
+    out
+}
+
+fn alive(pid: u32) -> bool {
+    // A zombie is gone for our purposes (it holds no port, answers nothing).
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, r)| r.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+fn signal(pids: &[u32], sig: i32) {
+    for &p in pids {
+        // SAFETY: a plain kill(2) on processes this test started.
+        unsafe { libc::kill(p as i32, sig) };
+    }
+}
+
+/// A server process (the root of its tree) the test started.
+struct Proc {
+    child: Child,
+    /// The tree as of the last freeze (new processes cannot start while
+    /// the parent is stopped).
+    frozen: Vec<u32>,
+}
+
+impl Proc {
+    fn tree(&self) -> Vec<u32> {
+        process_tree(self.child.id())
+    }
+
+    /// SIGSTOP every process of the server: it keeps its sockets (the kernel
+    /// still completes TCP handshakes into its listen queue) and answers
+    /// nothing.
+    fn freeze(&mut self) {
+        self.frozen = self.tree();
+        signal(&self.frozen, libc::SIGSTOP);
+    }
+
+    fn thaw(&mut self) {
+        signal(&self.frozen, libc::SIGCONT);
+        self.frozen.clear();
+    }
+
+    /// kill -9 of every process of the server, as a crash would; returns
+    /// once they are all gone.
+    fn kill9(&mut self) {
+        let tree = self.tree();
+        signal(&tree, libc::SIGKILL);
+        let _ = self.child.wait();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while tree.iter().any(|&p| alive(p)) {
+            assert!(
+                Instant::now() < deadline,
+                "server processes survived SIGKILL"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn stop(&mut self, sig: i32) {
+        if self.child.try_wait().ok().flatten().is_some() {
+            return;
+        }
+        let tree = self.tree();
+        signal(&tree, libc::SIGCONT);
+        signal(&[self.child.id()], sig);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.child.try_wait().ok().flatten().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        signal(&tree, libc::SIGKILL);
+        let _ = self.child.wait();
+    }
+}
+
+/// A PostgreSQL cluster of the test's own (scripts/pg-test-server.sh: a
+/// temp dir, loopback, trust auth).
+pub struct PgServer {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    proc: Option<Proc>,
+}
+
+impl PgServer {
+    pub fn start() -> PgServer {
+        required_env("GATEWAYD_TEST_PG_BIN", "PostgreSQL server");
+        let dir = tempfile::tempdir().unwrap();
+        let run = |args: &[&str]| {
+            let out = Command::new("bash")
+                .arg(script("pg-test-server.sh"))
+                .args(args)
+                .stdin(Stdio::null())
+                .output()
+                .expect("run pg-test-server.sh");
+            assert!(
+                out.status.success(),
+                "pg-test-server.sh {args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8_lossy(&out.stdout).trim().to_string()
+        };
+        run(&["init", dir.path().to_str().unwrap()]);
+        let port: u16 = run(&["free-port", "55100"]).parse().unwrap();
+        let mut pg = PgServer {
+            port,
+            dir,
+            proc: None,
+        };
+        pg.launch();
+        pg
+    }
+
+    fn launch(&mut self) {
+        let log = std::fs::File::create(self.dir.path().join("server.log")).unwrap();
+        let child = Command::new("bash")
+            .arg(script("pg-test-server.sh"))
+            .arg("run")
+            .arg(self.dir.path())
+            .arg(self.port.to_string())
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start postgres");
+        self.proc = Some(Proc {
+            child,
+            frozen: Vec::new(),
+        });
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while postgres::Client::connect(&self.url("postgres"), postgres::NoTls).is_err() {
+            if let Some(st) = self.proc.as_mut().unwrap().child.try_wait().unwrap() {
+                panic!("postgres exited ({st}): {}", self.log());
+            }
+            assert!(
+                Instant::now() < deadline,
+                "postgres not ready: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
+    pub fn url(&self, db: &str) -> String {
+        format!("postgres://gatewayd@127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// A new database; returns its URL.
+    pub fn create_db(&self, name: &str) -> String {
+        let mut c = postgres::Client::connect(&self.url("postgres"), postgres::NoTls).unwrap();
+        c.batch_execute(&format!("CREATE DATABASE {name}")).unwrap();
+        self.url(name)
+    }
+
+    /// The postmaster and its children.
+    pub fn processes(&self) -> Vec<u32> {
+        self.proc.as_ref().map(Proc::tree).unwrap_or_default()
+    }
+
+    pub fn freeze(&mut self) {
+        self.proc.as_mut().expect("running").freeze();
+    }
+
+    pub fn thaw(&mut self) {
+        self.proc.as_mut().expect("running").thaw();
+    }
+
+    pub fn kill9(&mut self) {
+        self.proc.take().expect("running").kill9();
+    }
+
+    /// Start again on the same data and port (after `kill9`: crash recovery).
+    pub fn restart(&mut self) {
+        assert!(self.proc.is_none(), "still running");
+        self.launch();
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        if let Some(mut p) = self.proc.take() {
+            p.stop(libc::SIGINT); // fast shutdown
+        }
+    }
+}
+
+/// A Tansu broker of the test's own (scripts/tansu-test-broker.sh run), with
+/// the storage engine given: `memory://tansu/` (gone with the process) or a
+/// durable one such as `turso://tansu.db` (a file in its directory).
+pub struct TansuServer {
+    pub port: u16,
+    storage: String,
+    dir: tempfile::TempDir,
+    proc: Option<Proc>,
+}
+
+impl TansuServer {
+    pub fn start(storage: &str) -> TansuServer {
+        required_env("GATEWAYD_TEST_TANSU", "Tansu broker");
+        let out = Command::new("bash")
+            .arg(script("tansu-test-broker.sh"))
+            .args(["free-port", "19300"])
+            .output()
+            .expect("run tansu-test-broker.sh");
+        assert!(out.status.success());
+        let port = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+        let mut t = TansuServer {
+            port,
+            storage: storage.to_string(),
+            dir: tempfile::tempdir().unwrap(),
+            proc: None,
+        };
+        t.launch();
+        t
+    }
+
+    pub fn brokers(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    fn launch(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("broker.log"))
+            .unwrap();
+        let child = Command::new("bash")
+            .arg(script("tansu-test-broker.sh"))
+            .arg("run")
+            .arg(self.dir.path())
+            .arg(self.port.to_string())
+            .arg(&self.storage)
+            .env(
+                "GATEWAYD_TANSU",
+                std::env::var("GATEWAYD_TEST_TANSU").unwrap(),
+            )
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start tansu");
+        let pid = child.id();
+        self.proc = Some(Proc {
+            child,
+            frozen: Vec::new(),
+        });
+        let out = Command::new("bash")
+            .arg(script("tansu-test-broker.sh"))
+            .args(["wait-ready", &self.port.to_string(), "60", &pid.to_string()])
+            .env(
+                "GATEWAYD_TANSU",
+                std::env::var("GATEWAYD_TEST_TANSU").unwrap(),
+            )
+            .output()
+            .expect("wait for tansu");
+        assert!(
+            out.status.success(),
+            "tansu not ready: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("broker.log")).unwrap_or_default()
+    }
+
+    pub fn freeze(&mut self) {
+        self.proc.as_mut().expect("running").freeze();
+    }
+
+    pub fn thaw(&mut self) {
+        self.proc.as_mut().expect("running").thaw();
+    }
+
+    pub fn kill9(&mut self) {
+        self.proc.take().expect("running").kill9();
+    }
+
+    /// Start again on the same port and storage.
+    pub fn restart(&mut self) {
+        assert!(self.proc.is_none(), "still running");
+        self.launch();
+    }
+}
+
+impl Drop for TansuServer {
+    fn drop(&mut self) {
+        if let Some(mut p) = self.proc.take() {
+            p.stop(libc::SIGTERM);
+        }
+    }
+}

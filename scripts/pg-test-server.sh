@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # A throwaway PostgreSQL server for the registry tests: Debian's package,
 # a fresh cluster in a temp dir, loopback only, trust auth, no fsync.
-# Used by .ci/run (SERVICES) and by developers:
+# Used by scripts/test-all.sh (SERVICES), the fault drills (tests/drills.rs)
+# and developers:
 #
 #   scripts/pg-test-server.sh start [DIR]   # background server; prints the
 #                                           # export line and the stop command
 #   scripts/pg-test-server.sh stop DIR      # fast shutdown by PID, removes DIR
 #
-# Building blocks (what .ci/run uses, so its EXIT trap owns the PID):
+# Building blocks (what scripts/test-all.sh uses, so its EXIT trap owns the PID):
 #   install          install postgresql from Debian if initdb is missing;
 #                    prints the server's bin dir (idempotent, quick when present)
 #   init DIR         initdb a fresh cluster in DIR/data, sockets in DIR/sock

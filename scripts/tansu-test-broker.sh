@@ -1,33 +1,42 @@
 #!/usr/bin/env bash
 # A throwaway Kafka-protocol broker for the Kafka ingest tests: Tansu
-# (crates.io `tansu`, a Kafka-compatible broker in Rust) with its in-memory
-# storage engine, loopback only. Used by .ci/run (SERVICES) and by developers:
+# (crates.io `tansu`, a Kafka-compatible broker in Rust), in-memory storage by
+# default, loopback only. Used by scripts/test-all.sh (SERVICES), by the
+# fault drills (tests/drills.rs: durable storage, so a broker killed with
+# kill -9 keeps what it acknowledged), and by developers:
 #
 #   scripts/tansu-test-broker.sh start [DIR]  # background broker; prints the
 #                                             # export line and the stop command
 #   scripts/tansu-test-broker.sh stop DIR     # stop by PID, remove DIR
 #
-# Building blocks (what .ci/run uses, so its EXIT trap owns the PID):
+# Building blocks (what scripts/test-all.sh uses, so its EXIT trap owns the PID):
 #   install          build tansu once into the cache if missing (cargo install,
-#                    ~25-30 min on 2 cores, serialised with flock); prints the
+#                    ~15-30 min on 2 cores, serialised with flock); prints the
 #                    binary's path (quick when present)
 #   free-port [P]    first loopback port >= P (default 19092) nobody listens on
-#   run DIR PORT     exec the broker in the foreground in DIR: the caller's PID
-#                    *is* the broker (stop it with SIGTERM)
+#   run DIR PORT [STORAGE]
+#                    exec the broker in the foreground in DIR: the caller's PID
+#                    *is* the broker (stop it with SIGTERM). STORAGE: the
+#                    storage engine URL, default memory://tansu/ (nothing
+#                    kept); sqlite://tansu.db keeps topics, records and
+#                    committed offsets in DIR/tansu.db
 #   wait-ready PORT SECONDS [PID]
 #                    until a Kafka-protocol request (list topics) succeeds
 #
-# The binary lives under ${GATEWAYD_CI_CACHE:-/var/cache/gatewayd-ci}/tansu-0.6.0
+# The binary lives under ${GATEWAYD_CI_CACHE:-/var/cache/gatewayd-ci}/tansu-0.6.0-libsql
 # (or $GATEWAYD_TANSU, a tansu binary to use as is). The memory engine keeps
 # nothing: every start is an empty cluster.
 set -euo pipefail
 
 TANSU_VERSION=0.6.0
-# dynostore: the memory:// (and s3://) engine; no PostgreSQL/SQLite engines,
-# no lake house, fewer dependencies to build.
-TANSU_FEATURES=dynostore
+# dynostore: the memory:// (and s3://) engine; libsql: the sqlite:// engine
+# (a file: durable across kill -9; libsql-ffi compiles its bundled C with cc,
+# no cmake). Not postgres:// (its schema ships only in Tansu's repository, not
+# on crates.io) and not turso:// (0.6.0's DDL does not parse with turso
+# 0.1.5: "unexpected token"). No lake house.
+TANSU_FEATURES=dynostore,libsql
 CACHE="${GATEWAYD_CI_CACHE:-/var/cache/gatewayd-ci}"
-TANSU_ROOT="$CACHE/tansu-$TANSU_VERSION"
+TANSU_ROOT="$CACHE/tansu-$TANSU_VERSION-libsql"
 
 die() {
     echo "tansu-test-broker: $*" >&2
@@ -53,7 +62,7 @@ cmd_install() {
         (
             flock 9
             if [[ ! -x "$bin" ]]; then
-                echo "building tansu $TANSU_VERSION into $TANSU_ROOT (once per machine, ~25-30 min on 2 cores)" >&2
+                echo "building tansu $TANSU_VERSION into $TANSU_ROOT (once per machine, ~15-30 min on 2 cores)" >&2
                 local t0=$SECONDS
                 cargo install tansu --version "$TANSU_VERSION" --no-default-features \
                     --features "$TANSU_FEATURES" --root "$TANSU_ROOT" --locked >&2
@@ -79,7 +88,8 @@ cmd_free_port() {
 }
 
 cmd_run() {
-    local dir="${1:?run DIR PORT}" port="${2:?run DIR PORT}" bin
+    local dir="${1:?run DIR PORT [STORAGE]}" port="${2:?run DIR PORT [STORAGE]}" bin
+    local storage="${3:-memory://tansu/}"
     bin="$(tansu_bin)"
     [[ -x "$bin" ]] || die "tansu is not installed (run: $0 install)"
     mkdir -p "$dir"
@@ -93,7 +103,7 @@ cmd_run() {
         --cluster-id gatewayd-test \
         --listener-url "tcp://127.0.0.1:$port" \
         --advertised-listener-url "tcp://127.0.0.1:$port" \
-        --storage-engine "memory://tansu/"
+        --storage-engine "$storage"
 }
 
 cmd_wait_ready() { # PORT SECONDS [PID]

@@ -387,7 +387,7 @@ fn beyond_the_cap_sessions_get_plain_text() {
 /// GUILD_CREATE and `MESSAGES` MESSAGE_CREATEs read). For docs/measurements.md:
 /// `GATEWAYD_MEM_SESSIONS=1000 cargo test --test compression memory_per_compressed_session -- --ignored --nocapture`
 #[test]
-#[ignore]
+#[ignore = "measurement for docs/measurements.md, run by hand (see the comment above)"]
 fn memory_per_compressed_session() {
     const MESSAGES: u64 = 32;
     let n: usize = std::env::var("GATEWAYD_MEM_SESSIONS")

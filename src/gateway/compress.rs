@@ -534,7 +534,7 @@ mod tests {
     /// Figures for docs/measurements.md:
     /// `cargo test --release --lib compression_figures -- --ignored --nocapture`
     #[test]
-    #[ignore]
+    #[ignore = "measurement for docs/measurements.md, run by hand (see the comment above)"]
     fn compression_figures() {
         fn rss_kib() -> usize {
             let s = std::fs::read_to_string("/proc/self/status").unwrap();

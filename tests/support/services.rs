@@ -249,7 +249,7 @@ impl Drop for PgServer {
 
 /// A Tansu broker of the test's own (scripts/tansu-test-broker.sh run), with
 /// the storage engine given: `memory://tansu/` (gone with the process) or a
-/// durable one such as `turso://tansu.db` (a file in its directory).
+/// durable one such as `sqlite://tansu.db` (a file in its directory).
 pub struct TansuServer {
     pub port: u16,
     storage: String,

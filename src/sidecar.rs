@@ -181,18 +181,28 @@ impl Sidecar {
         &mut self,
         f: impl FnOnce(&dyn Registry) -> registry::Result<T>,
     ) -> registry::Result<T> {
-        if self.stats.fault_down.load(Ordering::Relaxed) {
-            self.brownout(true);
-            return Err(registry::RegistryError::Unavailable(
-                "registry outage (fault injection)".into(),
-            ));
-        }
         if self.brownout_since.is_some() && Instant::now() < self.next_probe {
             self.stats
                 .calls_skipped_brownout
                 .fetch_add(1, Ordering::Relaxed);
             return Err(registry::RegistryError::Unavailable(
                 "registry brownout: waiting for the next probe".into(),
+            ));
+        }
+        self.call_now(f)
+    }
+
+    /// Like [`call`](Self::call), but made even in a brownout before the
+    /// probe is due: for writes that would otherwise be lost (a server change
+    /// from the event stream). Each costs at most `timeout_ms`.
+    fn call_now<T>(
+        &mut self,
+        f: impl FnOnce(&dyn Registry) -> registry::Result<T>,
+    ) -> registry::Result<T> {
+        if self.stats.fault_down.load(Ordering::Relaxed) {
+            self.brownout(true);
+            return Err(registry::RegistryError::Unavailable(
+                "registry outage (fault injection)".into(),
             ));
         }
         let t0 = Instant::now();
@@ -434,7 +444,9 @@ impl Sidecar {
         server_id: u64,
         change: &registry::StateChange,
     ) -> Option<AccessUpdate> {
-        if let Err(e) = self.call(|r| r.apply_state(change)) {
+        // Never skipped in a brownout: a change the stream reported once is
+        // lost if it is not written now.
+        if let Err(e) = self.call_now(|r| r.apply_state(change)) {
             tracing::warn!(server_id, error = %e, "server change from the event stream not applied");
         }
         let snap = self.call(|r| r.server_snapshot(server_id)).ok()??;

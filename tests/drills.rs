@@ -80,6 +80,13 @@ fn ms(d: Duration) -> u128 {
     d.as_millis()
 }
 
+/// A drill's figures, straight to stderr (the harness captures `println!`
+/// of passing tests; these belong in the test command's output).
+fn report(line: String) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr(), "{line}");
+}
+
 // ------------------------------------------------------------------ identify
 
 #[derive(Debug)]
@@ -457,7 +464,7 @@ fn drill_postgres_sigstop_then_sigcont() {
     let recovered = rig.recovered_after(t_thaw);
     let calls_failed = metric(&rig.node, "gatewayd_registry_calls_failed_total");
     let total = rig.finish();
-    println!(
+    report(format!(
         "DRILL postgres SIGSTOP {}s ({procs} processes): brownout after {} ms (timeout_ms {}); \
          new identify op 9 in {} ms; {during} events delivered while frozen; identify READY {} ms \
          after SIGCONT; {calls_failed} registry calls failed; {total} of {total} events, in order",
@@ -466,7 +473,7 @@ fn drill_postgres_sigstop_then_sigcont() {
         ms(TIMEOUT),
         ms(refused),
         ms(recovered)
-    );
+    ));
 }
 
 #[test]
@@ -490,7 +497,7 @@ fn drill_postgres_kill9_then_restart() {
     let up = t_restart.elapsed();
     let recovered = rig.recovered_after(t_restart);
     let total = rig.finish();
-    println!(
+    report(format!(
         "DRILL postgres kill -9, restart after {}s: brownout after {} ms; new identify op 9 in \
          {} ms; {during} events delivered while down; server accepting {} ms after restart; \
          identify READY {} ms after restart; {total} of {total} events, in order",
@@ -499,7 +506,7 @@ fn drill_postgres_kill9_then_restart() {
         ms(refused),
         ms(up),
         ms(recovered)
-    );
+    ));
 }
 
 // ------------------------------------------------------------------ broker drills
@@ -659,14 +666,14 @@ fn drill_broker_sigstop_then_sigcont() {
     })
     .expect("no event from the topic after the broker came back");
     let (acked, twice, caught_up) = rig.finish(t_thaw);
-    println!(
+    report(format!(
         "DRILL broker SIGSTOP {}s: {during} listener events delivered while frozen; identify \
          READY while frozen; first topic event {} ms after SIGCONT; all {acked} acknowledged \
          topic events delivered ({twice} twice), the last {} ms after SIGCONT",
         OUTAGE.as_secs(),
         ms(first),
         ms(caught_up)
-    );
+    ));
 }
 
 #[test]
@@ -695,7 +702,7 @@ fn drill_broker_kill9_then_restart() {
         )
     });
     let (acked, twice, caught_up) = rig.finish(t_restart);
-    println!(
+    report(format!(
         "DRILL broker kill -9, restart after {}s: {during} listener events delivered while down; \
          identify READY while down; broker answering {} ms after restart; first topic event {} ms \
          after restart; all {acked} acknowledged topic events delivered ({twice} twice: \
@@ -704,5 +711,5 @@ fn drill_broker_kill9_then_restart() {
         ms(up),
         ms(first),
         ms(caught_up)
-    );
+    ));
 }

@@ -160,17 +160,7 @@ impl<S: std::io::Read + std::io::Write> Client<S> {
         let gc = self.recv();
         assert_eq!(gc["t"], "GUILD_CREATE", "{gc}");
         assert_eq!(gc["s"], 2);
-        let server: u64 = gc["d"]["id"].as_str().unwrap().parse().unwrap();
-        let general = gc["d"]["channels"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|c| c["name"] == "general")
-            .unwrap()["id"]
-            .as_str()
-            .unwrap()
-            .parse()
-            .unwrap();
+        let (server, general) = support::server_and_general(&gc["d"]);
         (
             ready["d"]["session_id"].as_str().unwrap().to_string(),
             server,

@@ -34,7 +34,7 @@ use common::Node;
 use rdkafka::producer::Producer as _;
 use serde_json::{json, Value};
 use support::kafka::{create_topic, frame_message_with_id, unique, Kafka};
-use support::services::{PgServer, TansuServer};
+use support::services::{PgServer, Server as _, TansuServer};
 use support::{intent, Next, Producer, Registry, Session};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -387,6 +387,20 @@ fn registry_rig() -> RegistryRig {
 }
 
 impl RegistryRig {
+    /// What the node must do once the registry went away at `since`:
+    /// declare brownout within `timeout_ms` and answer a new identify with
+    /// op 9 at once. Returns how long each took.
+    fn registry_is_away(&self, since: Instant) -> (Duration, Duration) {
+        let brownout = self.brownout_after(since);
+        assert!(
+            brownout <= TIMEOUT + SLACK,
+            "brownout took {brownout:?} (timeout_ms {TIMEOUT:?})"
+        );
+        let refused = self.identify_refused();
+        assert!(refused <= TIMEOUT + SLACK, "op 9 took {refused:?}");
+        (brownout, refused)
+    }
+
     /// Brownout declared: how long after `since`.
     fn brownout_after(&self, since: Instant) -> Duration {
         wait_until(TIMEOUT + SLACK + Duration::from_secs(10), || {
@@ -449,13 +463,7 @@ fn drill_postgres_sigstop_then_sigcont() {
     let procs = rig.pg.processes().len();
     let t0 = Instant::now();
     rig.pg.freeze();
-    let brownout = rig.brownout_after(t0);
-    assert!(
-        brownout <= TIMEOUT + SLACK,
-        "brownout took {brownout:?} (timeout_ms {TIMEOUT:?})"
-    );
-    let refused = rig.identify_refused();
-    assert!(refused <= TIMEOUT + SLACK, "op 9 took {refused:?}");
+    let (brownout, refused) = rig.registry_is_away(t0);
     std::thread::sleep(OUTAGE.saturating_sub(t0.elapsed()));
     let t_thaw = Instant::now();
     let during = assert_kept_receiving(&rig.feed, &rig.reader, t0, t_thaw);
@@ -483,13 +491,7 @@ fn drill_postgres_kill9_then_restart() {
     let mut rig = registry_rig();
     let t0 = Instant::now();
     rig.pg.kill9();
-    let brownout = rig.brownout_after(t0);
-    assert!(
-        brownout <= TIMEOUT + SLACK,
-        "brownout took {brownout:?} (timeout_ms {TIMEOUT:?})"
-    );
-    let refused = rig.identify_refused();
-    assert!(refused <= TIMEOUT + SLACK, "op 9 took {refused:?}");
+    let (brownout, refused) = rig.registry_is_away(t0);
     std::thread::sleep(OUTAGE.saturating_sub(t0.elapsed()));
     let t_restart = Instant::now();
     let during = assert_kept_receiving(&rig.feed, &rig.reader, t0, t_restart);
@@ -541,18 +543,7 @@ fn broker_rig(storage: &str) -> BrokerRig {
         HEARTBEAT_MS,
     ]);
     let s = support::identify(node.gateway, "drill", &node.token, INTENTS, None).expect("identify");
-    let gc = &s.guild_creates[0];
-    let server: u64 = gc["id"].as_str().unwrap().parse().unwrap();
-    let channel: u64 = gc["channels"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "general")
-        .unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let (server, channel) = support::server_and_general(&s.guild_creates[0]);
     let reader = Reader::spawn(s);
     // The producer retries for as long as a drill lasts (and more).
     let kafka = Arc::new(Kafka::with(

@@ -52,18 +52,7 @@ fn start_node(brokers: &str, topic: &str, group: &str) -> Node {
 fn identify(node: &Node, intents: u64) -> (Session, u64, u64) {
     let s =
         support::identify(node.gateway, "demo-bot", &node.token, intents, None).expect("identify");
-    let gc = &s.guild_creates[0];
-    let server: u64 = gc["id"].as_str().unwrap().parse().unwrap();
-    let general = gc["channels"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "general")
-        .unwrap()["id"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
+    let (server, general) = support::server_and_general(&s.guild_creates[0]);
     (s, server, general)
 }
 

@@ -490,6 +490,18 @@ pub fn identify(
     })
 }
 
+/// A GUILD_CREATE `d`'s server id and the id of its `#general` channel.
+pub fn server_and_general(guild_create: &Value) -> (u64, u64) {
+    let id = |v: &Value| -> u64 { v["id"].as_str().unwrap().parse().unwrap() };
+    let general = guild_create["channels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == "general")
+        .expect("a #general channel");
+    (id(guild_create), id(general))
+}
+
 pub fn ready_guild_ids(s: &Session) -> Vec<u64> {
     let mut v: Vec<u64> = s.ready["d"]["guilds"]
         .as_array()

@@ -75,8 +75,38 @@ fn signal(pids: &[u32], sig: i32) {
     }
 }
 
+/// What a drill does to a server it owns.
+pub trait Server {
+    /// Its running process, None while killed.
+    fn slot(&mut self) -> &mut Option<Proc>;
+    /// Start it (again) on the same port and data.
+    fn launch(&mut self);
+
+    /// SIGSTOP every process of the server: it keeps its sockets (the kernel
+    /// still completes TCP handshakes into its listen queue) and answers
+    /// nothing.
+    fn freeze(&mut self) {
+        self.slot().as_mut().expect("running").freeze();
+    }
+
+    fn thaw(&mut self) {
+        self.slot().as_mut().expect("running").thaw();
+    }
+
+    /// kill -9 of every process of the server, as a crash would; returns
+    /// once they are all gone.
+    fn kill9(&mut self) {
+        self.slot().take().expect("running").kill9();
+    }
+
+    fn restart(&mut self) {
+        assert!(self.slot().is_none(), "still running");
+        self.launch();
+    }
+}
+
 /// A server process (the root of its tree) the test started.
-struct Proc {
+pub struct Proc {
     child: Child,
     /// The tree as of the last freeze (new processes cannot start while
     /// the parent is stopped).
@@ -88,9 +118,6 @@ impl Proc {
         process_tree(self.child.id())
     }
 
-    /// SIGSTOP every process of the server: it keeps its sockets (the kernel
-    /// still completes TCP handshakes into its listen queue) and answers
-    /// nothing.
     fn freeze(&mut self) {
         self.frozen = self.tree();
         signal(&self.frozen, libc::SIGSTOP);
@@ -101,8 +128,6 @@ impl Proc {
         self.frozen.clear();
     }
 
-    /// kill -9 of every process of the server, as a crash would; returns
-    /// once they are all gone.
     fn kill9(&mut self) {
         let tree = self.tree();
         signal(&tree, libc::SIGKILL);
@@ -219,23 +244,16 @@ impl PgServer {
     pub fn processes(&self) -> Vec<u32> {
         self.proc.as_ref().map(Proc::tree).unwrap_or_default()
     }
+}
 
-    pub fn freeze(&mut self) {
-        self.proc.as_mut().expect("running").freeze();
+impl Server for PgServer {
+    fn slot(&mut self) -> &mut Option<Proc> {
+        &mut self.proc
     }
 
-    pub fn thaw(&mut self) {
-        self.proc.as_mut().expect("running").thaw();
-    }
-
-    pub fn kill9(&mut self) {
-        self.proc.take().expect("running").kill9();
-    }
-
-    /// Start again on the same data and port (after `kill9`: crash recovery).
-    pub fn restart(&mut self) {
-        assert!(self.proc.is_none(), "still running");
-        self.launch();
+    /// Start on its data and port (after `kill9`: crash recovery).
+    fn launch(&mut self) {
+        PgServer::launch(self)
     }
 }
 
@@ -327,23 +345,16 @@ impl TansuServer {
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("broker.log")).unwrap_or_default()
     }
+}
 
-    pub fn freeze(&mut self) {
-        self.proc.as_mut().expect("running").freeze();
+impl Server for TansuServer {
+    fn slot(&mut self) -> &mut Option<Proc> {
+        &mut self.proc
     }
 
-    pub fn thaw(&mut self) {
-        self.proc.as_mut().expect("running").thaw();
-    }
-
-    pub fn kill9(&mut self) {
-        self.proc.take().expect("running").kill9();
-    }
-
-    /// Start again on the same port and storage.
-    pub fn restart(&mut self) {
-        assert!(self.proc.is_none(), "still running");
-        self.launch();
+    /// Start on its port and storage.
+    fn launch(&mut self) {
+        TansuServer::launch(self)
     }
 }
 

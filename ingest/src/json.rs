@@ -104,11 +104,24 @@ impl<'a> Cursor<'a> {
                     match e {
                         b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {}
                         b'u' => {
-                            let hex = self.b.get(self.i..self.i + 4).ok_or(self.err())?;
-                            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                            let unit = self.hex4()?;
+                            // Surrogates only in pairs: bots' parsers
+                            // (serde_json, for one) refuse a lone one, and
+                            // with it the whole dispatch frame.
+                            if (0xDC00..0xE000).contains(&unit) {
+                                self.i -= 6;
                                 return Err(self.err());
                             }
-                            self.i += 4;
+                            if (0xD800..0xDC00).contains(&unit) {
+                                if self.b.get(self.i..self.i + 2) != Some(b"\\u") {
+                                    return Err(self.err());
+                                }
+                                self.i += 2;
+                                if !(0xDC00..0xE000).contains(&self.hex4()?) {
+                                    self.i -= 6;
+                                    return Err(self.err());
+                                }
+                            }
                         }
                         _ => {
                             self.i -= 1;
@@ -123,6 +136,17 @@ impl<'a> Cursor<'a> {
                 _ => {}
             }
         }
+    }
+
+    /// Four hex digits (after `\u`): the UTF-16 code unit.
+    fn hex4(&mut self) -> R<u32> {
+        let hex = self.b.get(self.i..self.i + 4).ok_or(self.err())?;
+        let mut unit = 0;
+        for &h in hex {
+            unit = unit * 16 + char::from(h).to_digit(16).ok_or(self.err())?;
+        }
+        self.i += 4;
+        Ok(unit)
     }
 
     fn digits(&mut self) -> usize {
@@ -253,8 +277,9 @@ impl<'a> Cursor<'a> {
 }
 
 /// Strictly validates that `d` is UTF-8 JSON (RFC 8259) whose top-level value
-/// is an object, with optional surrounding whitespace. Allocation-free,
-/// linear time, no recursion.
+/// is an object, with optional surrounding whitespace; `\u` escapes of
+/// UTF-16 surrogates must come in pairs (RFC 8259 §8.2: a lone one is
+/// refused by bots' parsers). Allocation-free, linear time, no recursion.
 pub fn validate_json_object(d: &[u8]) -> Result<(), RedactError> {
     std::str::from_utf8(d).map_err(|_| RedactError::NotUtf8)?;
     let mut c = Cursor::new(d);

@@ -48,6 +48,12 @@ const DECODE: Close = Close::new(
 /// Decode one text message. `scratch` is reused between calls so steady
 /// parsing does not allocate for the copy.
 pub fn parse(text: &[u8], scratch: &mut Vec<u8>) -> Result<ClientPayload, Close> {
+    // A raw NUL is never valid JSON, but simd-json (0.17) takes one after a
+    // number or literal for the end of its input: `{"op":1,"d":null\0}` would
+    // be a heartbeat (simd-lite/simd-json#357).
+    if text.contains(&0) {
+        return Err(DECODE);
+    }
     scratch.clear();
     scratch.extend_from_slice(text);
     let v = simd_json::to_borrowed_value(scratch).map_err(|_| DECODE)?;

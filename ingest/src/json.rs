@@ -157,8 +157,30 @@ impl<'a> Cursor<'a> {
         self.i - start
     }
 
-    /// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`
+    /// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`, within a
+    /// double's range: bots' parsers refuse numbers beyond it (serde_json:
+    /// "number out of range"), and with them the whole dispatch frame
+    /// (I-JSON, RFC 7493 §2.2, says not to send them).
     fn number(&mut self) -> R<()> {
+        let start = self.i;
+        self.number_syntax()?;
+        let text = &self.b[start..self.i];
+        // Only an exponent or 300+ digits can leave a double's range
+        // (~1.8e308); parsing (no allocation) is left to those.
+        if text.len() >= 300 || text.iter().any(|&c| c == b'e' || c == b'E') {
+            let ok = std::str::from_utf8(text)
+                .ok()
+                .and_then(|t| t.parse::<f64>().ok())
+                .is_some_and(f64::is_finite);
+            if !ok {
+                self.i = start;
+                return Err(self.err());
+            }
+        }
+        Ok(())
+    }
+
+    fn number_syntax(&mut self) -> R<()> {
         if self.peek() == Some(b'-') {
             self.i += 1;
         }
@@ -279,7 +301,8 @@ impl<'a> Cursor<'a> {
 /// Strictly validates that `d` is UTF-8 JSON (RFC 8259) whose top-level value
 /// is an object, with optional surrounding whitespace; `\u` escapes of
 /// UTF-16 surrogates must come in pairs (RFC 8259 §8.2: a lone one is
-/// refused by bots' parsers). Allocation-free, linear time, no recursion.
+/// refused by bots' parsers), numbers within a double's range. Allocation-free,
+/// linear time, no recursion.
 pub fn validate_json_object(d: &[u8]) -> Result<(), RedactError> {
     std::str::from_utf8(d).map_err(|_| RedactError::NotUtf8)?;
     let mut c = Cursor::new(d);

@@ -53,6 +53,56 @@ fn lone_surrogate_escapes_are_refused() {
     }
 }
 
+/// `redact`: `3333333333333E3333333333333330030000000` (far beyond a
+/// double) was accepted by the validator; serde_json refuses the frame
+/// ("number out of range"). Numbers must now be finite as doubles.
+#[test]
+fn numbers_beyond_a_double_are_refused() {
+    let crash = br#"{"messageapsn_shots":3333333333333E3333333333333330030000000}"#;
+    assert_eq!(
+        std::fs::read(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../fuzz/regressions/redact/crash-62a846200b54954713e15711fd823916435c947d"
+        ))
+        .unwrap(),
+        crash
+    );
+    assert!(matches!(
+        validate_json_object(crash),
+        Err(RedactError::Syntax { at: 21 })
+    ));
+    assert!(redact_message_content(crash, &mut Vec::new()).is_err());
+    let nines = format!(r#"{{"a":{}}}"#, "9".repeat(310));
+    for bad in [
+        r#"{"a":1e309}"#,
+        r#"{"a":-1.8E+308}"#,
+        r#"{"a":[0.5e310]}"#,
+        &nines,
+    ] {
+        assert!(validate_json_object(bad.as_bytes()).is_err(), "{bad}");
+        assert!(
+            serde_json::from_str::<serde_json::Value>(bad).is_err(),
+            "{bad}"
+        );
+    }
+    let small = format!(r#"{{"a":0.{}1}}"#, "0".repeat(400));
+    let big_int = format!(r#"{{"a":{}}}"#, "9".repeat(299));
+    for good in [
+        r#"{"a":1e308}"#,
+        r#"{"a":-1.7976931348623157E+308}"#,
+        r#"{"a":1e-400}"#,
+        r#"{"a":0e999}"#,
+        &small,
+        &big_int,
+    ] {
+        assert_eq!(validate_json_object(good.as_bytes()), Ok(()), "{good}");
+        assert!(
+            serde_json::from_str::<serde_json::Value>(good).is_ok(),
+            "{good}"
+        );
+    }
+}
+
 /// Every crash file replays clean through its target's ingest oracle.
 #[test]
 fn crash_files_pass_the_oracles() {

@@ -21,12 +21,13 @@ fn regressions(target: &str) -> Vec<(String, Vec<u8>)> {
 /// of its input. A raw NUL is never JSON: the node now closes with 4002.
 #[test]
 fn nul_bytes_are_not_json() {
-    let crash = regressions("gateway");
-    let (name, bytes) = &crash[0];
-    assert!(name.ends_with("crash-d4a8b460b6cc679186b20db50b25670e80e26847"));
+    let (name, bytes) = regressions("gateway")
+        .into_iter()
+        .find(|(n, _)| n.ends_with("crash-d4a8b460b6cc679186b20db50b25670e80e26847"))
+        .expect("crash file");
     // The first message of the crash input (control byte, then up to 0xFF).
     let first = bytes[1..].split(|&b| b == 0xff).next().unwrap();
-    assert_eq!(first, b"{\"op\":1,\"d\":null\0\0\0\0\0\0}");
+    assert_eq!(first, b"{\"op\":1,\"d\":null\0\0\0\0\0\0}", "{name}");
     for text in [
         first,
         b"{\"op\":1,\"d\":null\0}",
@@ -41,6 +42,38 @@ fn nul_bytes_are_not_json() {
     assert!(matches!(
         parse(br#"{"op":1,"d":null,"x":"\u0000"}"#, &mut Vec::new()),
         Ok(ClientPayload::Heartbeat { seq: None })
+    ));
+}
+
+/// `gateway`: `{"op":1,"d":2459999999999999990c6b1e9f1a4c2d8e1}` (the
+/// second message of the crash input) was decoded as a heartbeat: simd-json
+/// stops reading a 19- or 20-digit number at the first non-digit and takes
+/// the rest. Client text is now validated strictly first: 4002.
+#[test]
+fn garbage_after_long_numbers_is_not_json() {
+    let (name, bytes) = regressions("gateway")
+        .into_iter()
+        .find(|(n, _)| n.ends_with("crash-d4a5b5d13d69b7192dc9cbc66267ccacbe527aa5"))
+        .expect("crash file");
+    let second = bytes[1..].split(|&b| b == 0xff).nth(1).unwrap();
+    assert_eq!(
+        second, b"{\"op\":1,\"d\":2459999999999999990c6b1e9f1a4c2d8e1}",
+        "{name}"
+    );
+    for text in [
+        second,
+        b"{\"op\":1,\"d\":12345678901234567890x}",
+        b"{\"op\":2,\"d\":{\"token\":\"t\",\"intents\":1234567890123456789z}}",
+        b"{\"op\":6,\"d\":{\"token\":\"t\",\"session_id\":\"s\",\"seq\":1234567890123456789_}}",
+    ] {
+        let close = parse(text, &mut Vec::new()).expect_err("not JSON");
+        assert_eq!(close.code, 4002, "{:?}", String::from_utf8_lossy(text));
+    }
+    assert!(matches!(
+        parse(b"{\"op\":1,\"d\":2459999999999999990}", &mut Vec::new()),
+        Ok(ClientPayload::Heartbeat {
+            seq: Some(2459999999999999990)
+        })
     ));
 }
 

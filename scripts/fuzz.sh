@@ -7,7 +7,8 @@
 # g++. See docs/fuzzing.md.
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]
-#       Builds the targets (cached in ${CARGO_TARGET_DIR:-target}/fuzz), runs
+#       Builds the targets (cached in $FUZZ_TARGET_DIR, by default
+#       ${CARGO_TARGET_DIR:-target}/fuzz), runs
 #       each for SECONDS_PER_TARGET (default 20) on a COPY of the committed
 #       corpus fuzz/corpus/<target>/, one at a time, and prints per target the
 #       seconds ran, executions, coverage (cov = edges, ft = features) and
@@ -16,12 +17,16 @@
 #       artifacts path it prints.
 #   scripts/fuzz.sh --merge [SECONDS_PER_TARGET] [TARGET...]
 #       Developers: the same runs, then minimises the committed corpus plus
-#       what the run found (libFuzzer -merge=1) back into fuzz/corpus/.
+#       what the run found (libFuzzer -set_cover_merge=1, the smallest set
+#       keeping every feature) back into fuzz/corpus/. With 0 seconds, only
+#       minimises the committed corpus.
 #   scripts/fuzz.sh --list
 #
-# Environment: CARGO_TARGET_DIR (build cache: $CARGO_TARGET_DIR/fuzz),
-# FUZZ_RSS_LIMIT_MB (default 2048), FUZZ_TIMEOUT (seconds per input,
-# default 10), FUZZ_ARTIFACTS (default $CARGO_TARGET_DIR/fuzz/artifacts).
+# Environment: FUZZ_TARGET_DIR (the build cache, default
+# ${CARGO_TARGET_DIR:-target}/fuzz; CI points it outside the clone so that
+# it survives between runs), FUZZ_RSS_LIMIT_MB (default 2048), FUZZ_TIMEOUT
+# (seconds per input, default 10), FUZZ_ARTIFACTS (crash inputs, default
+# $FUZZ_TARGET_DIR/artifacts).
 set -euo pipefail
 
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -35,10 +40,10 @@ TARGETS=(
     gateway:8400
     upgrade:2048
     rest:2048
-    ingest_stream:8192
+    ingest_stream:4096
     ingest_record:4096
-    redact:4096
-    kafka_value:8192
+    redact:2048
+    kafka_value:2048
 )
 
 merge=0
@@ -54,6 +59,7 @@ case "${1:-}" in
 esac
 SECS="${1:-20}"
 [[ "$SECS" =~ ^[0-9]+$ ]] || { echo "usage: $0 [--merge] [SECONDS_PER_TARGET] [TARGET...]" >&2; exit 2; }
+((SECS > 0 || merge)) || { echo "error: 0 seconds only with --merge" >&2; exit 2; }
 shift || true
 want=("$@")
 
@@ -74,7 +80,7 @@ command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 || {
     exit 1
 }
 
-TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}/fuzz"
+TARGET_DIR="${FUZZ_TARGET_DIR:-${CARGO_TARGET_DIR:-$ROOT/target}/fuzz}"
 TRIPLE="$(rustc -vV | sed -n 's/^host: //p')"
 BIN_DIR="$TARGET_DIR/$TRIPLE/release"
 ARTIFACTS="${FUZZ_ARTIFACTS:-$TARGET_DIR/artifacts}"
@@ -120,8 +126,11 @@ for t in "${selected[@]}"; do
     echo "== $name: ${SECS}s, max_len $max_len, $seeds corpus inputs"
     start=$SECONDS
     status=0
+    # 0 s (--merge only): just replay the corpus (-runs=0) before minimising.
+    limit=(-max_total_time="$SECS")
+    ((SECS > 0)) || limit=(-runs=0)
     "$BIN_DIR/$name" \
-        -max_total_time="$SECS" -rss_limit_mb="$RSS" -timeout="$TIMEOUT" \
+        "${limit[@]}" -rss_limit_mb="$RSS" -timeout="$TIMEOUT" \
         -max_len="$max_len" -print_final_stats=1 \
         -artifact_prefix="$ARTIFACTS/$name/" \
         "$run/corpus" >"$run/log" 2>&1 || status=$?
@@ -132,7 +141,7 @@ for t in "${selected[@]}"; do
     cov=$(sed -n 's/.* cov: \([0-9]*\).*/\1/p' <<<"$last")
     ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
     files=$(find "$run/corpus" -type f | wc -l)
-    size=$(du -sk "$run/corpus" | cut -f1)
+    size=$(find "$run/corpus" -type f -printf '%s\n' | awk '{s += $1} END {printf "%d", s / 1024}')
     rows+=("$(printf '%-14s %5ss %11s %9s/s %6s %6s %6s %7sK %s' "$name" "$ran" "${execs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "$files" "$size" "$([[ $status == 0 ]] && echo ok || echo FAILED)")")
     echo "${rows[-1]}"
     if ((status != 0)); then
@@ -146,12 +155,12 @@ for t in "${selected[@]}"; do
     elif ((merge)); then
         fresh="$WORK/$name.merged"
         mkdir -p "$fresh"
-        "$BIN_DIR/$name" -merge=1 -max_len="$max_len" -rss_limit_mb="$RSS" -timeout="$TIMEOUT" \
+        "$BIN_DIR/$name" -set_cover_merge=1 -max_len="$max_len" -rss_limit_mb="$RSS" -timeout="$TIMEOUT" \
             "$fresh" "$corpus" "$run/corpus" >"$run/merge.log" 2>&1
         rm -rf "$corpus"
         mkdir -p "$corpus"
         cp -R "$fresh/." "$corpus/"
-        echo "merged: fuzz/corpus/$name now $(find "$corpus" -type f | wc -l) inputs, $(du -sk "$corpus" | cut -f1)K"
+        echo "merged: fuzz/corpus/$name now $(find "$corpus" -type f | wc -l) inputs, $(find "$corpus" -type f -printf '%s\n' | awk '{s += $1} END {printf "%d", s / 1024}')K"
     fi
 done
 

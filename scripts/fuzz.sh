@@ -17,8 +17,10 @@
 #       artifacts path it prints.
 #   scripts/fuzz.sh --merge [SECONDS_PER_TARGET] [TARGET...]
 #       Developers: the same runs, then minimises the committed corpus plus
-#       what the run found (libFuzzer -set_cover_merge=1, the smallest set
-#       keeping every feature) back into fuzz/corpus/. With 0 seconds, only
+#       what the run found back into fuzz/corpus/: libFuzzer's
+#       -set_cover_merge=1 -use_counters=0, a small set of inputs that keeps
+#       every edge covered (hit counts are left for the fuzzer to find
+#       again; that makes the corpus ~10x smaller). With 0 seconds, only
 #       minimises the committed corpus.
 #   scripts/fuzz.sh --list
 #
@@ -37,13 +39,13 @@ ROOT="$(pwd)"
 TARGETS=(
     ws_decode:4200
     http_head:9000
-    gateway:8400
+    gateway:4400
     upgrade:2048
     rest:2048
-    ingest_stream:4096
+    ingest_stream:2048
     ingest_record:4096
     redact:2048
-    kafka_value:2048
+    kafka_value:1024
 )
 
 merge=0
@@ -155,7 +157,7 @@ for t in "${selected[@]}"; do
     elif ((merge)); then
         fresh="$WORK/$name.merged"
         mkdir -p "$fresh"
-        "$BIN_DIR/$name" -set_cover_merge=1 -max_len="$max_len" -rss_limit_mb="$RSS" -timeout="$TIMEOUT" \
+        "$BIN_DIR/$name" -set_cover_merge=1 -use_counters=0 -max_len="$max_len" -rss_limit_mb="$RSS" -timeout="$TIMEOUT" \
             "$fresh" "$corpus" "$run/corpus" >"$run/merge.log" 2>&1
         rm -rf "$corpus"
         mkdir -p "$corpus"
@@ -170,6 +172,6 @@ printf '%-14s %6s %11s %11s %6s %6s %6s %8s %s\n' target ran execs rate cov ft c
 printf '%s\n' "${rows[@]}"
 if ((${#failed[@]})); then
     echo "FAILED: ${failed[*]} (inputs under $ARTIFACTS/)"
-    exit 1
 fi
-echo "no crash"
+echo "fuzz: $((${#selected[@]} - ${#failed[@]})) passed, ${#failed[@]} failed"
+((${#failed[@]} == 0))

@@ -530,9 +530,9 @@ pub fn kafka_value(value: &[u8]) {
 }
 
 /// `d` as the node uses it: accepted by the validator, it is spliced
-/// verbatim into the dispatch frame bots parse (`sendpath::dispatch_header`
-/// + `d` + `}`), and, for recipients without MESSAGE_CONTENT, redacted
-/// first. Oracles: a validated `d` makes a frame serde_json reads (a real
+/// verbatim into the dispatch frame bots parse (the header from
+/// `sendpath::dispatch_header`, then `d`, then `}`), and, for recipients
+/// without MESSAGE_CONTENT, redacted first. Oracles: a validated `d` makes a frame serde_json reads (a real
 /// bot library's parser), with `d` an object equal to the input; a
 /// redacted `d` has exactly the documented fields blanked or removed, at
 /// the top, in `referenced_message` and in each `message_snapshots`
@@ -544,6 +544,8 @@ pub fn spliced_d(d: &[u8]) {
     let orig = dispatch(d)
         .unwrap_or_else(|e| panic!("a validated d makes a frame serde_json refuses: {e}"));
     assert!(orig.is_object());
+    let alone: Value = serde_json::from_slice(d).expect("d alone is JSON");
+    assert_eq!(orig, alone, "d reads differently inside the frame");
     let mut red = Vec::new();
     if ingest::redact_message_content(d, &mut red).is_ok() {
         let got = dispatch(&red).expect("a redacted d makes a frame serde_json refuses");

@@ -209,6 +209,8 @@ pub fn ws_round_trip(ctl: u8, payload: &[u8]) {
     }
 }
 
+type HeadResult = Result<Option<(usize, RequestHead)>, HttpError>;
+
 /// Prefix lengths at which `http_head` re-parses: every length for short
 /// inputs, otherwise ~48 spread over the input plus the lengths around `n`.
 fn cut_points(len: usize, n: Option<usize>) -> Vec<usize> {
@@ -253,7 +255,7 @@ pub fn http_head(data: &[u8]) {
         .as_ref()
         .ok()
         .and_then(|r| r.as_ref().map(|(n, _)| *n));
-    let mut first: Option<(usize, Result<Option<(usize, RequestHead)>, HttpError>)> = None;
+    let mut first: Option<(usize, HeadResult)> = None;
     for k in cut_points(data.len(), n) {
         let r = parse_head(&data[..k]);
         match (&first, &r) {

@@ -268,49 +268,34 @@ impl Link {
         sidecar: &crossbeam_channel::Sender<SidecarRequest>,
     ) {
         self.stats.bytes.fetch_add(value.len() as u64, Relaxed);
-        if value.is_empty() {
-            self.stats.errors[DecodeError::Malformed.index()].fetch_add(1, Relaxed);
-            return;
-        }
-        // A message is its own stream: a bad frame cannot desynchronise the next one.
-        reader.reset();
-        reader.push(value);
-        loop {
-            match reader.next() {
-                None => break,
-                Some(Ok(rec)) => {
-                    self.stats.records.fetch_add(1, Relaxed);
-                    let change = if rec.is_guild_state() {
-                        crate::state::parse(rec.event_type(), rec.server_id(), rec.d())
-                            .map(|c| (rec.server_id(), c))
-                    } else {
-                        None
-                    };
-                    if let Some((server_id, change)) = change {
-                        // Events before the change are decided on the old
-                        // permissions, events after it on the new ones.
-                        self.flush();
-                        apply_state(server_id, change, &self.workers, sidecar, &self.stats);
-                    }
-                    let body = reader.last_body();
-                    Arc::get_mut(&mut self.batch)
-                        .expect("unshared until sent")
-                        .push(body);
-                    self.batch_bytes += body.len();
-                    self.batch_since.get_or_insert_with(Instant::now);
-                }
-                Some(Err(e)) => {
-                    self.stats.errors[e.index()].fetch_add(1, Relaxed);
-                    if e.is_fatal() {
-                        break;
-                    }
-                }
+        let mut change = None;
+        read_value(reader, value, |item| match item {
+            ValueItem::Record(rec) => {
+                self.stats.records.fetch_add(1, Relaxed);
+                change = if rec.is_guild_state() {
+                    crate::state::parse(rec.event_type(), rec.server_id(), rec.d())
+                        .map(|c| (rec.server_id(), c))
+                } else {
+                    None
+                };
             }
-        }
-        if reader.fatal().is_none() && reader.buffered() > 0 {
-            // The value ends inside a frame.
-            self.stats.errors[DecodeError::Malformed.index()].fetch_add(1, Relaxed);
-        }
+            ValueItem::Body(body) => {
+                if let Some((server_id, change)) = change.take() {
+                    // Events before the change are decided on the old
+                    // permissions, events after it on the new ones.
+                    self.flush();
+                    apply_state(server_id, change, &self.workers, sidecar, &self.stats);
+                }
+                Arc::get_mut(&mut self.batch)
+                    .expect("unshared until sent")
+                    .push(body);
+                self.batch_bytes += body.len();
+                self.batch_since.get_or_insert_with(Instant::now);
+            }
+            ValueItem::Rejected(e) => {
+                self.stats.errors[e.index()].fetch_add(1, Relaxed);
+            }
+        });
     }
 
     /// Hand the batch being filled to every worker, with its offsets.
@@ -371,6 +356,50 @@ impl Link {
             // keep them for the next try.
             Err(e) => tracing::debug!(error = %e, "kafka offset commit not sent"),
         }
+    }
+}
+
+/// What [`read_value`] finds in a message value, in order.
+pub enum ValueItem<'a> {
+    /// An accepted record (validated once, here)...
+    Record(&'a ingest::ArchivedRecord),
+    /// ...then its body bytes, to copy into a batch.
+    Body(&'a [u8]),
+    /// A rejected frame (a fatal one ends the value), an empty value, or a
+    /// value ending inside a frame (counted as `Malformed`).
+    Rejected(DecodeError),
+}
+
+/// Reads one message value frame by frame with `reader`: every frame in it
+/// is validated by `ingest::FrameReader`, and the value is its own stream (a
+/// bad frame cannot desynchronise the next message). This is all the
+/// consumer does with a value's bytes before batching (fuzzed:
+/// `fuzz/fuzz_targets/kafka_value.rs`).
+pub fn read_value(reader: &mut FrameReader, value: &[u8], mut on: impl FnMut(ValueItem<'_>)) {
+    if value.is_empty() {
+        on(ValueItem::Rejected(DecodeError::Malformed));
+        return;
+    }
+    reader.reset();
+    reader.push(value);
+    loop {
+        match reader.next() {
+            None => break,
+            Some(Ok(rec)) => {
+                on(ValueItem::Record(rec));
+                on(ValueItem::Body(reader.last_body()));
+            }
+            Some(Err(e)) => {
+                on(ValueItem::Rejected(e));
+                if e.is_fatal() {
+                    break;
+                }
+            }
+        }
+    }
+    if reader.fatal().is_none() && reader.buffered() > 0 {
+        // The value ends inside a frame.
+        on(ValueItem::Rejected(DecodeError::Malformed));
     }
 }
 

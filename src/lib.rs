@@ -9,6 +9,8 @@ pub mod config;
 pub mod demo;
 pub mod entitlement;
 pub mod fanout;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gateway;
 pub mod histogram;
 pub mod ingest_listener;

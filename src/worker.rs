@@ -1515,21 +1515,7 @@ impl Worker {
             session: Session::new(limits, now, &mut conn.out),
             end_session: false,
         });
-        let version = http::query_param(&head.query, "v");
-        let encoding = http::query_param(&head.query, "encoding");
-        let refusal = if !matches!(version, None | Some("10") | Some("9")) {
-            Some(Close::new(
-                CloseCode::InvalidApiVersion,
-                "invalid API version: use v=10 (v=9 is accepted)",
-            ))
-        } else if matches!(encoding, Some(e) if e != "json") {
-            Some(Close::new(
-                CloseCode::DecodeError,
-                "encoding not supported: encoding=etf is refused, use encoding=json",
-            ))
-        } else {
-            None
-        };
+        let refusal = upgrade_refusal(&head.query);
         wsc.end_session = refusal.is_some();
         conn.state = ConnState::WebSocket(wsc, None);
         conn.deadline_ms = u64::MAX;
@@ -2589,7 +2575,30 @@ enum Step {
     PeerClose(Option<u16>, usize),
 }
 
-fn ws_error_close(e: ws::WsError) -> Close {
+/// The close an upgrade's query earns right after Hello (`v` other than
+/// 10 or 9, `encoding` other than json), or None to go on.
+pub fn upgrade_refusal(query: &str) -> Option<Close> {
+    let version = http::query_param(query, "v");
+    let encoding = http::query_param(query, "encoding");
+    if !matches!(version, None | Some("10") | Some("9")) {
+        Some(Close::new(
+            CloseCode::InvalidApiVersion,
+            "invalid API version: use v=10 (v=9 is accepted)",
+        ))
+    } else if matches!(encoding, Some(e) if e != "json") {
+        Some(Close::new(
+            CloseCode::DecodeError,
+            "encoding not supported: encoding=etf is refused, use encoding=json",
+        ))
+    } else {
+        None
+    }
+}
+
+/// The close a WebSocket decoding error earns (the worker's, exposed for the
+/// fuzz oracles).
+#[doc(hidden)]
+pub fn ws_error_close(e: ws::WsError) -> Close {
     match e {
         ws::WsError::MessageTooBig => Close::new(
             CloseCode::DecodeError,

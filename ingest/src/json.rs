@@ -104,11 +104,24 @@ impl<'a> Cursor<'a> {
                     match e {
                         b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => {}
                         b'u' => {
-                            let hex = self.b.get(self.i..self.i + 4).ok_or(self.err())?;
-                            if !hex.iter().all(u8::is_ascii_hexdigit) {
+                            let unit = self.hex4()?;
+                            // Surrogates only in pairs: bots' parsers
+                            // (serde_json, for one) refuse a lone one, and
+                            // with it the whole dispatch frame.
+                            if (0xDC00..0xE000).contains(&unit) {
+                                self.i -= 6;
                                 return Err(self.err());
                             }
-                            self.i += 4;
+                            if (0xD800..0xDC00).contains(&unit) {
+                                if self.b.get(self.i..self.i + 2) != Some(b"\\u") {
+                                    return Err(self.err());
+                                }
+                                self.i += 2;
+                                if !(0xDC00..0xE000).contains(&self.hex4()?) {
+                                    self.i -= 6;
+                                    return Err(self.err());
+                                }
+                            }
                         }
                         _ => {
                             self.i -= 1;
@@ -125,6 +138,17 @@ impl<'a> Cursor<'a> {
         }
     }
 
+    /// Four hex digits (after `\u`): the UTF-16 code unit.
+    fn hex4(&mut self) -> R<u32> {
+        let hex = self.b.get(self.i..self.i + 4).ok_or(self.err())?;
+        let mut unit = 0;
+        for &h in hex {
+            unit = unit * 16 + char::from(h).to_digit(16).ok_or(self.err())?;
+        }
+        self.i += 4;
+        Ok(unit)
+    }
+
     fn digits(&mut self) -> usize {
         let start = self.i;
         while matches!(self.peek(), Some(b'0'..=b'9')) {
@@ -133,8 +157,30 @@ impl<'a> Cursor<'a> {
         self.i - start
     }
 
-    /// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`
+    /// `-? (0 | [1-9][0-9]*) (. [0-9]+)? ([eE] [+-]? [0-9]+)?`, within a
+    /// double's range: bots' parsers refuse numbers beyond it (serde_json:
+    /// "number out of range"), and with them the whole dispatch frame
+    /// (I-JSON, RFC 7493 §2.2, says not to send them).
     fn number(&mut self) -> R<()> {
+        let start = self.i;
+        self.number_syntax()?;
+        let text = &self.b[start..self.i];
+        // Only an exponent or 300+ digits can leave a double's range
+        // (~1.8e308); parsing (no allocation) is left to those.
+        if text.len() >= 300 || text.iter().any(|&c| c == b'e' || c == b'E') {
+            let ok = std::str::from_utf8(text)
+                .ok()
+                .and_then(|t| t.parse::<f64>().ok())
+                .is_some_and(f64::is_finite);
+            if !ok {
+                self.i = start;
+                return Err(self.err());
+            }
+        }
+        Ok(())
+    }
+
+    fn number_syntax(&mut self) -> R<()> {
         if self.peek() == Some(b'-') {
             self.i += 1;
         }
@@ -253,7 +299,9 @@ impl<'a> Cursor<'a> {
 }
 
 /// Strictly validates that `d` is UTF-8 JSON (RFC 8259) whose top-level value
-/// is an object, with optional surrounding whitespace. Allocation-free,
+/// is an object, with optional surrounding whitespace; `\u` escapes of
+/// UTF-16 surrogates must come in pairs (RFC 8259 §8.2: a lone one is
+/// refused by bots' parsers), numbers within a double's range. Allocation-free,
 /// linear time, no recursion.
 pub fn validate_json_object(d: &[u8]) -> Result<(), RedactError> {
     std::str::from_utf8(d).map_err(|_| RedactError::NotUtf8)?;

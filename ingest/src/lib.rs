@@ -78,6 +78,8 @@
 
 mod encode;
 mod frame;
+#[doc(hidden)]
+pub mod fuzzing;
 mod json;
 mod record;
 

@@ -48,6 +48,14 @@ const DECODE: Close = Close::new(
 /// Decode one text message. `scratch` is reused between calls so steady
 /// parsing does not allocate for the copy.
 pub fn parse(text: &[u8], scratch: &mut Vec<u8>) -> Result<ClientPayload, Close> {
+    // Strict JSON first (allocation-free, linear): simd-json (0.17) lets
+    // some invalid text through, e.g. a NUL after a literal
+    // (`{"op":1,"d":null\0}`, simd-lite/simd-json#357) or letters after a
+    // 19- or 20-digit number (`{"op":1,"d":12345678901234567890x}`), which
+    // would be heartbeats.
+    if ingest::validate_json_object(text).is_err() {
+        return Err(DECODE);
+    }
     scratch.clear();
     scratch.extend_from_slice(text);
     let v = simd_json::to_borrowed_value(scratch).map_err(|_| DECODE)?;

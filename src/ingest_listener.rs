@@ -301,7 +301,7 @@ mod tests {
                 "MESSAGE_CREATE",
                 i,
                 1,
-                1 << 9,
+                proto::intents::GUILD_MESSAGES,
                 0,
                 0,
                 ingest::FLAG_HAS_CONTENT,

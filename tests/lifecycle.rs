@@ -9,7 +9,8 @@ use common::Node;
 use serde_json::{json, Value};
 use tungstenite::{Message, WebSocket};
 
-const INTENTS: u64 = (1 << 0) | (1 << 9) | (1 << 15);
+const INTENTS: u64 =
+    proto::intents::GUILDS | proto::intents::GUILD_MESSAGES | proto::intents::MESSAGE_CONTENT;
 
 fn connect(node: &Node) -> WebSocket<TcpStream> {
     let stream = TcpStream::connect(node.gateway).unwrap();

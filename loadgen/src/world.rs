@@ -15,13 +15,8 @@
 
 use registry::{OverwriteKind, Registry};
 
-pub const GUILDS: u64 = 1;
-pub const GUILD_MESSAGES: u64 = 1 << 9;
-pub const MESSAGE_CONTENT: u64 = 1 << 15;
-pub const VIEW_CHANNEL: u64 = 1 << 10;
-pub const SEND_MESSAGES: u64 = 1 << 11;
-pub const READ_MESSAGE_HISTORY: u64 = 1 << 16;
-pub const ADMINISTRATOR: u64 = 1 << 3;
+pub use proto::intents::{GUILDS, GUILD_MESSAGES, MESSAGE_CONTENT};
+pub use proto::permissions::{ADMINISTRATOR, READ_MESSAGE_HISTORY, SEND_MESSAGES, VIEW_CHANNEL};
 
 /// Channel index within a server.
 pub const PUBLIC: u8 = 0;

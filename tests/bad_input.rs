@@ -992,7 +992,10 @@ fn spawn_good(node: &Node) -> (Arc<AtomicBool>, thread::JoinHandle<GoodStats>) {
     (stop, h)
 }
 
-fn all_scenarios() -> Vec<(&'static str, Box<dyn Fn(&Ctx) + Send + Sync>)> {
+/// A named scenario: what it does to a node, given how to reach it.
+type Scenario = (&'static str, Box<dyn Fn(&Ctx) + Send + Sync>);
+
+fn all_scenarios() -> Vec<Scenario> {
     vec![
         ("hello_first", Box::new(sc_hello_first)),
         (

@@ -385,6 +385,7 @@ fn offsets_are_committed_after_delivery_and_a_restarted_node_goes_on_from_them()
     // the next one gets the partitions at once, not after the session timeout.
     drop(s2);
     let mut node2 = node2;
+    // SAFETY: kill(2) of our own child, not yet waited for, so its pid cannot have been reused.
     unsafe { libc::kill(node2.child.id() as i32, libc::SIGINT) };
     assert!(node2.child.wait().unwrap().success());
     let t0 = Instant::now();

@@ -241,6 +241,7 @@ fn sigterm_sends_reconnect_to_every_session_spread_over_the_window_then_exits() 
         "--drain-spread-ms",
         "1500",
     ]);
+    // SAFETY: kill(2) of our own child, not yet waited for, so its pid cannot have been reused.
     let at = drain_and_time(&mut node, 20, |n| unsafe {
         libc::kill(n.child.id() as i32, libc::SIGTERM);
     });

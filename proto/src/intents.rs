@@ -1,9 +1,9 @@
 //! Gateway intent bits (PROTOCOL.md, "Intents"): what an Identify's
-//! `intents` asks for. `*` in the comments: privileged, the application must
-//! be approved for it (else 4014).
+//! `intents` asks for. The privileged ones (see [`PRIVILEGED`]) need the
+//! application's approval, else 4014.
 
 pub const GUILDS: u64 = 1 << 0;
-/// *
+/// Privileged.
 pub const GUILD_MEMBERS: u64 = 1 << 1;
 pub const GUILD_MODERATION: u64 = 1 << 2;
 pub const GUILD_EXPRESSIONS: u64 = 1 << 3;
@@ -11,7 +11,7 @@ pub const GUILD_INTEGRATIONS: u64 = 1 << 4;
 pub const GUILD_WEBHOOKS: u64 = 1 << 5;
 pub const GUILD_INVITES: u64 = 1 << 6;
 pub const GUILD_VOICE_STATES: u64 = 1 << 7;
-/// *
+/// Privileged.
 pub const GUILD_PRESENCES: u64 = 1 << 8;
 pub const GUILD_MESSAGES: u64 = 1 << 9;
 pub const GUILD_MESSAGE_REACTIONS: u64 = 1 << 10;
@@ -19,9 +19,9 @@ pub const GUILD_MESSAGE_TYPING: u64 = 1 << 11;
 pub const DIRECT_MESSAGES: u64 = 1 << 12;
 pub const DIRECT_MESSAGE_REACTIONS: u64 = 1 << 13;
 pub const DIRECT_MESSAGE_TYPING: u64 = 1 << 14;
-/// * Without it a bot still gets message events, with `content`, `embeds`,
-/// `attachments`, `components` and `poll` empty (but in DMs and messages
-/// that mention it).
+/// Privileged. Without it a bot still gets message events, with `content`,
+/// `embeds`, `attachments`, `components` and `poll` empty (but in DMs and
+/// in messages that mention it).
 pub const MESSAGE_CONTENT: u64 = 1 << 15;
 pub const GUILD_SCHEDULED_EVENTS: u64 = 1 << 16;
 pub const AUTO_MODERATION_CONFIGURATION: u64 = 1 << 20;

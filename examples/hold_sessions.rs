@@ -24,7 +24,6 @@
 //! failure reasons (first few) go to stderr.
 
 #[path = "../tests/ws_client/mod.rs"]
-#[allow(dead_code)]
 mod ws_client;
 
 use std::io::{self, Read, Write};
@@ -158,6 +157,7 @@ struct Conn {
 }
 
 fn new_socket(src: Option<Ipv4Addr>, dst: SocketAddrV4) -> io::Result<TcpStream> {
+    // SAFETY: a new socket from socket(2), set up with pointers to locals that outlive each call, then owned by the returned TcpStream (from_raw_fd) exactly once.
     unsafe {
         let fd = libc::socket(
             libc::AF_INET,
@@ -212,6 +212,7 @@ fn new_socket(src: Option<Ipv4Addr>, dst: SocketAddrV4) -> io::Result<TcpStream>
 }
 
 fn sockaddr(a: SocketAddrV4) -> libc::sockaddr_in {
+    // SAFETY: sockaddr_in is a plain C struct for which all-zero bytes are a valid value.
     let mut sa: libc::sockaddr_in = unsafe { std::mem::zeroed() };
     sa.sin_family = libc::AF_INET as libc::sa_family_t;
     sa.sin_port = a.port().to_be();
@@ -224,6 +225,7 @@ fn sockaddr(a: SocketAddrV4) -> libc::sockaddr_in {
 fn so_error(sock: &TcpStream) -> i32 {
     let mut err: libc::c_int = 0;
     let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt writes at most `len` bytes into `err`, on a socket `sock` keeps open.
     unsafe {
         libc::getsockopt(
             sock.as_raw_fd(),
@@ -260,6 +262,7 @@ impl Worker {
                         as u32,
                     u64: idx as u64,
                 };
+                // SAFETY: `self.ep` is our epoll fd, the socket is open and `ev` lives across the call.
                 let r = unsafe {
                     libc::epoll_ctl(self.ep, libc::EPOLL_CTL_ADD, sock.as_raw_fd(), &mut ev)
                 };
@@ -510,6 +513,7 @@ fn run_worker(
     c: Arc<Counters>,
     stop: Arc<AtomicBool>,
 ) {
+    // SAFETY: epoll_create1 takes no pointers; the result is checked.
     let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
     assert!(ep >= 0, "epoll_create1: {}", io::Error::last_os_error());
     let mut w = Worker {
@@ -533,6 +537,7 @@ fn run_worker(
         while w.started < n && w.in_flight < w.args.window {
             w.start_one();
         }
+        // SAFETY: epoll_wait writes at most `events.len()` entries into the vector it is given.
         let got = unsafe { libc::epoll_wait(ep, events.as_mut_ptr(), events.len() as i32, 50) };
         if got < 0 {
             let e = io::Error::last_os_error();
@@ -550,6 +555,7 @@ fn run_worker(
             next_scan = Instant::now() + Duration::from_millis(250);
         }
     }
+    // SAFETY: closes our own epoll fd, once; nothing uses it after.
     unsafe { libc::close(ep) };
     drop(w);
 }

@@ -207,6 +207,7 @@ fn cpu_secs(pid: Option<u32>) -> Option<f64> {
     let rest = &s[s.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();
     let ticks: u64 = f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?;
+    // SAFETY: sysconf takes no pointers.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     Some(ticks as f64 / hz)
 }
@@ -238,7 +239,9 @@ fn ksoftirqd_secs() -> f64 {
 }
 
 fn self_cpu_secs() -> f64 {
+    // SAFETY: rusage is a plain C struct for which all-zero bytes are a valid value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: getrusage writes one rusage into `ru`, which lives across the call.
     unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
     let t = |tv: libc::timeval| tv.tv_sec as f64 + tv.tv_usec as f64 / 1e6;
     t(ru.ru_utime) + t(ru.ru_stime)
@@ -466,6 +469,7 @@ impl Ctx<'_> {
 
 fn epoll_ctl(ep: RawFd, op: i32, fd: RawFd, events: u32, data: u64) {
     let mut ev = libc::epoll_event { events, u64: data };
+    // SAFETY: `ev` lives across the call; a bad fd is an error return, not UB.
     unsafe { libc::epoll_ctl(ep, op, fd, &mut ev) };
 }
 
@@ -476,6 +480,7 @@ fn open_socket(
     bind: Option<Ipv4Addr>,
     rcvbuf: Option<i32>,
 ) -> std::io::Result<TcpStream> {
+    // SAFETY: a new socket from socket(2), set up with pointers to locals that outlive each call, then owned by the returned TcpStream (from_raw_fd) exactly once.
     unsafe {
         let fd = libc::socket(
             libc::AF_INET,
@@ -917,6 +922,7 @@ impl Conn {
 }
 
 fn client_thread(tid: usize, specs: Vec<Spec>, cfg: ClientCfg, sh: Arc<Shared>) -> Hist {
+    // SAFETY: epoll_create1 takes no pointers; the result is checked.
     let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
     assert!(ep >= 0, "epoll_create1");
     let mut conns: Vec<Conn> = specs
@@ -968,6 +974,7 @@ fn client_thread(tid: usize, specs: Vec<Spec>, cfg: ClientCfg, sh: Arc<Shared>) 
                 }
             }
         }
+        // SAFETY: epoll_wait writes at most `events.len()` entries into the vector it is given.
         let n = unsafe { libc::epoll_wait(ep, events.as_mut_ptr(), events.len() as i32, 20) };
         for ev in &events[..n.max(0) as usize] {
             let (flags, i) = (ev.events, ev.u64 as usize);
@@ -979,6 +986,7 @@ fn client_thread(tid: usize, specs: Vec<Spec>, cfg: ClientCfg, sh: Arc<Shared>) 
                 let mut err: libc::c_int = 0;
                 let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
                 let fd = c.sock.as_ref().map(|s| s.as_raw_fd()).unwrap_or(-1);
+                // SAFETY: getsockopt writes at most `len` bytes into `err`; a closed fd (-1) is an error return.
                 unsafe {
                     libc::getsockopt(
                         fd,
@@ -1052,6 +1060,7 @@ fn client_thread(tid: usize, specs: Vec<Spec>, cfg: ClientCfg, sh: Arc<Shared>) 
         c.flush(&mut ctx);
         c.sock = None;
     }
+    // SAFETY: closes our own epoll fd, once; nothing uses it after.
     unsafe { libc::close(ep) };
     ctx.hist
 }

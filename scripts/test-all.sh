@@ -21,7 +21,8 @@
 #      GATEWAYD_TEST_TANSU
 #   4. the ops kit: promtool (Debian's prometheus package) on the alert rules
 #      and their tests, the dashboard's metric names      (scripts/check-ops.sh)
-#   5. cargo build --workspace --all-targets, then
+#   5. cargo fmt --check and cargo clippy -D warnings (workspace and fuzz/),
+#      cargo build --workspace --all-targets, then
 #      cargo test --workspace --no-fail-fast -- --include-ignored, skipping
 #      only the measurements that are run by hand (HEAVY below)
 #   6. every fuzz target for FUZZ_SECONDS each               (scripts/fuzz.sh)
@@ -184,8 +185,16 @@ failed=()
 log "ops kit (scripts/check-ops.sh)"
 bash "$ROOT/scripts/check-ops.sh" || { status=1; failed+=("check-ops"); }
 
-# ---------------------------------------------------------------- build + test
+# ---------------------------------------------------------------- lints
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+# Formatting and clippy (-D warnings: the workspace lints in Cargo.toml,
+# e.g. every unsafe block with its SAFETY comment), the fuzz crate too.
+log "cargo fmt --check; cargo clippy --workspace --all-targets -- -D warnings"
+{ cargo fmt --all -- --check && cargo fmt --manifest-path fuzz/Cargo.toml -- --check; } ||
+    { status=1; failed+=("fmt"); }
+cargo clippy --workspace --all-targets -- -D warnings || { status=1; failed+=("clippy"); }
+
+# ---------------------------------------------------------------- build + test
 log "cargo build --workspace --all-targets"
 cargo build --workspace --all-targets
 

@@ -27,6 +27,12 @@ pub struct Batch {
     spans: Vec<(u32, u32)>,
 }
 
+impl Default for Batch {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Batch {
     pub fn new() -> Batch {
         Batch {
@@ -45,6 +51,10 @@ impl Batch {
 
     pub fn len(&self) -> usize {
         self.spans.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.spans.is_empty()
     }
 
     pub fn bodies(&self) -> impl Iterator<Item = &[u8]> {
@@ -156,7 +166,7 @@ fn serve(
                     if let Some((server_id, change)) = change {
                         // Events before the change are decided on the old
                         // permissions, events after it on the new ones.
-                        if batch.len() > 0 {
+                        if !batch.is_empty() {
                             batch = send(batch, workers, stats, &mut out);
                         }
                         apply_state(server_id, change, workers, sidecar, stats);
@@ -176,7 +186,7 @@ fn serve(
                             reason = e.reason(),
                             "ingest stream cannot be trusted: closing the producer connection"
                         );
-                        if batch.len() > 0 {
+                        if !batch.is_empty() {
                             send(batch, workers, stats, &mut out);
                         }
                         return Ok(());
@@ -184,7 +194,7 @@ fn serve(
                 }
             }
         }
-        if batch.len() > 0 {
+        if !batch.is_empty() {
             batch = send(batch, workers, stats, &mut out);
         }
     }
@@ -301,7 +311,7 @@ mod tests {
                 "MESSAGE_CREATE",
                 i,
                 1,
-                1 << 9,
+                proto::intents::GUILD_MESSAGES,
                 0,
                 0,
                 ingest::FLAG_HAS_CONTENT,
@@ -316,6 +326,7 @@ mod tests {
         }
         for (i, body) in b.bodies().enumerate() {
             assert_eq!(body.as_ptr() as usize % ingest::BODY_ALIGN, 0);
+            // SAFETY: each body was accepted by FrameReader (which validated it with `access`) and is 8-byte aligned (asserted above).
             let rec = unsafe { ingest::access_trusted(body) };
             assert_eq!(rec.server_id(), i as u64);
         }

@@ -219,7 +219,7 @@ impl Link {
         let mut reader = FrameReader::new();
         let mut last_error_log: Option<Instant> = None;
         while !stop.load(Relaxed) {
-            let timeout = if self.batch.len() > 0 {
+            let timeout = if !self.batch.is_empty() {
                 Duration::ZERO
             } else if self.pending.iter().any(Option::is_some) || !self.open.is_empty() {
                 INFLIGHT_POLL
@@ -300,7 +300,7 @@ impl Link {
 
     /// Hand the batch being filled to every worker, with its offsets.
     fn flush(&mut self) {
-        if self.batch.len() == 0 {
+        if self.batch.is_empty() {
             return;
         }
         self.pending.push_back(Some(std::mem::take(&mut self.open)));
@@ -337,7 +337,7 @@ impl Link {
         }
         // Messages that produced nothing to deliver (malformed) while no
         // batch is open: due once everything before them is released.
-        if released_all && self.batch.len() == 0 && !self.open.is_empty() {
+        if released_all && self.batch.is_empty() && !self.open.is_empty() {
             let open = std::mem::take(&mut self.open);
             merge(&mut self.to_commit, open);
         }

@@ -26,6 +26,9 @@ struct Cli {
     run: config::RunArgs,
 }
 
+// `Run` holds every flag; the command is parsed once at start, so its size
+// does not matter.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run the node (the default). A flag given twice: the last one wins.

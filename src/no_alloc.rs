@@ -15,16 +15,21 @@ thread_local! {
     static ALLOCS: Cell<u64> = const { Cell::new(0) };
 }
 
+// SAFETY: every method forwards to the system allocator unchanged (counting
+// on the side allocates nothing), so its guarantees are the system's.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let _ = ALLOCS.try_with(|a| a.set(a.get() + 1));
+        // SAFETY: forwards to the system allocator with the caller's arguments, under the contract GlobalAlloc gives us.
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwards to the system allocator with the caller's arguments, under the contract GlobalAlloc gives us.
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         let _ = ALLOCS.try_with(|a| a.set(a.get() + 1));
+        // SAFETY: forwards to the system allocator with the caller's arguments, under the contract GlobalAlloc gives us.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }
@@ -167,6 +172,7 @@ mod tests {
                     let done =
                         sendpath::build_compressed(c, &s.ring, &fan.slab, &fan.arena, out).unwrap();
                     assert!(done.entries > 0 && !done.lost);
+                    // SAFETY: `out` lives in `compressed`, which outlives the submission and its completion; this test counts allocations, not the bytes that reach the socket.
                     unsafe { ring.send(0, out.as_ptr(), out.len() as u32, i as u64) };
                     fan.mark_sent(k.slot, done.entries);
                     continue;
@@ -178,6 +184,7 @@ mod tests {
                     sendpath::build(slot, &[], Some((&s.ring, &fan.slab)), &fan.arena, 0).unwrap();
                 assert!(n > 0);
                 let entries = slot.entries;
+                // SAFETY: `slot.msg` and the buffers it points to live in the pool and the fan-out's arena, which outlive the submission and its completion (the slot may be rebuilt for the next recipient before the kernel reads it: this test counts allocations, not the bytes sent).
                 unsafe { ring.sendmsg_nowait(0, &slot.msg, i as u64) };
                 pool.put(id);
                 fan.mark_sent(k.slot, entries);

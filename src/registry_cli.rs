@@ -106,7 +106,7 @@ enum RegistryCmd {
         #[arg(long)]
         server: u64,
         /// Default: VIEW_CHANNEL | SEND_MESSAGES | READ_MESSAGE_HISTORY.
-        #[arg(long, default_value_t = (1 << 10) | (1 << 11) | (1 << 16))]
+        #[arg(long, default_value_t = proto::permissions::EVERYONE_DEFAULT)]
         permissions: u64,
     },
     /// Remove an application from a server (revoke).

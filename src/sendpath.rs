@@ -130,6 +130,7 @@ pub fn build(
                 partial -= skip;
                 if len > skip {
                     slot.iov[n_iov] = libc::iovec {
+                        // SAFETY: `skip < len`, the length of the slice `ptr` starts: the result points inside it.
                         iov_base: unsafe { ptr.add(skip) } as *mut _,
                         iov_len: len - skip,
                     };
@@ -255,7 +256,7 @@ fn dispatch_prefix(buf: &mut [u8], t: &str, seq: u64) -> usize {
 
 /// The bytes of `slot`'s send, gathered (for TLS, which encrypts a copy).
 pub fn gather(slot: &SendSlot, out: &mut Vec<u8>) {
-    for iov in &slot.iov[..slot.msg.msg_iovlen as usize] {
+    for iov in &slot.iov[..slot.msg.msg_iovlen] {
         // SAFETY: every iovec was built from live slices in `build`.
         out.extend_from_slice(unsafe {
             std::slice::from_raw_parts(iov.iov_base as *const u8, iov.iov_len)

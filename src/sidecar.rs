@@ -284,10 +284,8 @@ impl Sidecar {
                 identify,
             } => {
                 let result = self.identify(&identify).map(Box::new);
-                if let Err(e) = &result {
-                    if let IdentifyRefusal::Close(c) = e {
-                        tracing::debug!(code = c.code, reason = c.reason, "identify refused");
-                    }
+                if let Err(IdentifyRefusal::Close(c)) = &result {
+                    tracing::debug!(code = c.code, reason = c.reason, "identify refused");
                 }
                 self.reply(worker, ToWorker::Identified { conn, result });
             }

@@ -2618,8 +2618,8 @@ mod tests {
 
     fn signal(fd: RawFd) {
         let one: u64 = 1;
-        // SAFETY: 8 bytes to an eventfd.
         assert_eq!(
+            // SAFETY: 8 bytes from a live u64 to an eventfd.
             unsafe { libc::write(fd, (&one as *const u64).cast(), 8) },
             8
         );

@@ -18,9 +18,7 @@ use serde_json::{json, Value};
 use ws_client::{Msg, Ws, GOOD_INTENTS, OP_BINARY, OP_CONT, OP_PING, OP_PONG, OP_TEXT};
 
 const T: Duration = Duration::from_secs(10);
-const GUILD_PRESENCES: u64 = 1 << 8;
-const GUILD_MEMBERS: u64 = 1 << 1;
-const MESSAGE_CONTENT: u64 = 1 << 15;
+use proto::intents::{GUILD_MEMBERS, GUILD_PRESENCES, MESSAGE_CONTENT};
 
 /// What a scenario needs to know about the node.
 #[derive(Clone)]
@@ -994,7 +992,10 @@ fn spawn_good(node: &Node) -> (Arc<AtomicBool>, thread::JoinHandle<GoodStats>) {
     (stop, h)
 }
 
-fn all_scenarios() -> Vec<(&'static str, Box<dyn Fn(&Ctx) + Send + Sync>)> {
+/// A named scenario: what it does to a node, given how to reach it.
+type Scenario = (&'static str, Box<dyn Fn(&Ctx) + Send + Sync>);
+
+fn all_scenarios() -> Vec<Scenario> {
     vec![
         ("hello_first", Box::new(sc_hello_first)),
         (

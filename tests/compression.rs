@@ -18,7 +18,8 @@ use support::{metric_sum, metrics, Producer};
 use tungstenite::{Message, WebSocket};
 use zstd::zstd_safe;
 
-const INTENTS: u64 = (1 << 0) | (1 << 9) | (1 << 15);
+const INTENTS: u64 =
+    proto::intents::GUILDS | proto::intents::GUILD_MESSAGES | proto::intents::MESSAGE_CONTENT;
 
 enum Decoder {
     Plain,

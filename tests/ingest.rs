@@ -12,7 +12,8 @@ use common::Node;
 use serde_json::{json, Value};
 use tungstenite::{Message, WebSocket};
 
-const INTENTS: u64 = (1 << 0) | (1 << 9) | (1 << 15);
+const INTENTS: u64 =
+    proto::intents::GUILDS | proto::intents::GUILD_MESSAGES | proto::intents::MESSAGE_CONTENT;
 
 fn connect(node: &Node) -> WebSocket<TcpStream> {
     let stream = TcpStream::connect(node.gateway).unwrap();
@@ -61,7 +62,7 @@ fn message(server: u64, channel: u64, content: &str, out: &mut Vec<u8>) {
         "MESSAGE_CREATE",
         server,
         channel,
-        1 << 9,
+        proto::intents::GUILD_MESSAGES,
         0,
         0,
         ingest::FLAG_HAS_CONTENT,
@@ -92,7 +93,7 @@ fn malformed_records_are_counted_and_the_stream_stays_in_sync() {
         "MESSAGE_CREATE",
         server,
         general,
-        1 << 9,
+        proto::intents::GUILD_MESSAGES,
         0,
         0,
         1,
@@ -105,7 +106,7 @@ fn malformed_records_are_counted_and_the_stream_stays_in_sync() {
         "MESSAGE_CREATE",
         server,
         general,
-        1 << 9,
+        proto::intents::GUILD_MESSAGES,
         0,
         0,
         1 << 30,
@@ -175,7 +176,7 @@ fn a_channel_overwrite_in_the_stream_changes_who_sees_later_events() {
     };
     let mut bytes = Vec::new();
     message(server, general, "one", &mut bytes);
-    overwrite(1 << 10, &mut bytes); // @everyone may no longer view #general
+    overwrite(proto::permissions::VIEW_CHANNEL, &mut bytes); // @everyone may no longer view #general
     message(server, general, "hidden", &mut bytes);
     overwrite(0, &mut bytes); // and now may again
     message(server, general, "two", &mut bytes);
@@ -223,7 +224,7 @@ fn a_direct_message_reaches_only_the_named_bot_with_its_content() {
         .0;
     assert_eq!(recv(&mut ws)["op"], 10);
     // DIRECT_MESSAGES and GUILD_MESSAGES, but no MESSAGE_CONTENT.
-    let intents = (1 << 12) | (1 << 9);
+    let intents = proto::intents::DIRECT_MESSAGES | proto::intents::GUILD_MESSAGES;
     ws.send(Message::text(
         json!({"op": 2, "d": {"token": node.token, "intents": intents, "properties": {}}})
             .to_string(),
@@ -240,7 +241,7 @@ fn a_direct_message_reaches_only_the_named_bot_with_its_content() {
             "MESSAGE_CREATE",
             0,
             900,
-            1 << 12,
+            proto::intents::DIRECT_MESSAGES,
             0,
             0,
             ingest::FLAG_HAS_CONTENT,

@@ -17,7 +17,8 @@ use serde_json::{json, Value};
 use support::kafka::{create_topic, frame_message, unique, Kafka};
 use support::{Next, Session};
 
-const INTENTS: u64 = (1 << 0) | (1 << 9) | (1 << 15);
+const INTENTS: u64 =
+    proto::intents::GUILDS | proto::intents::GUILD_MESSAGES | proto::intents::MESSAGE_CONTENT;
 /// First delivery waits for the consumer to join its group (and, after a
 /// restart without leaving, for the old member's 6 s session to expire).
 const FIRST_EVENT: Duration = Duration::from_secs(40);
@@ -100,7 +101,7 @@ fn events_arrive_in_order_and_malformed_records_are_skipped_and_counted() {
         "MESSAGE_CREATE",
         server,
         general,
-        1 << 9,
+        proto::intents::GUILD_MESSAGES,
         0,
         0,
         1,
@@ -115,7 +116,7 @@ fn events_arrive_in_order_and_malformed_records_are_skipped_and_counted() {
         "MESSAGE_CREATE",
         server,
         general,
-        1 << 9,
+        proto::intents::GUILD_MESSAGES,
         0,
         0,
         1 << 30,
@@ -205,7 +206,7 @@ fn a_channel_overwrite_in_the_topic_changes_who_sees_later_events() {
         out
     };
     kafka.send(server, &frame_message(server, general, "one"));
-    kafka.send(server, &overwrite(1 << 10)); // @everyone may no longer view #general
+    kafka.send(server, &overwrite(proto::permissions::VIEW_CHANNEL)); // @everyone may no longer view #general
     kafka.send(server, &frame_message(server, general, "hidden"));
     kafka.send(server, &overwrite(0)); // and now may again
     kafka.send(server, &frame_message(server, general, "two"));
@@ -264,7 +265,10 @@ fn a_direct_message_from_the_topic_reaches_only_the_named_bot() {
     let topic = create_topic(&brokers);
     let node = start_node(&brokers, &topic, &unique("g"));
     // DIRECT_MESSAGES and GUILD_MESSAGES, but no MESSAGE_CONTENT.
-    let (mut s, _, _) = identify(&node, (1 << 12) | (1 << 9));
+    let (mut s, _, _) = identify(
+        &node,
+        proto::intents::DIRECT_MESSAGES | proto::intents::GUILD_MESSAGES,
+    );
     let bot: u64 = s.ready["d"]["user"]["id"]
         .as_str()
         .unwrap()
@@ -278,7 +282,7 @@ fn a_direct_message_from_the_topic_reaches_only_the_named_bot() {
             "MESSAGE_CREATE",
             0,
             900,
-            1 << 12,
+            proto::intents::DIRECT_MESSAGES,
             0,
             0,
             ingest::FLAG_HAS_CONTENT,
@@ -381,6 +385,7 @@ fn offsets_are_committed_after_delivery_and_a_restarted_node_goes_on_from_them()
     // the next one gets the partitions at once, not after the session timeout.
     drop(s2);
     let mut node2 = node2;
+    // SAFETY: kill(2) of our own child, not yet waited for, so its pid cannot have been reused.
     unsafe { libc::kill(node2.child.id() as i32, libc::SIGINT) };
     assert!(node2.child.wait().unwrap().success());
     let t0 = Instant::now();

@@ -9,7 +9,8 @@ use common::Node;
 use serde_json::{json, Value};
 use tungstenite::{Message, WebSocket};
 
-const INTENTS: u64 = (1 << 0) | (1 << 9) | (1 << 15);
+const INTENTS: u64 =
+    proto::intents::GUILDS | proto::intents::GUILD_MESSAGES | proto::intents::MESSAGE_CONTENT;
 
 fn connect(node: &Node) -> WebSocket<TcpStream> {
     let stream = TcpStream::connect(node.gateway).unwrap();
@@ -240,6 +241,7 @@ fn sigterm_sends_reconnect_to_every_session_spread_over_the_window_then_exits() 
         "--drain-spread-ms",
         "1500",
     ]);
+    // SAFETY: kill(2) of our own child, not yet waited for, so its pid cannot have been reused.
     let at = drain_and_time(&mut node, 20, |n| unsafe {
         libc::kill(n.child.id() as i32, libc::SIGTERM);
     });

@@ -5,7 +5,6 @@
 //! revocation scenario needs PostgreSQL (GATEWAYD_TEST_DATABASE_URL; `.ci/run`
 //! provides it); without it that test is skipped locally and fails under CI.
 
-#[allow(dead_code)]
 mod common;
 mod support;
 

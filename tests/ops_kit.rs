@@ -473,7 +473,7 @@ fn every_metric_of_the_alerts_and_the_dashboard_is_exported_and_the_example_conf
                 problems.push(format!("{file}: {} is not in /metrics", u.name));
                 continue;
             }
-            if !(listed.contains(&u.name) || list.get(&u.name).is_some()) {
+            if !(listed.contains(&u.name) || list.contains_key(&u.name)) {
                 problems.push(format!(
                     "{file}: {} is exported but missing from {FAMILIES}",
                     u.name

@@ -280,7 +280,7 @@ fn node_admission_refuses_a_storm_beyond_its_rate(backend: &Backend) {
         }
     }
     assert!(
-        ready >= 1 && ready <= 4,
+        (1..=4).contains(&ready),
         "about two per second admitted: {ready} ready, {refused} refused"
     );
     assert!(metric(&node, "gatewayd_identifies_refused_admission_total") >= 4.0);

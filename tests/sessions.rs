@@ -20,9 +20,7 @@ fn sessions_metric(node: &Node) -> (f64, String) {
     let mut sum = 0.0;
     let mut lines = Vec::new();
     for line in body.lines() {
-        let name_end = line
-            .find(|c: char| c == '{' || c == ' ')
-            .unwrap_or(line.len());
+        let name_end = line.find(['{', ' ']).unwrap_or(line.len());
         if &line[..name_end] == "gatewayd_sessions" {
             let value = line.rsplit(' ').next().unwrap();
             sum += value

@@ -16,7 +16,7 @@ use gatewayd_bench::*;
 use net::ws;
 use ringbuf::{Arena, ArenaConfig, Entry, RingConfig, RingSlab, SessionRing};
 
-/// 1. The per-session dispatch prefix and WebSocket frame header.
+/// (1) The per-session dispatch prefix and WebSocket frame header.
 fn frame_header(c: &mut Criterion) {
     let mut g = c.benchmark_group("frame_header");
     g.throughput(Throughput::Elements(1));
@@ -54,9 +54,9 @@ fn frame_header(c: &mut Criterion) {
     g.finish();
 }
 
-/// 2. Parse and unmask one masked client frame (the decoder also checks the
-/// text is UTF-8). Each iteration gets a fresh masked copy; the copy is not
-/// timed.
+/// (2) Parse and unmask one masked client frame (the decoder also checks
+/// the text is UTF-8). Each iteration gets a fresh masked copy; the copy is
+/// not timed.
 fn ws_decode(c: &mut Criterion) {
     let mut g = c.benchmark_group("ws_decode");
     for len in [100usize, 4096] {
@@ -78,8 +78,8 @@ fn ws_decode(c: &mut Criterion) {
     g.finish();
 }
 
-/// 3. Ring append (arena copy + SessionRing push) and replay (iterate held
-/// entries from a seq, each resolved in the arena).
+/// (3) Ring append (arena copy + SessionRing push) and replay (iterate
+/// held entries from a seq, each resolved in the arena).
 fn ring(c: &mut Criterion) {
     let mut g = c.benchmark_group("ring");
     g.throughput(Throughput::Elements(1));
@@ -166,7 +166,7 @@ fn ring(c: &mut Criterion) {
     g.finish();
 }
 
-/// 4. The per-event, per-recipient entitlement decision.
+/// (4) The per-event, per-recipient entitlement decision.
 fn entitlement(c: &mut Criterion) {
     let mut g = c.benchmark_group("entitlement");
     g.throughput(Throughput::Elements(1));
@@ -220,7 +220,7 @@ fn entitlement(c: &mut Criterion) {
     g.finish();
 }
 
-/// 5. Ingest record decode: framing, rkyv bytecheck and field checks
+/// (5) Ingest record decode: framing, rkyv bytecheck and field checks
 /// (including the JSON validation of `d`) of a ~600-byte record.
 fn ingest_decode(c: &mut Criterion) {
     let mut g = c.benchmark_group("ingest");

@@ -114,5 +114,6 @@ const _: () = assert!(core::mem::size_of::<ArchivedRecord>().is_multiple_of(BODY
 /// `Ok` for, and 8-byte aligned.
 pub unsafe fn access_trusted(body: &[u8]) -> &ArchivedRecord {
     debug_assert!((body.as_ptr() as usize).is_multiple_of(BODY_ALIGN));
+    // SAFETY: this function's contract: the caller passes a body `access` accepted, so the unchecked read finds a well-formed archive.
     unsafe { rkyv::access_unchecked::<ArchivedRecord>(body) }
 }

@@ -29,20 +29,26 @@ fn note() {
     });
 }
 
+// SAFETY: every method forwards to the system allocator unchanged (counting
+// on the side allocates nothing), so its guarantees are the system's.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         note();
+        // SAFETY: forwards to the system allocator with the caller's arguments, under the contract GlobalAlloc gives us.
         unsafe { System.alloc(layout) }
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         note();
+        // SAFETY: forwards to the system allocator with the caller's arguments, under the contract GlobalAlloc gives us.
         unsafe { System.alloc_zeroed(layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         note();
+        // SAFETY: forwards to the system allocator with the caller's arguments, under the contract GlobalAlloc gives us.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwards to the system allocator with the caller's arguments, under the contract GlobalAlloc gives us.
         unsafe { System.dealloc(ptr, layout) }
     }
 }

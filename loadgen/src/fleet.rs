@@ -411,9 +411,8 @@ impl Driver {
             }
             if !c.more() {
                 self.slots[i].recv_armed = false;
-                if c.result == 0 {
-                    self.close(i, now, false);
-                } else if c.result < 0 && c.result != -libc::ENOBUFS {
+                // EOF, or an error other than running out of buffers: gone.
+                if c.result == 0 || (c.result < 0 && c.result != -libc::ENOBUFS) {
                     self.close(i, now, false);
                 } else {
                     self.arm_recv(i);
@@ -434,14 +433,14 @@ impl Driver {
             return; // an operation of an earlier connection
         }
         match kind {
-            K_SOCKET | K_BIND => {
-                if c.result < 0 && c.result != -libc::ECANCELED && !self.reported_socket_error {
-                    // Reported once per thread; the connect completes with -ECANCELED.
-                    self.reported_socket_error = true;
-                    let what = if kind == K_SOCKET { "socket" } else { "bind" };
-                    let e = std::io::Error::from_raw_os_error(-c.result);
-                    eprintln!("loadgen: fleet thread {}: {what} failed: {e}", self.t);
-                }
+            K_SOCKET | K_BIND
+                if c.result < 0 && c.result != -libc::ECANCELED && !self.reported_socket_error =>
+            {
+                // Reported once per thread; the connect completes with -ECANCELED.
+                self.reported_socket_error = true;
+                let what = if kind == K_SOCKET { "socket" } else { "bind" };
+                let e = std::io::Error::from_raw_os_error(-c.result);
+                eprintln!("loadgen: fleet thread {}: {what} failed: {e}", self.t);
             }
             K_CONNECT => {
                 if c.result < 0 {
@@ -594,17 +593,17 @@ impl Driver {
             .shutdown_and_close(i as u32, ud(K_SHUT, gen, i), ud(K_CLOSE, gen, i));
         slot.sock = Sock::Closing;
         slot.recv_armed = false;
-        if slot.slow_buf.is_some() && slot.s.streaming() {
-            if self
+        if slot.slow_buf.is_some()
+            && slot.s.streaming()
+            && self
                 .sh
                 .slow_lost_ns
                 .compare_exchange(0, now, Relaxed, Relaxed)
                 .is_ok()
-            {
-                self.sh
-                    .slow_lost_code
-                    .store(slot.s.last_close_code as u64, Relaxed);
-            }
+        {
+            self.sh
+                .slow_lost_code
+                .store(slot.s.last_close_code as u64, Relaxed);
         }
         if connect_failed || slot.s.phase == Phase::Connecting || slot.s.phase == Phase::Upgrading {
             // Count a refused upgrade (e.g. 503) like a failed connect.

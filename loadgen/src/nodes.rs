@@ -77,6 +77,7 @@ impl NodeProc {
         cmd.args(extra);
         // The node dies with loadgen (even if loadgen is killed): a run never
         // leaves a gatewayd behind.
+        // SAFETY: the pre_exec closure runs in the forked child and only calls prctl(2), which is async-signal-safe.
         unsafe {
             use std::os::unix::process::CommandExt;
             cmd.pre_exec(|| {
@@ -173,6 +174,7 @@ impl NodeProc {
     pub fn stop(&mut self) {
         if let Some(c) = self.child.as_mut() {
             // SIGINT: drain at once (nothing to wait for at the end of a run).
+            // SAFETY: kill(2) of our own child, not yet waited for, so its pid cannot have been reused.
             unsafe { libc::kill(c.id() as i32, libc::SIGINT) };
             let deadline = Instant::now() + Duration::from_secs(10);
             while Instant::now() < deadline {

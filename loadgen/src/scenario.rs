@@ -616,13 +616,13 @@ fn latency_claims(rep: &mut Report, c: &Common, lat: &hdrhistogram::Histogram<u6
     );
     rep.claim(
         "delivery latency p50",
-        lat.len() > 0 && p50 <= c.max_p50_ms,
+        !lat.is_empty() && p50 <= c.max_p50_ms,
         &format!("<= {} ms", c.max_p50_ms),
         &format!("{p50:.2} ms over {} deliveries", lat.len()),
     );
     rep.claim(
         "delivery latency p99",
-        lat.len() > 0 && p99 <= c.max_p99_ms,
+        !lat.is_empty() && p99 <= c.max_p99_ms,
         &format!("<= {} ms", c.max_p99_ms),
         &format!("{p99:.2} ms"),
     );
@@ -1217,7 +1217,7 @@ fn revocation(c: &Common, o: &RevocationOpts, rep: &mut Report) -> Result<(), St
             world.revoked_hot[bot as usize].store(true, Relaxed);
         }
         proxy.set(crate::proxy::Fault::Pass);
-        let group = format!("{case}");
+        let group = case.to_string();
         rep.figure(
             &group,
             "events to the bot in the 2 s before the revoke",

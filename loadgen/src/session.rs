@@ -417,7 +417,7 @@ impl Session {
         };
         rec.c.closes[i] += 1;
         match code {
-            4004 | 4010..=4014 => {
+            c if proto::CloseCode::from_u16(c).is_some_and(|c| !c.may_reconnect()) => {
                 rec.c.fatal += 1;
                 self.leave_streaming(rec);
                 self.phase = Phase::Stopped;

@@ -15,13 +15,8 @@
 
 use registry::{OverwriteKind, Registry};
 
-pub const GUILDS: u64 = 1;
-pub const GUILD_MESSAGES: u64 = 1 << 9;
-pub const MESSAGE_CONTENT: u64 = 1 << 15;
-pub const VIEW_CHANNEL: u64 = 1 << 10;
-pub const SEND_MESSAGES: u64 = 1 << 11;
-pub const READ_MESSAGE_HISTORY: u64 = 1 << 16;
-pub const ADMINISTRATOR: u64 = 1 << 3;
+pub use proto::intents::{GUILDS, GUILD_MESSAGES, MESSAGE_CONTENT};
+pub use proto::permissions::{ADMINISTRATOR, READ_MESSAGE_HISTORY, SEND_MESSAGES, VIEW_CHANNEL};
 
 /// Channel index within a server.
 pub const PUBLIC: u8 = 0;
@@ -89,7 +84,7 @@ pub struct World {
 #[derive(Clone)]
 pub struct Rng(pub u64);
 impl Rng {
-    pub fn next(&mut self) -> u64 {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
         self.0 ^= self.0 << 25;
         self.0 ^= self.0 >> 27;
@@ -99,11 +94,11 @@ impl Rng {
         if n == 0 {
             0
         } else {
-            self.next() % n
+            self.next_u64() % n
         }
     }
     pub fn unit(&mut self) -> f64 {
-        (self.next() >> 11) as f64 / (1u64 << 53) as f64
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
     }
 }
 

@@ -97,6 +97,7 @@ impl BufRing {
         let data = match mmap_anon(data_len) {
             Ok(p) => p,
             Err(e) => {
+                // SAFETY: unmaps the region mapped just above, with its length; nothing points into it yet.
                 unsafe { libc::munmap(entries.cast(), entries_len) };
                 return Err(e);
             }
@@ -148,6 +149,7 @@ impl BufRing {
 
 impl Drop for BufRing {
     fn drop(&mut self) {
+        // SAFETY: the two regions this ring mapped in `new`, with their lengths; the kernel registration ended with the ring that owned them, and no buffer borrowed from them outlives `self`.
         unsafe {
             libc::munmap(self.entries.cast(), self.entries_len);
             libc::munmap(self.data.cast(), self.data_len);
@@ -583,6 +585,7 @@ pub fn raise_nofile_limit() -> u64 {
         rlim_cur: 0,
         rlim_max: 0,
     };
+    // SAFETY: getrlimit/setrlimit read and write `lim`, a local that lives across both calls.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
             lim.rlim_cur = lim.rlim_max;
@@ -675,6 +678,7 @@ fn sockaddr_of(addr: std::net::SocketAddr) -> (libc::sockaddr_storage, libc::soc
                 },
                 sin_zero: [0; 8],
             };
+            // SAFETY: sockaddr_storage is larger than sockaddr_in and aligned for any sockaddr: the write stays inside `storage`.
             unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin) };
             (
                 storage,
@@ -691,6 +695,7 @@ fn sockaddr_of(addr: std::net::SocketAddr) -> (libc::sockaddr_storage, libc::soc
                 },
                 sin6_scope_id: a.scope_id(),
             };
+            // SAFETY: sockaddr_storage is larger than sockaddr_in6 and aligned for any sockaddr: the write stays inside `storage`.
             unsafe { std::ptr::write((&mut storage as *mut libc::sockaddr_storage).cast(), sin6) };
             (
                 storage,
@@ -750,6 +755,7 @@ mod tests {
         };
         assert_eq!(got, b"hello ring");
         let msg = b"hello client".to_vec();
+        // SAFETY: `msg` lives, unchanged, until the completion awaited just below.
         unsafe { ring.send(slot, msg.as_ptr(), msg.len() as u32, 3) };
         loop {
             ring.submit_and_wait(1).unwrap();

@@ -3,23 +3,11 @@
 
 /// Privileged gateway intents: the only intents an application must be
 /// approved for.
-pub mod intents {
-    pub const GUILD_MEMBERS: u64 = 1 << 1;
-    pub const GUILD_PRESENCES: u64 = 1 << 8;
-    pub const MESSAGE_CONTENT: u64 = 1 << 15;
-    pub const PRIVILEGED: u64 = GUILD_MEMBERS | GUILD_PRESENCES | MESSAGE_CONTENT;
-}
-
-/// Permission bits the registry uses when creating servers and installs.
-pub mod permissions {
-    pub const ADMINISTRATOR: u64 = 1 << 3;
-    pub const VIEW_CHANNEL: u64 = 1 << 10;
-    pub const SEND_MESSAGES: u64 = 1 << 11;
-    pub const EMBED_LINKS: u64 = 1 << 14;
-    pub const READ_MESSAGE_HISTORY: u64 = 1 << 16;
-    /// What a new server's `@everyone` role is given.
-    pub const EVERYONE_DEFAULT: u64 = VIEW_CHANNEL | SEND_MESSAGES | READ_MESSAGE_HISTORY;
-}
+/// Intent bits (the registry approves the privileged ones) and the
+/// permission bits it uses when creating servers and installs: the `proto`
+/// crate's.
+pub use proto::intents;
+pub use proto::permissions;
 
 /// Application flags as Discord reports them in READY and
 /// `/oauth2/applications/@me`. The registry derives the `GATEWAY_*` bits

@@ -13,20 +13,26 @@ thread_local! {
     static ALLOCS: Cell<u64> = const { Cell::new(0) };
 }
 
+// SAFETY: every method forwards to the system allocator unchanged (counting
+// on the side allocates nothing), so its guarantees are the system's.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         ALLOCS.with(|c| c.set(c.get() + 1));
+        // SAFETY: forwards to the system allocator with the caller's arguments, under the contract GlobalAlloc gives us.
         unsafe { System.alloc(layout) }
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwards to the system allocator with the caller's arguments, under the contract GlobalAlloc gives us.
         unsafe { System.dealloc(ptr, layout) }
     }
     unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
         ALLOCS.with(|c| c.set(c.get() + 1));
+        // SAFETY: forwards to the system allocator with the caller's arguments, under the contract GlobalAlloc gives us.
         unsafe { System.alloc_zeroed(layout) }
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
         ALLOCS.with(|c| c.set(c.get() + 1));
+        // SAFETY: forwards to the system allocator with the caller's arguments, under the contract GlobalAlloc gives us.
         unsafe { System.realloc(ptr, layout, new_size) }
     }
 }

@@ -7,6 +7,8 @@
 use simd_json::prelude::*;
 use simd_json::BorrowedValue as Value;
 
+use proto::Op;
+
 use super::close::{Close, CloseCode};
 use super::intents;
 
@@ -64,24 +66,28 @@ pub fn parse(text: &[u8], scratch: &mut Vec<u8>) -> Result<ClientPayload, Close>
         "decode error: missing op",
     ))?;
     let d = v.get("d");
-    match op {
-        1 => Ok(ClientPayload::Heartbeat {
+    let unknown = Close::new(CloseCode::UnknownOpcode, "unknown opcode");
+    match Op::from_u64(op).ok_or(unknown)? {
+        Op::Heartbeat => Ok(ClientPayload::Heartbeat {
             seq: d.and_then(as_u64),
         }),
-        2 => identify(d.ok_or(Close::new(
+        Op::Identify => identify(d.ok_or(Close::new(
             CloseCode::DecodeError,
             "decode error: identify without d",
         ))?)
         .map(ClientPayload::Identify),
-        3 => Ok(ClientPayload::PresenceUpdate),
-        4 => Ok(ClientPayload::VoiceStateUpdate),
-        6 => resume(d.ok_or(Close::new(
+        Op::PresenceUpdate => Ok(ClientPayload::PresenceUpdate),
+        Op::VoiceStateUpdate => Ok(ClientPayload::VoiceStateUpdate),
+        Op::Resume => resume(d.ok_or(Close::new(
             CloseCode::DecodeError,
             "decode error: resume without d",
         ))?)
         .map(ClientPayload::Resume),
-        8 => Ok(request_members(d)),
-        _ => Err(Close::new(CloseCode::UnknownOpcode, "unknown opcode")),
+        Op::RequestGuildMembers => Ok(request_members(d)),
+        // What only the server sends is an unknown opcode from a bot.
+        Op::Dispatch | Op::Reconnect | Op::InvalidSession | Op::Hello | Op::HeartbeatAck => {
+            Err(unknown)
+        }
     }
 }
 

@@ -99,6 +99,7 @@ impl Node {
 
     /// Send SIGTERM and wait for the process to exit.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
+        // SAFETY: kill(2) of our own child, not yet waited for, so its pid cannot have been reused.
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         self.child.wait().unwrap()
     }

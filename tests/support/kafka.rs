@@ -188,7 +188,7 @@ pub fn frame_message_with_id(id: u64, server: u64, channel: u64, content: &str) 
         "MESSAGE_CREATE",
         server,
         channel,
-        1 << 9,
+        proto::intents::GUILD_MESSAGES,
         0,
         0,
         ingest::FLAG_HAS_CONTENT,

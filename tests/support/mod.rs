@@ -19,20 +19,12 @@ pub mod services;
 
 // ------------------------------------------------------------------ bits
 
-pub mod intent {
-    pub const GUILDS: u64 = 1 << 0;
-    pub const GUILD_MESSAGES: u64 = 1 << 9;
-    pub const GUILD_MESSAGE_REACTIONS: u64 = 1 << 10;
-    pub const MESSAGE_CONTENT: u64 = 1 << 15;
-}
+pub use proto::intents as intent;
 
 pub mod perm {
-    pub const ADMINISTRATOR: u64 = 1 << 3;
-    pub const VIEW_CHANNEL: u64 = 1 << 10;
-    pub const SEND_MESSAGES: u64 = 1 << 11;
-    pub const READ_MESSAGE_HISTORY: u64 = 1 << 16;
+    pub use proto::permissions::*;
     /// What `install` grants without `--permissions`.
-    pub const INSTALL_DEFAULT: u64 = VIEW_CHANNEL | SEND_MESSAGES | READ_MESSAGE_HISTORY;
+    pub const INSTALL_DEFAULT: u64 = EVERYONE_DEFAULT;
 }
 
 pub fn now_ns() -> u64 {

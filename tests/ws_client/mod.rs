@@ -20,8 +20,8 @@ pub const OP_CLOSE: u8 = 0x8;
 pub const OP_PING: u8 = 0x9;
 pub const OP_PONG: u8 = 0xA;
 
-/// GUILDS | GUILD_MESSAGES | MESSAGE_CONTENT.
-pub const GOOD_INTENTS: u64 = 1 | (1 << 9) | (1 << 15);
+pub const GOOD_INTENTS: u64 =
+    proto::intents::GUILDS | proto::intents::GUILD_MESSAGES | proto::intents::MESSAGE_CONTENT;
 
 /// What `read_message` returns.
 #[derive(Debug, Clone, PartialEq)]

@@ -575,6 +575,7 @@ fn receive(
             events: libc::EPOLLIN as u32,
             u64: i as u64,
         };
+        // SAFETY: `ep` is our epoll fd, the socket is open (owned by `c`) and `ev` lives across the call.
         let r = unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, c.as_raw_fd(), &mut ev) };
         assert!(r == 0, "epoll_ctl: {}", io::Error::last_os_error());
     }
@@ -582,6 +583,7 @@ fn receive(
     let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; 1024];
     let mut buf = vec![0u8; 1 << 20];
     loop {
+        // SAFETY: epoll_wait writes at most `events.len()` entries into the vector it is given.
         let n = unsafe { libc::epoll_wait(ep, events.as_mut_ptr(), events.len() as i32, 50) };
         if n < 0 {
             let e = io::Error::last_os_error();
@@ -595,6 +597,7 @@ fn receive(
         for ev in &events[..n as usize] {
             let i = ev.u64 as usize;
             loop {
+                // SAFETY: reads at most `buf.len()` bytes into `buf`, from a socket `clients[i]` keeps open.
                 let r = unsafe {
                     libc::read(clients[i].as_raw_fd(), buf.as_mut_ptr().cast(), buf.len())
                 };
@@ -620,6 +623,7 @@ fn receive(
             }
         }
     }
+    // SAFETY: closes our own epoll fd, once; nothing uses it after.
     unsafe { libc::close(ep) };
     per_conn
 }

@@ -1,6 +1,7 @@
-//! Replays the committed fuzz corpus (`fuzz/corpus/<target>/`) through the
-//! same oracle functions the libFuzzer targets call (`gatewayd::fuzzing`), so
-//! every `cargo test` exercises it. Long fuzzing runs: `scripts/fuzz.sh`.
+//! Replays the committed fuzz corpus (`fuzz/corpus/<target>/`) of every
+//! target through the same oracle functions the libFuzzer targets call
+//! (`net::fuzzing`, `ingest::fuzzing`, `gatewayd::fuzzing`), so every
+//! `cargo test` exercises it. Long fuzzing runs: `scripts/fuzz.sh`.
 
 use std::path::{Path, PathBuf};
 
@@ -33,6 +34,31 @@ fn replay(target: &str, oracle: fn(&[u8])) {
         failed.len(),
         files.len()
     );
+}
+
+#[test]
+fn ws_decode_corpus() {
+    replay("ws_decode", net::fuzzing::ws_decode);
+}
+
+#[test]
+fn http_head_corpus() {
+    replay("http_head", net::fuzzing::http_head);
+}
+
+#[test]
+fn ingest_stream_corpus() {
+    replay("ingest_stream", ingest::fuzzing::stream);
+}
+
+#[test]
+fn ingest_record_corpus() {
+    replay("ingest_record", ingest::fuzzing::record);
+}
+
+#[test]
+fn redact_corpus() {
+    replay("redact", ingest::fuzzing::redact);
 }
 
 #[test]

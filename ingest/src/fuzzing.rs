@@ -2,7 +2,7 @@
 //! connection, a Kafka message value). Each function takes one fuzz input
 //! and panics when an oracle fails. Called by the libFuzzer targets in
 //! `fuzz/fuzz_targets/` and, on the committed corpus, by
-//! `tests/fuzz_corpus.rs`. Not an API.
+//! the root crate's `tests/fuzz_corpus.rs`. Not an API.
 
 use crate::{
     check_fields, encode, encode_parts, redact_message_content, validate_json_object,

@@ -2,7 +2,8 @@
 //! function takes one fuzz input, runs the parser the way the node does and
 //! panics when an oracle fails. They are called by the libFuzzer targets in
 //! `fuzz/fuzz_targets/` and, on the committed corpus, by
-//! `tests/fuzz_corpus.rs` (so every `cargo test` replays the corpus).
+//! the root crate's `tests/fuzz_corpus.rs` (so every `cargo test --workspace`
+//! replays the corpus).
 //! Not an API.
 
 use crate::http::{

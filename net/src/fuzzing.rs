@@ -20,26 +20,7 @@ use crate::ws::{
 pub const WS_LIMIT: usize = 4096;
 
 /// A decoded message, owned (so runs can be compared).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Owned {
-    Text(String),
-    Binary(Vec<u8>),
-    Ping(Vec<u8>),
-    Pong(Vec<u8>),
-    Close(Option<u16>, String),
-}
-
-impl From<Message<'_>> for Owned {
-    fn from(m: Message<'_>) -> Owned {
-        match m {
-            Message::Text(s) => Owned::Text(s.into()),
-            Message::Binary(b) => Owned::Binary(b.into()),
-            Message::Ping(b) => Owned::Ping(b.into()),
-            Message::Pong(b) => Owned::Pong(b.into()),
-            Message::Close(c, r) => Owned::Close(c, r.into()),
-        }
-    }
-}
+pub use crate::ws::OwnedMessage as Owned;
 
 /// Chunk sizes 1..=max from a small xorshift seeded by `seed` (the same
 /// sequence for the same seed).

@@ -95,6 +95,29 @@ pub enum Message<'a> {
     Close(Option<u16>, &'a str),
 }
 
+/// A [`Message`] that owns its bytes: to keep a message past the decoder's
+/// next call, or compare decodings (tests, fuzz oracles).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum OwnedMessage {
+    Text(String),
+    Binary(Vec<u8>),
+    Ping(Vec<u8>),
+    Pong(Vec<u8>),
+    Close(Option<u16>, String),
+}
+
+impl From<Message<'_>> for OwnedMessage {
+    fn from(m: Message<'_>) -> OwnedMessage {
+        match m {
+            Message::Text(s) => OwnedMessage::Text(s.into()),
+            Message::Binary(b) => OwnedMessage::Binary(b.into()),
+            Message::Ping(b) => OwnedMessage::Ping(b.into()),
+            Message::Pong(b) => OwnedMessage::Pong(b.into()),
+            Message::Close(c, r) => OwnedMessage::Close(c, r.into()),
+        }
+    }
+}
+
 /// Writes an unmasked server frame header for a payload of `payload_len` bytes
 /// into `out` and returns its length (2, 4 or 10).
 #[inline]
@@ -430,6 +453,7 @@ fn parse_close(payload: &[u8]) -> Result<Message<'_>, WsError> {
 
 #[cfg(test)]
 mod tests {
+    use super::OwnedMessage as Owned;
     use super::*;
 
     const MASK: [u8; 4] = [0x37, 0xfa, 0x21, 0x3d];
@@ -445,27 +469,6 @@ mod tests {
         let mut buf = frame.to_vec();
         let (n, m) = dec.decode(&mut buf)?.expect("complete frame");
         Ok((n, m.map(Owned::from)))
-    }
-
-    #[derive(Debug, PartialEq, Eq)]
-    enum Owned {
-        Text(String),
-        Binary(Vec<u8>),
-        Ping(Vec<u8>),
-        Pong(Vec<u8>),
-        Close(Option<u16>, String),
-    }
-
-    impl From<Message<'_>> for Owned {
-        fn from(m: Message<'_>) -> Self {
-            match m {
-                Message::Text(s) => Owned::Text(s.into()),
-                Message::Binary(b) => Owned::Binary(b.into()),
-                Message::Ping(b) => Owned::Ping(b.into()),
-                Message::Pong(b) => Owned::Pong(b.into()),
-                Message::Close(c, r) => Owned::Close(c, r.into()),
-            }
-        }
     }
 
     #[test]

@@ -1,31 +1,11 @@
 //! Property tests for `net::ws::Decoder`. Frames are built by a naive encoder
 //! written here, independent of the crate's own, so both sides are checked.
 
-use net::ws::{self, Decoder, Message, OpCode, WsError};
+use net::ws::OwnedMessage as Owned;
+use net::ws::{self, Decoder, OpCode, WsError};
 use proptest::prelude::*;
 
 const MAX: usize = 1 << 20;
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-enum Owned {
-    Text(String),
-    Binary(Vec<u8>),
-    Ping(Vec<u8>),
-    Pong(Vec<u8>),
-    Close(Option<u16>, String),
-}
-
-impl From<Message<'_>> for Owned {
-    fn from(m: Message<'_>) -> Self {
-        match m {
-            Message::Text(s) => Owned::Text(s.into()),
-            Message::Binary(b) => Owned::Binary(b.into()),
-            Message::Ping(b) => Owned::Ping(b.into()),
-            Message::Pong(b) => Owned::Pong(b.into()),
-            Message::Close(c, r) => Owned::Close(c, r.into()),
-        }
-    }
-}
 
 /// Tiny deterministic PRNG (splitmix64) for masks and chunk sizes.
 struct Rng(u64);

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use serde_json::json;
 
-use crate::gateway::intents;
-use crate::gateway::payload::iso8601;
+use crate::protocol::intents;
+use crate::protocol::payload::iso8601;
 
 pub struct DemoTarget {
     pub server_id: u64,

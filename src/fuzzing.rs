@@ -14,13 +14,13 @@ use net::http::{parse_head, query_param};
 use net::ws::{self, Decoder, Message, OpCode, MAX_CLOSE_REASON};
 use serde_json::{json, Value};
 
-use crate::gateway::close::{Close, CloseCode};
-use crate::gateway::compress::Kind;
-use crate::gateway::identify::{self, ClientPayload};
-use crate::gateway::intents;
-use crate::gateway::session::{Action, Limits, Phase, Session};
-use crate::kafka_ingest::{read_value, ValueItem};
-use crate::rest::{self, Route};
+use crate::ingest::kafka::{read_value, ValueItem};
+use crate::protocol::close::{Close, CloseCode};
+use crate::protocol::compress::Kind;
+use crate::protocol::identify::{self, ClientPayload};
+use crate::protocol::intents;
+use crate::protocol::rest::{self, Route};
+use crate::protocol::session::{Action, Limits, Phase, Session};
 use crate::worker::{upgrade_refusal, ws_error_close};
 
 /// The node's default `limits.inbound_message_bytes`.
@@ -443,7 +443,7 @@ fn kafka_read(reader: &mut FrameReader, value: &[u8]) -> Vec<KafkaItem> {
             assert_eq!(owned.check(), Ok(()));
             if rec.is_guild_state() {
                 // What the consumer then does with a server change.
-                let _ = crate::state::parse(rec.event_type(), rec.server_id(), rec.d());
+                let _ = crate::ingest::state::parse(rec.event_type(), rec.server_id(), rec.d());
             }
             spliced_d(rec.d());
             pending = Some(owned);
@@ -557,7 +557,7 @@ pub fn spliced_d(d: &[u8]) {
 /// and returns its `d`.
 fn dispatch(d: &[u8]) -> Result<Value, serde_json::Error> {
     let mut frame = vec![0u8; 128];
-    let h = crate::sendpath::dispatch_header(&mut frame, "MESSAGE_CREATE", 42, d.len());
+    let h = crate::delivery::sendpath::dispatch_header(&mut frame, "MESSAGE_CREATE", 42, d.len());
     frame.truncate(h);
     frame.extend_from_slice(d);
     frame.push(b'}');

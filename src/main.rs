@@ -7,7 +7,7 @@
 use gatewayd::{config, node, registry_cli};
 // no_alloc's test names them as `crate::...`.
 #[cfg(test)]
-use gatewayd::{fanout, gateway, messages, sendpath};
+use gatewayd::{delivery, protocol, worker};
 #[cfg(test)]
 mod no_alloc;
 
@@ -37,7 +37,7 @@ enum Command {
     /// Manage applications, servers and installations in the registry.
     Registry(registry_cli::RegistryArgs),
     /// A live one-screen view of a running node, read from its admin /metrics.
-    Stats(gatewayd::stats::StatsArgs),
+    Stats(gatewayd::ops::stats::StatsArgs),
 }
 
 fn main() {
@@ -57,7 +57,7 @@ fn main() {
             unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
             registry_cli::run(args)
         }
-        Some(Command::Stats(args)) => gatewayd::stats::run(args),
+        Some(Command::Stats(args)) => gatewayd::ops::stats::run(args),
         Some(Command::Run(args)) => config::Config::load(&args).and_then(node::run),
         None => config::Config::load(&cli.run).and_then(node::run),
     };

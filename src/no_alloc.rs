@@ -44,11 +44,11 @@ fn allocations() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fanout::{EventIn, FanOut, FanOutConfig};
-    use crate::gateway::intents::{self, perm};
-    use crate::gateway::session::{GuildAccess, Identity};
-    use crate::messages::ConnKey;
-    use crate::sendpath::{self, SendPool};
+    use crate::delivery::fanout::{EventIn, FanOut, FanOutConfig};
+    use crate::delivery::sendpath::{self, SendPool};
+    use crate::protocol::intents::{self, perm};
+    use crate::protocol::session::{GuildAccess, Identity};
+    use crate::worker::mail::ConnKey;
     use net::uring::{Ring, RingConfig};
     use shards::SessionId;
 
@@ -130,7 +130,7 @@ mod tests {
         let mut completions = Vec::with_capacity(4096);
         // Every fourth session uses transport compression (alternating zlib
         // and zstd): its stream and output buffer are made at session start.
-        use crate::gateway::compress::{Compressor, Kind};
+        use crate::protocol::compress::{Compressor, Kind};
         let mut compressed: Vec<(Compressor, Vec<u8>)> = (0..sessions.div_ceil(4))
             .map(|i| {
                 let kind = if i % 2 == 0 { Kind::Zlib } else { Kind::Zstd };

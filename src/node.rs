@@ -9,8 +9,8 @@ use crossbeam_channel::Sender;
 use registry::{Registry, SqliteRegistry};
 
 use crate::config::Config;
-use crate::messages::*;
-use crate::metrics::WorkerMetrics;
+use crate::ops::metrics::WorkerMetrics;
+use crate::worker::mail::*;
 use crate::worker::{Worker, WorkerSetup};
 
 /// Read-only state every thread shares (plus lock-free counters).
@@ -28,11 +28,11 @@ pub struct Shared {
     pub ring_load: Vec<Vec<std::sync::atomic::AtomicU32>>,
     pub ring_limits: Vec<Vec<u32>>,
     pub metrics: Box<[WorkerMetrics]>,
-    pub ingest: Arc<crate::ingest_listener::IngestStats>,
-    pub link: Arc<crate::sidecar::LinkStats>,
+    pub ingest: Arc<crate::ingest::listener::IngestStats>,
+    pub link: Arc<crate::link::LinkStats>,
     pub ready_workers: AtomicUsize,
     /// Node-wide cap on connections served compressed (limits.max_compressed_sessions).
-    pub compress_budget: Arc<crate::gateway::compress::Budget>,
+    pub compress_budget: Arc<crate::protocol::compress::Budget>,
     pub shutting_down: AtomicBool,
     pub started: Instant,
 }
@@ -148,7 +148,7 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         ingest: Arc::new(Default::default()),
         link: Arc::new(Default::default()),
         ready_workers: AtomicUsize::new(0),
-        compress_budget: crate::gateway::compress::Budget::new(cfg.limits.max_compressed_sessions),
+        compress_budget: crate::protocol::compress::Budget::new(cfg.limits.max_compressed_sessions),
         shutting_down: AtomicBool::new(false),
         started: Instant::now(),
         cfg: cfg.clone(),
@@ -158,14 +158,14 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     if !cfg.registry_url.is_empty() && cfg.registry.revocation_poll_ms > 0 {
         // PostgreSQL pushes revocations with NOTIFY: wake the sidecar at once
         // (its periodic poll stays as the backstop for a lost notification).
-        crate::sidecar::listen_revocations(
+        crate::link::listen_revocations(
             cfg.registry_url.clone(),
             Duration::from_millis(cfg.registry.timeout_ms),
             shared.sidecar.clone(),
             stop.clone(),
         );
     }
-    let sidecar = crate::sidecar::Sidecar::new(
+    let sidecar = crate::link::Sidecar::new(
         registry,
         handles.clone(),
         gateway_url.clone(),
@@ -199,9 +199,9 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         worker_threads.push(handle);
     }
 
-    let admin = crate::admin::start(cfg.admin_addr, shared.clone())
+    let admin = crate::ops::admin::start(cfg.admin_addr, shared.clone())
         .map_err(|e| format!("admin {}: {e}", cfg.admin_addr))?;
-    let (ingest_addr, ingest_thread) = crate::ingest_listener::start(
+    let (ingest_addr, ingest_thread) = crate::ingest::listener::start(
         cfg.events.ingest_addr,
         cfg.events.ingest_max_connections,
         handles.clone(),
@@ -221,8 +221,8 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
             cfg.events.kafka_group.clone()
         };
         Some(
-            crate::kafka_ingest::start(
-                crate::kafka_ingest::KafkaConfig {
+            crate::ingest::kafka::start(
+                crate::ingest::kafka::KafkaConfig {
                     brokers: cfg.events.kafka_brokers.clone(),
                     topic: cfg.events.kafka_topic.clone(),
                     group,

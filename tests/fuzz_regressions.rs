@@ -3,7 +3,7 @@
 //! under `fuzz/regressions/<target>/` and replayed through the targets'
 //! oracles (`gatewayd::fuzzing`).
 
-use gatewayd::gateway::identify::{parse, ClientPayload};
+use gatewayd::protocol::identify::{parse, ClientPayload};
 
 fn regressions(target: &str) -> Vec<(String, Vec<u8>)> {
     let dir = format!("{}/fuzz/regressions/{target}", env!("CARGO_MANIFEST_DIR"));

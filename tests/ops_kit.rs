@@ -27,7 +27,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gatewayd::stats::Sample;
+use gatewayd::ops::stats::Sample;
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -430,7 +430,7 @@ fn every_metric_of_the_alerts_and_the_dashboard_is_exported_and_the_example_conf
         );
         std::thread::sleep(Duration::from_millis(50));
     };
-    let samples: Vec<Sample> = gatewayd::stats::parse(&body).expect("exposition");
+    let samples: Vec<Sample> = gatewayd::ops::stats::parse(&body).expect("exposition");
     let series: BTreeSet<&str> = samples.iter().map(|s| s.name.as_str()).collect();
     let types: BTreeMap<&str, &str> = body
         .lines()

@@ -8,10 +8,10 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
-use gatewayd::entitlement::{decide, Variant};
-use gatewayd::fanout::record_parts;
-use gatewayd::gateway::intents;
-use gatewayd::sendpath::{self, SendPool, HDR_MAX};
+use gatewayd::delivery::entitlement::{decide, Variant};
+use gatewayd::delivery::fanout::record_parts;
+use gatewayd::delivery::sendpath::{self, SendPool, HDR_MAX};
+use gatewayd::protocol::intents;
 use gatewayd_bench::*;
 use net::ws;
 use ringbuf::{Arena, ArenaConfig, Entry, RingConfig, RingSlab, SessionRing};

@@ -4,8 +4,8 @@
 //! (a frame that decodes, a record that validates, a recipient that is
 //! let through), so a benchmark cannot silently measure an error path.
 
-use gatewayd::gateway::intents::{self, perm};
-use gatewayd::gateway::session::{GuildAccess, Identity};
+use gatewayd::protocol::intents::{self, perm};
+use gatewayd::protocol::session::{GuildAccess, Identity};
 use ingest::FLAG_HAS_CONTENT;
 use net::ws::{self, OpCode};
 use ringbuf::{Arena, ArenaConfig, Entry, RingConfig, RingSlab, SessionRing};
@@ -108,8 +108,8 @@ pub fn identity(bot: u64, intents_: u64, n_guilds: u64, n_channels: u64) -> Iden
 
 /// The requirement of a guild MESSAGE_CREATE in (SERVER, CHANNEL) with
 /// content, mentioning `mentions`.
-pub fn message_requirement(mentions: &[u64]) -> gatewayd::entitlement::Requirement<'_> {
-    gatewayd::entitlement::Requirement {
+pub fn message_requirement(mentions: &[u64]) -> gatewayd::delivery::entitlement::Requirement<'_> {
+    gatewayd::delivery::entitlement::Requirement {
         server_id: SERVER,
         channel_id: CHANNEL,
         intent: intents::GUILD_MESSAGES,
@@ -166,7 +166,7 @@ pub fn loaded(n: u32, sent: u32, d_len: usize) -> Loaded {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gatewayd::entitlement::{decide, Variant};
+    use gatewayd::delivery::entitlement::{decide, Variant};
 
     #[test]
     fn message_d_is_exact_json() {

@@ -4,9 +4,9 @@
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
-use crate::gateway::identify::Identify;
-use crate::gateway::session::GuildAccess;
-use crate::gateway::Close;
+use crate::protocol::identify::Identify;
+use crate::protocol::session::GuildAccess;
+use crate::protocol::Close;
 
 /// Names one connection of one worker: ring, fixed-file slot and the slot's
 /// generation (a reused slot never receives a reply meant for the old one).
@@ -112,13 +112,13 @@ pub enum ToWorker {
     /// New permissions after a server change; ordered before the events that follow it.
     Access(Arc<AccessUpdate>),
     /// Ingest records (validated by the ingest thread), in stream order.
-    Batch(Arc<crate::ingest_listener::Batch>),
+    Batch(Arc<crate::ingest::listener::Batch>),
     /// A connection handed over by another worker (its socket arrives on one
     /// of our rings through MSG_RING, tagged with the same token).
     Adopt {
         token: u64,
         conn: Box<crate::worker::Conn>,
-        action: crate::gateway::session::Action,
+        action: crate::protocol::session::Action,
     },
     /// Drain: op 7 to every session, spread over `spread_ms`, then close.
     Shutdown {

@@ -15,13 +15,13 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 use crate::config::RegistryLink;
-use crate::entitlement::{self, Overwrite, Target};
-use crate::gateway::intents;
-use crate::gateway::payload::iso8601;
-use crate::gateway::session::GuildAccess;
-use crate::gateway::{Close, CloseCode};
+use crate::delivery::entitlement::{self, Overwrite, Target};
 use crate::histogram::Histogram;
-use crate::messages::*;
+use crate::protocol::intents;
+use crate::protocol::payload::iso8601;
+use crate::protocol::session::GuildAccess;
+use crate::protocol::{Close, CloseCode};
+use crate::worker::mail::*;
 
 /// Identify buckets remembered before stale ones are pruned.
 const MAX_BUCKETS: usize = 65_536;
@@ -327,7 +327,7 @@ impl Sidecar {
 
     fn identify(
         &mut self,
-        id: &crate::gateway::identify::Identify,
+        id: &crate::protocol::identify::Identify,
     ) -> Result<IdentifyOk, IdentifyRefusal> {
         if !self.admit() {
             self.stats.refused_admission.fetch_add(1, Ordering::Relaxed);

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use ingest::{DecodeError, FrameReader};
 use rkyv::util::AlignedVec;
 
-use crate::messages::{SidecarRequest, ToWorker, WorkerHandle};
+use crate::worker::mail::{SidecarRequest, ToWorker, WorkerHandle};
 
 /// Records per batch and bytes per batch before it is sent on.
 const BATCH_RECORDS: usize = 256;
@@ -158,7 +158,7 @@ fn serve(
                 Some(Ok(rec)) => {
                     stats.records.fetch_add(1, Relaxed);
                     let change = if rec.is_guild_state() {
-                        crate::state::parse(rec.event_type(), rec.server_id(), rec.d())
+                        crate::ingest::state::parse(rec.event_type(), rec.server_id(), rec.d())
                             .map(|c| (rec.server_id(), c))
                     } else {
                         None

@@ -2,7 +2,7 @@
 //! "REST surface"). Routing only; answers that need the registry come from
 //! the sidecar.
 
-use crate::messages::RestRoute;
+use crate::worker::mail::RestRoute;
 
 pub const JSON: &str = "application/json";
 

@@ -2,13 +2,14 @@
 //!
 //! `session` consumes client payloads and writes server frames into a byte
 //! buffer; `payload` renders the JSON the server sends; `close` names every
-//! close code. The worker (src/worker.rs) moves bytes; nothing here does I/O.
+//! close code. The worker (src/worker/) moves bytes; nothing here does I/O.
 
 pub mod close;
 pub mod compress;
 pub mod identify;
 pub mod intents;
 pub mod payload;
+pub mod rest;
 pub mod session;
 
 pub use close::{Close, CloseCode};

@@ -6,7 +6,7 @@
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-use crate::gateway::CloseCode;
+use crate::protocol::CloseCode;
 
 #[derive(Default)]
 #[repr(align(128))]
@@ -191,8 +191,8 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
 /// The per-worker families above stay as they were (documented in README).
 pub fn render_ops(
     workers: &[WorkerMetrics],
-    ingest: &crate::ingest_listener::IngestStats,
-    link: &crate::sidecar::LinkStats,
+    ingest: &crate::ingest::listener::IngestStats,
+    link: &crate::link::LinkStats,
     out: &mut String,
 ) {
     fn family(out: &mut String, name: &str, kind: &str, help: &str) {

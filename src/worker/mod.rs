@@ -15,6 +15,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub mod mail;
+
 use crossbeam_channel::Receiver;
 use net::http::{self, RequestHead};
 use net::tls::TlsSession;
@@ -22,16 +24,16 @@ use net::uring::{Completion, Ring, RingConfig};
 use net::ws::{self, Message, OpCode};
 use shards::SessionId;
 
-use crate::fanout::{EventIn, FanOut, FanOutConfig};
-use crate::gateway::compress::{self, Compressor};
-use crate::gateway::identify::{self, Resume};
-use crate::gateway::session::{Action, Identity, Limits, Phase, Session};
-use crate::gateway::{intents, payload, Close, CloseCode};
-use crate::messages::*;
-use crate::metrics::WorkerMetrics;
+use crate::delivery::fanout::{EventIn, FanOut, FanOutConfig};
+use crate::delivery::sendpath::{self, SendPool};
 use crate::node::Shared;
-use crate::rest;
-use crate::sendpath::{self, SendPool};
+use crate::ops::metrics::WorkerMetrics;
+use crate::protocol::compress::{self, Compressor};
+use crate::protocol::identify::{self, Resume};
+use crate::protocol::rest;
+use crate::protocol::session::{Action, Identity, Limits, Phase, Session};
+use crate::protocol::{intents, payload, Close, CloseCode};
+use crate::worker::mail::*;
 
 // Operation kinds carried in the top byte of user_data.
 const OP_ACCEPT: u8 = 1;
@@ -1619,7 +1621,7 @@ impl Worker {
             None => Err("unknown session"),
             Some(idx) => {
                 let s = self.fan.get(idx).expect("indexed");
-                if s.identity.token_digest != crate::sidecar::token_digest(&r.token) {
+                if s.identity.token_digest != crate::link::token_digest(&r.token) {
                     // A wrong token must not end, or even disturb, someone's session.
                     Err("token does not match the session")
                 } else {
@@ -1866,7 +1868,7 @@ impl Worker {
     }
 
     /// A batch of ingest records, validated by the ingest thread.
-    fn deliver_batch(&mut self, batch: &crate::ingest_listener::Batch) {
+    fn deliver_batch(&mut self, batch: &crate::ingest::listener::Batch) {
         for body in batch.bodies() {
             // SAFETY: the ingest thread accepted exactly these bytes.
             let rec = unsafe { ingest::access_trusted(body) };
@@ -2228,7 +2230,7 @@ impl Worker {
 
     /// Hand an Identify to the registry sidecar, unless its queue is at the
     /// node's admission bound: then op 9 at once, so a storm queues nowhere.
-    fn send_identify(&mut self, key: ConnKey, identify: crate::gateway::identify::Identify) {
+    fn send_identify(&mut self, key: ConnKey, identify: crate::protocol::identify::Identify) {
         if self.shared.sidecar.len() >= self.shared.cfg.registry.admission_queue {
             self.shared
                 .link

@@ -9,7 +9,7 @@
 use net::ws::{self, OpCode};
 use ringbuf::{Arena, RingSlab, SessionRing};
 
-use crate::fanout::record_parts;
+use crate::delivery::fanout::record_parts;
 
 /// Ring entries per send.
 pub const MAX_BATCH: usize = 32;
@@ -212,12 +212,12 @@ pub struct Compressed {
 /// consumes the stream, so what is built here is sent from `out`, never
 /// rebuilt: the entries count as sent at once (as under TLS).
 pub fn build_compressed(
-    c: &mut crate::gateway::compress::Compressor,
+    c: &mut crate::protocol::compress::Compressor,
     ring: &SessionRing,
     slab: &RingSlab,
     arena: &Arena,
     out: &mut Vec<u8>,
-) -> Result<Compressed, crate::gateway::compress::CompressError> {
+) -> Result<Compressed, crate::protocol::compress::CompressError> {
     let mut done = Compressed::default();
     let mut hdr = [0u8; HDR_MAX];
     for e in ring.unsent(slab).take(MAX_BATCH) {

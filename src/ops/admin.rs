@@ -102,14 +102,19 @@ fn serve(mut s: TcpStream, shared: &Shared) -> std::io::Result<()> {
         }
         "/metrics" => {
             let mut out = String::with_capacity(8192);
-            crate::metrics::render(
+            crate::ops::metrics::render(
                 &shared.metrics,
                 shared.started.elapsed().as_secs_f64(),
                 &mut out,
             );
             render_ingest(&shared.ingest, &mut out);
             render_link(&shared.link, &mut out);
-            crate::metrics::render_ops(&shared.metrics, &shared.ingest, &shared.link, &mut out);
+            crate::ops::metrics::render_ops(
+                &shared.metrics,
+                &shared.ingest,
+                &shared.link,
+                &mut out,
+            );
             (200, "text/plain; version=0.0.4; charset=utf-8", out)
         }
         "/healthz" => (200, "text/plain", "ok\n".to_string()),
@@ -157,7 +162,7 @@ fn serve(mut s: TcpStream, shared: &Shared) -> std::io::Result<()> {
     s.write_all(&out)
 }
 
-fn render_ingest(st: &crate::ingest_listener::IngestStats, out: &mut String) {
+fn render_ingest(st: &crate::ingest::listener::IngestStats, out: &mut String) {
     use std::fmt::Write;
     use std::sync::atomic::Ordering::Relaxed;
     let mut one = |name: &str, kind: &str, help: &str, v: u64| {
@@ -218,7 +223,7 @@ fn render_ingest(st: &crate::ingest_listener::IngestStats, out: &mut String) {
     }
 }
 
-fn render_link(st: &crate::sidecar::LinkStats, out: &mut String) {
+fn render_link(st: &crate::link::LinkStats, out: &mut String) {
     use std::fmt::Write;
     use std::sync::atomic::Ordering::Relaxed;
     let mut one = |name: &str, kind: &str, help: &str, v: u64| {

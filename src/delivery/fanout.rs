@@ -13,9 +13,9 @@ use std::collections::HashMap;
 use ringbuf::{Arena, ArenaConfig, Entry, PushError, RecordRef, RingConfig, RingSlab, SessionRing};
 use shards::SessionId;
 
-use crate::entitlement::{self, Requirement, Variant};
-use crate::gateway::session::Identity;
-use crate::messages::ConnKey;
+use crate::delivery::entitlement::{self, Requirement, Variant};
+use crate::protocol::session::Identity;
+use crate::worker::mail::ConnKey;
 
 /// One gateway session on this worker: who it is, what it was sent and
 /// what it still has to send, and the connection it is on (if any).
@@ -208,7 +208,7 @@ impl FanOut {
     pub fn update_access(
         &mut self,
         server_id: u64,
-        by_app: &[(u64, crate::gateway::session::GuildAccess)],
+        by_app: &[(u64, crate::protocol::session::GuildAccess)],
     ) {
         let Some(list) = self.index.get(&server_id) else {
             return;
@@ -289,7 +289,11 @@ impl FanOut {
 
     /// An application's grant in a server changed: new channel permissions
     /// (the lease carries over).
-    pub fn set_access(&mut self, app: u64, access: &crate::gateway::session::GuildAccess) -> usize {
+    pub fn set_access(
+        &mut self,
+        app: u64,
+        access: &crate::protocol::session::GuildAccess,
+    ) -> usize {
         let mut n = 0;
         for s in self.sessions.iter_mut().flatten() {
             if s.identity.application_id != app {
@@ -548,8 +552,8 @@ impl FanOut {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gateway::intents;
-    use crate::gateway::session::GuildAccess;
+    use crate::protocol::intents;
+    use crate::protocol::session::GuildAccess;
 
     #[test]
     fn resume_history_gives_way_when_ring_storage_runs_out() {

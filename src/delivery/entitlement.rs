@@ -2,8 +2,8 @@
 //! "Permissions") and the per-event decision. Bitsets only; computed once
 //! per identify (or snapshot change), never per event.
 
-use crate::gateway::intents::{self, perm};
-use crate::gateway::session::Identity;
+use crate::protocol::intents::{self, perm};
+use crate::protocol::session::Identity;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
@@ -130,7 +130,7 @@ pub fn decide(id: &Identity, req: &Requirement) -> Option<Variant> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gateway::session::GuildAccess;
+    use crate::protocol::session::GuildAccess;
     use shards::SessionId;
 
     const S: u64 = 1000;

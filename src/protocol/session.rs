@@ -235,7 +235,7 @@ impl Session {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::gateway::identify::parse;
+    use crate::protocol::identify::parse;
 
     fn cmd(s: &mut Session, json: &str, now: u64) -> Result<Action, Close> {
         let mut out = Vec::new();

@@ -68,8 +68,8 @@ use rdkafka::error::KafkaResult;
 use rdkafka::message::Message;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
-use crate::ingest_listener::{apply_state, send, Batch, IngestStats};
-use crate::messages::{SidecarRequest, WorkerHandle};
+use crate::ingest::listener::{apply_state, send, Batch, IngestStats};
+use crate::worker::mail::{SidecarRequest, WorkerHandle};
 
 pub struct KafkaConfig {
     pub brokers: String,
@@ -273,7 +273,7 @@ impl Link {
             ValueItem::Record(rec) => {
                 self.stats.records.fetch_add(1, Relaxed);
                 change = if rec.is_guild_state() {
-                    crate::state::parse(rec.event_type(), rec.server_id(), rec.d())
+                    crate::ingest::state::parse(rec.event_type(), rec.server_id(), rec.d())
                         .map(|c| (rec.server_id(), c))
                 } else {
                     None

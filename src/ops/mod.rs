@@ -1,0 +1,6 @@
+//! What operators see: the admin port (`admin`), the metrics text it serves
+//! (`metrics`), and the `gatewayd stats` client (`stats`).
+
+pub mod admin;
+pub mod metrics;
+pub mod stats;

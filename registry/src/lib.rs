@@ -13,6 +13,7 @@ mod schema;
 pub mod snowflake;
 mod sqlite;
 pub mod token;
+mod validate;
 
 pub use self::postgres::{PostgresRegistry, RevocationListener};
 pub use model::*;

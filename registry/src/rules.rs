@@ -1,28 +1,10 @@
-//! Rules both registry backends apply the same way: what may be approved,
-//! how credentials are made, what the demo data is called.
+//! Rules both registry backends apply the same way: what a new application
+//! is, how credentials are made, what the demo data is called (input checks:
+//! `crate::validate`).
 
-use crate::model::{app_flags, intents, Application, DEFAULT_SESSION_START_TOTAL};
-use crate::sqlite::validate_name;
-use crate::{snowflake, token, RegistryError, Result};
-
-pub(crate) fn check_intents(bits: u64) -> Result<()> {
-    if bits & !intents::PRIVILEGED != 0 {
-        return Err(RegistryError::Invalid(format!(
-            "approved intents {bits:#x} include non-privileged bits (allowed mask {:#x})",
-            intents::PRIVILEGED
-        )));
-    }
-    Ok(())
-}
-
-pub(crate) fn check_concurrency(n: u32) -> Result<()> {
-    if n == 0 {
-        return Err(RegistryError::Invalid(
-            "max_concurrency must be >= 1".into(),
-        ));
-    }
-    Ok(())
-}
+use crate::model::{app_flags, Application, DEFAULT_SESSION_START_TOTAL};
+use crate::validate::{check_concurrency, check_intents, validate_name};
+use crate::{snowflake, token, Result};
 
 /// New salt + hash for a fresh token of `app_id`; returns the token.
 pub(crate) fn new_credentials(

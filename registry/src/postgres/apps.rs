@@ -1,6 +1,7 @@
 //! Applications, tokens and identify counting (PostgreSQL).
 
-use crate::rules::{check_concurrency, check_intents, new_application, new_credentials};
+use crate::rules::{new_application, new_credentials};
+use crate::validate::{check_concurrency, check_intents};
 use tokio_postgres::Row;
 
 use super::{col, col_u32, to_i, to_u, Tx};

@@ -5,6 +5,7 @@ use std::collections::HashMap;
 
 use super::{apps, col, servers, to_i, to_u, Tx};
 use crate::model::*;
+use crate::validate::check_shard;
 use crate::{snowflake, RegistryError, Result};
 
 /// Installation rows plus their roles, two statements for any number of
@@ -188,15 +189,6 @@ pub fn remove_role(t: &mut Tx<'_>, app_id: u64, server_id: u64, role_id: u64) ->
          WHERE application_id = $1 AND server_id = $2 AND role_id = $3",
         &[&to_i(app_id), &to_i(server_id), &to_i(role_id)],
     )? > 0)
-}
-
-pub fn check_shard(shard_id: u32, shard_count: u32) -> Result<()> {
-    if shard_count == 0 || shard_id >= shard_count {
-        return Err(RegistryError::Invalid(format!(
-            "shard [{shard_id}, {shard_count}] is out of range"
-        )));
-    }
-    Ok(())
 }
 
 pub fn servers_for_shard(

@@ -703,10 +703,6 @@ impl PostgresRegistry {
     }
 }
 
-pub(crate) fn validate_name(what: &str, name: &str) -> Result<()> {
-    crate::sqlite::validate_name(what, name)
-}
-
 impl Registry for PostgresRegistry {
     fn authenticate(&self, token: &str) -> Result<Option<Application>> {
         // A malformed token is refused without a round trip.
@@ -897,7 +893,7 @@ impl Registry for PostgresRegistry {
     }
 
     fn servers_for_shard(&self, app_id: u64, shard_id: u32, shard_count: u32) -> Result<Vec<u64>> {
-        installs::check_shard(shard_id, shard_count)?;
+        crate::validate::check_shard(shard_id, shard_count)?;
         self.run(WriteKind::Single, |t| {
             installs::servers_for_shard(t, app_id, shard_id, shard_count)
         })

@@ -4,8 +4,9 @@ use std::collections::HashMap;
 
 use tokio_postgres::Row;
 
-use super::{col, to_i, to_u, validate_name, Tx};
+use super::{col, to_i, to_u, Tx};
 use crate::model::*;
+use crate::validate::validate_name;
 use crate::{snowflake, RegistryError, Result, StateChange};
 
 const SERVER_COLS: &str = "id, name, owner_id, created_at_ms";

@@ -1,6 +1,7 @@
 //! Applications, tokens and the identify log.
 
-use crate::rules::{check_concurrency, check_intents, new_application, new_credentials};
+use crate::rules::{new_application, new_credentials};
+use crate::validate::{check_concurrency, check_intents};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::{to_i, to_u};

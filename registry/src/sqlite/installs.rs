@@ -6,6 +6,7 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use super::{apps, servers, to_i, to_u};
 use crate::model::*;
+use crate::validate::check_shard;
 use crate::{snowflake, RegistryError, Result};
 
 fn role_ids(c: &Connection, app_id: u64, server_id: u64) -> Result<Vec<u64>> {
@@ -183,11 +184,7 @@ pub fn servers_for_shard(
     shard_id: u32,
     shard_count: u32,
 ) -> Result<Vec<u64>> {
-    if shard_count == 0 || shard_id >= shard_count {
-        return Err(RegistryError::Invalid(format!(
-            "shard [{shard_id}, {shard_count}] is out of range"
-        )));
-    }
+    check_shard(shard_id, shard_count)?;
     // Filtered here, not in SQL: SQLite's >> on negative i64 is arithmetic.
     let mut ids = server_ids(c, app_id)?;
     ids.retain(|id| (id >> 22) % u64::from(shard_count) == u64::from(shard_id));

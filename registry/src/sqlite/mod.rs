@@ -144,16 +144,6 @@ fn create_private_file(_path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-pub(crate) fn validate_name(what: &str, name: &str) -> Result<()> {
-    let n = name.chars().count();
-    if n == 0 || n > 100 || name.trim().is_empty() {
-        return Err(crate::RegistryError::Invalid(format!(
-            "{what} name must be 1..=100 characters and not blank"
-        )));
-    }
-    Ok(())
-}
-
 impl Registry for SqliteRegistry {
     fn authenticate(&self, token: &str) -> Result<Option<Application>> {
         self.read(|c| apps::authenticate(c, token))

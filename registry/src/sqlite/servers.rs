@@ -4,8 +4,9 @@ use std::collections::HashMap;
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
-use super::{to_i, to_u, validate_name};
+use super::{to_i, to_u};
 use crate::model::*;
+use crate::validate::validate_name;
 use crate::{snowflake, RegistryError, Result, StateChange};
 
 fn server_row(r: &Row<'_>) -> rusqlite::Result<Server> {

@@ -7,7 +7,9 @@
 //! nodes on one database, revocations pushed with LISTEN/NOTIFY).
 
 pub mod model;
+mod ops;
 pub mod postgres;
+mod rows;
 mod rules;
 mod schema;
 pub mod snowflake;

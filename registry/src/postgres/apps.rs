@@ -4,24 +4,23 @@ use crate::rules::{new_application, new_credentials};
 use crate::validate::{check_concurrency, check_intents};
 use tokio_postgres::Row;
 
-use super::{col, col_u32, to_i, to_u, Tx};
+use super::{col, col_u32, Tx};
 use crate::model::*;
+use crate::ops::AppStore;
+use crate::rows::{self, to_i, APP_COLS as COLS};
 use crate::{snowflake, token, RegistryError, Result};
 
-const COLS: &str = "id, name, bot_user_id, bot_username, approved_intents, \
-                    max_concurrency, session_start_total, flags";
-
 fn row(r: &Row) -> Result<Application> {
-    Ok(Application {
-        id: to_u(col(r, 0)?),
-        name: col(r, 1)?,
-        bot_user_id: to_u(col(r, 2)?),
-        bot_username: col(r, 3)?,
-        approved_intents: to_u(col(r, 4)?),
-        max_concurrency: col_u32(r, 5)?,
-        session_start_total: col_u32(r, 6)?,
-        flags: to_u(col(r, 7)?),
-    })
+    Ok(rows::application((
+        col(r, 0)?,
+        col(r, 1)?,
+        col(r, 2)?,
+        col(r, 3)?,
+        col(r, 4)?,
+        col_u32(r, 5)?,
+        col_u32(r, 6)?,
+        col(r, 7)?,
+    )))
 }
 
 pub fn get(t: &mut Tx<'_>, id: u64) -> Result<Option<Application>> {
@@ -221,4 +220,23 @@ pub fn session_start_limit(t: &mut Tx<'_>, app_id: u64, now_ms: u64) -> Result<S
         reset_after_ms,
         max_concurrency,
     })
+}
+
+impl AppStore for Tx<'_> {
+    fn application(&mut self, id: u64) -> Result<Option<Application>> {
+        get(self, id)
+    }
+
+    fn application_by_name(&mut self, name: &str) -> Result<Option<Application>> {
+        by_name(self, name)
+    }
+
+    fn create_application(
+        &mut self,
+        name: &str,
+        approved: u64,
+        max_concurrency: u32,
+    ) -> Result<(Application, String)> {
+        create(self, name, approved, max_concurrency)
+    }
 }

@@ -4,24 +4,13 @@ use crate::rules::{new_application, new_credentials};
 use crate::validate::{check_concurrency, check_intents};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
-use super::{to_i, to_u};
 use crate::model::*;
+use crate::ops::AppStore;
+use crate::rows::{self, to_i, APP_COLS as COLS};
 use crate::{snowflake, token, RegistryError, Result};
 
-const COLS: &str = "id, name, bot_user_id, bot_username, approved_intents, \
-                    max_concurrency, session_start_total, flags";
-
 fn row(r: &Row<'_>) -> rusqlite::Result<Application> {
-    Ok(Application {
-        id: to_u(r.get(0)?),
-        name: r.get(1)?,
-        bot_user_id: to_u(r.get(2)?),
-        bot_username: r.get(3)?,
-        approved_intents: to_u(r.get(4)?),
-        max_concurrency: r.get(5)?,
-        session_start_total: r.get(6)?,
-        flags: to_u(r.get(7)?),
-    })
+    rows::AppRow::try_from(r).map(rows::application)
 }
 
 pub fn get(c: &Connection, id: u64) -> Result<Option<Application>> {
@@ -190,4 +179,23 @@ pub fn session_start_limit(c: &Connection, app_id: u64, now_ms: u64) -> Result<S
         reset_after_ms,
         max_concurrency: app.max_concurrency,
     })
+}
+
+impl AppStore for &Connection {
+    fn application(&mut self, id: u64) -> Result<Option<Application>> {
+        get(self, id)
+    }
+
+    fn application_by_name(&mut self, name: &str) -> Result<Option<Application>> {
+        by_name(self, name)
+    }
+
+    fn create_application(
+        &mut self,
+        name: &str,
+        approved: u64,
+        max_concurrency: u32,
+    ) -> Result<(Application, String)> {
+        create(self, name, approved, max_concurrency)
+    }
 }

@@ -1,6 +1,6 @@
 //! The scale-out backend: one PostgreSQL database shared by every node's
-//! registry sidecar and by the CLI. Same schema (translated: `schema.rs`
-//! here) and the same behaviour as the embedded SQLite backend.
+//! registry sidecar and by the CLI. Same schema (`crate::schema`, in
+//! PostgreSQL types) and the same behaviour as the embedded SQLite backend.
 //!
 //! Connection: one tokio-postgres connection behind a mutex, driven by a
 //! current-thread tokio runtime on the calling thread (the node's sidecar

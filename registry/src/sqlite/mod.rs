@@ -3,6 +3,7 @@
 
 mod apps;
 mod installs;
+mod schema;
 mod servers;
 
 use std::path::{Path, PathBuf};
@@ -13,7 +14,7 @@ use rusqlite::{Connection, TransactionBehavior};
 
 use crate::model::*;
 use crate::rows::{self, to_i, to_u};
-use crate::{ops, schema, Registry, Result, Revocation, RevocationRecord, StateChange};
+use crate::{ops, Registry, Result, Revocation, RevocationRecord, StateChange};
 
 /// How long a write waits for another process's write before reporting
 /// [`crate::RegistryError::Unavailable`].
@@ -74,7 +75,7 @@ impl SqliteRegistry {
     }
 
     pub fn schema_version() -> u32 {
-        schema::SCHEMA_VERSION
+        crate::schema::SCHEMA_VERSION
     }
 
     /// A server with a chosen id (tests, load generators that need known

@@ -1,15 +1,15 @@
 //! Applications, tokens and identify counting (PostgreSQL).
 
-use crate::rules::{
-    self, identify_minute, identify_minutes_cutoff, new_application, new_credentials,
-};
-use crate::validate::{check_concurrency, check_intents};
 use tokio_postgres::Row;
 
 use super::{col, col_u32, Tx};
 use crate::model::*;
 use crate::ops::AppStore;
 use crate::rows::{self, to_i, APP_COLS as COLS};
+use crate::rules::{
+    self, identify_minute, identify_minutes_cutoff, new_application, new_credentials,
+};
+use crate::validate::{check_concurrency, check_intents};
 use crate::{snowflake, token, RegistryError, Result};
 
 fn row(r: &Row) -> Result<Application> {

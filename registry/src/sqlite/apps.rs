@@ -1,14 +1,14 @@
 //! Applications, tokens and the identify log.
 
-use crate::rules::{
-    self, identify_minute, identify_minutes_cutoff, new_application, new_credentials,
-};
-use crate::validate::{check_concurrency, check_intents};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use crate::model::*;
 use crate::ops::AppStore;
 use crate::rows::{self, to_i, APP_COLS as COLS};
+use crate::rules::{
+    self, identify_minute, identify_minutes_cutoff, new_application, new_credentials,
+};
+use crate::validate::{check_concurrency, check_intents};
 use crate::{snowflake, token, RegistryError, Result};
 
 fn row(r: &Row<'_>) -> rusqlite::Result<Application> {

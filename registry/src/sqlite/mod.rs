@@ -137,6 +137,8 @@ fn create_private_file(_path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+// The store `crate::ops` works on is the `&Connection` that `read` and
+// `write` hand out: `|mut c| ops::f(&mut c, ..)`.
 impl Registry for SqliteRegistry {
     fn authenticate(&self, token: &str) -> Result<Option<Application>> {
         self.read(|c| apps::authenticate(c, token))

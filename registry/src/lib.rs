@@ -7,12 +7,15 @@
 //! nodes on one database, revocations pushed with LISTEN/NOTIFY).
 
 pub mod model;
+mod ops;
 pub mod postgres;
+mod rows;
 mod rules;
 mod schema;
 pub mod snowflake;
 mod sqlite;
 pub mod token;
+mod validate;
 
 pub use self::postgres::{PostgresRegistry, RevocationListener};
 pub use model::*;

@@ -1,28 +1,13 @@
-//! Rules both registry backends apply the same way: what may be approved,
-//! how credentials are made, what the demo data is called.
+//! Rules both registry backends apply the same way: what a new application
+//! is, how credentials are made, what the demo data is called (input checks:
+//! `crate::validate`).
 
-use crate::model::{app_flags, intents, Application, DEFAULT_SESSION_START_TOTAL};
-use crate::sqlite::validate_name;
-use crate::{snowflake, token, RegistryError, Result};
-
-pub(crate) fn check_intents(bits: u64) -> Result<()> {
-    if bits & !intents::PRIVILEGED != 0 {
-        return Err(RegistryError::Invalid(format!(
-            "approved intents {bits:#x} include non-privileged bits (allowed mask {:#x})",
-            intents::PRIVILEGED
-        )));
-    }
-    Ok(())
-}
-
-pub(crate) fn check_concurrency(n: u32) -> Result<()> {
-    if n == 0 {
-        return Err(RegistryError::Invalid(
-            "max_concurrency must be >= 1".into(),
-        ));
-    }
-    Ok(())
-}
+use crate::model::{
+    app_flags, Application, SessionStartLimit, DEFAULT_SESSION_START_TOTAL, SESSION_START_WINDOW_MS,
+};
+use crate::rows::to_i;
+use crate::validate::{check_concurrency, check_intents, validate_name};
+use crate::{snowflake, token, Result};
 
 /// New salt + hash for a fresh token of `app_id`; returns the token.
 pub(crate) fn new_credentials(
@@ -63,6 +48,45 @@ pub(crate) fn new_application(
         flags: app_flags::from_approved_intents(approved),
     };
     Ok((app, tok, salt, hash))
+}
+
+/// Identifies are counted per minute: the window is rolling at minute
+/// granularity.
+const MINUTE_MS: u64 = 60_000;
+
+/// The `identify_counts` minute an identify at `now_ms` is counted in.
+pub(crate) fn identify_minute(now_ms: u64) -> i64 {
+    to_i(now_ms - now_ms % MINUTE_MS)
+}
+
+/// Minutes at or before this no longer count (and are pruned): a minute
+/// counts while any part of it is inside the window ending at `now_ms`.
+pub(crate) fn identify_minutes_cutoff(now_ms: u64) -> i64 {
+    // Identifies at or before `now - window` no longer count.
+    to_i(now_ms).saturating_sub(SESSION_START_WINDOW_MS as i64) - MINUTE_MS as i64
+}
+
+/// The limit of an application with these settings that made `used`
+/// identifies in the minutes after the cutoff, the `oldest` of them first.
+pub(crate) fn session_start_limit(
+    total: u32,
+    max_concurrency: u32,
+    used: i64,
+    oldest: Option<i64>,
+    now_ms: u64,
+) -> SessionStartLimit {
+    // Rolling window: the next slots free when the oldest minute ages out.
+    let reset_after_ms = oldest.map_or(0, |m| {
+        (m.saturating_add((SESSION_START_WINDOW_MS + MINUTE_MS) as i64) - to_i(now_ms))
+            .clamp(0, (SESSION_START_WINDOW_MS + MINUTE_MS) as i64) as u64
+    });
+    let used = u32::try_from(used).unwrap_or(u32::MAX);
+    SessionStartLimit {
+        total,
+        remaining: total.saturating_sub(used),
+        reset_after_ms,
+        max_concurrency,
+    }
 }
 
 pub const DEMO_APP: &str = "demo-bot";

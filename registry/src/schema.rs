@@ -1,85 +1,99 @@
-//! Schema migrations, applied in order; `meta.schema_version` is the number
-//! of migrations applied. Append new entries, never edit shipped ones.
-
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
-
-use crate::{RegistryError, Result};
+//! The schema, described once for both engines. Migrations are applied in
+//! order and `meta.schema_version` is the number applied, so one version
+//! means one schema on SQLite and on PostgreSQL. Append new entries, never
+//! edit shipped ones: `shipped_migrations_are_unchanged` pins their text.
+//!
+//! The text is both engines' at once: the few column types that differ are
+//! placeholders a [`Dialect`] fills in. u64 ids and bitsets are stored as
+//! their i64 bit pattern (`crate::rows::to_i`), positions are INTEGER (i32)
+//! on both.
+//!
+//! | placeholder | what | SQLite | PostgreSQL |
+//! |---|---|---|---|
+//! | `{i64}` | ids, bitsets, times, counts | `INTEGER` | `BIGINT` |
+//! | `{i16}` | small enums (kinds) | `INTEGER` | `SMALLINT` |
+//! | `{bool}`, `{false}` | flags | `INTEGER`, `0` | `BOOLEAN`, `FALSE` |
+//! | `{bytes}` | token salt and hash | `BLOB` | `BYTEA` |
+//! | `{serial}` | the outbox id | `INTEGER PRIMARY KEY AUTOINCREMENT` | `BIGSERIAL PRIMARY KEY` |
+//!
+//! SQLite's `{i64} PRIMARY KEY` must stay exactly `INTEGER PRIMARY KEY`: that
+//! makes the id the rowid.
 
 const MIGRATIONS: &[&str] = &[
-    // 1: initial schema. u64 ids and bitsets are stored as i64 bit patterns.
+    // 1: initial schema.
     r#"
     CREATE TABLE applications (
-        id                  INTEGER PRIMARY KEY,
+        id                  {i64} PRIMARY KEY,
         name                TEXT NOT NULL,
-        bot_user_id         INTEGER NOT NULL,
+        bot_user_id         {i64} NOT NULL,
         bot_username        TEXT NOT NULL,
-        approved_intents    INTEGER NOT NULL DEFAULT 0,
-        max_concurrency     INTEGER NOT NULL DEFAULT 1,
-        session_start_total INTEGER NOT NULL DEFAULT 1000,
-        flags               INTEGER NOT NULL DEFAULT 0,
-        token_salt          BLOB NOT NULL,
-        token_hash          BLOB NOT NULL,
-        created_at_ms       INTEGER NOT NULL
+        approved_intents    {i64} NOT NULL DEFAULT 0,
+        max_concurrency     {i64} NOT NULL DEFAULT 1,
+        session_start_total {i64} NOT NULL DEFAULT 1000,
+        flags               {i64} NOT NULL DEFAULT 0,
+        token_salt          {bytes} NOT NULL,
+        token_hash          {bytes} NOT NULL,
+        created_at_ms       {i64} NOT NULL
     );
     CREATE INDEX applications_name ON applications(name);
 
     CREATE TABLE servers (
-        id            INTEGER PRIMARY KEY,
+        id            {i64} PRIMARY KEY,
         name          TEXT NOT NULL,
-        owner_id      INTEGER NOT NULL,
-        created_at_ms INTEGER NOT NULL
+        owner_id      {i64} NOT NULL,
+        created_at_ms {i64} NOT NULL
     );
 
     CREATE TABLE roles (
-        id          INTEGER PRIMARY KEY,
-        server_id   INTEGER NOT NULL REFERENCES servers(id) ON DELETE CASCADE,
+        id          {i64} PRIMARY KEY,
+        server_id   {i64} NOT NULL REFERENCES servers(id) ON DELETE CASCADE,
         name        TEXT NOT NULL,
-        permissions INTEGER NOT NULL,
+        permissions {i64} NOT NULL,
         position    INTEGER NOT NULL,
-        color       INTEGER NOT NULL DEFAULT 0,
-        hoist       INTEGER NOT NULL DEFAULT 0,
-        mentionable INTEGER NOT NULL DEFAULT 0,
-        managed     INTEGER NOT NULL DEFAULT 0
+        color       {i64} NOT NULL DEFAULT 0,
+        hoist       {bool} NOT NULL DEFAULT {false},
+        mentionable {bool} NOT NULL DEFAULT {false},
+        managed     {bool} NOT NULL DEFAULT {false}
     );
     CREATE INDEX roles_server ON roles(server_id);
 
     CREATE TABLE channels (
-        id        INTEGER PRIMARY KEY,
-        server_id INTEGER NOT NULL REFERENCES servers(id) ON DELETE CASCADE,
+        id        {i64} PRIMARY KEY,
+        server_id {i64} NOT NULL REFERENCES servers(id) ON DELETE CASCADE,
         name      TEXT NOT NULL,
-        kind      INTEGER NOT NULL,
+        kind      {i16} NOT NULL,
         position  INTEGER NOT NULL,
-        parent_id INTEGER REFERENCES channels(id) ON DELETE SET NULL,
+        parent_id {i64} REFERENCES channels(id) ON DELETE SET NULL,
         topic     TEXT
     );
     CREATE INDEX channels_server ON channels(server_id);
     CREATE INDEX channels_parent ON channels(parent_id);
 
     CREATE TABLE overwrites (
-        channel_id  INTEGER NOT NULL REFERENCES channels(id) ON DELETE CASCADE,
-        target_id   INTEGER NOT NULL,
-        target_kind INTEGER NOT NULL,
-        allow       INTEGER NOT NULL,
-        deny        INTEGER NOT NULL,
+        channel_id  {i64} NOT NULL REFERENCES channels(id) ON DELETE CASCADE,
+        target_id   {i64} NOT NULL,
+        target_kind {i16} NOT NULL,
+        allow       {i64} NOT NULL,
+        deny        {i64} NOT NULL,
         ord         INTEGER NOT NULL,
         PRIMARY KEY (channel_id, target_id)
     );
     CREATE INDEX overwrites_target ON overwrites(target_id);
 
     CREATE TABLE installations (
-        application_id  INTEGER NOT NULL REFERENCES applications(id) ON DELETE CASCADE,
-        server_id       INTEGER NOT NULL REFERENCES servers(id) ON DELETE CASCADE,
-        permissions     INTEGER NOT NULL,
-        managed_role_id INTEGER REFERENCES roles(id) ON DELETE SET NULL,
-        installed_at_ms INTEGER NOT NULL,
+        application_id  {i64} NOT NULL REFERENCES applications(id) ON DELETE CASCADE,
+        server_id       {i64} NOT NULL REFERENCES servers(id) ON DELETE CASCADE,
+        permissions     {i64} NOT NULL,
+        managed_role_id {i64} REFERENCES roles(id) ON DELETE SET NULL,
+        installed_at_ms {i64} NOT NULL,
         PRIMARY KEY (application_id, server_id)
     );
     CREATE INDEX installations_server ON installations(server_id);
 
     CREATE TABLE installation_roles (
-        application_id INTEGER NOT NULL,
-        server_id      INTEGER NOT NULL,
-        role_id        INTEGER NOT NULL REFERENCES roles(id) ON DELETE CASCADE,
+        application_id {i64} NOT NULL,
+        server_id      {i64} NOT NULL,
+        role_id        {i64} NOT NULL REFERENCES roles(id) ON DELETE CASCADE,
         PRIMARY KEY (application_id, server_id, role_id),
         FOREIGN KEY (application_id, server_id)
             REFERENCES installations(application_id, server_id) ON DELETE CASCADE
@@ -87,37 +101,42 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX installation_roles_role ON installation_roles(role_id);
 
     CREATE TABLE identify_log (
-        application_id INTEGER NOT NULL REFERENCES applications(id) ON DELETE CASCADE,
-        at_ms          INTEGER NOT NULL
+        application_id {i64} NOT NULL REFERENCES applications(id) ON DELETE CASCADE,
+        at_ms          {i64} NOT NULL
     );
     CREATE INDEX identify_log_app_at ON identify_log(application_id, at_ms);
     CREATE INDEX identify_log_at ON identify_log(at_ms);
     "#,
     // 2: identifies counted per application per minute, so checking the
     // 24 h limit reads at most 1,440 rows however many identifies there were
-    // (one row per identify made a reconnect storm quadratic).
+    // (one row per identify made a reconnect storm quadratic). PostgreSQL
+    // nodes upsert their minute's row concurrently:
+    // `ON CONFLICT DO UPDATE SET count = identify_counts.count + 1`.
     r#"
     DROP TABLE identify_log;
     CREATE TABLE identify_counts (
-        application_id INTEGER NOT NULL REFERENCES applications(id) ON DELETE CASCADE,
-        minute_ms      INTEGER NOT NULL,
-        count          INTEGER NOT NULL,
+        application_id {i64} NOT NULL REFERENCES applications(id) ON DELETE CASCADE,
+        minute_ms      {i64} NOT NULL,
+        count          {i64} NOT NULL,
         PRIMARY KEY (application_id, minute_ms)
     );
     CREATE INDEX identify_counts_minute ON identify_counts(minute_ms);
     "#,
     // 3: the revocation outbox. Every change that takes something away from
     // a bot is written here in the same transaction, so nodes can apply it
-    // (pushed, or polled by id) and measure how long that took.
+    // (pushed, or polled by id) and measure how long that took. On
+    // PostgreSQL each insert also sends `NOTIFY gatewayd_revocations, '<id>'`
+    // in that transaction.
     r#"
     CREATE TABLE revocations (
-        id             INTEGER PRIMARY KEY AUTOINCREMENT,
-        at_ms          INTEGER NOT NULL,
-        kind           INTEGER NOT NULL,
-        application_id INTEGER NOT NULL,
-        server_id      INTEGER NOT NULL DEFAULT 0
+        id             {serial},
+        at_ms          {i64} NOT NULL,
+        kind           {i16} NOT NULL,
+        application_id {i64} NOT NULL,
+        server_id      {i64} NOT NULL DEFAULT 0
     );
-    "#, // 4: server snapshots read a server's installation roles by server_id,
+    "#,
+    // 4: server snapshots read a server's installation roles by server_id,
     // which the primary key (application_id, server_id, role_id) cannot
     // serve: every identify scanned the whole table (found by loadgen: 4
     // identifies/s on a 1,000-bot registry).
@@ -126,43 +145,129 @@ const MIGRATIONS: &[&str] = &[
     "#,
 ];
 
+/// Where the schema version and the revision counter live (created before
+/// any migration, so a version can be read).
+const META: &str = "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value {i64} NOT NULL);";
+
 pub const SCHEMA_VERSION: u32 = MIGRATIONS.len() as u32;
 
-/// Brings the database to [`SCHEMA_VERSION`]. Safe against a concurrent
-/// opener: the version is re-read inside a write transaction.
-pub fn migrate(conn: &mut Connection) -> Result<()> {
-    conn.execute_batch(
-        "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);",
-    )?;
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    let found: u32 = tx
-        .query_row(
-            "SELECT value FROM meta WHERE key = 'schema_version'",
-            [],
-            |r| r.get(0),
-        )
-        .optional()?
-        .unwrap_or(0);
-    if found > SCHEMA_VERSION {
-        return Err(RegistryError::SchemaTooNew {
-            found,
-            supported: SCHEMA_VERSION,
-        });
+/// One engine's spelling of the placeholders (see the module docs).
+pub(crate) struct Dialect {
+    i64: &'static str,
+    i16: &'static str,
+    bool: &'static str,
+    false_: &'static str,
+    bytes: &'static str,
+    serial: &'static str,
+}
+
+pub(crate) const SQLITE: Dialect = Dialect {
+    i64: "INTEGER",
+    i16: "INTEGER",
+    bool: "INTEGER",
+    false_: "0",
+    bytes: "BLOB",
+    serial: "INTEGER PRIMARY KEY AUTOINCREMENT",
+};
+
+pub(crate) const POSTGRES: Dialect = Dialect {
+    i64: "BIGINT",
+    i16: "SMALLINT",
+    bool: "BOOLEAN",
+    false_: "FALSE",
+    bytes: "BYTEA",
+    serial: "BIGSERIAL PRIMARY KEY",
+};
+
+impl Dialect {
+    fn render(&self, sql: &str) -> String {
+        sql.replace("{i64}", self.i64)
+            .replace("{i16}", self.i16)
+            .replace("{bool}", self.bool)
+            .replace("{false}", self.false_)
+            .replace("{bytes}", self.bytes)
+            .replace("{serial}", self.serial)
     }
-    for sql in &MIGRATIONS[found as usize..] {
-        tx.execute_batch(sql)?;
+
+    /// The `meta` table's DDL.
+    pub(crate) fn meta(&self) -> String {
+        self.render(META)
     }
-    if found < SCHEMA_VERSION {
-        tx.execute(
-            "INSERT INTO meta (key, value) VALUES ('schema_version', ?1)
-             ON CONFLICT(key) DO UPDATE SET value = excluded.value",
-            [SCHEMA_VERSION],
-        )?;
+
+    /// The migrations after the first `applied`, in order.
+    pub(crate) fn migrations_after(&self, applied: u32) -> impl Iterator<Item = String> + '_ {
+        MIGRATIONS
+            .iter()
+            .skip(applied as usize)
+            .map(|sql| self.render(sql))
     }
-    tx.execute(
-        "INSERT OR IGNORE INTO meta (key, value) VALUES ('revision', 0)",
-        [],
-    )?;
-    tx.commit()?;
-    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use sha2::{Digest, Sha256};
+
+    use super::*;
+
+    fn sha256(text: &str) -> String {
+        Sha256::digest(text.as_bytes())
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    /// The SHA-256 of each shipped migration as each engine runs it, taken
+    /// from the two hand-written lists this text replaced: a database
+    /// migrated by an older build has exactly this schema. Add a line per
+    /// new migration; a changed line means a shipped migration was edited.
+    #[test]
+    fn shipped_migrations_are_unchanged() {
+        let sqlite = [
+            "86cf6ecbb3601c4c3f1a1f1254116fe7cea574d6ec4b264c07cbfc563a671cb7",
+            "ce545b5b27ee827cc6bf8320571d11bb7b63340f8e157afaa84d24391947a187",
+            "c1027b795e29f4f3a64c49dee64a7c03827141796587643fd41828a80b349279",
+            "297443eb983d66bf21595d95478d6d3c449d090683d00446f71989acae15e637",
+        ];
+        let postgres = [
+            "1a3cb466e916e54db1de963200edb5cc45643a0fd53b9acfb3007df2d641032a",
+            "df17ceb77ce05b551a975eca24dec691a72cf361c4a23c3ebc8ad546d9edbc73",
+            "649d47fd83918c53fe456dd3a09eebde6e14bbde887719577fa7b1e4e9cc91c0",
+            "297443eb983d66bf21595d95478d6d3c449d090683d00446f71989acae15e637",
+        ];
+        for (dialect, pinned) in [(&SQLITE, sqlite), (&POSTGRES, postgres)] {
+            let got: Vec<String> = dialect.migrations_after(0).map(|m| sha256(&m)).collect();
+            assert_eq!(got.len(), SCHEMA_VERSION as usize);
+            assert_eq!(got[..pinned.len()], pinned[..]);
+        }
+    }
+
+    #[test]
+    fn meta_table_per_engine() {
+        assert_eq!(
+            SQLITE.meta(),
+            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);"
+        );
+        assert_eq!(
+            POSTGRES.meta(),
+            "CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BIGINT NOT NULL);"
+        );
+    }
+
+    #[test]
+    fn every_placeholder_is_filled() {
+        for dialect in [&SQLITE, &POSTGRES] {
+            for sql in dialect.migrations_after(0) {
+                assert!(!sql.contains('{') && !sql.contains('}'), "{sql}");
+            }
+        }
+    }
+
+    #[test]
+    fn migrations_after_skips_the_applied() {
+        assert_eq!(SQLITE.migrations_after(SCHEMA_VERSION).count(), 0);
+        assert_eq!(
+            POSTGRES.migrations_after(SCHEMA_VERSION - 1).next(),
+            POSTGRES.migrations_after(0).last()
+        );
+    }
 }

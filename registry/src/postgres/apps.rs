@@ -1,26 +1,28 @@
 //! Applications, tokens and identify counting (PostgreSQL).
 
-use crate::rules::{check_concurrency, check_intents, new_application, new_credentials};
 use tokio_postgres::Row;
 
-use super::{col, col_u32, to_i, to_u, Tx};
+use super::{col, col_u32, Tx};
 use crate::model::*;
+use crate::ops::AppStore;
+use crate::rows::{self, to_i, APP_COLS as COLS};
+use crate::rules::{
+    self, identify_minute, identify_minutes_cutoff, new_application, new_credentials,
+};
+use crate::validate::{check_concurrency, check_intents};
 use crate::{snowflake, token, RegistryError, Result};
 
-const COLS: &str = "id, name, bot_user_id, bot_username, approved_intents, \
-                    max_concurrency, session_start_total, flags";
-
 fn row(r: &Row) -> Result<Application> {
-    Ok(Application {
-        id: to_u(col(r, 0)?),
-        name: col(r, 1)?,
-        bot_user_id: to_u(col(r, 2)?),
-        bot_username: col(r, 3)?,
-        approved_intents: to_u(col(r, 4)?),
-        max_concurrency: col_u32(r, 5)?,
-        session_start_total: col_u32(r, 6)?,
-        flags: to_u(col(r, 7)?),
-    })
+    Ok(rows::application((
+        col(r, 0)?,
+        col(r, 1)?,
+        col(r, 2)?,
+        col(r, 3)?,
+        col(r, 4)?,
+        col_u32(r, 5)?,
+        col_u32(r, 6)?,
+        col(r, 7)?,
+    )))
 }
 
 pub fn get(t: &mut Tx<'_>, id: u64) -> Result<Option<Application>> {
@@ -146,15 +148,6 @@ pub fn delete(t: &mut Tx<'_>, app_id: u64) -> Result<bool> {
     Ok(t.execute("DELETE FROM applications WHERE id = $1", &[&to_i(app_id)])? > 0)
 }
 
-/// Identifies at or before `now - window` no longer count.
-fn cutoff(now_ms: u64) -> i64 {
-    to_i(now_ms).saturating_sub(SESSION_START_WINDOW_MS as i64)
-}
-
-/// Identifies are counted per minute: the window is rolling at minute
-/// granularity.
-const MINUTE_MS: u64 = 60_000;
-
 /// Safe from many nodes at once: the minute's row is upserted atomically,
 /// and the application's existence is checked by the foreign key as well
 /// (an application deleted concurrently is `NotFound`, as in SQLite).
@@ -163,13 +156,13 @@ pub fn record_session_start(t: &mut Tx<'_>, app_id: u64, now_ms: u64) -> Result<
     // Prune for every application: the table stays at one day of minutes.
     t.execute(
         "DELETE FROM identify_counts WHERE minute_ms <= $1",
-        &[&(cutoff(now_ms) - MINUTE_MS as i64)],
+        &[&(identify_minutes_cutoff(now_ms))],
     )?;
     let upsert = t.execute(
         "INSERT INTO identify_counts (application_id, minute_ms, count) VALUES ($1, $2, 1)
          ON CONFLICT (application_id, minute_ms)
          DO UPDATE SET count = identify_counts.count + 1",
-        &[&to_i(app_id), &to_i(now_ms - now_ms % MINUTE_MS)],
+        &[&to_i(app_id), &identify_minute(now_ms)],
     );
     match upsert {
         Err(RegistryError::Storage(e))
@@ -198,7 +191,7 @@ pub fn session_start_limit(t: &mut Tx<'_>, app_id: u64, now_ms: u64) -> Result<S
              LEFT JOIN identify_counts c ON c.application_id = a.id AND c.minute_ms > $2
              WHERE a.id = $1
              GROUP BY a.id",
-            &[&to_i(app_id), &(cutoff(now_ms) - MINUTE_MS as i64)],
+            &[&to_i(app_id), &(identify_minutes_cutoff(now_ms))],
         )?
         .ok_or(RegistryError::NotFound {
             what: "application",
@@ -208,16 +201,30 @@ pub fn session_start_limit(t: &mut Tx<'_>, app_id: u64, now_ms: u64) -> Result<S
     let max_concurrency = col_u32(&r, 1)?;
     let used: i64 = col(&r, 2)?;
     let oldest: Option<i64> = col(&r, 3)?;
-    // Rolling window: the next slots free when the oldest minute ages out.
-    let reset_after_ms = oldest.map_or(0, |m| {
-        (m.saturating_add((SESSION_START_WINDOW_MS + MINUTE_MS) as i64) - to_i(now_ms))
-            .clamp(0, (SESSION_START_WINDOW_MS + MINUTE_MS) as i64) as u64
-    });
-    let used = u32::try_from(used).unwrap_or(u32::MAX);
-    Ok(SessionStartLimit {
+    Ok(rules::session_start_limit(
         total,
-        remaining: total.saturating_sub(used),
-        reset_after_ms,
         max_concurrency,
-    })
+        used,
+        oldest,
+        now_ms,
+    ))
+}
+
+impl AppStore for Tx<'_> {
+    fn application(&mut self, id: u64) -> Result<Option<Application>> {
+        get(self, id)
+    }
+
+    fn application_by_name(&mut self, name: &str) -> Result<Option<Application>> {
+        by_name(self, name)
+    }
+
+    fn create_application(
+        &mut self,
+        name: &str,
+        approved: u64,
+        max_concurrency: u32,
+    ) -> Result<(Application, String)> {
+        create(self, name, approved, max_concurrency)
+    }
 }

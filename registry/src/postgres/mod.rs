@@ -1,6 +1,6 @@
 //! The scale-out backend: one PostgreSQL database shared by every node's
-//! registry sidecar and by the CLI. Same schema (translated: `schema.rs`
-//! here) and the same behaviour as the embedded SQLite backend.
+//! registry sidecar and by the CLI. Same schema (`crate::schema`, in
+//! PostgreSQL types) and the same behaviour as the embedded SQLite backend.
 //!
 //! Connection: one tokio-postgres connection behind a mutex, driven by a
 //! current-thread tokio runtime on the calling thread (the node's sidecar
@@ -63,7 +63,8 @@ use tokio_postgres::types::{FromSql, ToSql, Type};
 use tokio_postgres::{AsyncMessage, Client, Connection, NoTls, Row, Socket, Statement};
 
 use crate::model::*;
-use crate::{Registry, RegistryError, Result, Revocation, RevocationRecord, StateChange};
+use crate::rows::{self, to_i, to_u};
+use crate::{ops, Registry, RegistryError, Result, Revocation, RevocationRecord, StateChange};
 
 /// The connection settings type of [`PostgresRegistry::connect_config`]
 /// (re-exported so callers need no `tokio-postgres` dependency of their own).
@@ -81,14 +82,6 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const WRITE_LOCK: i64 = 0x6761_7465_7761_7901;
 /// Advisory lock key (per database) serialising schema migrations.
 const MIGRATE_LOCK: i64 = 0x6761_7465_7761_7902;
-
-/// u64 ids and bitsets keep their bit pattern in BIGINT through these casts.
-pub(crate) fn to_i(v: u64) -> i64 {
-    v as i64
-}
-pub(crate) fn to_u(v: i64) -> u64 {
-    v as u64
-}
 
 /// A column, with a type mismatch reported as an error instead of a panic.
 pub(crate) fn col<'a, T: FromSql<'a>>(r: &'a Row, i: usize) -> Result<T> {
@@ -617,7 +610,7 @@ impl PostgresRegistry {
     /// shard placement). Like [`Registry::create_server`] otherwise.
     pub fn create_server_with_id(&self, id: u64, name: &str, owner_id: u64) -> Result<Server> {
         self.run(WriteKind::Write, |t| {
-            servers::create_with_id(t, id, name, owner_id)
+            ops::create_server_with_id(t, id, name, owner_id)
         })
     }
 
@@ -703,10 +696,6 @@ impl PostgresRegistry {
     }
 }
 
-pub(crate) fn validate_name(what: &str, name: &str) -> Result<()> {
-    crate::sqlite::validate_name(what, name)
-}
-
 impl Registry for PostgresRegistry {
     fn authenticate(&self, token: &str) -> Result<Option<Application>> {
         // A malformed token is refused without a round trip.
@@ -777,7 +766,7 @@ impl Registry for PostgresRegistry {
     fn delete_application(&self, app_id: u64) -> Result<bool> {
         self.run(WriteKind::Write, |t| {
             for inst in installs::of_app(t, app_id)? {
-                installs::uninstall(t, app_id, inst.server_id)?;
+                ops::uninstall(t, app_id, inst.server_id)?;
                 outbox(
                     t,
                     Revocation::Uninstalled {
@@ -791,7 +780,7 @@ impl Registry for PostgresRegistry {
     }
 
     fn create_server(&self, name: &str, owner_id: u64) -> Result<Server> {
-        self.run(WriteKind::Write, |t| servers::create(t, name, owner_id))
+        self.run(WriteKind::Write, |t| ops::create_server(t, name, owner_id))
     }
 
     fn delete_server(&self, server_id: u64) -> Result<bool> {
@@ -806,13 +795,13 @@ impl Registry for PostgresRegistry {
         parent: Option<u64>,
     ) -> Result<Channel> {
         self.run(WriteKind::Write, |t| {
-            servers::create_channel(t, server_id, name, kind, parent)
+            ops::create_channel(t, server_id, name, kind, parent)
         })
     }
 
     fn create_role(&self, server_id: u64, name: &str, permissions: u64) -> Result<Role> {
         self.run(WriteKind::Write, |t| {
-            servers::create_role(t, server_id, name, permissions, false)
+            ops::create_role(t, server_id, name, permissions, false)
         })
     }
 
@@ -825,7 +814,7 @@ impl Registry for PostgresRegistry {
         deny: u64,
     ) -> Result<()> {
         self.run(WriteKind::Write, |t| {
-            servers::set_overwrite(t, channel_id, target_id, target_kind, allow, deny)
+            ops::set_overwrite(t, channel_id, target_id, target_kind, allow, deny)
         })
     }
 
@@ -842,7 +831,7 @@ impl Registry for PostgresRegistry {
     fn install(&self, app_id: u64, server_id: u64, permissions: u64) -> Result<Installation> {
         self.run(WriteKind::Write, |t| {
             let before = installs::get(t, app_id, server_id)?;
-            let i = installs::install(t, app_id, server_id, permissions)?;
+            let i = ops::install(t, app_id, server_id, permissions)?;
             if before.is_some_and(|b| b.permissions != permissions) {
                 outbox(
                     t,
@@ -858,7 +847,7 @@ impl Registry for PostgresRegistry {
 
     fn uninstall(&self, app_id: u64, server_id: u64) -> Result<bool> {
         self.run(WriteKind::Write, |t| {
-            let removed = installs::uninstall(t, app_id, server_id)?;
+            let removed = ops::uninstall(t, app_id, server_id)?;
             if removed {
                 outbox(
                     t,
@@ -874,7 +863,7 @@ impl Registry for PostgresRegistry {
 
     fn add_installation_role(&self, app_id: u64, server_id: u64, role_id: u64) -> Result<()> {
         self.run(WriteKind::Write, |t| {
-            installs::add_role(t, app_id, server_id, role_id)
+            ops::add_installation_role(t, app_id, server_id, role_id)
         })
     }
 
@@ -893,13 +882,13 @@ impl Registry for PostgresRegistry {
     }
 
     fn server_snapshot(&self, server_id: u64) -> Result<Option<ServerSnapshot>> {
-        self.run(WriteKind::Read, |t| servers::snapshot(t, server_id))
+        self.run(WriteKind::Read, |t| ops::snapshot(t, server_id))
     }
 
     fn servers_for_shard(&self, app_id: u64, shard_id: u32, shard_count: u32) -> Result<Vec<u64>> {
-        installs::check_shard(shard_id, shard_count)?;
+        crate::validate::check_shard(shard_id, shard_count)?;
         self.run(WriteKind::Single, |t| {
-            installs::servers_for_shard(t, app_id, shard_id, shard_count)
+            ops::servers_for_shard(t, app_id, shard_id, shard_count)
         })
     }
 
@@ -923,7 +912,7 @@ impl Registry for PostgresRegistry {
     }
 
     fn seed_demo(&self) -> Result<Option<DemoSeed>> {
-        self.run(WriteKind::Write, installs::seed_demo)
+        self.run(WriteKind::Write, |t| ops::seed_demo(t))
     }
 
     fn installations_in_server(&self, server_id: u64) -> Result<Vec<Installation>> {
@@ -931,7 +920,7 @@ impl Registry for PostgresRegistry {
     }
 
     fn apply_state(&self, change: &StateChange) -> Result<()> {
-        self.run(WriteKind::Write, |t| servers::apply_state(t, change))
+        self.run(WriteKind::Write, |t| ops::apply_state(t, change))
     }
 
     fn revocations_since(&self, after: u64, limit: u32) -> Result<Vec<RevocationRecord>> {
@@ -943,16 +932,9 @@ impl Registry for PostgresRegistry {
             )?;
             let mut out = Vec::with_capacity(rows.len());
             for r in &rows {
-                let kind: i16 = col(r, 2)?;
-                if let Some(revocation) =
-                    Revocation::from_parts(kind as u8, to_u(col(r, 3)?), to_u(col(r, 4)?))
-                {
-                    out.push(RevocationRecord {
-                        id: to_u(col(r, 0)?),
-                        at_ms: to_u(col(r, 1)?),
-                        revocation,
-                    });
-                }
+                let kind = col::<i16>(r, 2)? as u8;
+                let row = (col(r, 0)?, col(r, 1)?, kind, col(r, 3)?, col(r, 4)?);
+                out.extend(rows::revocation(row));
             }
             Ok(out)
         })

@@ -1,26 +1,18 @@
 //! Applications, tokens and the identify log.
 
-use crate::rules::{check_concurrency, check_intents, new_application, new_credentials};
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
-use super::{to_i, to_u};
 use crate::model::*;
+use crate::ops::AppStore;
+use crate::rows::{self, to_i, APP_COLS as COLS};
+use crate::rules::{
+    self, identify_minute, identify_minutes_cutoff, new_application, new_credentials,
+};
+use crate::validate::{check_concurrency, check_intents};
 use crate::{snowflake, token, RegistryError, Result};
 
-const COLS: &str = "id, name, bot_user_id, bot_username, approved_intents, \
-                    max_concurrency, session_start_total, flags";
-
 fn row(r: &Row<'_>) -> rusqlite::Result<Application> {
-    Ok(Application {
-        id: to_u(r.get(0)?),
-        name: r.get(1)?,
-        bot_user_id: to_u(r.get(2)?),
-        bot_username: r.get(3)?,
-        approved_intents: to_u(r.get(4)?),
-        max_concurrency: r.get(5)?,
-        session_start_total: r.get(6)?,
-        flags: to_u(r.get(7)?),
-    })
+    rows::AppRow::try_from(r).map(rows::application)
 }
 
 pub fn get(c: &Connection, id: u64) -> Result<Option<Application>> {
@@ -144,26 +136,17 @@ pub fn delete(c: &Connection, app_id: u64) -> Result<bool> {
     Ok(c.execute("DELETE FROM applications WHERE id = ?1", [to_i(app_id)])? > 0)
 }
 
-/// Identifies at or before `now - window` no longer count.
-fn cutoff(now_ms: u64) -> i64 {
-    to_i(now_ms).saturating_sub(SESSION_START_WINDOW_MS as i64)
-}
-
-/// Identifies are counted per minute: the window is rolling at minute
-/// granularity.
-const MINUTE_MS: u64 = 60_000;
-
 pub fn record_session_start(c: &Connection, app_id: u64, now_ms: u64) -> Result<SessionStartLimit> {
     require(c, app_id)?;
     // Prune for every application: the table stays at one day of minutes.
     c.execute(
         "DELETE FROM identify_counts WHERE minute_ms <= ?1",
-        [cutoff(now_ms) - MINUTE_MS as i64],
+        [identify_minutes_cutoff(now_ms)],
     )?;
     c.execute(
         "INSERT INTO identify_counts (application_id, minute_ms, count) VALUES (?1, ?2, 1)
          ON CONFLICT (application_id, minute_ms) DO UPDATE SET count = count + 1",
-        params![to_i(app_id), to_i(now_ms - now_ms % MINUTE_MS)],
+        params![to_i(app_id), identify_minute(now_ms)],
     )?;
     session_start_limit(c, app_id, now_ms)
 }
@@ -174,19 +157,33 @@ pub fn session_start_limit(c: &Connection, app_id: u64, now_ms: u64) -> Result<S
     let (used, oldest): (i64, Option<i64>) = c.query_row(
         "SELECT COALESCE(SUM(count), 0), MIN(minute_ms) FROM identify_counts
          WHERE application_id = ?1 AND minute_ms > ?2",
-        params![to_i(app_id), cutoff(now_ms) - MINUTE_MS as i64],
+        params![to_i(app_id), identify_minutes_cutoff(now_ms)],
         |r| Ok((r.get(0)?, r.get(1)?)),
     )?;
-    // Rolling window: the next slots free when the oldest minute ages out.
-    let reset_after_ms = oldest.map_or(0, |t| {
-        (t.saturating_add((SESSION_START_WINDOW_MS + MINUTE_MS) as i64) - to_i(now_ms))
-            .clamp(0, (SESSION_START_WINDOW_MS + MINUTE_MS) as i64) as u64
-    });
-    let used = u32::try_from(used).unwrap_or(u32::MAX);
-    Ok(SessionStartLimit {
-        total: app.session_start_total,
-        remaining: app.session_start_total.saturating_sub(used),
-        reset_after_ms,
-        max_concurrency: app.max_concurrency,
-    })
+    Ok(rules::session_start_limit(
+        app.session_start_total,
+        app.max_concurrency,
+        used,
+        oldest,
+        now_ms,
+    ))
+}
+
+impl AppStore for &Connection {
+    fn application(&mut self, id: u64) -> Result<Option<Application>> {
+        get(self, id)
+    }
+
+    fn application_by_name(&mut self, name: &str) -> Result<Option<Application>> {
+        by_name(self, name)
+    }
+
+    fn create_application(
+        &mut self,
+        name: &str,
+        approved: u64,
+        max_concurrency: u32,
+    ) -> Result<(Application, String)> {
+        create(self, name, approved, max_concurrency)
+    }
 }

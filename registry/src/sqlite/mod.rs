@@ -3,6 +3,7 @@
 
 mod apps;
 mod installs;
+mod schema;
 mod servers;
 
 use std::path::{Path, PathBuf};
@@ -12,20 +13,12 @@ use std::time::Duration;
 use rusqlite::{Connection, TransactionBehavior};
 
 use crate::model::*;
-use crate::{schema, Registry, Result, Revocation, RevocationRecord, StateChange};
+use crate::rows::{self, to_i, to_u};
+use crate::{ops, Registry, Result, Revocation, RevocationRecord, StateChange};
 
 /// How long a write waits for another process's write before reporting
 /// [`crate::RegistryError::Unavailable`].
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
-
-/// SQLite stores signed 64-bit integers; u64 ids and bitsets keep their bit
-/// pattern through these casts.
-pub(crate) fn to_i(v: u64) -> i64 {
-    v as i64
-}
-pub(crate) fn to_u(v: i64) -> u64 {
-    v as u64
-}
 
 pub struct SqliteRegistry {
     // Mutex: makes the registry Sync and gives transactions the &mut they need.
@@ -82,13 +75,13 @@ impl SqliteRegistry {
     }
 
     pub fn schema_version() -> u32 {
-        schema::SCHEMA_VERSION
+        crate::schema::SCHEMA_VERSION
     }
 
     /// A server with a chosen id (tests, load generators that need known
     /// shard placement). Like [`Registry::create_server`] otherwise.
     pub fn create_server_with_id(&self, id: u64, name: &str, owner_id: u64) -> Result<Server> {
-        self.write(|c| servers::create_with_id(c, id, name, owner_id))
+        self.write(|mut c| ops::create_server_with_id(&mut c, id, name, owner_id))
     }
 
     fn lock(&self) -> MutexGuard<'_, Connection> {
@@ -144,16 +137,8 @@ fn create_private_file(_path: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-pub(crate) fn validate_name(what: &str, name: &str) -> Result<()> {
-    let n = name.chars().count();
-    if n == 0 || n > 100 || name.trim().is_empty() {
-        return Err(crate::RegistryError::Invalid(format!(
-            "{what} name must be 1..=100 characters and not blank"
-        )));
-    }
-    Ok(())
-}
-
+// The store `crate::ops` works on is the `&Connection` that `read` and
+// `write` hand out: `|mut c| ops::f(&mut c, ..)`.
 impl Registry for SqliteRegistry {
     fn authenticate(&self, token: &str) -> Result<Option<Application>> {
         self.read(|c| apps::authenticate(c, token))
@@ -211,9 +196,9 @@ impl Registry for SqliteRegistry {
     }
 
     fn delete_application(&self, app_id: u64) -> Result<bool> {
-        self.write(|c| {
+        self.write(|mut c| {
             for inst in installs::of_app(c, app_id)? {
-                installs::uninstall(c, app_id, inst.server_id)?;
+                ops::uninstall(&mut c, app_id, inst.server_id)?;
                 outbox(
                     c,
                     Revocation::Uninstalled {
@@ -227,7 +212,7 @@ impl Registry for SqliteRegistry {
     }
 
     fn create_server(&self, name: &str, owner_id: u64) -> Result<Server> {
-        self.write(|c| servers::create(c, name, owner_id))
+        self.write(|mut c| ops::create_server(&mut c, name, owner_id))
     }
 
     fn delete_server(&self, server_id: u64) -> Result<bool> {
@@ -241,11 +226,11 @@ impl Registry for SqliteRegistry {
         kind: u8,
         parent: Option<u64>,
     ) -> Result<Channel> {
-        self.write(|c| servers::create_channel(c, server_id, name, kind, parent))
+        self.write(|mut c| ops::create_channel(&mut c, server_id, name, kind, parent))
     }
 
     fn create_role(&self, server_id: u64, name: &str, permissions: u64) -> Result<Role> {
-        self.write(|c| servers::create_role(c, server_id, name, permissions, false))
+        self.write(|mut c| ops::create_role(&mut c, server_id, name, permissions, false))
     }
 
     fn set_overwrite(
@@ -256,7 +241,9 @@ impl Registry for SqliteRegistry {
         allow: u64,
         deny: u64,
     ) -> Result<()> {
-        self.write(|c| servers::set_overwrite(c, channel_id, target_id, target_kind, allow, deny))
+        self.write(|mut c| {
+            ops::set_overwrite(&mut c, channel_id, target_id, target_kind, allow, deny)
+        })
     }
 
     fn delete_overwrite(&self, channel_id: u64, target_id: u64) -> Result<bool> {
@@ -268,9 +255,9 @@ impl Registry for SqliteRegistry {
     }
 
     fn install(&self, app_id: u64, server_id: u64, permissions: u64) -> Result<Installation> {
-        self.write(|c| {
+        self.write(|mut c| {
             let before = installs::get(c, app_id, server_id)?;
-            let i = installs::install(c, app_id, server_id, permissions)?;
+            let i = ops::install(&mut c, app_id, server_id, permissions)?;
             if before.is_some_and(|b| b.permissions != permissions) {
                 outbox(
                     c,
@@ -285,8 +272,8 @@ impl Registry for SqliteRegistry {
     }
 
     fn uninstall(&self, app_id: u64, server_id: u64) -> Result<bool> {
-        self.write(|c| {
-            let removed = installs::uninstall(c, app_id, server_id)?;
+        self.write(|mut c| {
+            let removed = ops::uninstall(&mut c, app_id, server_id)?;
             if removed {
                 outbox(
                     c,
@@ -301,7 +288,7 @@ impl Registry for SqliteRegistry {
     }
 
     fn add_installation_role(&self, app_id: u64, server_id: u64, role_id: u64) -> Result<()> {
-        self.write(|c| installs::add_role(c, app_id, server_id, role_id))
+        self.write(|mut c| ops::add_installation_role(&mut c, app_id, server_id, role_id))
     }
 
     fn remove_installation_role(&self, app_id: u64, server_id: u64, role_id: u64) -> Result<bool> {
@@ -317,11 +304,11 @@ impl Registry for SqliteRegistry {
     }
 
     fn server_snapshot(&self, server_id: u64) -> Result<Option<ServerSnapshot>> {
-        self.read(|c| servers::snapshot(c, server_id))
+        self.read(|mut c| ops::snapshot(&mut c, server_id))
     }
 
     fn servers_for_shard(&self, app_id: u64, shard_id: u32, shard_count: u32) -> Result<Vec<u64>> {
-        self.read(|c| installs::servers_for_shard(c, app_id, shard_id, shard_count))
+        self.read(|mut c| ops::servers_for_shard(&mut c, app_id, shard_id, shard_count))
     }
 
     fn record_session_start(&self, app_id: u64, now_ms: u64) -> Result<SessionStartLimit> {
@@ -342,7 +329,7 @@ impl Registry for SqliteRegistry {
     }
 
     fn seed_demo(&self) -> Result<Option<DemoSeed>> {
-        self.write(installs::seed_demo)
+        self.write(|mut c| ops::seed_demo(&mut c))
     }
 
     fn installations_in_server(&self, server_id: u64) -> Result<Vec<Installation>> {
@@ -350,7 +337,7 @@ impl Registry for SqliteRegistry {
     }
 
     fn apply_state(&self, change: &StateChange) -> Result<()> {
-        self.write(|c| servers::apply_state(c, change))
+        self.write(|mut c| ops::apply_state(&mut c, change))
     }
 
     fn revocations_since(&self, after: u64, limit: u32) -> Result<Vec<RevocationRecord>> {
@@ -360,26 +347,12 @@ impl Registry for SqliteRegistry {
                  WHERE id > ?1 ORDER BY id LIMIT ?2",
             )?;
             let rows = st.query_map(rusqlite::params![to_i(after), limit], |r| {
-                Ok((
-                    r.get::<_, i64>(0)?,
-                    r.get::<_, i64>(1)?,
-                    r.get::<_, i64>(2)?,
-                    r.get::<_, i64>(3)?,
-                    r.get::<_, i64>(4)?,
-                ))
+                let (id, at, kind, app, server): (i64, i64, i64, i64, i64) = r.try_into()?;
+                Ok(rows::revocation((id, at, kind as u8, app, server)))
             })?;
             let mut out = Vec::new();
             for row in rows {
-                let (id, at, kind, app, server) = row?;
-                if let Some(revocation) =
-                    Revocation::from_parts(kind as u8, to_u(app), to_u(server))
-                {
-                    out.push(RevocationRecord {
-                        id: to_u(id),
-                        at_ms: to_u(at),
-                        revocation,
-                    });
-                }
+                out.extend(row?);
             }
             Ok(out)
         })

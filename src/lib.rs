@@ -19,7 +19,6 @@
 
 pub mod config;
 pub mod delivery;
-pub mod demo;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod histogram;

@@ -5,37 +5,13 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Sender;
 use registry::{Registry, SqliteRegistry};
 
 use crate::config::Config;
-use crate::ops::metrics::WorkerMetrics;
 use crate::worker::mail::*;
+use crate::worker::metrics::WorkerMetrics;
+use crate::worker::shared::Shared;
 use crate::worker::{Worker, WorkerSetup};
-
-/// Read-only state every thread shares (plus lock-free counters).
-pub struct Shared {
-    pub cfg: Config,
-    pub gateway_url: String,
-    pub tls: Option<Arc<rustls::ServerConfig>>,
-    pub sidecar: Sender<SidecarRequest>,
-    /// Every worker's inbox, for handing connections over.
-    pub workers: Arc<[WorkerHandle]>,
-    /// Every worker's ring descriptors: MSG_RING targets.
-    pub ring_fds: Vec<Vec<std::os::fd::RawFd>>,
-    /// Slots in use per worker per ring (written by the owner), and the
-    /// level above which no connection is handed to that ring.
-    pub ring_load: Vec<Vec<std::sync::atomic::AtomicU32>>,
-    pub ring_limits: Vec<Vec<u32>>,
-    pub metrics: Box<[WorkerMetrics]>,
-    pub ingest: Arc<crate::ingest::listener::IngestStats>,
-    pub link: Arc<crate::link::LinkStats>,
-    pub ready_workers: AtomicUsize,
-    /// Node-wide cap on connections served compressed (limits.max_compressed_sessions).
-    pub compress_budget: Arc<crate::protocol::compress::Budget>,
-    pub shutting_down: AtomicBool,
-    pub started: Instant,
-}
 
 /// Sidecar queue bound: identifies and REST calls waiting for the registry.
 const SIDECAR_QUEUE: usize = 16_384;
@@ -122,6 +98,8 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     let (sidecar_tx, sidecar_rx) = crossbeam_channel::bounded(SIDECAR_QUEUE);
     drop(placeholder);
     let gateway_url = cfg.gateway_url();
+    let ingest_stats: Arc<crate::ingest::pipeline::IngestStats> = Arc::new(Default::default());
+    let link_stats: Arc<crate::link::LinkStats> = Arc::new(Default::default());
     let shared = Arc::new(Shared {
         gateway_url: gateway_url.clone(),
         tls,
@@ -145,8 +123,6 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
             })
             .collect(),
         metrics: (0..workers).map(|_| WorkerMetrics::default()).collect(),
-        ingest: Arc::new(Default::default()),
-        link: Arc::new(Default::default()),
         ready_workers: AtomicUsize::new(0),
         compress_budget: crate::protocol::compress::Budget::new(cfg.limits.max_compressed_sessions),
         shutting_down: AtomicBool::new(false),
@@ -170,7 +146,7 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         handles.clone(),
         gateway_url.clone(),
         cfg.registry.clone(),
-        shared.link.clone(),
+        link_stats.clone(),
     );
     let sidecar_stop = stop.clone();
     let sidecar_thread = std::thread::Builder::new()
@@ -199,14 +175,21 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         worker_threads.push(handle);
     }
 
-    let admin = crate::ops::admin::start(cfg.admin_addr, shared.clone())
-        .map_err(|e| format!("admin {}: {e}", cfg.admin_addr))?;
+    let admin = crate::ops::admin::start(
+        cfg.admin_addr,
+        crate::ops::admin::Views {
+            shared: shared.clone(),
+            ingest: ingest_stats.clone(),
+            link: link_stats.clone(),
+        },
+    )
+    .map_err(|e| format!("admin {}: {e}", cfg.admin_addr))?;
     let (ingest_addr, ingest_thread) = crate::ingest::listener::start(
         cfg.events.ingest_addr,
         cfg.events.ingest_max_connections,
         handles.clone(),
         shared.sidecar.clone(),
-        shared.ingest.clone(),
+        ingest_stats.clone(),
         stop.clone(),
     )
     .map_err(|e| e.to_string())?;
@@ -230,17 +213,16 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
                 },
                 handles.clone(),
                 shared.sidecar.clone(),
-                shared.ingest.clone(),
+                ingest_stats.clone(),
                 stop.clone(),
             )
             .map_err(|e| format!("kafka ingest: {e}"))?,
         )
     };
     // The demo source is a producer like any other: it writes records to the ingest listener.
-    let demo_thread = cfg
-        .demo
-        .enabled
-        .then(|| crate::demo::start(demo_target, cfg.demo.interval_ms, ingest_addr, stop.clone()));
+    let demo_thread = cfg.demo.enabled.then(|| {
+        crate::ingest::demo::start(demo_target, cfg.demo.interval_ms, ingest_addr, stop.clone())
+    });
 
     let deadline = Instant::now() + Duration::from_secs(10);
     while shared.ready_workers.load(Ordering::SeqCst) < workers {
@@ -303,7 +285,10 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
 }
 
 /// Seed the demo application on first start and publish its token.
-fn seed_demo(cfg: &Config, registry: &dyn Registry) -> Result<crate::demo::DemoTarget, String> {
+fn seed_demo(
+    cfg: &Config,
+    registry: &dyn Registry,
+) -> Result<crate::ingest::demo::DemoTarget, String> {
     let token_path = cfg.data_path("demo-token");
     let seed = match registry.seed_demo().map_err(|e| format!("seeding demo data: {e}"))? {
         Some(s) => s,
@@ -340,7 +325,7 @@ fn seed_demo(cfg: &Config, registry: &dyn Registry) -> Result<crate::demo::DemoT
             }
         }
     }
-    Ok(crate::demo::DemoTarget {
+    Ok(crate::ingest::demo::DemoTarget {
         server_id: seed.server_id,
         channel_id: seed.general_channel_id,
     })

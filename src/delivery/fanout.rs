@@ -14,8 +14,8 @@ use ringbuf::{Arena, ArenaConfig, Entry, PushError, RecordRef, RingConfig, RingS
 use shards::SessionId;
 
 use crate::delivery::entitlement::{self, Requirement, Variant};
+use crate::delivery::ConnKey;
 use crate::protocol::session::Identity;
-use crate::worker::mail::ConnKey;
 
 /// One gateway session on this worker: who it is, what it was sent and
 /// what it still has to send, and the connection it is on (if any).

@@ -4,6 +4,16 @@
 //! send path with its fixed pool, TLS and compression (`sendpath`). Nothing
 //! here owns a socket: the worker hands in buffers and completions.
 
+pub mod batch;
 pub mod entitlement;
 pub mod fanout;
 pub mod sendpath;
+
+/// Names one connection of one worker: ring, fixed-file slot and the slot's
+/// generation (a reused slot never receives a reply meant for the old one).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ConnKey {
+    pub ring: u8,
+    pub gen: u16,
+    pub slot: u32,
+}

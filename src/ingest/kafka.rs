@@ -68,7 +68,7 @@ use rdkafka::error::KafkaResult;
 use rdkafka::message::Message;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 
-use crate::ingest::listener::{apply_state, send, Batch, IngestStats};
+use crate::ingest::pipeline::{state_change, IngestStats, Pipeline};
 use crate::worker::mail::{SidecarRequest, WorkerHandle};
 
 pub struct KafkaConfig {
@@ -78,11 +78,6 @@ pub struct KafkaConfig {
     pub session_timeout_ms: u32,
 }
 
-/// Records and body bytes per batch before it is sent on (as the listener).
-const BATCH_RECORDS: usize = 256;
-const BATCH_BYTES: usize = 1 << 20;
-/// A partial batch waits at most this long for more records.
-const FLUSH_AFTER: Duration = Duration::from_millis(5);
 /// Poll timeout when there is nothing to flush or commit.
 const IDLE_POLL: Duration = Duration::from_millis(100);
 /// Poll timeout while batches wait to be released (commit promptly).
@@ -171,17 +166,12 @@ pub fn start(
         .spawn(move || {
             let mut link = Link {
                 topic: cfg.topic,
-                workers,
-                stats,
-                out: VecDeque::new(),
+                pipeline: Pipeline::new(workers, sidecar, stats),
                 pending: VecDeque::new(),
-                batch: Arc::new(Batch::new()),
-                batch_bytes: 0,
-                batch_since: None,
                 open: Offsets::new(),
                 to_commit: Offsets::new(),
             };
-            link.run(&consumer, &sidecar, &stop);
+            link.run(&consumer, &stop);
             // The workers have stopped: the unsent partial batch is left
             // uncommitted (redelivered after a restart).
             link.release(&consumer, CommitMode::Sync);
@@ -194,15 +184,11 @@ pub fn start(
 
 struct Link {
     topic: String,
-    workers: Arc<[WorkerHandle]>,
-    stats: Arc<IngestStats>,
-    /// Batches handed to workers, oldest first (`send` recycles from here).
-    out: VecDeque<Arc<Batch>>,
-    /// Offsets of each batch in `out`, same order; `None` once committed.
+    /// Batching and hand-off to the workers; its `held()` batches are the
+    /// ones whose offsets wait in `pending`.
+    pipeline: Pipeline,
+    /// Offsets of each batch the pipeline holds, same order; `None` once committed.
     pending: VecDeque<Option<Offsets>>,
-    batch: Arc<Batch>,
-    batch_bytes: usize,
-    batch_since: Option<Instant>,
     /// Offsets of the messages read into the batch being filled.
     open: Offsets,
     /// Released, not yet committed.
@@ -210,16 +196,11 @@ struct Link {
 }
 
 impl Link {
-    fn run(
-        &mut self,
-        consumer: &BaseConsumer<Ctx>,
-        sidecar: &crossbeam_channel::Sender<SidecarRequest>,
-        stop: &AtomicBool,
-    ) {
+    fn run(&mut self, consumer: &BaseConsumer<Ctx>, stop: &AtomicBool) {
         let mut reader = FrameReader::new();
         let mut last_error_log: Option<Instant> = None;
         while !stop.load(Relaxed) {
-            let timeout = if !self.batch.is_empty() {
+            let timeout = if !self.pipeline.is_empty() {
                 Duration::ZERO
             } else if self.pending.iter().any(Option::is_some) || !self.open.is_empty() {
                 INFLIGHT_POLL
@@ -244,14 +225,13 @@ impl Link {
                 Some(Ok(msg)) => {
                     let (partition, offset) = (msg.partition(), msg.offset());
                     match msg.payload() {
-                        Some(value) => self.take(value, &mut reader, sidecar),
-                        None => self.take(&[], &mut reader, sidecar),
+                        Some(value) => self.take(value, &mut reader),
+                        None => self.take(&[], &mut reader),
                     }
                     // Committed with the batch the message's record went to
                     // (a GUILD_STATE record goes to the batch after the flush).
                     note(&mut self.open, partition, offset + 1);
-                    let full = self.batch.len() >= BATCH_RECORDS || self.batch_bytes >= BATCH_BYTES;
-                    if full || self.batch_since.is_some_and(|t| t.elapsed() >= FLUSH_AFTER) {
+                    if self.pipeline.is_full() || self.pipeline.is_stale() {
                         self.flush();
                         self.release(consumer, CommitMode::Async);
                     }
@@ -261,60 +241,41 @@ impl Link {
     }
 
     /// Validate a message value and add its record(s) to the batch.
-    fn take(
-        &mut self,
-        value: &[u8],
-        reader: &mut FrameReader,
-        sidecar: &crossbeam_channel::Sender<SidecarRequest>,
-    ) {
-        self.stats.bytes.fetch_add(value.len() as u64, Relaxed);
+    fn take(&mut self, value: &[u8], reader: &mut FrameReader) {
+        self.pipeline
+            .stats()
+            .bytes
+            .fetch_add(value.len() as u64, Relaxed);
         let mut change = None;
         read_value(reader, value, |item| match item {
             ValueItem::Record(rec) => {
-                self.stats.records.fetch_add(1, Relaxed);
-                change = if rec.is_guild_state() {
-                    crate::ingest::state::parse(rec.event_type(), rec.server_id(), rec.d())
-                        .map(|c| (rec.server_id(), c))
-                } else {
-                    None
-                };
+                self.pipeline.stats().records.fetch_add(1, Relaxed);
+                change = state_change(rec);
             }
             ValueItem::Body(body) => {
                 if let Some((server_id, change)) = change.take() {
-                    // Events before the change are decided on the old
-                    // permissions, events after it on the new ones.
+                    // Our flush first: the batch before the change takes
+                    // the offsets read so far.
                     self.flush();
-                    apply_state(server_id, change, &self.workers, sidecar, &self.stats);
+                    self.pipeline.apply_state(server_id, change);
                 }
-                Arc::get_mut(&mut self.batch)
-                    .expect("unshared until sent")
-                    .push(body);
-                self.batch_bytes += body.len();
-                self.batch_since.get_or_insert_with(Instant::now);
+                self.pipeline.push(body);
             }
             ValueItem::Rejected(e) => {
-                self.stats.errors[e.index()].fetch_add(1, Relaxed);
+                self.pipeline.stats().errors[e.index()].fetch_add(1, Relaxed);
             }
         });
     }
 
     /// Hand the batch being filled to every worker, with its offsets.
     fn flush(&mut self) {
-        if self.batch.is_empty() {
+        if self.pipeline.is_empty() {
             return;
         }
         self.pending.push_back(Some(std::mem::take(&mut self.open)));
-        // Our own reference goes when the returned batch replaces it.
-        self.batch = send(
-            self.batch.clone(),
-            &self.workers,
-            &self.stats,
-            &mut self.out,
-        );
-        self.batch_bytes = 0;
-        self.batch_since = None;
-        // `send` pops (recycles) the oldest batches once released.
-        while self.pending.len() > self.out.len() {
+        self.pipeline.flush();
+        // The pipeline pops (recycles) the oldest batches once released.
+        while self.pending.len() > self.pipeline.held().len() {
             if let Some(Some(offsets)) = self.pending.pop_front() {
                 merge(&mut self.to_commit, offsets);
             }
@@ -326,7 +287,7 @@ impl Link {
     /// an unreleased batch).
     fn release(&mut self, consumer: &BaseConsumer<Ctx>, mode: CommitMode) {
         let mut released_all = true;
-        for (b, p) in self.out.iter().zip(self.pending.iter_mut()) {
+        for (b, p) in self.pipeline.held().iter().zip(self.pending.iter_mut()) {
             if Arc::strong_count(b) != 1 {
                 released_all = false;
                 break;
@@ -337,7 +298,7 @@ impl Link {
         }
         // Messages that produced nothing to deliver (malformed) while no
         // batch is open: due once everything before them is released.
-        if released_all && self.batch.is_empty() && !self.open.is_empty() {
+        if released_all && self.pipeline.is_empty() && !self.open.is_empty() {
             let open = std::mem::take(&mut self.open);
             merge(&mut self.to_commit, open);
         }

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use std::time::Instant;
 
+use crate::protocol::identify::token_digest;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
 use registry::model::{Application, Installation, ServerSnapshot};
 use registry::{OverwriteKind, Registry};
 use serde_json::{json, Value};
-use sha2::{Digest, Sha256};
 
 use crate::config::RegistryLink;
 use crate::delivery::entitlement::{self, Overwrite, Target};
@@ -613,10 +613,6 @@ impl Sidecar {
         };
         (200, serde_json::to_vec(&body).expect("json"))
     }
-}
-
-pub fn token_digest(token: &str) -> [u8; 32] {
-    Sha256::digest(token.as_bytes()).into()
 }
 
 fn bot_user(app: &Application) -> Value {

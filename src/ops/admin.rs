@@ -7,7 +7,17 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::node::Shared;
+use crate::ingest::pipeline::IngestStats;
+use crate::link::LinkStats;
+use crate::worker::shared::Shared;
+
+/// What the admin port reads: the workers' shared state and counters, and
+/// the ingest and registry-link counters.
+pub struct Views {
+    pub shared: Arc<Shared>,
+    pub ingest: Arc<IngestStats>,
+    pub link: Arc<LinkStats>,
+}
 
 pub struct Admin {
     /// Where it listens (the port is resolved when the config says 0).
@@ -15,14 +25,14 @@ pub struct Admin {
     _thread: std::thread::JoinHandle<()>,
 }
 
-pub fn start(addr: SocketAddr, shared: Arc<Shared>) -> std::io::Result<Admin> {
+pub fn start(addr: SocketAddr, views: Views) -> std::io::Result<Admin> {
     let listener = TcpListener::bind(addr)?;
     let addr = listener.local_addr()?;
     let thread = std::thread::Builder::new()
         .name("admin".into())
         .spawn(move || {
             for stream in listener.incoming().flatten() {
-                let _ = serve(stream, &shared);
+                let _ = serve(stream, &views);
             }
         })?;
     Ok(Admin {
@@ -58,7 +68,8 @@ fn authorized(token: &str, authorization: Option<&str>) -> bool {
         == 0
 }
 
-fn serve(mut s: TcpStream, shared: &Shared) -> std::io::Result<()> {
+fn serve(mut s: TcpStream, views: &Views) -> std::io::Result<()> {
+    let shared = &*views.shared;
     let deadline = std::time::Instant::now() + REQUEST_DEADLINE;
     let mut buf = [0u8; 4096];
     let mut n = 0;
@@ -92,7 +103,7 @@ fn serve(mut s: TcpStream, shared: &Shared) -> std::io::Result<()> {
     };
     let (status, ctype, body) = match path.as_str() {
         _ if protected && !allowed => {
-            shared.link.admin_refused.fetch_add(1, Ordering::Relaxed);
+            views.link.admin_refused.fetch_add(1, Ordering::Relaxed);
             (
                 401,
                 "text/plain",
@@ -107,21 +118,16 @@ fn serve(mut s: TcpStream, shared: &Shared) -> std::io::Result<()> {
                 shared.started.elapsed().as_secs_f64(),
                 &mut out,
             );
-            render_ingest(&shared.ingest, &mut out);
-            render_link(&shared.link, &mut out);
-            crate::ops::metrics::render_ops(
-                &shared.metrics,
-                &shared.ingest,
-                &shared.link,
-                &mut out,
-            );
+            render_ingest(&views.ingest, &mut out);
+            render_link(&views.link, &shared.metrics, &mut out);
+            crate::ops::metrics::render_ops(&shared.metrics, &views.ingest, &views.link, &mut out);
             (200, "text/plain; version=0.0.4; charset=utf-8", out)
         }
         "/healthz" => (200, "text/plain", "ok\n".to_string()),
         "/fault/registry" if method == "POST" && shared.cfg.registry.fault_injection => {
             // A drill: every registry call fails until cleared (?down=0).
             let down = !query.contains("down=0");
-            shared
+            views
                 .link
                 .fault_down
                 .store(down, std::sync::atomic::Ordering::Relaxed);
@@ -162,7 +168,7 @@ fn serve(mut s: TcpStream, shared: &Shared) -> std::io::Result<()> {
     s.write_all(&out)
 }
 
-fn render_ingest(st: &crate::ingest::listener::IngestStats, out: &mut String) {
+fn render_ingest(st: &crate::ingest::pipeline::IngestStats, out: &mut String) {
     use std::fmt::Write;
     use std::sync::atomic::Ordering::Relaxed;
     let mut one = |name: &str, kind: &str, help: &str, v: u64| {
@@ -223,7 +229,11 @@ fn render_ingest(st: &crate::ingest::listener::IngestStats, out: &mut String) {
     }
 }
 
-fn render_link(st: &crate::link::LinkStats, out: &mut String) {
+fn render_link(
+    st: &crate::link::LinkStats,
+    workers: &[crate::worker::metrics::WorkerMetrics],
+    out: &mut String,
+) {
     use std::fmt::Write;
     use std::sync::atomic::Ordering::Relaxed;
     let mut one = |name: &str, kind: &str, help: &str, v: u64| {
@@ -255,7 +265,11 @@ fn render_link(st: &crate::link::LinkStats, out: &mut String) {
         "gatewayd_identifies_refused_admission_total",
         "counter",
         "Identifies answered op 9 by the node-wide admission rate or queue bound.",
-        st.refused_admission.load(Relaxed),
+        st.refused_admission.load(Relaxed)
+            + workers
+                .iter()
+                .map(|m| m.identifies_refused_admission.load(Relaxed))
+                .sum::<u64>(),
     );
     one(
         "gatewayd_lease_renewal_batches_total",

@@ -305,3 +305,9 @@ mod tests {
         }
     }
 }
+
+/// What a session keeps of its token: a Resume must present the same one.
+pub fn token_digest(token: &str) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(token.as_bytes()).into()
+}

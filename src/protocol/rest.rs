@@ -2,7 +2,13 @@
 //! "REST surface"). Routing only; answers that need the registry come from
 //! the sidecar.
 
-use crate::worker::mail::RestRoute;
+/// The connect-time routes that need the bot's token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RestRoute {
+    GatewayBot,
+    UsersMe,
+    ApplicationsMe,
+}
 
 pub const JSON: &str = "application/json";
 

@@ -8,14 +8,9 @@ use crate::protocol::identify::Identify;
 use crate::protocol::session::GuildAccess;
 use crate::protocol::Close;
 
-/// Names one connection of one worker: ring, fixed-file slot and the slot's
-/// generation (a reused slot never receives a reply meant for the old one).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ConnKey {
-    pub ring: u8,
-    pub gen: u16,
-    pub slot: u32,
-}
+pub use crate::delivery::batch::Batch;
+pub use crate::delivery::ConnKey;
+pub use crate::protocol::rest::RestRoute;
 
 /// What a worker asks of the registry sidecar.
 pub enum SidecarRequest {
@@ -65,13 +60,6 @@ pub struct AccessUpdate {
     pub by_app: Vec<(u64, GuildAccess)>,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RestRoute {
-    GatewayBot,
-    UsersMe,
-    ApplicationsMe,
-}
-
 /// The registry's answer to an Identify, ready to render READY from.
 pub struct IdentifyOk {
     pub application_id: u64,
@@ -112,7 +100,7 @@ pub enum ToWorker {
     /// New permissions after a server change; ordered before the events that follow it.
     Access(Arc<AccessUpdate>),
     /// Ingest records (validated by the ingest thread), in stream order.
-    Batch(Arc<crate::ingest::listener::Batch>),
+    Batch(Arc<Batch>),
     /// A connection handed over by another worker (its socket arrives on one
     /// of our rings through MSG_RING, tagged with the same token).
     Adopt {

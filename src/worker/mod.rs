@@ -16,6 +16,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub mod mail;
+pub mod metrics;
+pub mod shared;
 
 use crossbeam_channel::Receiver;
 use net::http::{self, RequestHead};
@@ -26,14 +28,14 @@ use shards::SessionId;
 
 use crate::delivery::fanout::{EventIn, FanOut, FanOutConfig};
 use crate::delivery::sendpath::{self, SendPool};
-use crate::node::Shared;
-use crate::ops::metrics::WorkerMetrics;
 use crate::protocol::compress::{self, Compressor};
 use crate::protocol::identify::{self, Resume};
 use crate::protocol::rest;
 use crate::protocol::session::{Action, Identity, Limits, Phase, Session};
 use crate::protocol::{intents, payload, Close, CloseCode};
 use crate::worker::mail::*;
+use crate::worker::metrics::WorkerMetrics;
+use crate::worker::shared::Shared;
 
 // Operation kinds carried in the top byte of user_data.
 const OP_ACCEPT: u8 = 1;
@@ -1621,7 +1623,7 @@ impl Worker {
             None => Err("unknown session"),
             Some(idx) => {
                 let s = self.fan.get(idx).expect("indexed");
-                if s.identity.token_digest != crate::link::token_digest(&r.token) {
+                if s.identity.token_digest != identify::token_digest(&r.token) {
                     // A wrong token must not end, or even disturb, someone's session.
                     Err("token does not match the session")
                 } else {
@@ -1868,7 +1870,7 @@ impl Worker {
     }
 
     /// A batch of ingest records, validated by the ingest thread.
-    fn deliver_batch(&mut self, batch: &crate::ingest::listener::Batch) {
+    fn deliver_batch(&mut self, batch: &crate::delivery::batch::Batch) {
         for body in batch.bodies() {
             // SAFETY: the ingest thread accepted exactly these bytes.
             let rec = unsafe { ingest::access_trusted(body) };
@@ -2232,10 +2234,7 @@ impl Worker {
     /// node's admission bound: then op 9 at once, so a storm queues nowhere.
     fn send_identify(&mut self, key: ConnKey, identify: crate::protocol::identify::Identify) {
         if self.shared.sidecar.len() >= self.shared.cfg.registry.admission_queue {
-            self.shared
-                .link
-                .refused_admission
-                .fetch_add(1, Ordering::Relaxed);
+            WorkerMetrics::inc(&self.metrics().identifies_refused_admission);
             self.refuse_identify(key);
             return;
         }

@@ -1,0 +1,81 @@
+//! Counters each worker bumps without locks, read by the admin endpoint
+//! (rendered by `ops::metrics`).
+//!
+//! One `WorkerMetrics` per worker, written only by that worker (relaxed
+//! atomics, each on its own cache lines), summed or labelled by the reader.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+#[derive(Default)]
+#[repr(align(128))]
+pub struct WorkerMetrics {
+    /// Identifies refused at the worker because the sidecar's queue was at
+    /// the admission bound (the sidecar counts its own in `LinkStats`).
+    pub identifies_refused_admission: AtomicU64,
+    pub connections_open: AtomicU64,
+    pub connections_accepted: AtomicU64,
+    pub accept_errors: AtomicU64,
+    pub sessions_ready: AtomicU64,
+    pub sessions_detached: AtomicU64,
+    pub identifies: AtomicU64,
+    pub identifies_refused: AtomicU64,
+    pub resumes: AtomicU64,
+    pub resumes_refused: AtomicU64,
+    pub events_in: AtomicU64,
+    pub deliveries: AtomicU64,
+    pub deliveries_redacted: AtomicU64,
+    pub bytes_out: AtomicU64,
+    pub rest_requests: AtomicU64,
+    pub handshake_timeouts: AtomicU64,
+    pub inbox_full_drops: AtomicU64,
+    pub handovers_out: AtomicU64,
+    pub handovers_in: AtomicU64,
+    pub slow_consumer_closes: AtomicU64,
+    pub reconnects_sent: AtomicU64,
+    pub rejected_full: AtomicU64,
+    pub ring_exhausted: AtomicU64,
+    pub history_reclaims: AtomicU64,
+    pub handover_fallbacks: AtomicU64,
+    pub sessions_degraded: AtomicU64,
+    pub arena_records: AtomicU64,
+    pub arena_wraps: AtomicU64,
+    pub arena_lost_reads: AtomicU64,
+    pub ring_chunks_free: AtomicU64,
+    /// Chunks in the worker's session ring slab (set each tick).
+    pub ring_chunks_capacity: AtomicU64,
+    /// WebSocket connections that have not reached READY/RESUMED (set each tick).
+    pub sessions_handshaking: AtomicU64,
+    /// (application, server) leases of this worker's sessions, valid and
+    /// lapsed (set at each renewal, every lease TTL/3).
+    pub leases_held: AtomicU64,
+    pub leases_lapsed: AtomicU64,
+    /// Identifies refused with a close (bad token, intents, shard, ...).
+    pub identifies_refused_closed: AtomicU64,
+    /// Gateway closes sent, indexed by code - 4000 (0..=14); 15 counts WebSocket-level closes.
+    pub closes: [AtomicU64; 16],
+    pub busy_ns: AtomicU64,
+    /// Connections of this worker served with transport compression (set each tick).
+    pub compressed_sessions: AtomicU64,
+    /// Connections that asked for compression but were served plain text
+    /// because limits.max_compressed_sessions was reached.
+    pub compression_refused: AtomicU64,
+    /// Message bytes given to compression streams, and what came out.
+    pub compress_bytes_in: AtomicU64,
+    pub compress_bytes_out: AtomicU64,
+}
+
+impl WorkerMetrics {
+    pub fn inc(c: &AtomicU64) {
+        c.fetch_add(1, Relaxed);
+    }
+    pub fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Relaxed);
+    }
+    pub fn dec(c: &AtomicU64) {
+        c.fetch_sub(1, Relaxed);
+    }
+    pub fn close_sent(&self, code: u16) {
+        let i = code.checked_sub(4000).filter(|i| *i < 15).unwrap_or(15);
+        self.closes[i as usize].fetch_add(1, Relaxed);
+    }
+}

@@ -21,7 +21,7 @@ use crate::protocol::identify::{self, ClientPayload};
 use crate::protocol::intents;
 use crate::protocol::rest::{self, Route};
 use crate::protocol::session::{Action, Limits, Phase, Session};
-use crate::worker::{upgrade_refusal, ws_error_close};
+use crate::protocol::upgrade::{upgrade_refusal, ws_error_close};
 
 /// The node's default `limits.inbound_message_bytes`.
 pub const MAX_MESSAGE: usize = 4096;
@@ -326,7 +326,7 @@ fn check_server_frames(mut out: &[u8]) {
 
 /// `upgrade` target. Input: an upgrade request (or, when it does not parse
 /// as one, a bare query string). Runs the checks the worker applies to the
-/// query of a WebSocket upgrade (`worker::upgrade_refusal`: `v`,
+/// query of a WebSocket upgrade (`protocol::upgrade::upgrade_refusal`: `v`,
 /// `encoding`; `compress::Kind::from_query`: `compress`). Oracles: no
 /// panic; a refusal is 4012 or 4002 (documented, reason within a Close
 /// frame); only the first occurrence of a parameter counts (appending

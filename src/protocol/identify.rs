@@ -211,6 +211,12 @@ fn request_members(d: Option<&Value>) -> ClientPayload {
     ClientPayload::RequestGuildMembers { guild_ids, nonce }
 }
 
+/// What a session keeps of its token: a Resume must present the same one.
+pub fn token_digest(token: &str) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    Sha256::digest(token.as_bytes()).into()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -304,10 +310,4 @@ mod tests {
             let _ = parse(s.as_bytes(), &mut Vec::new());
         }
     }
-}
-
-/// What a session keeps of its token: a Resume must present the same one.
-pub fn token_digest(token: &str) -> [u8; 32] {
-    use sha2::{Digest, Sha256};
-    Sha256::digest(token.as_bytes()).into()
 }

@@ -11,5 +11,6 @@ pub mod intents;
 pub mod payload;
 pub mod rest;
 pub mod session;
+pub mod upgrade;
 
 pub use close::{Close, CloseCode};

@@ -105,7 +105,7 @@ pub enum ToWorker {
     /// of our rings through MSG_RING, tagged with the same token).
     Adopt {
         token: u64,
-        conn: Box<crate::worker::Conn>,
+        conn: Box<crate::worker::conn::Conn>,
         action: crate::protocol::session::Action,
     },
     /// Drain: op 7 to every session, spread over `spread_ms`, then close.

@@ -1,0 +1,176 @@
+//! Housekeeping every 250 ms (not the event path; it may allocate):
+//! deadlines, heartbeats missed, expired resumable sessions, lease
+//! renewals, handovers left half done, drain progress.
+
+use super::*;
+
+impl Worker {
+    pub(super) fn on_tick(&mut self) {
+        if self.unix_ms >= self.next_lease_renewal {
+            // Renew well before expiry: a third of the TTL.
+            self.next_lease_renewal = self.unix_ms + self.shared.cfg.registry.lease_ttl_ms / 3;
+            let mut pairs = std::mem::take(&mut self.lease_pairs);
+            self.fan.lease_pairs(&mut pairs);
+            let (held, lapsed) = self.fan.lease_counts(self.unix_ms);
+            self.metrics().leases_held.store(held, Ordering::Relaxed);
+            self.metrics()
+                .leases_lapsed
+                .store(lapsed, Ordering::Relaxed);
+            if !pairs.is_empty() {
+                let req = SidecarRequest::RenewLeases {
+                    worker: self.id,
+                    pairs: pairs.clone(),
+                };
+                let _ = self.shared.sidecar.try_send(req);
+            }
+            self.lease_pairs = pairs;
+        }
+        let now = self.now_ms();
+        let mut to_close: Vec<(ConnKey, Option<Close>, bool)> = Vec::new();
+        let mut handshaking = 0u64;
+        let mut compressed = 0u64;
+        for r in 0..self.rings.len() {
+            let rs = &mut self.rings[r];
+            for slot in 0..rs.conns.len() {
+                let Some(conn) = rs.conns[slot].as_deref_mut() else {
+                    continue;
+                };
+                if conn.closed {
+                    continue;
+                }
+                let key = ConnKey {
+                    ring: r as u8,
+                    gen: conn.gen,
+                    slot: slot as u32,
+                };
+                match &mut conn.state {
+                    ConnState::Http => {
+                        if now > conn.deadline_ms && !conn.rest_pending {
+                            to_close.push((key, None, true));
+                        }
+                    }
+                    ConnState::WebSocket(w, sid) => {
+                        handshaking += sid.is_none() as u64;
+                        compressed += conn.compress.is_some() as u64;
+                        if conn.close_after_flush {
+                            continue;
+                        }
+                        match w.session.on_tick(now, &mut conn.out) {
+                            Ok(()) => {
+                                if !conn.out.is_empty() && !conn.queued {
+                                    conn.queued = true;
+                                    self.queue.push(key);
+                                }
+                            }
+                            Err(close) => to_close.push((key, Some(close), false)),
+                        }
+                    }
+                    ConnState::Closing => {
+                        if now > conn.deadline_ms {
+                            to_close.push((key, None, false));
+                        }
+                    }
+                }
+            }
+            if !rs.accepting && self.draining_until.is_none() {
+                // A full table stopped the multishot accept; retry now that slots may be free.
+                self.arm_accept(r);
+            }
+        }
+        for (key, close, handshake) in to_close {
+            let closing = matches!(self.conn(key).map(|c| &c.state), Some(ConnState::Closing));
+            if handshake {
+                WorkerMetrics::inc(&self.metrics().handshake_timeouts);
+                if let Some(conn) = self.conn(key) {
+                    http::write_response(
+                        408,
+                        rest::JSON,
+                        br#"{"message": "request timeout", "code": 0}"#,
+                        false,
+                        &[],
+                        &mut conn.out,
+                    );
+                }
+                self.close_after_flush(key);
+            } else if closing {
+                self.finish(key);
+            } else {
+                self.begin_close(key, close);
+            }
+        }
+        let (_, degraded) = self.fan.tick(now, |_| {});
+        let m = &self.shared.metrics[self.id];
+        m.sessions_degraded
+            .store(degraded as u64, Ordering::Relaxed);
+        m.sessions_detached
+            .store(self.fan.detached() as u64, Ordering::Relaxed);
+        let st = self.fan.arena.stats();
+        m.arena_wraps.store(st.wraps, Ordering::Relaxed);
+        m.arena_lost_reads.store(st.lost_reads, Ordering::Relaxed);
+        m.ring_chunks_free
+            .store(self.fan.slab.free_count() as u64, Ordering::Relaxed);
+        m.ring_chunks_capacity
+            .store(self.fan.slab.capacity() as u64, Ordering::Relaxed);
+        m.sessions_handshaking.store(handshaking, Ordering::Relaxed);
+        m.compressed_sessions.store(compressed, Ordering::Relaxed);
+        let stale: Vec<u64> = self
+            .adopting
+            .iter()
+            .filter(|(_, a)| now > a.since_ms + ADOPT_TIMEOUT_MS)
+            .map(|(t, _)| *t)
+            .collect();
+        for token in stale {
+            let a = self.adopting.remove(&token).expect("listed");
+            tracing::warn!(
+                worker = self.id,
+                token,
+                "handover half never arrived: dropped"
+            );
+            if let Some((r, Ok(slot))) = a.slot {
+                self.rings[r]
+                    .ring
+                    .close(slot, ud(Op::Close, r as u8, 0, slot));
+            }
+        }
+        if let Some(until) = self.draining_until {
+            self.send_due_reconnects(now);
+            if now > until {
+                let keys: Vec<ConnKey> = self.all_keys();
+                for key in keys {
+                    let is_closing =
+                        matches!(self.conn(key).map(|c| &c.state), Some(ConnState::Closing));
+                    if is_closing {
+                        if now > until + LINGER_MS {
+                            self.finish(key);
+                        }
+                    } else {
+                        self.begin_close(
+                            key,
+                            Some(Close::new(
+                                CloseCode::UnknownError,
+                                "node shutting down: resume elsewhere",
+                            )),
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    /// Op 7 to every session whose moment in the drain has come.
+    pub(super) fn send_due_reconnects(&mut self, now: u64) {
+        while let Some(&(due, key)) = self.drain_schedule.last() {
+            if due > now {
+                break;
+            }
+            self.drain_schedule.pop();
+            if let Some(conn) = self.conn(key) {
+                if matches!(conn.state, ConnState::WebSocket(..)) {
+                    payload::reconnect(&mut conn.out);
+                    WorkerMetrics::inc(&self.metrics().reconnects_sent);
+                    self.queue_flush(key);
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! The inbox: messages from other threads (registry answers, ingest
+//! batches, permission changes, revocations, handed-over connections,
+//! shutdown), and delivery of events to the fan-out.
+
+use super::*;
+
+impl Worker {
+    pub(super) fn on_message(&mut self, msg: ToWorker) {
+        match msg {
+            ToWorker::Identified { conn, result } => self.on_identified(conn, result),
+            ToWorker::RestReply {
+                conn: key,
+                status,
+                body,
+            } => {
+                let Some(conn) = self.conn(key) else { return };
+                conn.rest_pending = false;
+                http::write_response(
+                    status,
+                    rest::JSON,
+                    &body,
+                    conn.keep_alive,
+                    &[],
+                    &mut conn.out,
+                );
+                let keep = conn.keep_alive;
+                self.queue_flush(key);
+                if keep {
+                    self.process_input(key);
+                } else {
+                    self.close_after_flush(key);
+                }
+            }
+            ToWorker::Batch(batch) => self.deliver_batch(&batch),
+            ToWorker::Leases { pairs, until_ms } => self.fan.renew_leases(&pairs, until_ms),
+            ToWorker::Revoke(msg) => self.revoke(&msg),
+            ToWorker::Access(update) => self.fan.update_access(update.server_id, &update.by_app),
+            ToWorker::Adopt {
+                token,
+                conn,
+                action,
+            } => {
+                let now = self.now_ms();
+                let a = self.adopting.entry(token).or_insert_with(|| Adoption {
+                    since_ms: now,
+                    ..Default::default()
+                });
+                a.conn = Some((conn, action));
+                self.try_adopt(token);
+            }
+            ToWorker::Shutdown { spread_ms } => self.drain(spread_ms),
+        }
+    }
+
+    /// Fan one event out (src/fanout.rs decides and appends; here the
+    /// recipients' connections are scheduled for a send).
+    pub(super) fn deliver(&mut self, ev: &EventIn) {
+        let now = self.now_ms();
+        let unix = self.unix_ms;
+        let Worker {
+            fan,
+            rings,
+            queue,
+            overflow,
+            ..
+        } = self;
+        let d = fan.deliver(
+            ev,
+            now,
+            unix,
+            |key| {
+                if let Some(conn) = conn_in(rings, key) {
+                    if !conn.queued {
+                        conn.queued = true;
+                        queue.push(key);
+                    }
+                }
+            },
+            |sid, key| overflow.push((sid, key)),
+        );
+        let m = &self.shared.metrics[self.id];
+        WorkerMetrics::inc(&m.events_in);
+        WorkerMetrics::add(&m.deliveries, d.recipients as u64);
+        WorkerMetrics::add(&m.deliveries_redacted, d.redacted as u64);
+        WorkerMetrics::add(&m.arena_records, d.appended_records as u64);
+        WorkerMetrics::add(&m.history_reclaims, d.history_reclaims as u64);
+        while let Some((sid, key)) = self.overflow.pop() {
+            self.overflowed(sid, key);
+        }
+    }
+
+    /// A batch of ingest records, validated by the ingest thread.
+    pub(super) fn deliver_batch(&mut self, batch: &crate::delivery::batch::Batch) {
+        for body in batch.bodies() {
+            // SAFETY: the ingest thread accepted exactly these bytes.
+            let rec = unsafe { ingest::access_trusted(body) };
+            let mut mentions = std::mem::take(&mut self.mentions);
+            mentions.clear();
+            mentions.extend(
+                rec.mentions()
+                    .iter()
+                    .take(mentions.capacity().max(1))
+                    .map(|m| m.to_native()),
+            );
+            let ev = EventIn {
+                t: rec.event_type(),
+                server_id: rec.server_id(),
+                channel_id: rec.channel_id(),
+                intent: rec.intent(),
+                permissions: rec.permissions(),
+                has_content: rec.has_content(),
+                mentions: &mentions,
+                d: rec.d(),
+            };
+            self.deliver(&ev);
+            self.mentions = mentions;
+        }
+    }
+
+    /// Apply a revocation pushed by the registry sidecar, then acknowledge
+    /// it (the sidecar measures write-to-applied across all workers).
+    pub(super) fn revoke(&mut self, msg: &RevokeMsg) {
+        use registry::Revocation as R;
+        let close = |code, reason| Close::new(code, reason);
+        match msg.revocation {
+            R::Uninstalled {
+                application_id,
+                server_id,
+            } => {
+                self.fan.revoke_server(application_id, server_id);
+            }
+            R::PermissionsChanged {
+                application_id,
+                server_id,
+            } => match &msg.access {
+                Some(access) => {
+                    self.fan.set_access(application_id, access);
+                }
+                None => {
+                    self.fan.revoke_server(application_id, server_id);
+                }
+            },
+            R::TokenReset { application_id } => {
+                let c = close(
+                    CloseCode::AuthenticationFailed,
+                    "authentication failed: the token was reset",
+                );
+                self.end_sessions(application_id, None, c);
+            }
+            R::IntentsChanged { application_id } => {
+                // Sessions using a privileged intent that is no longer approved end.
+                let withdrawn = intents::PRIVILEGED & !msg.approved_intents;
+                if withdrawn != 0 {
+                    let c = close(
+                        CloseCode::DisallowedIntents,
+                        "disallowed intents: a privileged intent was withdrawn",
+                    );
+                    self.end_sessions(application_id, Some(withdrawn), c);
+                }
+            }
+        }
+        let _ = self
+            .shared
+            .sidecar
+            .try_send(SidecarRequest::RevocationApplied {
+                id: msg.id,
+                applied_ms: registry::snowflake::unix_ms_now(),
+            });
+    }
+
+    /// End an application's sessions for good (not resumable), closing
+    /// their connections with `close`.
+    pub(super) fn end_sessions(&mut self, app: u64, using: Option<u64>, close: Close) {
+        for (sid, conn) in self.fan.sessions_of(app, using) {
+            // Unhook first, so the close below does not touch the session
+            // (whose slot may be reused once removed).
+            if let Some(key) = conn {
+                self.detach_conn(key);
+            }
+            self.fan.remove(sid);
+            if let Some(key) = conn {
+                self.begin_close(key, Some(close));
+            }
+        }
+    }
+}

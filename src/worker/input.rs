@@ -1,0 +1,281 @@
+//! Input: received bytes (through TLS) into HTTP heads and WebSocket
+//! frames, frames into the session state machine, and its actions.
+
+use super::*;
+
+enum Step {
+    Consumed(usize),
+    Act(Action, usize),
+    Close(Close, usize),
+    PeerClose(Option<u16>, usize),
+}
+
+impl Worker {
+    pub(super) fn on_recv(&mut self, r: usize, key: ConnKey, c: Completion) {
+        let bid = c.buffer_id();
+        if !c.more() {
+            let handing_over = match self.conn(key).and_then(|c| c.handover.as_deref_mut()) {
+                Some(h) => {
+                    h.recv_done = true;
+                    true
+                }
+                None => false,
+            };
+            if handing_over {
+                if c.result > 0 {
+                    let b = bid.expect("a receive with data has a buffer");
+                    let data = self.rings[r].ring.buffer(b, c.result as usize).to_vec();
+                    if let Some(conn) = self.conn(key) {
+                        conn.inbuf.extend_from_slice(&data);
+                    }
+                    self.rings[r].ring.recycle(b);
+                }
+                self.try_pass(key);
+                return;
+            }
+        }
+        let alive = self.conn(key).map(|c| !c.closed).unwrap_or(false);
+        if !alive {
+            if let Some(b) = bid {
+                self.rings[r].ring.recycle(b);
+            }
+            return;
+        }
+        if c.result > 0 {
+            let b = bid.expect("a receive with data has a buffer");
+            // Copy out of the provided buffer so it goes straight back to the kernel.
+            let max_in = http::MAX_HEAD.max(self.shared.cfg.limits.inbound_message_bytes + 14) * 2;
+            let (rs_ring, conns) = {
+                let rs = &mut self.rings[r];
+                (&mut rs.ring, &mut rs.conns)
+            };
+            let conn = conns[key.slot as usize].as_deref_mut().expect("alive");
+            let data = rs_ring.buffer(b, c.result as usize);
+            let mut fail = None;
+            match conn.tls.as_deref_mut() {
+                Some(tls) => {
+                    if let Err(e) = tls.receive(data, &mut conn.inbuf, max_in) {
+                        tracing::debug!(error = %e, "TLS error");
+                        fail = Some(());
+                    }
+                }
+                None => {
+                    if matches!(conn.state, ConnState::Closing) {
+                        // Draining the peer's leftovers while we linger.
+                    } else if conn.inbuf.len() + data.len() > max_in {
+                        fail = Some(());
+                    } else {
+                        conn.inbuf.extend_from_slice(data);
+                    }
+                }
+            }
+            rs_ring.recycle(b);
+            if fail.is_some() {
+                self.begin_close(
+                    key,
+                    Some(Close::new(
+                        CloseCode::DecodeError,
+                        "decode error: input exceeds limits",
+                    )),
+                );
+            } else {
+                self.queue_flush(key);
+                self.process_input(key);
+            }
+            if !c.more() {
+                if let Some(conn) = self.conn(key) {
+                    if !conn.closed && conn.handover.is_none() {
+                        self.rings[r].ring.recv_multi(key.slot, c.user_data);
+                    }
+                }
+            }
+            return;
+        }
+        if c.result == -libc::ENOBUFS {
+            // Every provided buffer was in use; ask again.
+            self.rings[r].ring.recv_multi(key.slot, c.user_data);
+            return;
+        }
+        // EOF or error: the peer is gone (resumable unless it said otherwise).
+        self.finish(key);
+    }
+
+    /// Parse everything buffered for a connection.
+    pub(super) fn process_input(&mut self, key: ConnKey) {
+        loop {
+            let now = self.now_ms();
+            let Some(conn) = conn_in(&mut self.rings, key) else {
+                return;
+            };
+            if conn.closed || conn.close_after_flush || conn.handover.is_some() {
+                return;
+            }
+            match &mut conn.state {
+                ConnState::Closing => {
+                    conn.inbuf.clear();
+                    return;
+                }
+                ConnState::Http => {
+                    if conn.rest_pending || conn.inbuf.is_empty() {
+                        return;
+                    }
+                    match http::parse_head(&conn.inbuf) {
+                        Ok(None) => return,
+                        Err(e) => {
+                            let status = e.status();
+                            http::write_response(
+                                status,
+                                rest::JSON,
+                                br#"{"message": "bad request", "code": 0}"#,
+                                false,
+                                &[],
+                                &mut conn.out,
+                            );
+                            conn.inbuf.clear();
+                            self.close_after_flush(key);
+                            return;
+                        }
+                        Ok(Some((n, head))) => {
+                            conn.inbuf.drain(..n);
+                            self.on_http_request(key, head, now);
+                        }
+                    }
+                }
+                ConnState::WebSocket(wsc, _) => {
+                    let step = {
+                        let WsConn {
+                            decoder, session, ..
+                        } = &mut **wsc;
+                        match decoder.decode(&mut conn.inbuf) {
+                            Ok(None) => return,
+                            Err(e) => Step::Close(ws_error_close(e), 0),
+                            Ok(Some((n, None))) => Step::Consumed(n),
+                            Ok(Some((n, Some(msg)))) => match msg {
+                                Message::Text(t) => match identify::parse(t.as_bytes(), &mut self.scratch) {
+                                    Err(close) => Step::Close(close, n),
+                                    Ok(p) => match session.on_payload(p, now, &mut conn.out) {
+                                        Ok(Action::None) => Step::Consumed(n),
+                                        Ok(a) => Step::Act(a, n),
+                                        Err(close) => Step::Close(close, n),
+                                    },
+                                },
+                                Message::Binary(_) => Step::Close(
+                                    Close::new(CloseCode::DecodeError, "decode error: binary payloads are not supported (encoding=json)"),
+                                    n,
+                                ),
+                                Message::Ping(p) => {
+                                    ws::encode_frame(OpCode::Pong, p, &mut conn.out);
+                                    Step::Consumed(n)
+                                }
+                                Message::Pong(_) => Step::Consumed(n),
+                                Message::Close(code, _) => Step::PeerClose(code, n),
+                            },
+                        }
+                    };
+                    let n = match &step {
+                        Step::Consumed(n)
+                        | Step::Act(_, n)
+                        | Step::Close(_, n)
+                        | Step::PeerClose(_, n) => *n,
+                    };
+                    conn.inbuf.drain(..n.min(conn.inbuf.len()));
+                    if conn.inbuf.capacity() > KEEP_BUFFER && conn.inbuf.is_empty() {
+                        conn.inbuf = Vec::new();
+                    }
+                    self.queue_flush(key);
+                    match step {
+                        Step::Consumed(_) => {}
+                        Step::Act(a, _) => self.on_action(key, a),
+                        Step::Close(close, _) => {
+                            self.begin_close(key, Some(close));
+                            return;
+                        }
+                        Step::PeerClose(code, _) => {
+                            self.on_peer_close(key, code);
+                            return;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    pub(super) fn on_action(&mut self, key: ConnKey, action: Action) {
+        match action {
+            Action::None => {}
+            Action::Identify(identify) => {
+                // The session belongs on the worker its (application, shard) is placed on.
+                let workers = self.shared.workers.len() as u32;
+                if let Some(app) = registry::token::parse_app_id(&identify.token) {
+                    let to = shards::worker_for(app, identify.shard.0, workers) as usize;
+                    if to != self.id {
+                        self.start_handover(key, to, Action::Identify(identify));
+                        return;
+                    }
+                }
+                self.send_identify(key, identify);
+            }
+            Action::Resume(r) => self.on_resume(key, r),
+            Action::Ack(seq) => {
+                let Some(sid) = self.session_of(key) else {
+                    return;
+                };
+                self.fan.ack(sid, seq);
+            }
+            Action::MembersChunk { guild_ids, nonce } => {
+                let Some(sid) = self.session_of(key) else {
+                    return;
+                };
+                let Some(id) = self.fan.get(sid).map(|s| s.identity.clone()) else {
+                    return;
+                };
+                let now = self.now_ms();
+                for g in guild_ids {
+                    if id.guild(g).is_none() {
+                        continue;
+                    }
+                    let d = serde_json::json!({
+                        "guild_id": g.to_string(),
+                        "members": [{"user": serde_json::from_str::<serde_json::Value>(&id.user_json).unwrap_or_default(),
+                                     "roles": [], "joined_at": payload::iso8601(0), "deaf": false, "mute": false, "flags": 0, "pending": false}],
+                        "chunk_index": 0,
+                        "chunk_count": 1,
+                        "not_found": [],
+                        "nonce": nonce,
+                    });
+                    let d = serde_json::to_vec(&d).expect("json");
+                    if self
+                        .fan
+                        .dispatch(sid, "GUILD_MEMBERS_CHUNK", &d, now)
+                        .is_err()
+                    {
+                        self.overflowed(sid, key);
+                        return;
+                    }
+                }
+                self.queue_flush(key);
+            }
+        }
+    }
+
+    /// The fan-out session a connection serves, if it is READY.
+    pub(super) fn session_of(&mut self, key: ConnKey) -> Option<u32> {
+        match &self.conn(key)?.state {
+            ConnState::WebSocket(_, sid) => *sid,
+            _ => None,
+        }
+    }
+
+    /// A session's queue hit its bound: close its connection resumably; the
+    /// session keeps what it holds for a Resume.
+    pub(super) fn overflowed(&mut self, _sid: u32, key: ConnKey) {
+        WorkerMetrics::inc(&self.metrics().slow_consumer_closes);
+        self.begin_close(
+            key,
+            Some(Close::new(
+                CloseCode::UnknownError,
+                "send queue full: the client is not reading fast enough; resume to continue",
+            )),
+        );
+    }
+}

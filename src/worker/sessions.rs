@@ -1,0 +1,221 @@
+//! Sessions: Identify through the registry sidecar (with its admission
+//! bound) to READY, and Resume of a session this worker holds.
+
+use super::*;
+
+impl Worker {
+    pub(super) fn on_resume(&mut self, key: ConnKey, r: Resume) {
+        let now = self.now_ms();
+        let sid = SessionId::parse(&r.session_id);
+        // The session lives on the worker its id names: move the connection there.
+        if let Some(to) = sid.map(|s| s.worker() as usize) {
+            if to != self.id && to < self.shared.workers.len() {
+                self.start_handover(key, to, Action::Resume(r));
+                return;
+            }
+        }
+        let idx = sid.and_then(|s| self.fan.lookup(&s));
+        let outcome: Result<u32, &str> = match idx {
+            None => Err("unknown session"),
+            Some(idx) => {
+                let s = self.fan.get(idx).expect("indexed");
+                if s.identity.token_digest != identify::token_digest(&r.token) {
+                    // A wrong token must not end, or even disturb, someone's session.
+                    Err("token does not match the session")
+                } else {
+                    // A connection still holding the session (the client saw the
+                    // drop before we did) is ended; the session is not.
+                    if let Some(old) = s.conn.filter(|c| *c != key) {
+                        self.detach_conn(old);
+                        self.begin_close(
+                            old,
+                            Some(Close::new(
+                                CloseCode::UnknownError,
+                                "session resumed on another connection",
+                            )),
+                        );
+                    }
+                    self.fan.rewind_for_resume(idx, r.seq).map(|()| idx)
+                }
+            }
+        };
+        match outcome {
+            Ok(idx) => {
+                let attached = self.fan.get_mut(idx).map(|s| {
+                    s.conn = Some(key);
+                    s.expires_ms = u64::MAX;
+                });
+                debug_assert!(attached.is_some());
+                let resumed = self
+                    .fan
+                    .dispatch(idx, "RESUMED", br#"{"_trace":["gatewayd"]}"#, now);
+                let Some(conn) = self.conn(key) else { return };
+                let ConnState::WebSocket(w, sid) = &mut conn.state else {
+                    return;
+                };
+                *sid = Some(idx);
+                w.session.authenticated();
+                conn.partial = 0;
+                WorkerMetrics::inc(&self.metrics().resumes);
+                WorkerMetrics::inc(&self.metrics().sessions_ready);
+                if resumed.is_err() {
+                    self.overflowed(idx, key);
+                }
+            }
+            Err(why) => {
+                tracing::debug!(worker = self.id, why, "resume refused");
+                let Some(conn) = self.conn(key) else { return };
+                let ConnState::WebSocket(w, _) = &mut conn.state else {
+                    return;
+                };
+                w.session.authentication_failed();
+                payload::invalid_session(&mut conn.out, false);
+                WorkerMetrics::inc(&self.metrics().resumes_refused);
+            }
+        }
+        self.queue_flush(key);
+    }
+
+    /// Unhook a connection from its session (the session stays).
+    pub(super) fn detach_conn(&mut self, key: ConnKey) {
+        if let Some(conn) = self.conn(key) {
+            if let ConnState::WebSocket(_, sid) = &mut conn.state {
+                if sid.take().is_some() {
+                    WorkerMetrics::dec(&self.metrics().sessions_ready);
+                }
+            }
+        }
+    }
+
+    pub(super) fn on_identified(
+        &mut self,
+        key: ConnKey,
+        result: Result<Box<IdentifyOk>, IdentifyRefusal>,
+    ) {
+        let worker = self.id;
+        let gateway_url = self.shared.gateway_url.clone();
+        let now = self.now_ms();
+        let Some(conn) = self.conn(key) else { return };
+        let ConnState::WebSocket(w, _) = &mut conn.state else {
+            return;
+        };
+        if w.session.phase() != Phase::Authenticating {
+            return;
+        }
+        let ok = match result {
+            Err(IdentifyRefusal::Close(close)) => {
+                WorkerMetrics::inc(&self.metrics().identifies_refused);
+                WorkerMetrics::inc(&self.metrics().identifies_refused_closed);
+                self.begin_close(key, Some(close));
+                return;
+            }
+            Err(IdentifyRefusal::InvalidSession) => {
+                w.session.authentication_failed();
+                payload::invalid_session(&mut conn.out, false);
+                WorkerMetrics::inc(&self.metrics().identifies_refused);
+                self.queue_flush(key);
+                return;
+            }
+            Ok(ok) => ok,
+        };
+        w.session.authenticated();
+        let mut random = [0u8; 16];
+        let _ = getrandom::fill(&mut random);
+        let session_id = SessionId::new(worker as u8, u128::from_le_bytes(random));
+        let ready_d = serde_json::json!({
+            "v": 10,
+            "user": serde_json::from_str::<serde_json::Value>(&ok.user_json).unwrap_or_default(),
+            "guilds": ok.guilds.iter().map(|g| serde_json::json!({"id": g.0.id.to_string(), "unavailable": true})).collect::<Vec<_>>(),
+            "session_id": session_id.as_str(),
+            "session_type": "normal",
+            "resume_gateway_url": gateway_url,
+            "shard": [ok.shard.0, ok.shard.1],
+            "application": {"id": ok.application_id.to_string(), "flags": ok.application_flags},
+            "private_channels": [],
+            "relationships": [],
+            "presences": [],
+            "guild_join_requests": [],
+            "geo_ordered_rtc_regions": [],
+            "user_settings": {},
+            "auth": {},
+            "_trace": ["gatewayd"],
+        });
+        let ready_d = serde_json::to_vec(&ready_d).expect("json");
+        let identity = Box::new(Identity {
+            session_id,
+            application_id: ok.application_id,
+            bot_user_id: ok.bot_user_id,
+            intents: ok.intents,
+            shard: ok.shard,
+            token_digest: ok.token_digest,
+            guilds: ok.guilds.iter().map(|g| g.0.clone()).collect(),
+            user_json: ok.user_json.clone(),
+        });
+        let idx = self.fan.create(identity, key);
+        if let Some(ConnState::WebSocket(_, sid)) = self.conn(key).map(|c| &mut c.state) {
+            *sid = Some(idx);
+        }
+        WorkerMetrics::inc(&self.metrics().identifies);
+        WorkerMetrics::inc(&self.metrics().sessions_ready);
+        // READY (s = 1), then one GUILD_CREATE per server: dispatches like any
+        // other, so a Resume can replay them too.
+        let mut pushed = self.fan.dispatch(idx, "READY", &ready_d, now);
+        for g in &ok.guilds {
+            if pushed.is_ok() {
+                pushed = self.fan.dispatch(idx, "GUILD_CREATE", &g.1, now);
+            }
+        }
+        match pushed {
+            Ok(_) => {}
+            Err(ringbuf::PushError::NoChunks) => {
+                // The worker's ring storage is used up: this is capacity, not
+                // the client's fault. Undo the session and ask it to retry.
+                tracing::warn!(
+                    worker = self.id,
+                    "ring storage exhausted (events.ring_chunks): identify refused"
+                );
+                WorkerMetrics::inc(&self.metrics().ring_exhausted);
+                self.detach_conn(key);
+                self.fan.remove(idx);
+                self.refuse_identify(key);
+                return;
+            }
+            Err(ringbuf::PushError::Full) => self.overflowed(idx, key),
+        }
+        self.queue_flush(key);
+    }
+
+    /// Hand an Identify to the registry sidecar, unless its queue is at the
+    /// node's admission bound: then op 9 at once, so a storm queues nowhere.
+    pub(super) fn send_identify(
+        &mut self,
+        key: ConnKey,
+        identify: crate::protocol::identify::Identify,
+    ) {
+        if self.shared.sidecar.len() >= self.shared.cfg.registry.admission_queue {
+            WorkerMetrics::inc(&self.metrics().identifies_refused_admission);
+            self.refuse_identify(key);
+            return;
+        }
+        let req = SidecarRequest::Identify {
+            worker: self.id,
+            conn: key,
+            identify,
+        };
+        if self.shared.sidecar.try_send(req).is_err() {
+            self.refuse_identify(key);
+        }
+    }
+
+    /// The registry link is saturated: tell the client to back off (op 9).
+    pub(super) fn refuse_identify(&mut self, key: ConnKey) {
+        if let Some(conn) = self.conn(key) {
+            if let ConnState::WebSocket(w, _) = &mut conn.state {
+                w.session.authentication_failed();
+                payload::invalid_session(&mut conn.out, false);
+            }
+        }
+        WorkerMetrics::inc(&self.metrics().identifies_refused);
+        self.queue_flush(key);
+    }
+}

@@ -3,7 +3,10 @@
 //! per identify (or snapshot change), never per event.
 
 use crate::protocol::intents::{self, perm};
-use crate::protocol::session::Identity;
+use registry::model::{Installation, ServerSnapshot};
+use registry::OverwriteKind;
+
+use crate::protocol::session::{GuildAccess, Identity};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Target {
@@ -127,10 +130,63 @@ pub fn decide(id: &Identity, req: &Requirement) -> Option<Variant> {
     }
 }
 
+/// Effective permissions of the bot in every channel of a server, from
+/// the registry's view: the one function the identify path, permission
+/// changes and lease renewals use.
+pub fn guild_access(snap: &ServerSnapshot, inst: &Installation, bot_user_id: u64) -> GuildAccess {
+    let server_id = snap.server.id;
+    let everyone = snap
+        .roles
+        .iter()
+        .find(|r| r.id == server_id)
+        .map(|r| r.permissions)
+        .unwrap_or(0);
+    let role_perms = snap
+        .roles
+        .iter()
+        .filter(|r| inst.role_ids.contains(&r.id))
+        .fold(0, |acc, r| acc | r.permissions);
+    let mut channels: Vec<(u64, u64)> = snap
+        .channels
+        .iter()
+        .map(|c| {
+            let ows: Vec<Overwrite> = c
+                .overwrites
+                .iter()
+                .map(|o| Overwrite {
+                    id: o.target_id,
+                    target: if o.kind == OverwriteKind::Member {
+                        Target::Member
+                    } else {
+                        Target::Role
+                    },
+                    allow: o.allow,
+                    deny: o.deny,
+                })
+                .collect();
+            let p = channel_permissions(
+                server_id,
+                bot_user_id,
+                &inst.role_ids,
+                everyone,
+                role_perms,
+                &ows,
+                inst.permissions,
+            );
+            (c.channel.id, p)
+        })
+        .collect();
+    channels.sort_unstable();
+    GuildAccess {
+        id: server_id,
+        channels,
+        lease_until_ms: 0,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::session::GuildAccess;
     use shards::SessionId;
 
     const S: u64 = 1000;
@@ -279,5 +335,40 @@ mod tests {
         let mut unknown_channel = msg(&[]);
         unknown_channel.channel_id = 11;
         assert_eq!(decide(&identity(gm, VIEW), &unknown_channel), None);
+    }
+
+    #[test]
+    fn guild_access_uses_registry_roles_and_overwrites() {
+        use registry::Registry;
+        let reg = registry::SqliteRegistry::open_in_memory().unwrap();
+        let seed = reg.seed_demo().unwrap().unwrap();
+        let snap = reg.server_snapshot(seed.server_id).unwrap().unwrap();
+        let inst = reg
+            .installation(seed.app.id, seed.server_id)
+            .unwrap()
+            .unwrap();
+        let ga = guild_access(&snap, &inst, seed.app.bot_user_id);
+        let p = ga.channel_permissions(seed.general_channel_id).unwrap();
+        assert_ne!(p & intents::perm::VIEW_CHANNEL, 0);
+        // A deny overwrite for @everyone on #general hides it.
+        reg.set_overwrite(
+            seed.general_channel_id,
+            seed.server_id,
+            OverwriteKind::Role,
+            0,
+            intents::perm::VIEW_CHANNEL,
+        )
+        .unwrap();
+        let snap = reg.server_snapshot(seed.server_id).unwrap().unwrap();
+        let ga = guild_access(&snap, &inst, seed.app.bot_user_id);
+        let p = ga.channel_permissions(seed.general_channel_id).unwrap();
+        assert_eq!(p & intents::perm::VIEW_CHANNEL, 0);
+        let gc = crate::protocol::guild::guild_create(&snap, &inst, &seed.app, &[]);
+        assert_eq!(gc["id"], seed.server_id.to_string());
+        assert!(gc["channels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "general"));
     }
 }

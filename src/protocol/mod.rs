@@ -6,6 +6,7 @@
 
 pub mod close;
 pub mod compress;
+pub mod guild;
 pub mod identify;
 pub mod intents;
 pub mod payload;

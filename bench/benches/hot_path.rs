@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use gatewayd::delivery::entitlement::{decide, Variant};
-use gatewayd::delivery::fanout::record_parts;
+use gatewayd::delivery::record;
 use gatewayd::delivery::sendpath::{self, SendPool, HDR_MAX};
 use gatewayd::protocol::intents;
 use gatewayd_bench::*;
@@ -156,7 +156,7 @@ fn ring(c: &mut Criterion) {
                 black_box(l.ring.check_resume(from)).unwrap();
                 let mut bytes = 0usize;
                 for e in l.ring.held(&l.slab) {
-                    let (t, d) = record_parts(l.arena.get(e.record).unwrap());
+                    let (t, d) = record::parts(l.arena.get(e.record).unwrap());
                     bytes += t.len() + d.len();
                 }
                 black_box(bytes)

@@ -127,11 +127,9 @@ pub struct Loaded {
     pub ring: SessionRing,
 }
 
-/// The arena record layout the node uses (src/fanout.rs): `[t_len][t][d]`.
+/// One event record, as the node writes it (gatewayd::delivery::record).
 pub fn append_event(arena: &mut Arena, d: &[u8]) -> ringbuf::RecordRef {
-    arena
-        .append(&[&[EVENT_TYPE.len() as u8], EVENT_TYPE.as_bytes(), d])
-        .expect("record fits the arena")
+    gatewayd::delivery::record::append(arena, EVENT_TYPE, d).expect("record fits the arena")
 }
 
 /// An arena with `n` MESSAGE_CREATE records of `d_len` bytes, and a session

@@ -14,6 +14,7 @@ use ringbuf::{Arena, ArenaConfig, Entry, PushError, RecordRef, RingConfig, RingS
 use shards::SessionId;
 
 use crate::delivery::entitlement::{self, Requirement, Variant};
+use crate::delivery::record;
 use crate::delivery::ConnKey;
 use crate::protocol::session::Identity;
 
@@ -98,16 +99,6 @@ fn unlist(map: &mut HashMap<u64, Vec<u32>>, key: u64, idx: u32) {
             map.remove(&key);
         }
     }
-}
-
-/// Arena record layout: `[t_len: u8][t][d]`.
-pub fn record_parts(record: &[u8]) -> (&str, &[u8]) {
-    let n = record.first().copied().unwrap_or(0) as usize;
-    let t = record
-        .get(1..1 + n)
-        .and_then(|t| std::str::from_utf8(t).ok())
-        .unwrap_or("");
-    (t, record.get(1 + n..).unwrap_or(&[]))
 }
 
 impl FanOut {
@@ -358,8 +349,7 @@ impl FanOut {
     }
 
     fn append(&mut self, t: &str, d: &[u8]) -> Result<RecordRef, ringbuf::ArenaError> {
-        let t = &t.as_bytes()[..t.len().min(255)];
-        self.arena.append(&[&[t.len() as u8], t, d])
+        record::append(&mut self.arena, t, d)
     }
 
     /// Fan one event out to this worker's entitled sessions. `queued` is
@@ -403,8 +393,7 @@ impl FanOut {
                     Variant::Full => match full {
                         Some(r) => r,
                         None => {
-                            let t = &ev.t.as_bytes()[..ev.t.len().min(255)];
-                            match self.arena.append(&[&[t.len() as u8], t, ev.d]) {
+                            match record::append(&mut self.arena, ev.t, ev.d) {
                                 Ok(r) => {
                                     out.appended_records += 1;
                                     *full.insert(r)
@@ -421,8 +410,7 @@ impl FanOut {
                                 // Unparseable message: never leak content to a bot without the intent.
                                 continue;
                             }
-                            let t = &ev.t.as_bytes()[..ev.t.len().min(255)];
-                            match self.arena.append(&[&[t.len() as u8], t, &self.redacted]) {
+                            match record::append(&mut self.arena, ev.t, &self.redacted) {
                                 Ok(r) => {
                                     out.appended_records += 1;
                                     *redacted.insert(r)

@@ -9,7 +9,7 @@
 use net::ws::{self, OpCode};
 use ringbuf::{Arena, RingSlab, SessionRing};
 
-use crate::delivery::fanout::record_parts;
+use crate::delivery::record;
 
 /// Ring entries per send.
 pub const MAX_BATCH: usize = 32;
@@ -111,7 +111,7 @@ pub fn build(
     if let Some((ring, rs)) = ring {
         for (i, e) in ring.unsent(rs).take(MAX_BATCH).enumerate() {
             let record = arena.get(e.record).ok_or(Lost)?;
-            let (t, d) = record_parts(record);
+            let (t, d) = record::parts(record);
             let hdr = &mut slot.hdr[i * HDR_MAX..(i + 1) * HDR_MAX];
             let h = dispatch_header(hdr, t, e.seq, d.len());
             let frame = h + d.len() + SUFFIX.len();
@@ -182,7 +182,7 @@ pub fn finish_frame(
     let Some(record) = arena.get(e.record) else {
         return false;
     };
-    let (t, d) = record_parts(record);
+    let (t, d) = record::parts(record);
     let mut hdr = [0u8; HDR_MAX];
     let h = dispatch_header(&mut hdr, t, e.seq, d.len());
     let mut skip = partial;
@@ -225,7 +225,7 @@ pub fn build_compressed(
             done.lost = true;
             break;
         };
-        let (t, d) = record_parts(record);
+        let (t, d) = record::parts(record);
         let h = dispatch_prefix(&mut hdr, t, e.seq);
         let n = c.frame(&[&hdr[..h], d, SUFFIX], out)?;
         done.entries += 1;
@@ -237,7 +237,7 @@ pub fn build_compressed(
 
 /// Write `{"op":0,"t":"..","s":N,"d":` (no frame header); returns its length.
 fn dispatch_prefix(buf: &mut [u8], t: &str, seq: u64) -> usize {
-    let t = &t.as_bytes()[..t.len().min(64)];
+    let t = record::clip_t(t);
     let mut num = itoa::Buffer::new();
     let s = num.format(seq).as_bytes();
     let mut at = 0;
@@ -267,7 +267,7 @@ pub fn gather(slot: &SendSlot, out: &mut Vec<u8>) {
 /// Write a text frame header and the dispatch prefix for a payload `d` of
 /// `d_len` bytes; returns the bytes written.
 pub fn dispatch_header(buf: &mut [u8], t: &str, seq: u64, d_len: usize) -> usize {
-    let t = &t.as_bytes()[..t.len().min(64)];
+    let t = record::clip_t(t);
     let mut num = itoa::Buffer::new();
     let s = num.format(seq).as_bytes();
     let prefix_len = 13 + t.len() + 6 + s.len() + 5;

@@ -2,7 +2,7 @@
 //! `gatewayd` process: every case must end in the documented close code (with
 //! a reason), and none may disturb a well-behaved session on the same node.
 
-mod common;
+mod support;
 mod ws_client;
 
 use std::io::{Read, Write};
@@ -13,8 +13,9 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{http_get, Node};
 use serde_json::{json, Value};
+use support::http::http_get;
+use support::node::Node;
 use ws_client::{Msg, Ws, GOOD_INTENTS, OP_BINARY, OP_CONT, OP_PING, OP_PONG, OP_TEXT};
 
 const T: Duration = Duration::from_secs(10);

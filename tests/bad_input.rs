@@ -3,7 +3,6 @@
 //! a reason), and none may disturb a well-behaved session on the same node.
 
 mod support;
-mod ws_client;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -13,10 +12,12 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use net::ws::{OpCode, OwnedMessage};
 use serde_json::{json, Value};
 use support::http::http_get;
 use support::node::Node;
-use ws_client::{Msg, Ws, GOOD_INTENTS, OP_BINARY, OP_CONT, OP_PING, OP_PONG, OP_TEXT};
+use support::raw::{Incoming, Msg, Ws};
+use support::BOT_INTENTS;
 
 const T: Duration = Duration::from_secs(10);
 use proto::intents::{GUILD_MEMBERS, GUILD_PRESENCES, MESSAGE_CONTENT};
@@ -47,7 +48,7 @@ impl Ctx {
     /// A connection that has received READY.
     fn ready(&self) -> Ws {
         let mut ws = self.ws();
-        ws.login(&self.token, GOOD_INTENTS);
+        ws.login(&self.token, BOT_INTENTS);
         ws
     }
 }
@@ -131,9 +132,8 @@ fn sc_non_json_after_ready(c: &Ctx) {
 
 fn sc_binary_garbage(c: &Ctx) {
     let mut ws = c.ready();
-    ws.send_frame(
-        OP_BINARY,
-        true,
+    ws.send(
+        OpCode::Binary,
         true,
         &[0xde, 0xad, 0xbe, 0xef, 0x00, 0xff, 0x83, 0x68],
     )
@@ -186,9 +186,8 @@ fn sc_fragmented_oversized(c: &Ctx) {
     let mut ws = c.ready();
     let part1 = format!("{{\"op\":1,\"d\":null,\"x\":\"{}", "a".repeat(3000));
     let part2 = format!("{}\"}}", "b".repeat(2000));
-    ws.send_frame(OP_TEXT, false, true, part1.as_bytes())
-        .unwrap();
-    let _ = ws.send_frame(OP_CONT, true, true, part2.as_bytes());
+    ws.send(OpCode::Text, false, part1.as_bytes()).unwrap();
+    let _ = ws.send(OpCode::Continuation, true, part2.as_bytes());
     assert_close(
         &mut ws,
         &[4002],
@@ -199,53 +198,44 @@ fn sc_fragmented_oversized(c: &Ctx) {
 fn sc_fragmented_many_small(c: &Ctx) {
     let mut ws = c.ready();
     // 50 continuation frames of 100 bytes each: each is small, the total is 5 KB.
-    ws.send_frame(OP_TEXT, false, true, b"{\"op\":1,\"d\":null,\"x\":\"")
+    ws.send(OpCode::Text, false, b"{\"op\":1,\"d\":null,\"x\":\"")
         .unwrap();
     for _ in 0..50 {
-        if ws.send_frame(OP_CONT, false, true, &[b'c'; 100]).is_err() {
+        if ws.send(OpCode::Continuation, false, &[b'c'; 100]).is_err() {
             break;
         }
     }
-    let _ = ws.send_frame(OP_CONT, true, true, b"\"}");
+    let _ = ws.send(OpCode::Continuation, true, b"\"}");
     assert_close(&mut ws, &[4002], "50 small fragments totalling 5 KB");
 }
 
 fn sc_fragmented_valid(c: &Ctx) {
     let mut ws = c.hello();
-    ws.send_frame(OP_TEXT, false, true, b"{\"op\":1,").unwrap();
-    ws.send_frame(OP_CONT, false, true, b"\"d\":").unwrap();
+    ws.send(OpCode::Text, false, b"{\"op\":1,").unwrap();
+    ws.send(OpCode::Continuation, false, b"\"d\":").unwrap();
     // A control frame may come between fragments (RFC 6455 5.4).
-    ws.send_frame(OP_PING, true, true, b"between").unwrap();
-    ws.send_frame(OP_CONT, true, true, b"null}").unwrap();
+    ws.send(OpCode::Ping, true, b"between").unwrap();
+    ws.send(OpCode::Continuation, true, b"null}").unwrap();
     let v = ws.read_until(11, None, T);
     assert_eq!(v["op"], 11, "fragmented heartbeat must be answered");
 }
 
 fn sc_ping_pong(c: &Ctx) {
     let mut ws = c.hello();
-    ws.send_frame(OP_PING, true, true, b"ping-payload").unwrap();
-    // read_message answers pings itself but returns nothing for pongs, so read raw.
-    ws.stream.set_read_timeout(Some(T)).unwrap();
+    ws.send(OpCode::Ping, true, b"ping-payload").unwrap();
+    // read_message answers pings itself but returns nothing for pongs, so read frames.
     let deadline = Instant::now() + T;
-    let mut buf = Vec::new();
-    let mut tmp = [0u8; 4096];
     loop {
-        assert!(Instant::now() < deadline, "no Pong for a Ping");
-        let n = ws.stream.read(&mut tmp).unwrap();
-        assert!(n > 0, "EOF instead of Pong");
-        buf.extend_from_slice(&tmp[..n]);
-        let mut off = 0;
-        while let Some((f, used)) = ws_client::parse_frame(&buf[off..]).unwrap() {
-            off += used;
-            if f.opcode == OP_PONG {
-                assert_eq!(
-                    f.payload, b"ping-payload",
-                    "Pong must echo the Ping payload"
-                );
+        let left = deadline.saturating_duration_since(Instant::now());
+        match ws.read_frame(left) {
+            Incoming::Message(OwnedMessage::Pong(p)) => {
+                assert_eq!(p, b"ping-payload", "Pong must echo the Ping payload");
                 return;
             }
+            Incoming::Message(_) => {}
+            Incoming::Timeout => panic!("no Pong for a Ping"),
+            other => panic!("{other:?} instead of Pong"),
         }
-        buf.drain(..off);
     }
 }
 
@@ -273,13 +263,13 @@ fn sc_request_members_before_identify(c: &Ctx) {
 
 fn sc_identify_twice(c: &Ctx) {
     let mut ws = c.ready();
-    ws.identify(&c.token, GOOD_INTENTS).unwrap();
+    ws.identify(&c.token, BOT_INTENTS).unwrap();
     assert_close(&mut ws, &[4005], "second identify");
 }
 
 fn sc_bad_token(c: &Ctx) {
     let mut ws = c.hello();
-    ws.identify("not-a-real-token", GOOD_INTENTS).unwrap();
+    ws.identify("not-a-real-token", BOT_INTENTS).unwrap();
     assert_close(&mut ws, &[4004], "bad token");
 }
 
@@ -289,19 +279,19 @@ fn sc_bad_token_similar(c: &Ctx) {
     let last = t.pop().unwrap();
     t.push(if last == 'A' { 'B' } else { 'A' });
     let mut ws = c.hello();
-    ws.identify(&t, GOOD_INTENTS).unwrap();
+    ws.identify(&t, BOT_INTENTS).unwrap();
     assert_close(&mut ws, &[4004], "token with one character changed");
 }
 
 fn sc_empty_token(c: &Ctx) {
     let mut ws = c.hello();
-    ws.identify("", GOOD_INTENTS).unwrap();
+    ws.identify("", BOT_INTENTS).unwrap();
     assert_close(&mut ws, &[4004], "empty token");
 }
 
 fn sc_token_with_bot_prefix(c: &Ctx) {
     let mut ws = c.hello();
-    ws.identify(&format!("Bot {}", c.token), GOOD_INTENTS)
+    ws.identify(&format!("Bot {}", c.token), BOT_INTENTS)
         .unwrap();
     let v = ws.read_until(0, Some("READY"), T);
     assert!(
@@ -312,35 +302,35 @@ fn sc_token_with_bot_prefix(c: &Ctx) {
 
 fn sc_undefined_intent_bit_40(c: &Ctx) {
     let mut ws = c.hello();
-    ws.identify(&c.token, GOOD_INTENTS | (1 << 40)).unwrap();
+    ws.identify(&c.token, BOT_INTENTS | (1 << 40)).unwrap();
     assert_close(&mut ws, &[4013], "intent bit 40");
 }
 
 fn sc_undefined_intent_bit_17(c: &Ctx) {
     let mut ws = c.hello();
-    ws.identify(&c.token, GOOD_INTENTS | (1 << 17)).unwrap();
+    ws.identify(&c.token, BOT_INTENTS | (1 << 17)).unwrap();
     assert_close(&mut ws, &[4013], "intent bit 17 (undefined)");
 }
 
 fn sc_unapproved_privileged_intent(c: &Ctx) {
     let mut ws = c.hello();
-    ws.identify(&c.token, GOOD_INTENTS | GUILD_PRESENCES)
+    ws.identify(&c.token, BOT_INTENTS | GUILD_PRESENCES)
         .unwrap();
     assert_close(&mut ws, &[4014], "GUILD_PRESENCES (not approved)");
 }
 
 fn sc_approved_privileged_intents(c: &Ctx) {
     let mut ws = c.hello();
-    ws.identify(&c.token, GOOD_INTENTS | GUILD_MEMBERS | MESSAGE_CONTENT)
+    ws.identify(&c.token, BOT_INTENTS | GUILD_MEMBERS | MESSAGE_CONTENT)
         .unwrap();
     ws.read_until(0, Some("READY"), T);
 }
 
 fn sc_invalid_shard(c: &Ctx, shard: [u64; 2]) {
     let mut ws = c.hello();
-    ws.send_json(&ws_client::identify_payload(
+    ws.send_json(&support::bot::identify_payload(
         &c.token,
-        GOOD_INTENTS,
+        BOT_INTENTS,
         Some(shard),
     ))
     .unwrap();
@@ -360,33 +350,33 @@ fn sc_rate_limit(c: &Ctx) {
 
 fn sc_unmasked_frame(c: &Ctx) {
     let mut ws = c.ready();
-    ws.send_frame(OP_TEXT, true, false, b"{\"op\":1,\"d\":null}")
+    ws.send_unmasked(OpCode::Text, b"{\"op\":1,\"d\":null}")
         .unwrap();
     assert_protocol_error(&mut ws, "unmasked client frame");
 }
 
 fn sc_rsv_bits(c: &Ctx, rsv: u8) {
     let mut ws = c.ready();
-    ws.send_frame_first_byte(0x80 | rsv | OP_TEXT, b"{\"op\":1,\"d\":null}")
+    ws.send_first_byte(0x80 | rsv | OpCode::Text.as_u8(), b"{\"op\":1,\"d\":null}")
         .unwrap();
     assert_protocol_error(&mut ws, &format!("RSV bits {rsv:#04x}"));
 }
 
 fn sc_reserved_opcode(c: &Ctx) {
     let mut ws = c.ready();
-    ws.send_frame(0x3, true, true, b"x").unwrap();
+    ws.send_first_byte(0x80 | 0x3, b"x").unwrap();
     assert_protocol_error(&mut ws, "reserved opcode 0x3");
 }
 
 fn sc_oversized_ping(c: &Ctx) {
     let mut ws = c.ready();
-    ws.send_frame(OP_PING, true, true, &[b'p'; 200]).unwrap();
+    ws.send(OpCode::Ping, true, &[b'p'; 200]).unwrap();
     assert_protocol_error(&mut ws, "ping with 200-byte payload");
 }
 
 fn sc_continuation_without_start(c: &Ctx) {
     let mut ws = c.ready();
-    ws.send_frame(OP_CONT, true, true, b"{\"op\":1}").unwrap();
+    ws.send(OpCode::Continuation, true, b"{\"op\":1}").unwrap();
     assert_protocol_error(&mut ws, "continuation frame without a start");
 }
 
@@ -468,7 +458,7 @@ fn sc_zombie(c: &Ctx) {
     let hb = ws.expect_hello();
     // Timed from Hello: the server may start the heartbeat clock there.
     let t0 = Instant::now();
-    ws.identify(&c.token, GOOD_INTENTS).unwrap();
+    ws.identify(&c.token, BOT_INTENTS).unwrap();
     ws.read_until(0, Some("READY"), T);
     // Never heartbeat (not even when the server asks with op 1).
     let limit = Duration::from_millis(hb * 5 + 2000);
@@ -547,7 +537,7 @@ fn sc_silent_after_hello(c: &Ctx, partial_frame: bool) {
 fn sc_heartbeating_client_survives(c: &Ctx) {
     let mut ws = c.ws();
     let hb = ws.expect_hello();
-    ws.identify(&c.token, GOOD_INTENTS).unwrap();
+    ws.identify(&c.token, BOT_INTENTS).unwrap();
     ws.read_until(0, Some("READY"), T);
     // Heartbeat at 0.6 intervals for 4 intervals: must never be closed.
     let period = Duration::from_millis(hb * 6 / 10);
@@ -584,7 +574,7 @@ fn sc_heartbeat_before_and_after_identify(c: &Ctx) {
     ws.send_json(&json!({"op": 1, "d": null})).unwrap();
     let v = ws.read_json(T);
     assert_eq!(v["op"], 11, "heartbeat before identify must be ACKed: {v}");
-    ws.identify(&c.token, GOOD_INTENTS).unwrap();
+    ws.identify(&c.token, BOT_INTENTS).unwrap();
     let r = ws.read_until(0, Some("READY"), T);
     assert_eq!(r["s"], 1, "READY must have s = 1: {r}");
     heartbeat_ack(&mut ws, "heartbeat after READY");
@@ -644,7 +634,7 @@ fn sc_path_variants(c: &Ctx) {
             other => panic!("path {path}: expected Hello in a text frame, got {other:?}"),
         };
         assert_eq!(v["op"], 10, "path {path}: {v}");
-        ws.identify(&c.token, GOOD_INTENTS).unwrap();
+        ws.identify(&c.token, BOT_INTENTS).unwrap();
         ws.read_until(0, Some("READY"), T);
         heartbeat_ack(&mut ws, path);
         ws.send_close(1000, "").unwrap();
@@ -662,7 +652,7 @@ fn sc_permessage_deflate_declined(c: &Ctx) {
     )
     .unwrap();
     assert!(
-        ws_client::header(&ws.response_head, "sec-websocket-extensions").is_none(),
+        support::http::header(&ws.response_head, "sec-websocket-extensions").is_none(),
         "permessage-deflate must be declined: {:?}",
         ws.response_head
     );
@@ -688,7 +678,7 @@ fn sc_fuzz_misc(c: &Ctx) {
     ];
     for p in payloads {
         let mut ws = c.hello();
-        let _ = ws.send_frame(OP_TEXT, true, true, &p);
+        let _ = ws.send(OpCode::Text, true, &p);
         let _ = ws.read_until_closed(Duration::from_secs(3));
     }
     // Raw HTTP oddities.
@@ -736,7 +726,7 @@ fn assert_node_healthy(node: &Node) {
     assert_eq!(status, 200, "/healthz after the test: {body}");
     // And a fresh session still works.
     let mut ws = Ws::connect(node.gateway, "/?v=10&encoding=json");
-    ws.login(&node.token, GOOD_INTENTS);
+    ws.login(&node.token, BOT_INTENTS);
 }
 
 case!(hello_arrives_first, sc_hello_first);
@@ -911,7 +901,7 @@ fn run_good_session(
     };
     let mut ws = Ws::connect(gateway, "/?v=10&encoding=json");
     let hb = Duration::from_millis(ws.expect_hello());
-    ws.identify(&token, GOOD_INTENTS).unwrap();
+    ws.identify(&token, BOT_INTENTS).unwrap();
     let mut next_hb = Instant::now() + hb / 2;
     let mut last_s: Option<u64> = None;
     let mut last_msg: Option<Instant> = None;
@@ -1199,4 +1189,63 @@ fn node_alive(node: &Node) -> bool {
     http_get(node.admin, "/healthz")
         .map(|(s, _)| s == 200)
         .unwrap_or(false)
+}
+
+/// The raw client reads server frames with `net::ws`'s decoder (through
+/// `support::raw::zero_masked`): every length encoding, a fragmented
+/// message around a control frame, delivered byte by byte, and an error
+/// for what no server may send.
+#[test]
+fn raw_client_decodes_server_frames_with_net_ws() {
+    use net::ws;
+    use support::raw::{client_frame, ServerFrames};
+
+    let lengths = [0, 125, 126, 65_535, 65_536, 70_000];
+    let mut wire = Vec::new();
+    let mut want = Vec::new();
+    for len in lengths {
+        ws::encode_frame(OpCode::Binary, &vec![7u8; len], &mut wire);
+        want.push(OwnedMessage::Binary(vec![7u8; len]));
+    }
+    let mut hdr = [0u8; ws::MAX_SERVER_HEADER];
+    let n = ws::encode_header(OpCode::Text, false, 3, &mut hdr);
+    wire.extend_from_slice(&hdr[..n]);
+    wire.extend_from_slice(b"hel");
+    ws::encode_frame(OpCode::Ping, b"p", &mut wire);
+    let n = ws::encode_header(OpCode::Continuation, true, 2, &mut hdr);
+    wire.extend_from_slice(&hdr[..n]);
+    wire.extend_from_slice(b"lo");
+    ws::encode_close(4004, "Authentication failed.", &mut wire);
+    want.extend([
+        OwnedMessage::Ping(b"p".to_vec()),
+        OwnedMessage::Text("hello".into()),
+        OwnedMessage::Close(Some(4004), "Authentication failed.".into()),
+    ]);
+
+    let mut frames = ServerFrames::default();
+    let (mut buf, mut got) = (Vec::new(), Vec::new());
+    for b in wire {
+        buf.push(b);
+        while let Some(m) = frames.next(&mut buf).unwrap() {
+            got.push(m);
+        }
+    }
+    assert_eq!(got, want);
+    assert!(buf.is_empty());
+
+    let bad = |frame: &[u8]| {
+        ServerFrames::default()
+            .next(&mut frame.to_vec())
+            .expect_err(&format!("{frame:02x?} must be refused"))
+    };
+    assert!(bad(&client_frame(OpCode::Text, true, b"x")).contains("masked"));
+    bad(&[0xC1, 1, b'x']); // RSV1
+    bad(&[0x83, 1, b'x']); // reserved opcode
+    bad(&[0x80, 1, b'x']); // continuation without a message
+    bad(&[0x09, 1, b'x']); // fragmented ping
+    bad(&[0x81, 1, 0xff]); // text that is not UTF-8
+    bad(&[0x88, 1, 0x03]); // close payload of one byte
+    let mut ping = vec![0x89, 126, 0, 200];
+    ping.extend_from_slice(&[b'p'; 200]);
+    bad(&ping); // control frame over 125 bytes
 }

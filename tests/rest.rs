@@ -1,16 +1,15 @@
 //! Black-box tests of the REST endpoints client libraries call before connecting.
 
 mod support;
-mod ws_client;
 
 use std::net::SocketAddr;
 
 use serde_json::json;
 use support::http::Resp;
 use support::node::Node;
+use support::raw::Ws;
 use support::registry::Registry;
 use support::BOT_INTENTS;
-use ws_client::Ws;
 
 /// A GET to the gateway port (so headers can be checked); panics if it fails.
 fn request(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Resp {

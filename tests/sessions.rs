@@ -1,7 +1,6 @@
 //! Session-count tests: many concurrent sessions on one node.
 
 mod support;
-mod ws_client;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -10,8 +9,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use support::node::Node;
+use support::raw::Ws;
 use support::{intent, BOT_INTENTS};
-use ws_client::Ws;
 
 /// Sum of the current-session gauge(s) in `/metrics`: every sample of the
 /// metric family named exactly `gatewayd_sessions` (any labels), and those

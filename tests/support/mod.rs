@@ -6,6 +6,7 @@
 //! - `http`: one-shot HTTP requests to its admin and gateway ports;
 //! - `metrics`: its `/metrics`, parsed;
 //! - `bot`: a well-behaved bot over tungstenite (Identify, sessions);
+//! - `raw`: a raw WebSocket client on `net::ws` framing, for hostile input;
 //! - `registry`: the registry CLI, and databases on the test PostgreSQL server;
 //! - `events`: the chat service's events and the ingest producer;
 //! - `kafka`: a Kafka-protocol topic and its producer;
@@ -26,6 +27,7 @@ pub mod kafka;
 pub mod metrics;
 pub mod node;
 pub mod python;
+pub mod raw;
 pub mod registry;
 pub mod services;
 

@@ -4,12 +4,13 @@
 //! readable unless `admin_metrics_auth` says otherwise, and health never
 //! needs it.
 
-mod common;
+mod support;
 
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{http_get, http_request, Node};
+use support::http::{http_get, http_request};
+use support::node::Node;
 
 const TOKEN: &str = "s3cret-admin-token-0123";
 

@@ -6,20 +6,19 @@
 //! decoder); and beyond `limits.max_compressed_sessions` a connection is
 //! served plain text.
 
-mod common;
 mod support;
 
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::Node;
 use serde_json::{json, Value};
-use support::{metric_sum, metrics, Producer};
+use support::bot::identify_payload;
+use support::events::Producer;
+use support::metrics::{metric_sum, metrics};
+use support::node::Node;
+use support::BOT_INTENTS;
 use tungstenite::{Message, WebSocket};
 use zstd::zstd_safe;
-
-const INTENTS: u64 =
-    proto::intents::GUILDS | proto::intents::GUILD_MESSAGES | proto::intents::MESSAGE_CONTENT;
 
 enum Decoder {
     Plain,
@@ -151,7 +150,7 @@ impl<S: std::io::Read + std::io::Write> Client<S> {
     /// Hello, Identify, READY, GUILD_CREATE: (session id, server, #general, last seq).
     fn identify(&mut self, token: &str) -> (String, u64, u64, u64) {
         assert_eq!(self.recv()["op"], 10, "Hello first");
-        self.send(json!({"op": 2, "d": {"token": token, "intents": INTENTS, "properties": {"os": "linux"}}}));
+        self.send(identify_payload(token, BOT_INTENTS, None));
         let ready = self.recv();
         assert_eq!(
             (ready["t"].as_str(), ready["s"].as_u64()),
@@ -161,7 +160,7 @@ impl<S: std::io::Read + std::io::Write> Client<S> {
         let gc = self.recv();
         assert_eq!(gc["t"], "GUILD_CREATE", "{gc}");
         assert_eq!(gc["s"], 2);
-        let (server, general) = support::server_and_general(&gc["d"]);
+        let (server, general) = support::bot::server_and_general(&gc["d"]);
         (
             ready["d"]["session_id"].as_str().unwrap().to_string(),
             server,
@@ -183,7 +182,7 @@ fn push_message(p: &mut Producer, id: u64, server: u64, channel: u64, content: &
         "tts": false, "mention_everyone": false, "mentions": [], "mention_roles": [],
         "attachments": [], "embeds": [], "pinned": false, "flags": 0, "nonce": id.to_string(),
     });
-    let ev = support::Event {
+    let ev = support::events::Event {
         t: "MESSAGE_CREATE".into(),
         server_id: server,
         channel_id: channel,
@@ -191,7 +190,7 @@ fn push_message(p: &mut Producer, id: u64, server: u64, channel: u64, content: &
         permissions: 0,
         flags: ingest::FLAG_HAS_CONTENT,
         mentions: vec![],
-        commit_ns: support::now_ns(),
+        commit_ns: support::events::now_ns(),
         d: d.clone(),
     };
     p.send(&ev);

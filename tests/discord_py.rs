@@ -15,12 +15,12 @@
 //! `GATEWAYD_TRACE=1` makes the bot log every raw gateway frame to stderr,
 //! which the failing test prints.
 
-mod common;
+mod support;
 
-use common::Node;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+use support::node::Node;
 
 /// The bot gives up after 60 s by itself; this only guards against a hang.
 const PROCESS_TIMEOUT: Duration = Duration::from_secs(120);
@@ -99,7 +99,7 @@ fn run_bot(python: &str, node: &Node, mode: &str) -> BotRun {
 #[test]
 #[ignore = "needs discord.py 2.x: run scripts/test-all.sh, or set GATEWAYD_PYTHON to a venv with tests/py/requirements.txt"]
 fn discord_py_bot_gets_ready_and_demo_messages() {
-    let python = common::discord_py_python();
+    let python = support::python::discord_py_python();
     let node = Node::start(&[
         "--demo-interval-ms",
         "200",
@@ -187,7 +187,7 @@ fn discord_py_bot_gets_ready_and_demo_messages() {
 #[test]
 #[ignore = "needs discord.py 2.x: run scripts/test-all.sh, or set GATEWAYD_PYTHON to a venv with tests/py/requirements.txt"]
 fn discord_py_bad_token_raises_login_failure() {
-    let python = common::discord_py_python();
+    let python = support::python::discord_py_python();
     let node = Node::start(&["--no-demo"]);
     let run = run_bot(&python, &node, "bad-token");
     assert_eq!(run.summary["outcome"], "LoginFailure", "{}", run.explain());
@@ -197,7 +197,7 @@ fn discord_py_bad_token_raises_login_failure() {
 #[test]
 #[ignore = "needs discord.py 2.x: run scripts/test-all.sh, or set GATEWAYD_PYTHON to a venv with tests/py/requirements.txt"]
 fn discord_py_unapproved_presences_intent_raises_privileged_intents_required() {
-    let python = common::discord_py_python();
+    let python = support::python::discord_py_python();
     let node = Node::start(&["--no-demo"]);
     let run = run_bot(&python, &node, "privileged-refused");
     assert_eq!(

@@ -20,7 +20,6 @@
 //! Bounds carry slack for a busy machine; the figures say what really
 //! happened.
 
-mod common;
 mod support;
 
 use std::collections::{BTreeMap, HashSet};
@@ -30,12 +29,16 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::Node;
 use rdkafka::producer::Producer as _;
 use serde_json::{json, Value};
-use support::kafka::{create_topic, frame_message_with_id, unique, Kafka};
+use support::bot::{Next, Session};
+use support::events::{frame_message_with_id, Producer};
+use support::kafka::{create_topic, unique, Kafka};
+use support::metrics::metric;
+use support::node::Node;
+use support::registry::Registry;
 use support::services::{PgServer, Server as _, TansuServer};
-use support::{intent, Next, Producer, Registry, Session};
+use support::{intent, wait_until};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -56,24 +59,6 @@ const KAFKA_IDS: u64 = 2_000_000;
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-fn metric(node: &Node, name: &str) -> f64 {
-    support::metric_sum(&support::metrics(node.admin), name, &[])
-}
-
-/// Polls `f` every 20 ms until it holds; the time it took, or None after `limit`.
-fn wait_until(limit: Duration, mut f: impl FnMut() -> bool) -> Option<Duration> {
-    let t = Instant::now();
-    loop {
-        if f() {
-            return Some(t.elapsed());
-        }
-        if t.elapsed() > limit {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 fn ms(d: Duration) -> u128 {
@@ -103,17 +88,16 @@ enum Outcome {
 /// One Identify on a new connection: READY (then its GUILD_CREATEs), op 9,
 /// or whatever came instead; never waits more than 30 s.
 fn try_identify(gateway: SocketAddr, token: &str) -> Outcome {
-    let mut ws = support::connect(gateway);
-    match support::read_next(&mut ws, Duration::from_secs(10)) {
+    let mut ws = support::bot::connect(gateway);
+    match support::bot::read_next(&mut ws, Duration::from_secs(10)) {
         Next::Json(v) if v["op"] == 10 => {}
         other => return Outcome::Other(format!("no Hello: {other:?}")),
     }
-    support::send_json(
+    support::bot::send_json(
         &mut ws,
-        &json!({"op": 2, "d": {"token": format!("Bot {token}"), "intents": INTENTS,
-               "properties": {"os": "linux", "browser": "drills", "device": "drills"}}}),
+        &support::bot::identify_payload(&format!("Bot {token}"), INTENTS, None),
     );
-    match support::read_next(&mut ws, Duration::from_secs(30)) {
+    match support::bot::read_next(&mut ws, Duration::from_secs(30)) {
         Next::Json(v) if v["op"] == 9 => Outcome::InvalidSession(v["d"].clone()),
         Next::Json(v) if v["t"] == "READY" => {
             Outcome::Ready(v["d"]["session_id"].as_str().unwrap_or("").into())
@@ -157,7 +141,15 @@ impl Feed {
     fn listener(ingest: SocketAddr, server: u64, channel: u64) -> Feed {
         let mut p = Producer::connect(ingest);
         Feed::spawn(
-            move |id| p.send(&support::message_event(id, server, channel, "drill", &[])),
+            move |id| {
+                p.send(&support::events::message_event(
+                    id,
+                    server,
+                    channel,
+                    "drill",
+                    &[],
+                ))
+            },
             LISTENER_IDS,
             Duration::from_millis(20),
         )
@@ -210,7 +202,7 @@ impl Reader {
         let (st, g, f) = (stop.clone(), got.clone(), failure.clone());
         let thread = std::thread::spawn(move || {
             while !st.load(Ordering::SeqCst) {
-                match support::read_next(&mut s.ws, Duration::from_millis(200)) {
+                match support::bot::read_next(&mut s.ws, Duration::from_millis(200)) {
                     Next::Json(v) if v["op"] == 0 && v["t"] == "MESSAGE_CREATE" => {
                         let id = v["d"]["id"].as_str().and_then(|i| i.parse().ok());
                         let seq = v["s"].as_u64().unwrap_or(0);
@@ -369,7 +361,8 @@ fn registry_rig() -> RegistryRig {
     let app = reg.add_app("drill-bot", 0);
     let (server, channel) = reg.add_server("drill");
     reg.install(app.id, server, None);
-    let s = support::identify(node.gateway, "drill", &app.token, INTENTS, None).expect("identify");
+    let s =
+        support::bot::identify(node.gateway, "drill", &app.token, INTENTS, None).expect("identify");
     let reader = Reader::spawn(s);
     let feed = Feed::listener(node.ingest, server, channel);
     assert!(
@@ -542,8 +535,9 @@ fn broker_rig(storage: &str) -> BrokerRig {
         "--heartbeat-interval-ms",
         HEARTBEAT_MS,
     ]);
-    let s = support::identify(node.gateway, "drill", &node.token, INTENTS, None).expect("identify");
-    let (server, channel) = support::server_and_general(&s.guild_creates[0]);
+    let s = support::bot::identify(node.gateway, "drill", &node.token, INTENTS, None)
+        .expect("identify");
+    let (server, channel) = support::bot::server_and_general(&s.guild_creates[0]);
     let reader = Reader::spawn(s);
     // The producer retries for as long as a drill lasts (and more).
     let kafka = Arc::new(Kafka::with(

@@ -8,7 +8,6 @@
 //! identifies after the last registry change, so its permissions are the
 //! ones set up here.
 
-mod common;
 mod support;
 
 use std::collections::BTreeMap;
@@ -18,9 +17,12 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::Node;
 use serde_json::{json, Value};
-use support::{intent, perm, App, Event, Next, Producer, Registry, Session};
+use support::bot::{Next, Session};
+use support::events::{Event, Producer};
+use support::node::Node;
+use support::registry::{App, Registry};
+use support::{intent, perm};
 
 const GM: u64 = intent::GUILD_MESSAGES;
 const MC: u64 = intent::MESSAGE_CONTENT;
@@ -70,25 +72,14 @@ fn managed_roles(gc: &Value) -> BTreeMap<String, (u64, Value)> {
         .collect()
 }
 
-fn close_politely(mut s: Session) {
-    let _ = s.ws.close(None);
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < deadline {
-        match support::read_next(&mut s.ws, Duration::from_millis(500)) {
-            Next::Json(_) | Next::Timeout => {}
-            _ => break,
-        }
-    }
-}
-
 /// Find the id of the managed role `install` created for `app` by looking
 /// at the server through a throwaway probe bot's GUILD_CREATE.
 fn managed_role_of(node: &Node, reg: &Registry, server: u64, apps: &[&App]) -> BTreeMap<u64, u64> {
     let probe = reg.add_app("role-probe", 0);
     reg.install(probe.id, server, None);
-    let s = support::identify(node.gateway, "probe", &probe.token, GUILDS, None).unwrap();
+    let s = support::bot::identify(node.gateway, "probe", &probe.token, GUILDS, None).unwrap();
     let roles = managed_roles(&s.guild_creates[0]);
-    close_politely(s);
+    s.close_politely();
     reg.uninstall(probe.id, server);
     apps.iter()
         .map(|a| {
@@ -199,7 +190,7 @@ fn raw_rows(w: &RawWorld) -> Vec<Row> {
     let mut msg = |label: &str, channel: u64, mentions: &[u64]| {
         id += 10;
         labelled(
-            support::message_event(
+            support::events::message_event(
                 id,
                 w.s,
                 channel,
@@ -218,10 +209,10 @@ fn raw_rows(w: &RawWorld) -> Vec<Row> {
     let mut m7 = msg("m7 general needs READ_MESSAGE_HISTORY", w.general, &[]);
     m7.permissions = perm::READ_MESSAGE_HISTORY;
     let mut c1 = labelled(
-        support::message_event(id + 5, w.s_alt, w.alt_general, "c1 alt general", &[]),
+        support::events::message_event(id + 5, w.s_alt, w.alt_general, "c1 alt general", &[]),
         "c1 alt general",
     );
-    c1.commit_ns = support::now_ns();
+    c1.commit_ns = support::events::now_ns();
     let reaction = labelled(
         Event {
             t: "MESSAGE_REACTION_ADD".into(),
@@ -231,8 +222,8 @@ fn raw_rows(w: &RawWorld) -> Vec<Row> {
             permissions: 0,
             flags: 0,
             mentions: vec![],
-            commit_ns: support::now_ns(),
-            d: json!({"user_id": support::AUTHOR_ID.to_string(), "channel_id": w.general.to_string(),
+            commit_ns: support::events::now_ns(),
+            d: json!({"user_id": support::events::AUTHOR_ID.to_string(), "channel_id": w.general.to_string(),
                       "message_id": (id - 60).to_string(), "guild_id": w.s.to_string(),
                       "emoji": {"id": null, "name": "👍"}, "burst": false, "type": 0}),
         },
@@ -248,7 +239,7 @@ fn raw_rows(w: &RawWorld) -> Vec<Row> {
                 permissions: 0,
                 flags: 0,
                 mentions: vec![],
-                commit_ns: support::now_ns(),
+                commit_ns: support::events::now_ns(),
                 d: json!({"id": server.to_string(), "name": label}),
             },
             label,
@@ -362,7 +353,7 @@ fn collect(
             }
         }
         let left = deadline.saturating_duration_since(Instant::now());
-        match support::read_next(&mut sess.ws, left) {
+        match support::bot::read_next(&mut sess.ws, left) {
             Next::Json(v) => {
                 if v["op"] != 0 {
                     if v["op"] != 11 {
@@ -416,7 +407,9 @@ fn describe(sess: &mut Session, v: &Value, rows: &[Row], errors: &mut Vec<String
     let d = &v["d"];
     if *d == row.ev.d {
         format!("{label} F")
-    } else if row.ev.flags & ingest::FLAG_HAS_CONTENT != 0 && *d == support::redacted(&row.ev.d) {
+    } else if row.ev.flags & ingest::FLAG_HAS_CONTENT != 0
+        && *d == support::events::redacted(&row.ev.d)
+    {
         format!("{label} R")
     } else {
         errors.push(format!(
@@ -475,7 +468,7 @@ fn raw_clients_get_exactly_the_events_they_are_entitled_to() {
     let mut errors = Vec::new();
 
     // An unapproved privileged intent is refused at identify (4014).
-    match support::identify(
+    match support::bot::identify(
         node.gateway,
         "P",
         &w.apps["P"].token,
@@ -492,7 +485,7 @@ fn raw_clients_get_exactly_the_events_they_are_entitled_to() {
     let mut sessions: Vec<Session> = specs
         .iter()
         .map(|(name, app, intents, shard)| {
-            support::identify(node.gateway, name, &w.apps[app].token, *intents, *shard)
+            support::bot::identify(node.gateway, name, &w.apps[app].token, *intents, *shard)
                 .unwrap_or_else(|e| panic!("{e}"))
         })
         .collect();
@@ -502,7 +495,7 @@ fn raw_clients_get_exactly_the_events_they_are_entitled_to() {
             _ => vec![w.s],
         };
         assert_eq!(
-            support::ready_guild_ids(s),
+            support::bot::ready_guild_ids(s),
             want,
             "{}: READY guilds (server {}, alt {})",
             s.name,
@@ -536,18 +529,18 @@ fn raw_clients_get_exactly_the_events_they_are_entitled_to() {
     // anyway; this catches duplicates and stragglers.
     std::thread::sleep(Duration::from_millis(300));
     for sess in &mut sessions {
-        match support::read_next(&mut sess.ws, Duration::from_millis(100)) {
+        match support::bot::read_next(&mut sess.ws, Duration::from_millis(100)) {
             Next::Timeout => {}
             Next::Json(v) if v["op"] == 11 => {}
             other => errors.push(format!("{}: after its last event: {other:?}", sess.name)),
         }
     }
     eprintln!("{report}");
-    let samples = support::metrics(node.admin);
+    let samples = support::metrics::metrics(node.admin);
     eprintln!(
         "deliveries {} redacted {}",
-        support::metric_sum(&samples, "gatewayd_deliveries_total", &[]),
-        support::metric_sum(&samples, "gatewayd_deliveries_redacted_total", &[])
+        support::metrics::metric_sum(&samples, "gatewayd_deliveries_total", &[]),
+        support::metrics::metric_sum(&samples, "gatewayd_deliveries_redacted_total", &[])
     );
     assert!(errors.is_empty(), "\n{}\n", errors.join("\n"));
 }
@@ -563,7 +556,7 @@ fn managed_roles_are_tagged_with_their_own_bot() {
     let y = reg.add_app("bot-y", 0);
     reg.install(x.id, s, None);
     reg.install(y.id, s, None);
-    let sx = support::identify(node.gateway, "x", &x.token, GUILDS, None).unwrap();
+    let sx = support::bot::identify(node.gateway, "x", &x.token, GUILDS, None).unwrap();
     let roles = managed_roles(&sx.guild_creates[0]);
     for app in [&x, &y] {
         let (_, role) = &roles[&app.name];
@@ -616,7 +609,7 @@ fn lib_rows(w: &LibWorld, base_id: u64) -> Vec<(Event, Vec<(&'static str, V)>)> 
     use V::{Full as F, Redacted as R};
     let r = w.redacted.id;
     let m = |n: u64, channel: u64, text: &str, mentions: &[u64]| {
-        support::message_event(base_id + n * 10, w.s, channel, text, mentions)
+        support::events::message_event(base_id + n * 10, w.s, channel, text, mentions)
     };
     vec![
         (
@@ -952,7 +945,7 @@ fn run_discord_py(
 #[test]
 #[ignore = "needs discord.py 2.x: run scripts/test-all.sh, or set GATEWAYD_PYTHON to a venv with tests/py/requirements.txt"]
 fn discord_py_bots_get_exactly_their_entitled_messages() {
-    let python = common::discord_py_python();
+    let python = support::python::discord_py_python();
     let node = Node::start(&["--no-demo"]);
     let w = build_lib_world(&node, "discordpy");
     let ingest: SocketAddr = node.ingest;

@@ -2,89 +2,37 @@
 //! counted without desynchronising the stream, and server changes in the
 //! stream change what bots may see from that point on.
 
-mod common;
+mod support;
 
 use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
-use common::Node;
-use serde_json::{json, Value};
-use tungstenite::{Message, WebSocket};
+use serde_json::json;
+use support::bot::{self, recv};
+use support::events::append_message;
+use support::metrics::metric;
+use support::node::Node;
+use support::{intent, BOT_INTENTS};
 
-const INTENTS: u64 =
-    proto::intents::GUILDS | proto::intents::GUILD_MESSAGES | proto::intents::MESSAGE_CONTENT;
-
-fn connect(node: &Node) -> WebSocket<TcpStream> {
-    let stream = TcpStream::connect(node.gateway).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    tungstenite::client(format!("ws://{}/?v=10&encoding=json", node.gateway), stream)
-        .unwrap()
-        .0
-}
-
-fn recv(ws: &mut WebSocket<TcpStream>) -> Value {
-    loop {
-        match ws.read().expect("read") {
-            Message::Text(t) => return serde_json::from_str(&t).unwrap(),
-            Message::Close(c) => panic!("closed: {c:?}"),
-            _ => {}
-        }
-    }
-}
-
-/// Identify as the demo bot; returns (server id, #general id).
-fn identify(ws: &mut WebSocket<TcpStream>, token: &str) -> (u64, u64) {
-    assert_eq!(recv(ws)["op"], 10);
-    ws.send(Message::text(
-        json!({"op": 2, "d": {"token": token, "intents": INTENTS, "properties": {}}}).to_string(),
-    ))
-    .unwrap();
-    assert_eq!(recv(ws)["t"], "READY");
-    let gc = recv(ws);
-    assert_eq!(gc["t"], "GUILD_CREATE");
-    let server: u64 = gc["d"]["id"].as_str().unwrap().parse().unwrap();
-    let general = gc["d"]["channels"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|c| c["name"] == "general")
-        .unwrap();
-    (server, general["id"].as_str().unwrap().parse().unwrap())
+/// Identify as the demo bot on a new connection; returns it with the
+/// server id and its #general id.
+fn identify(node: &Node) -> (bot::Ws, u64, u64) {
+    let mut ws = bot::connect(node.gateway);
+    let (_, guild_creates) = bot::login(&mut ws, &node.token, BOT_INTENTS);
+    assert_eq!(guild_creates.len(), 1, "the demo bot is on one server");
+    let (server, general) = support::bot::server_and_general(&guild_creates[0]);
+    (ws, server, general)
 }
 
 fn message(server: u64, channel: u64, content: &str, out: &mut Vec<u8>) {
-    let d = json!({"id": "1", "channel_id": channel.to_string(), "guild_id": server.to_string(), "content": content,
-                   "author": {"id": "5", "username": "u", "discriminator": "0", "avatar": null}, "embeds": [], "attachments": []});
-    ingest::encode_parts(
-        "MESSAGE_CREATE",
-        server,
-        channel,
-        proto::intents::GUILD_MESSAGES,
-        0,
-        0,
-        ingest::FLAG_HAS_CONTENT,
-        &[],
-        d.to_string().as_bytes(),
-        out,
-    );
-}
-
-fn metric(node: &Node, line_prefix: &str) -> u64 {
-    let (_, m) = common::http_get(node.admin, "/metrics").unwrap();
-    m.lines()
-        .filter(|l| l.starts_with(line_prefix))
-        .map(|l| l.rsplit(' ').next().unwrap().parse::<u64>().unwrap())
-        .sum()
+    append_message(1, server, channel, content, out);
 }
 
 #[test]
 fn malformed_records_are_counted_and_the_stream_stays_in_sync() {
     let node = Node::start(&["--no-demo"]);
-    let mut ws = connect(&node);
-    let (server, general) = identify(&mut ws, &node.token);
+    let (mut ws, server, general) = identify(&node);
     let mut producer = TcpStream::connect(node.ingest).unwrap();
     let mut bytes = Vec::new();
     message(server, general, "before", &mut bytes);
@@ -93,7 +41,7 @@ fn malformed_records_are_counted_and_the_stream_stays_in_sync() {
         "MESSAGE_CREATE",
         server,
         general,
-        proto::intents::GUILD_MESSAGES,
+        intent::GUILD_MESSAGES,
         0,
         0,
         1,
@@ -106,7 +54,7 @@ fn malformed_records_are_counted_and_the_stream_stays_in_sync() {
         "MESSAGE_CREATE",
         server,
         general,
-        proto::intents::GUILD_MESSAGES,
+        intent::GUILD_MESSAGES,
         0,
         0,
         1 << 30,
@@ -133,7 +81,7 @@ fn malformed_records_are_counted_and_the_stream_stays_in_sync() {
         "no gap in the session's sequence"
     );
     std::thread::sleep(Duration::from_millis(100));
-    assert_eq!(metric(&node, "gatewayd_ingest_rejected_total"), 3);
+    assert_eq!(metric(&node, "gatewayd_ingest_rejected_total"), 3.0);
 
     // An impossible length ends that producer's connection, nobody else's.
     let mut bad = TcpStream::connect(node.ingest).unwrap();
@@ -155,8 +103,7 @@ fn malformed_records_are_counted_and_the_stream_stays_in_sync() {
 #[test]
 fn a_channel_overwrite_in_the_stream_changes_who_sees_later_events() {
     let node = Node::start(&["--no-demo"]);
-    let mut ws = connect(&node);
-    let (server, general) = identify(&mut ws, &node.token);
+    let (mut ws, server, general) = identify(&node);
     let mut producer = TcpStream::connect(node.ingest).unwrap();
     let overwrite = |deny: u64, out: &mut Vec<u8>| {
         let d = json!({"id": general.to_string(), "type": 0, "guild_id": server.to_string(), "name": "general", "position": 1,
@@ -207,32 +154,18 @@ fn a_channel_overwrite_in_the_stream_changes_who_sees_later_events() {
         ]
     );
     // A new session's GUILD_CREATE carries the channel as the stream left it.
-    let mut ws2 = connect(&node);
-    let _ = identify(&mut ws2, &node.token);
-    assert_eq!(metric(&node, "gatewayd_ingest_state_changes_total"), 2);
+    let _second = identify(&node);
+    assert_eq!(metric(&node, "gatewayd_ingest_state_changes_total"), 2.0);
 }
 
 #[test]
 fn a_direct_message_reaches_only_the_named_bot_with_its_content() {
     let node = Node::start(&["--no-demo"]);
-    let stream = TcpStream::connect(node.gateway).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let mut ws = tungstenite::client(format!("ws://{}/", node.gateway), stream)
-        .unwrap()
-        .0;
-    assert_eq!(recv(&mut ws)["op"], 10);
+    let mut ws = bot::connect_path(node.gateway, "/");
     // DIRECT_MESSAGES and GUILD_MESSAGES, but no MESSAGE_CONTENT.
-    let intents = proto::intents::DIRECT_MESSAGES | proto::intents::GUILD_MESSAGES;
-    ws.send(Message::text(
-        json!({"op": 2, "d": {"token": node.token, "intents": intents, "properties": {}}})
-            .to_string(),
-    ))
-    .unwrap();
-    let ready = recv(&mut ws);
+    let intents = intent::DIRECT_MESSAGES | intent::GUILD_MESSAGES;
+    let (ready, _) = bot::login(&mut ws, &node.token, intents);
     let bot: u64 = ready["d"]["user"]["id"].as_str().unwrap().parse().unwrap();
-    let _ = recv(&mut ws); // GUILD_CREATE
     let mut producer = TcpStream::connect(node.ingest).unwrap();
     let mut bytes = Vec::new();
     let dm = |to: u64, content: &str, out: &mut Vec<u8>| {
@@ -241,7 +174,7 @@ fn a_direct_message_reaches_only_the_named_bot_with_its_content() {
             "MESSAGE_CREATE",
             0,
             900,
-            proto::intents::DIRECT_MESSAGES,
+            intent::DIRECT_MESSAGES,
             0,
             0,
             ingest::FLAG_HAS_CONTENT,

@@ -7,33 +7,21 @@
 //! Needs GATEWAYD_TEST_KAFKA_BROKERS (host:port[,...]); skipped locally
 //! without it, a failure under CI. Each test makes its own topic and group.
 
-mod common;
 mod support;
 
 use std::time::{Duration, Instant};
 
-use common::Node;
-use serde_json::{json, Value};
-use support::kafka::{create_topic, frame_message, unique, Kafka};
-use support::{Next, Session};
+use serde_json::json;
+use support::bot::{Next, Session};
+use support::events::frame_message;
+use support::kafka::{brokers, create_topic, unique, Kafka};
+use support::metrics::metric;
+use support::node::Node;
+use support::BOT_INTENTS;
 
-const INTENTS: u64 =
-    proto::intents::GUILDS | proto::intents::GUILD_MESSAGES | proto::intents::MESSAGE_CONTENT;
 /// First delivery waits for the consumer to join its group (and, after a
 /// restart without leaving, for the old member's 6 s session to expire).
 const FIRST_EVENT: Duration = Duration::from_secs(40);
-
-/// The broker list. The tests are `#[ignore]`d (plain `cargo test` lists
-/// them, with the reason); with `--include-ignored` they fail without it.
-fn brokers() -> String {
-    match std::env::var("GATEWAYD_TEST_KAFKA_BROKERS") {
-        Ok(b) if !b.trim().is_empty() => b.trim().to_string(),
-        _ => panic!(
-            "GATEWAYD_TEST_KAFKA_BROKERS is not set: this test needs a Kafka-protocol broker. \
-             scripts/test-all.sh starts one; by hand: eval \"$(scripts/tansu-test-broker.sh start)\""
-        ),
-    }
-}
 
 fn start_node(brokers: &str, topic: &str, group: &str) -> Node {
     Node::start(&[
@@ -51,38 +39,18 @@ fn start_node(brokers: &str, topic: &str, group: &str) -> Node {
 
 /// Identify as the demo bot; returns the session, its server and #general.
 fn identify(node: &Node, intents: u64) -> (Session, u64, u64) {
-    let s =
-        support::identify(node.gateway, "demo-bot", &node.token, intents, None).expect("identify");
-    let (server, general) = support::server_and_general(&s.guild_creates[0]);
+    let s = support::bot::identify(node.gateway, "demo-bot", &node.token, intents, None)
+        .expect("identify");
+    let (server, general) = support::bot::server_and_general(&s.guild_creates[0]);
     (s, server, general)
-}
-
-/// The next dispatch (op 0); other messages are skipped.
-fn dispatch(s: &mut Session, timeout: Duration) -> Value {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let left = deadline.saturating_duration_since(Instant::now());
-        match support::read_next(&mut s.ws, left) {
-            Next::Json(v) if v["op"] == 0 => {
-                s.seq = v["s"].as_u64().unwrap();
-                return v;
-            }
-            Next::Json(_) => {}
-            other => panic!("{}: expected a dispatch, got {other:?}", s.name),
-        }
-    }
 }
 
 /// Nothing more arrives within `wait`.
 fn quiet(s: &mut Session, wait: Duration) {
-    match support::read_next(&mut s.ws, wait) {
+    match support::bot::read_next(&mut s.ws, wait) {
         Next::Timeout => {}
         other => panic!("{}: expected nothing, got {other:?}", s.name),
     }
-}
-
-fn metric(node: &Node, name: &str) -> f64 {
-    support::metric_sum(&support::metrics(node.admin), name, &[])
 }
 
 #[test]
@@ -91,7 +59,7 @@ fn events_arrive_in_order_and_malformed_records_are_skipped_and_counted() {
     let brokers = brokers();
     let topic = create_topic(&brokers);
     let node = start_node(&brokers, &topic, &unique("g"));
-    let (mut s, server, general) = identify(&node, INTENTS);
+    let (mut s, server, general) = identify(&node, BOT_INTENTS);
     let kafka = Kafka::new(&brokers, &topic);
 
     kafka.send(server, &frame_message(server, general, "before"));
@@ -101,7 +69,7 @@ fn events_arrive_in_order_and_malformed_records_are_skipped_and_counted() {
         "MESSAGE_CREATE",
         server,
         general,
-        proto::intents::GUILD_MESSAGES,
+        support::intent::GUILD_MESSAGES,
         0,
         0,
         1,
@@ -116,7 +84,7 @@ fn events_arrive_in_order_and_malformed_records_are_skipped_and_counted() {
         "MESSAGE_CREATE",
         server,
         general,
-        proto::intents::GUILD_MESSAGES,
+        support::intent::GUILD_MESSAGES,
         0,
         0,
         1 << 30,
@@ -148,12 +116,12 @@ fn events_arrive_in_order_and_malformed_records_are_skipped_and_counted() {
     }
     kafka.flush();
 
-    let first = dispatch(&mut s, FIRST_EVENT);
+    let first = s.next_dispatch(FIRST_EVENT);
     assert_eq!(first["t"], "MESSAGE_CREATE");
     assert_eq!(first["d"]["content"], "before");
     let first_s = first["s"].as_u64().unwrap();
     for i in 0..40u64 {
-        let v = dispatch(&mut s, Duration::from_secs(10));
+        let v = s.next_dispatch(Duration::from_secs(10));
         assert_eq!(
             v["d"]["content"],
             format!("after {i}"),
@@ -174,7 +142,7 @@ fn events_arrive_in_order_and_malformed_records_are_skipped_and_counted() {
     kafka.send(server, &frame_message(server, general, "still flowing"));
     kafka.flush();
     assert_eq!(
-        dispatch(&mut s, Duration::from_secs(10))["d"]["content"],
+        s.next_dispatch(Duration::from_secs(10))["d"]["content"],
         "still flowing"
     );
 }
@@ -185,7 +153,7 @@ fn a_channel_overwrite_in_the_topic_changes_who_sees_later_events() {
     let brokers = brokers();
     let topic = create_topic(&brokers);
     let node = start_node(&brokers, &topic, &unique("g"));
-    let (mut s, server, general) = identify(&node, INTENTS);
+    let (mut s, server, general) = identify(&node, BOT_INTENTS);
     let kafka = Kafka::new(&brokers, &topic);
     let overwrite = |deny: u64| {
         let d = json!({"id": general.to_string(), "type": 0, "guild_id": server.to_string(), "name": "general", "position": 1,
@@ -216,14 +184,11 @@ fn a_channel_overwrite_in_the_topic_changes_who_sees_later_events() {
     let mut got = Vec::new();
     let mut last_s = None;
     loop {
-        let v = dispatch(
-            &mut s,
-            if got.is_empty() {
-                FIRST_EVENT
-            } else {
-                Duration::from_secs(10)
-            },
-        );
+        let v = s.next_dispatch(if got.is_empty() {
+            FIRST_EVENT
+        } else {
+            Duration::from_secs(10)
+        });
         if let Some(prev) = last_s {
             assert_eq!(
                 v["s"].as_u64(),
@@ -254,7 +219,7 @@ fn a_channel_overwrite_in_the_topic_changes_who_sees_later_events() {
     );
     assert_eq!(metric(&node, "gatewayd_ingest_state_changes_total"), 2.0);
     // A new session's GUILD_CREATE carries the channel as the stream left it.
-    let (_s2, _, general2) = identify(&node, INTENTS);
+    let (_s2, _, general2) = identify(&node, BOT_INTENTS);
     assert_eq!(general2, general);
 }
 
@@ -267,7 +232,7 @@ fn a_direct_message_from_the_topic_reaches_only_the_named_bot() {
     // DIRECT_MESSAGES and GUILD_MESSAGES, but no MESSAGE_CONTENT.
     let (mut s, _, _) = identify(
         &node,
-        proto::intents::DIRECT_MESSAGES | proto::intents::GUILD_MESSAGES,
+        support::intent::DIRECT_MESSAGES | support::intent::GUILD_MESSAGES,
     );
     let bot: u64 = s.ready["d"]["user"]["id"]
         .as_str()
@@ -282,7 +247,7 @@ fn a_direct_message_from_the_topic_reaches_only_the_named_bot() {
             "MESSAGE_CREATE",
             0,
             900,
-            proto::intents::DIRECT_MESSAGES,
+            support::intent::DIRECT_MESSAGES,
             0,
             0,
             ingest::FLAG_HAS_CONTENT,
@@ -296,7 +261,7 @@ fn a_direct_message_from_the_topic_reaches_only_the_named_bot() {
     kafka.send(0, &dm(bot + 1, "not for you"));
     kafka.send(0, &dm(bot, "for you"));
     kafka.flush();
-    let v = dispatch(&mut s, FIRST_EVENT);
+    let v = s.next_dispatch(FIRST_EVENT);
     assert_eq!(v["t"], "MESSAGE_CREATE");
     assert_eq!(
         v["d"]["content"], "for you",
@@ -314,21 +279,18 @@ fn offsets_are_committed_after_delivery_and_a_restarted_node_goes_on_from_them()
     let kafka = Kafka::new(&brokers, &topic);
 
     let node = start_node(&brokers, &topic, &group);
-    let (mut s, server, general) = identify(&node, INTENTS);
+    let (mut s, server, general) = identify(&node, BOT_INTENTS);
     const N: usize = 30;
     for i in 0..N {
         kafka.send(server, &frame_message(server, general, &format!("r{i}")));
     }
     kafka.flush();
     for i in 0..N {
-        let v = dispatch(
-            &mut s,
-            if i == 0 {
-                FIRST_EVENT
-            } else {
-                Duration::from_secs(10)
-            },
-        );
+        let v = s.next_dispatch(if i == 0 {
+            FIRST_EVENT
+        } else {
+            Duration::from_secs(10)
+        });
         assert_eq!(v["d"]["content"], format!("r{i}"));
     }
     // Every record was delivered, so every offset gets committed (async, soon).
@@ -351,7 +313,7 @@ fn offsets_are_committed_after_delivery_and_a_restarted_node_goes_on_from_them()
     drop(node);
 
     let node2 = start_node(&brokers, &topic, &group);
-    let (mut s2, server2, general2) = identify(&node2, INTENTS);
+    let (mut s2, server2, general2) = identify(&node2, BOT_INTENTS);
     // One record for the old node's server (another data dir: another
     // server id, so no bot here sees it) and one for this node's.
     kafka.send(
@@ -363,7 +325,7 @@ fn offsets_are_committed_after_delivery_and_a_restarted_node_goes_on_from_them()
         &frame_message(server2, general2, "after the restart"),
     );
     kafka.flush();
-    let v = dispatch(&mut s2, FIRST_EVENT);
+    let v = s2.next_dispatch(FIRST_EVENT);
     assert_eq!(v["d"]["content"], "after the restart");
     quiet(&mut s2, Duration::from_millis(300));
     // Only what came after the committed offsets: not the topic from the start.
@@ -390,13 +352,13 @@ fn offsets_are_committed_after_delivery_and_a_restarted_node_goes_on_from_them()
     assert!(node2.child.wait().unwrap().success());
     let t0 = Instant::now();
     let node3 = start_node(&brokers, &topic, &group);
-    let (mut s3, server3, general3) = identify(&node3, INTENTS);
+    let (mut s3, server3, general3) = identify(&node3, BOT_INTENTS);
     kafka.send(
         server3,
         &frame_message(server3, general3, "after a clean stop"),
     );
     kafka.flush();
-    let v = dispatch(&mut s3, FIRST_EVENT);
+    let v = s3.next_dispatch(FIRST_EVENT);
     assert_eq!(v["d"]["content"], "after a clean stop");
     let took = t0.elapsed();
     assert!(

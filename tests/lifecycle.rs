@@ -1,58 +1,28 @@
 //! Session lifecycle against a real node: resume, drain on SIGTERM, wss://.
 
-mod common;
+mod support;
 
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
-use common::Node;
 use serde_json::{json, Value};
+use support::bot::{connect, login, recv};
+use support::node::Node;
+use support::BOT_INTENTS;
 use tungstenite::{Message, WebSocket};
 
-const INTENTS: u64 =
-    proto::intents::GUILDS | proto::intents::GUILD_MESSAGES | proto::intents::MESSAGE_CONTENT;
-
-fn connect(node: &Node) -> WebSocket<TcpStream> {
-    let stream = TcpStream::connect(node.gateway).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(10)))
-        .unwrap();
-    let (ws, _) =
-        tungstenite::client(format!("ws://{}/?v=10&encoding=json", node.gateway), stream).unwrap();
-    ws
-}
-
-fn recv<S: std::io::Read + std::io::Write>(ws: &mut WebSocket<S>) -> Value {
-    loop {
-        match ws.read().expect("read") {
-            Message::Text(t) => return serde_json::from_str(&t).unwrap(),
-            Message::Close(c) => panic!("closed: {c:?}"),
-            _ => {}
-        }
-    }
-}
-
 fn send<S: std::io::Read + std::io::Write>(ws: &mut WebSocket<S>, v: Value) {
-    ws.send(Message::text(v.to_string())).unwrap();
+    support::bot::send_json(ws, &v);
 }
 
-/// Hello, Identify, READY; returns (session_id, last seq seen).
+/// Hello, Identify, READY and the demo server's GUILD_CREATE; returns
+/// (session_id, last seq seen).
 fn identify<S: std::io::Read + std::io::Write>(
     ws: &mut WebSocket<S>,
     token: &str,
 ) -> (String, u64) {
-    let hello = recv(ws);
-    assert_eq!(hello["op"], 10);
-    send(
-        ws,
-        json!({"op": 2, "d": {"token": token, "intents": INTENTS, "properties": {"os": "linux"}}}),
-    );
-    let ready = recv(ws);
-    assert_eq!(ready["t"], "READY", "{ready}");
-    assert_eq!(ready["s"], 1);
-    let gc = recv(ws);
-    assert_eq!(gc["t"], "GUILD_CREATE");
-    assert_eq!(gc["s"], 2);
+    let (ready, guild_creates) = login(ws, token, BOT_INTENTS);
+    assert_eq!(guild_creates.len(), 1, "the demo bot is on one server");
     (ready["d"]["session_id"].as_str().unwrap().to_string(), 2)
 }
 
@@ -61,13 +31,13 @@ fn resume_after_a_dropped_connection_keeps_the_session() {
     // Four workers: the kernel spreads the reconnects over them, so most
     // resumes land on a worker that is not the session's and are handed over.
     let node = Node::start(&["--workers", "4", "--no-demo"]);
-    let mut ws = connect(&node);
+    let mut ws = connect(node.gateway);
     let (session_id, mut seq) = identify(&mut ws, &node.token);
     for round in 0..8 {
         // Drop the TCP connection without a close frame (a network failure).
         drop(ws);
         std::thread::sleep(Duration::from_millis(100));
-        ws = connect(&node);
+        ws = connect(node.gateway);
         assert_eq!(recv(&mut ws)["op"], 10);
         send(
             &mut ws,
@@ -84,7 +54,7 @@ fn resume_after_a_dropped_connection_keeps_the_session() {
     drop(ws);
 
     // A wrong token cannot take the session over, and an unknown id gets op 9 false.
-    let mut other = connect(&node);
+    let mut other = connect(node.gateway);
     assert_eq!(recv(&mut other)["op"], 10);
     send(
         &mut other,
@@ -100,7 +70,7 @@ fn resume_after_a_dropped_connection_keeps_the_session() {
 #[test]
 fn client_close_1000_ends_the_session() {
     let node = Node::start(&["--no-demo"]);
-    let mut ws = connect(&node);
+    let mut ws = connect(node.gateway);
     let (session_id, seq) = identify(&mut ws, &node.token);
     ws.close(None).unwrap();
     // The server answers the close handshake.
@@ -111,7 +81,7 @@ fn client_close_1000_ends_the_session() {
             Ok(_) => assert!(Instant::now() < deadline),
         }
     }
-    let mut ws = connect(&node);
+    let mut ws = connect(node.gateway);
     assert_eq!(recv(&mut ws)["op"], 10);
     send(
         &mut ws,
@@ -128,7 +98,7 @@ fn client_close_1000_ends_the_session() {
 #[test]
 fn resume_replays_the_events_missed_while_away_in_order() {
     let node = Node::start(&["--demo-interval-ms", "50"]);
-    let mut ws = connect(&node);
+    let mut ws = connect(node.gateway);
     let (session_id, mut seq) = identify(&mut ws, &node.token);
     let first = recv(&mut ws);
     assert_eq!(
@@ -139,7 +109,7 @@ fn resume_replays_the_events_missed_while_away_in_order() {
     let mut last_content = first["d"]["content"].as_str().unwrap().to_string();
     drop(ws);
     std::thread::sleep(Duration::from_millis(600)); // about a dozen events are due meanwhile
-    let mut ws = connect(&node);
+    let mut ws = connect(node.gateway);
     assert_eq!(recv(&mut ws)["op"], 10);
     send(
         &mut ws,
@@ -181,11 +151,11 @@ fn resume_is_refused_when_the_session_lost_events_at_its_bound() {
     // A queue of 3: events beyond it while away cannot be kept, so a resume
     // would leave a gap. It must say op 9 instead.
     let node = Node::start(&["--demo-interval-ms", "30", "--max-unsent", "3"]);
-    let mut ws = connect(&node);
+    let mut ws = connect(node.gateway);
     let (session_id, seq) = identify(&mut ws, &node.token);
     drop(ws);
     std::thread::sleep(Duration::from_millis(500));
-    let mut ws = connect(&node);
+    let mut ws = connect(node.gateway);
     assert_eq!(recv(&mut ws)["op"], 10);
     send(
         &mut ws,
@@ -202,7 +172,7 @@ fn resume_is_refused_when_the_session_lost_events_at_its_bound() {
 /// Identify `n` sessions, trigger a drain with `trigger`, and return when
 /// each session saw its op 7 (ms after the trigger); each must then be closed.
 fn drain_and_time(node: &mut Node, n: usize, trigger: impl FnOnce(&mut Node)) -> Vec<u128> {
-    let mut sessions: Vec<_> = (0..n).map(|_| connect(node)).collect();
+    let mut sessions: Vec<_> = (0..n).map(|_| connect(node.gateway)).collect();
     for ws in &mut sessions {
         identify(ws, &node.token);
     }
@@ -241,10 +211,7 @@ fn sigterm_sends_reconnect_to_every_session_spread_over_the_window_then_exits() 
         "--drain-spread-ms",
         "1500",
     ]);
-    // SAFETY: kill(2) of our own child, not yet waited for, so its pid cannot have been reused.
-    let at = drain_and_time(&mut node, 20, |n| unsafe {
-        libc::kill(n.child.id() as i32, libc::SIGTERM);
-    });
+    let at = drain_and_time(&mut node, 20, |n| n.sigterm());
     let (min, max) = (at.iter().min().unwrap(), at.iter().max().unwrap());
     assert!(
         max - min > 300,
@@ -268,7 +235,7 @@ fn post_drain_on_the_admin_port_drains_like_sigterm() {
         "300",
     ]);
     let at = drain_and_time(&mut node, 4, |n| {
-        let (status, _) = common::http_request(n.admin, "POST", "/drain", &[]).unwrap();
+        let (status, _) = support::http::http_request(n.admin, "POST", "/drain", &[]).unwrap();
         assert_eq!(status, 202);
     });
     assert_eq!(at.len(), 4);
@@ -343,20 +310,20 @@ fn wss_with_a_rustls_certificate() {
 #[test]
 fn sessions_of_one_application_shard_live_on_its_placed_worker() {
     let node = Node::start(&["--workers", "4", "--no-demo"]);
-    let mut sessions: Vec<_> = (0..12).map(|_| connect(&node)).collect();
+    let mut sessions: Vec<_> = (0..12).map(|_| connect(node.gateway)).collect();
     for ws in &mut sessions {
         identify(ws, &node.token);
     }
-    let (_, metrics) = common::http_get(node.admin, "/metrics").unwrap();
-    let per_worker: Vec<u64> = metrics
-        .lines()
-        .filter(|l| l.starts_with("gatewayd_sessions{"))
-        .map(|l| l.rsplit(' ').next().unwrap().parse().unwrap())
-        .collect();
+    let per_worker: Vec<f64> = support::metrics::metric_by_worker(
+        &support::metrics::metrics(node.admin),
+        "gatewayd_sessions",
+    )
+    .into_values()
+    .collect();
     assert_eq!(per_worker.len(), 4);
-    assert_eq!(per_worker.iter().sum::<u64>(), 12);
+    assert_eq!(per_worker.iter().sum::<f64>(), 12.0);
     assert_eq!(
-        per_worker.iter().filter(|n| **n > 0).count(),
+        per_worker.iter().filter(|n| **n > 0.0).count(),
         1,
         "one (application, shard) lives on one worker: {per_worker:?}"
     );

@@ -5,7 +5,6 @@
 //! revocation scenario needs PostgreSQL (GATEWAYD_TEST_DATABASE_URL; `.ci/run`
 //! provides it); without it that test is skipped locally and fails under CI.
 
-mod common;
 mod support;
 
 use std::path::PathBuf;
@@ -162,7 +161,7 @@ fn slow_consumer_is_closed_and_a_fast_one_is_not() {
 #[test]
 #[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
 fn revocation_lands_and_its_bound_is_enforced() {
-    let (url, _db) = support::pg_database();
+    let (url, _db) = support::registry::pg_database();
     let opts = RevocationOpts {
         hot_rate: 100.0,
         brownout_latency_ms: 300,
@@ -179,7 +178,7 @@ fn revocation_lands_and_its_bound_is_enforced() {
 
     // A bound no revocation can meet (the pushed one can land before the
     // next event, i.e. "0 s"): the claim must fail.
-    let (url, _db2) = support::pg_database();
+    let (url, _db2) = support::registry::pg_database();
     let (mut c, _d) = common("revocation-fail", 200, 20.0);
     c.registry_url = Some(url);
     let (passed, r) = run(

@@ -3,20 +3,18 @@
 //! values after a session identifies and an event is delivered, and
 //! `gatewayd stats --once` renders a view of it (or fails clearly).
 
-mod common;
 mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::Node;
-use serde_json::json;
-use support::{intent, Next};
+use support::bot::Next;
+use support::metrics::Samples;
+use support::node::Node;
+use support::{intent, BOT_INTENTS};
 
 const WORKERS: usize = 2;
-
-type Samples = Vec<(String, BTreeMap<String, String>, f64)>;
 
 fn valid_name(s: &str) -> bool {
     let mut c = s.chars();
@@ -194,13 +192,13 @@ fn check_exposition(text: &str) -> Samples {
 }
 
 fn scrape(node: &Node) -> Samples {
-    let (status, body) = common::http_get(node.admin, "/metrics").expect("GET /metrics");
+    let (status, body) = support::http::http_get(node.admin, "/metrics").expect("GET /metrics");
     assert_eq!(status, 200, "{body}");
     check_exposition(&body)
 }
 
 fn sum(s: &Samples, name: &str, with: &[(&str, &str)]) -> f64 {
-    support::metric_sum(s, name, with)
+    support::metrics::metric_sum(s, name, with)
 }
 
 fn has(s: &Samples, name: &str) -> bool {
@@ -257,33 +255,32 @@ fn metrics_exposition_is_valid_and_has_the_operations_families() {
     }
 
     // A WebSocket that never identifies is handshaking.
-    let mut idle = support::connect(node.gateway);
+    let mut idle = support::bot::connect(node.gateway);
     assert!(
-        matches!(support::read_next(&mut idle, Duration::from_secs(10)), Next::Json(v) if v["op"] == 10)
+        matches!(support::bot::read_next(&mut idle, Duration::from_secs(10)), Next::Json(v) if v["op"] == 10)
     );
     scrape_until(&node, "a handshaking session", |s| {
         sum(s, "gatewayd_sessions_by_state", &[("state", "handshaking")]) >= 1.0
     });
 
     // A bad token: refused with a close (4004).
-    let mut bad = support::connect(node.gateway);
-    let _hello = support::read_next(&mut bad, Duration::from_secs(10));
-    support::send_json(
+    let mut bad = support::bot::connect(node.gateway);
+    let _hello = support::bot::read_next(&mut bad, Duration::from_secs(10));
+    support::bot::send_json(
         &mut bad,
-        &json!({"op": 2, "d": {"token": "Bot nope", "intents": 1, "properties": {}}}),
+        &support::bot::identify_payload("Bot nope", intent::GUILDS, None),
     );
-    match support::read_next(&mut bad, Duration::from_secs(10)) {
+    match support::bot::read_next(&mut bad, Duration::from_secs(10)) {
         Next::Close(Some((4004, _))) => {}
         other => panic!("expected 4004, got {other:?}"),
     }
 
     // The demo bot identifies and gets a demo MESSAGE_CREATE.
-    let intents = intent::GUILDS | intent::GUILD_MESSAGES | intent::MESSAGE_CONTENT;
-    let mut session =
-        support::identify(node.gateway, "demo", &node.token, intents, None).expect("identify");
+    let mut session = support::bot::identify(node.gateway, "demo", &node.token, BOT_INTENTS, None)
+        .expect("identify");
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        match support::read_next(&mut session.ws, Duration::from_secs(10)) {
+        match support::bot::read_next(&mut session.ws, Duration::from_secs(10)) {
             Next::Json(v) if v["t"] == "MESSAGE_CREATE" => break,
             Next::Json(_) => {}
             other => panic!("no event delivered: {other:?}"),
@@ -387,7 +384,7 @@ fn metrics_exposition_is_valid_and_has_the_operations_families() {
     );
     assert!(sum(&s, "process_open_fds", &[]) >= 3.0);
     let start = sum(&s, "process_start_time_seconds", &[]);
-    let unix = support::now_ns() as f64 / 1e9;
+    let unix = support::events::now_ns() as f64 / 1e9;
     assert!(
         (unix - start).abs() < 600.0,
         "process_start_time_seconds {start} vs now {unix}"
@@ -409,7 +406,7 @@ fn stats_once_prints_a_view_and_fails_clearly_without_a_node() {
     let node = start();
     let intents = intent::GUILDS | intent::GUILD_MESSAGES;
     let _session =
-        support::identify(node.gateway, "demo", &node.token, intents, None).expect("identify");
+        support::bot::identify(node.gateway, "demo", &node.token, intents, None).expect("identify");
     let admin = node.admin.to_string();
     let out = stats(&["--admin", &admin, "--interval", "300ms", "--once"]);
     let text = String::from_utf8_lossy(&out.stdout).to_string();
@@ -449,7 +446,7 @@ fn stats_once_prints_a_view_and_fails_clearly_without_a_node() {
     }
 
     // Nothing listening: a clear error, exit status 1.
-    let port = common::free_port();
+    let port = support::node::free_port();
     let out = stats(&["--admin", &format!("127.0.0.1:{port}"), "--once"]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");

@@ -6,7 +6,6 @@
 //! `src/no_alloc.rs` proves the pieces; this proves the worker that drives
 //! them (its flush once allocated per turn, unseen by the pieces' test).
 
-mod common;
 mod support;
 
 use std::alloc::{GlobalAlloc, Layout, System};
@@ -16,7 +15,10 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering:
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use support::{intent, Next, Producer, Registry};
+use support::bot::Next;
+use support::events::Producer;
+use support::registry::Registry;
+use support::{intent, BOT_INTENTS};
 
 /// Allocation counts per thread, found by kernel thread id: all of them,
 /// and those made inside a worker's turn (`gatewayd::worker::in_turn`). A
@@ -124,7 +126,7 @@ fn start_node(dir: &std::path::Path) -> (SocketAddr, SocketAddr, SocketAddr) {
             }
         })
         .unwrap();
-    common::wait_for_addrs(dir, || {})
+    support::node::wait_for_addrs(dir, || {})
 }
 
 #[test]
@@ -151,14 +153,13 @@ fn worker_event_path_allocates_nothing() {
     let stop = Arc::new(AtomicBool::new(false));
     let mut readers = Vec::new();
     for i in 0..APPS * PER_APP {
-        let intents = intent::GUILDS | intent::GUILD_MESSAGES | intent::MESSAGE_CONTENT;
         let token = &apps[i % APPS].token;
-        let mut s = support::identify(gateway, &format!("s{i}"), token, intents, None)
+        let mut s = support::bot::identify(gateway, &format!("s{i}"), token, BOT_INTENTS, None)
             .unwrap_or_else(|e| panic!("{e}"));
         let (received, stop) = (received.clone(), stop.clone());
         readers.push(std::thread::spawn(move || {
             while !stop.load(Relaxed) {
-                match support::read_next(&mut s.ws, Duration::from_millis(200)) {
+                match support::bot::read_next(&mut s.ws, Duration::from_millis(200)) {
                     Next::Json(v) if v["t"] == "MESSAGE_CREATE" => {
                         received.fetch_add(1, Relaxed);
                     }
@@ -175,7 +176,8 @@ fn worker_event_path_allocates_nothing() {
     let mut send = |producer: &mut Producer, n: u64| {
         for _ in 0..n {
             sent += 1;
-            let ev = support::message_event(1 << 40 | sent, server, channel, "counted", &[]);
+            let ev =
+                support::events::message_event(1 << 40 | sent, server, channel, "counted", &[]);
             producer.send(&ev);
         }
         sent
@@ -198,8 +200,10 @@ fn worker_event_path_allocates_nothing() {
         let total = send(&mut producer, 200);
         wait_for(total);
     }
-    let by_worker =
-        support::metric_by_worker(&support::metrics(admin), "gatewayd_deliveries_total");
+    let by_worker = support::metrics::metric_by_worker(
+        &support::metrics::metrics(admin),
+        "gatewayd_deliveries_total",
+    );
     assert!(
         by_worker.len() == 2 && by_worker.values().all(|&d| d > 0.0),
         "both workers deliver: {by_worker:?}"

@@ -20,14 +20,14 @@
 //! and `process_[a-z0-9_]+` (standing alone, not part of a longer word);
 //! `up` is Prometheus's own and not looked for.
 
-mod common;
+mod support;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gatewayd::ops::stats::Sample;
+use support::node::Node;
 
 fn repo(path: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join(path)
@@ -353,55 +353,13 @@ fn dashboard_is_importable() {
     }
 }
 
-/// Kills the node if the test fails half-way.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[test]
 fn every_metric_of_the_alerts_and_the_dashboard_is_exported_and_the_example_config_runs() {
-    let dir = tempfile::tempdir().unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_gatewayd"))
-        .arg("run")
-        .arg("--config")
-        .arg(repo(CONFIG))
-        .args(["--gateway-addr", "127.0.0.1:0"])
-        .args(["--admin-addr", "127.0.0.1:0"])
-        .args(["--ingest-addr", "127.0.0.1:0"])
-        .arg("--data-dir")
-        .arg(dir.path())
-        .env(
-            "RUST_LOG",
-            std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
-        )
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn gatewayd");
-    let mut node = Killed(child);
-    let child = &mut node.0;
-    let (gateway, admin, _) = common::wait_for_addrs(dir.path(), || {
-        if let Some(status) = child.try_wait().unwrap() {
-            panic!("gatewayd with {CONFIG} exited early: {status}");
-        }
-    });
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !common::http_get(admin, "/readyz").is_ok_and(|(s, _)| s == 200) {
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "gatewayd exited before ready"
-        );
-        assert!(
-            Instant::now() < deadline,
-            "gatewayd with {CONFIG} not ready in 30 s"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // The example config as shipped: none of the tests' defaults, only
+    // port 0 and a fresh data directory.
+    let config = repo(CONFIG);
+    let mut node = Node::start_exactly(&["--config", config.to_str().unwrap()]);
+    let (gateway, admin) = (node.gateway, node.admin);
 
     // One refused WebSocket (encoding=etf: close 4002), so that
     // gatewayd_closes_total, which has series only for codes sent, has one.
@@ -419,7 +377,7 @@ fn every_metric_of_the_alerts_and_the_dashboard_is_exported_and_the_example_conf
     }
     let deadline = Instant::now() + Duration::from_secs(10);
     let body = loop {
-        let (status, body) = common::http_get(admin, "/metrics").expect("GET /metrics");
+        let (status, body) = support::http::http_get(admin, "/metrics").expect("GET /metrics");
         assert_eq!(status, 200, "{body}");
         if body.contains("gatewayd_closes_total{") {
             break body;
@@ -533,14 +491,13 @@ fn every_metric_of_the_alerts_and_the_dashboard_is_exported_and_the_example_conf
     // SIGTERM with the example config's 30 s drain: no sessions, so the
     // workers stop at once; far inside TimeoutStopSec either way.
     let t = Instant::now();
-    // SAFETY: signalling the child we started.
-    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    node.sigterm();
     let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
+        if let Some(s) = node.child.try_wait().unwrap() {
             break s;
         }
         if t.elapsed() > Duration::from_secs(45) {
-            let _ = child.kill();
+            let _ = node.child.kill();
             panic!("gatewayd did not stop within 45 s of SIGTERM");
         }
         std::thread::sleep(Duration::from_millis(20));

@@ -2,40 +2,23 @@
 //! a lost push bounded by the lease TTL, brownout, identify limits and node
 //! admission. Revocations are made with the registry CLI, as an operator would.
 
-mod common;
 mod support;
 
 use std::time::{Duration, Instant};
 
-use common::Node;
 use serde_json::Value;
-use support::{intent, metric_sum, metrics, read_next, Next, Registry, Session};
 
-const INTENTS: u64 = intent::GUILDS | intent::GUILD_MESSAGES | intent::MESSAGE_CONTENT;
+use support::bot::{read_next, Next, Session};
+use support::metrics::metric;
+use support::node::Node;
+use support::registry::Registry;
+use support::{intent, BOT_INTENTS};
 
+/// The demo bot's session, its application and its server.
 fn demo(node: &Node) -> (Session, u64, u64) {
-    let s = support::identify(node.gateway, "demo", &node.token, INTENTS, None).unwrap();
-    let app: u64 = s.ready["d"]["application"]["id"]
-        .as_str()
-        .unwrap()
-        .parse()
-        .unwrap();
-    let server: u64 = s.guild_creates[0]["id"].as_str().unwrap().parse().unwrap();
+    let s = support::bot::identify(node.gateway, "demo", &node.token, BOT_INTENTS, None).unwrap();
+    let (app, server) = (s.app_id(), s.first_server());
     (s, app, server)
-}
-
-/// Read until `until`; the instants at which MESSAGE_CREATEs arrived.
-fn messages_until(s: &mut Session, until: Instant) -> Vec<Instant> {
-    let mut at = Vec::new();
-    while let Some(left) = until.checked_duration_since(Instant::now()) {
-        match read_next(&mut s.ws, left) {
-            Next::Json(v) if v["t"] == "MESSAGE_CREATE" => at.push(Instant::now()),
-            Next::Json(_) => {}
-            Next::Timeout => break,
-            other => panic!("{}: session ended: {other:?}", s.name),
-        }
-    }
-    at
 }
 
 /// Where the node's registry lives: the embedded file, or a fresh database
@@ -70,7 +53,7 @@ macro_rules! on_both_registries {
             $(#[test]
             #[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
             fn $name() {
-                let (_, url) = super::support::pg_database();
+                let (_, url) = super::support::registry::pg_database();
                 super::$name(&super::Backend { url: Some(url) })
             })*
         }
@@ -87,20 +70,17 @@ on_both_registries!(
     a_token_reset_closes_sessions_with_4004_and_withdrawn_intents_with_4014
 );
 
-fn metric(node: &Node, name: &str) -> f64 {
-    metric_sum(&metrics(node.admin), name, &[])
-}
-
 fn a_pushed_revocation_stops_delivery_within_a_second(backend: &Backend) {
     let node = backend.start(&["--demo-interval-ms", "20"]);
     let (mut s, app, server) = demo(&node);
     assert!(
-        !messages_until(&mut s, Instant::now() + Duration::from_millis(300)).is_empty(),
+        !s.messages_until(Instant::now() + Duration::from_millis(300))
+            .is_empty(),
         "events flow"
     );
     backend.registry(&node).uninstall(app, server);
     let revoked = Instant::now();
-    let after = messages_until(&mut s, revoked + Duration::from_millis(2500));
+    let after = s.messages_until(revoked + Duration::from_millis(2500));
     if let Some(last) = after.last() {
         assert!(
             *last - revoked < Duration::from_secs(1),
@@ -127,10 +107,10 @@ fn a_lost_push_is_bounded_by_the_lease_ttl(backend: &Backend) {
         "1500",
     ]);
     let (mut s, app, server) = demo(&node);
-    messages_until(&mut s, Instant::now() + Duration::from_millis(1200)); // a renewal or two
+    s.messages_until(Instant::now() + Duration::from_millis(1200)); // a renewal or two
     backend.registry(&node).uninstall(app, server);
     let revoked = Instant::now();
-    let after = messages_until(&mut s, revoked + Duration::from_millis(4000));
+    let after = s.messages_until(revoked + Duration::from_millis(4000));
     let last = *after
         .last()
         .expect("without the push, events go on until the lease lapses");
@@ -157,12 +137,13 @@ fn brownout_keeps_existing_sessions_for_a_while_and_refuses_new_ones(backend: &B
         "3000",
     ]);
     let (mut s, _, _) = demo(&node);
-    messages_until(&mut s, Instant::now() + Duration::from_millis(400));
-    let (status, _) = common::http_request(node.admin, "POST", "/fault/registry", &[]).unwrap();
+    s.messages_until(Instant::now() + Duration::from_millis(400));
+    let (status, _) =
+        support::http::http_request(node.admin, "POST", "/fault/registry", &[]).unwrap();
     assert_eq!(status, 200);
     let down = Instant::now();
     // A new identify during the outage is told to back off.
-    let refused = support::identify(node.gateway, "new", &node.token, INTENTS, None)
+    let refused = support::bot::identify(node.gateway, "new", &node.token, BOT_INTENTS, None)
         .err()
         .expect("refused");
     assert!(
@@ -170,7 +151,7 @@ fn brownout_keeps_existing_sessions_for_a_while_and_refuses_new_ones(backend: &B
         "{refused}"
     );
     // The existing session keeps receiving past its lease TTL ...
-    let during = messages_until(&mut s, down + Duration::from_millis(2200));
+    let during = s.messages_until(down + Duration::from_millis(2200));
     assert!(
         during
             .iter()
@@ -178,7 +159,7 @@ fn brownout_keeps_existing_sessions_for_a_while_and_refuses_new_ones(backend: &B
         "leases extended in brownout"
     );
     // ... but not past brownout_max.
-    let late = messages_until(&mut s, down + Duration::from_millis(5500));
+    let late = s.messages_until(down + Duration::from_millis(5500));
     assert!(
         late.iter()
             .all(|t| *t - down < Duration::from_millis(3000 + 600)),
@@ -188,9 +169,9 @@ fn brownout_keeps_existing_sessions_for_a_while_and_refuses_new_ones(backend: &B
     assert!(metric(&node, "gatewayd_identifies_refused_brownout_total") >= 1.0);
     // The registry comes back: leases are renewed and events flow again.
     let (status, _) =
-        common::http_request(node.admin, "POST", "/fault/registry?down=0", &[]).unwrap();
+        support::http::http_request(node.admin, "POST", "/fault/registry?down=0", &[]).unwrap();
     assert_eq!(status, 200);
-    let back = messages_until(&mut s, Instant::now() + Duration::from_millis(2500));
+    let back = s.messages_until(Instant::now() + Duration::from_millis(2500));
     assert!(
         !back.is_empty(),
         "delivery resumes after the registry recovers"
@@ -205,11 +186,11 @@ fn identify_buckets_and_the_daily_limit(backend: &Backend) {
     let a = reg.add_app_with("bucketed", 0, 2);
     reg.install(a.id, server, None);
     let ok = |shard: u32| {
-        support::identify(
+        support::bot::identify(
             node.gateway,
             "a",
             &a.token,
-            INTENTS & !intent::MESSAGE_CONTENT,
+            BOT_INTENTS & !intent::MESSAGE_CONTENT,
             Some((shard, 4)),
         )
     };
@@ -229,7 +210,7 @@ fn identify_buckets_and_the_daily_limit(backend: &Backend) {
         "2",
     ]);
     let id = |shard: u32| {
-        support::identify(
+        support::bot::identify(
             node.gateway,
             "b",
             &b.token,
@@ -242,7 +223,7 @@ fn identify_buckets_and_the_daily_limit(backend: &Backend) {
     let refused = id(2).err().expect("third start is over the daily budget");
     assert!(refused.contains("\"op\":9"), "{refused}");
     assert!(metric(&node, "gatewayd_identifies_refused_daily_limit_total") >= 1.0);
-    let (status, body) = common::http_request(
+    let (status, body) = support::http::http_request(
         node.gateway,
         "GET",
         "/api/v10/gateway/bot",
@@ -262,7 +243,7 @@ fn node_admission_refuses_a_storm_beyond_its_rate(backend: &Backend) {
     let (mut ready, mut refused) = (0, 0);
     let mut held = Vec::new();
     for i in 0..8 {
-        match support::identify(
+        match support::bot::identify(
             node.gateway,
             &format!("s{i}"),
             &node.token,
@@ -292,8 +273,10 @@ fn a_token_reset_closes_sessions_with_4004_and_withdrawn_intents_with_4014(backe
     let (_, _, server) = demo(&node);
     let a = reg.add_app("resettable", intent::MESSAGE_CONTENT);
     reg.install(a.id, server, None);
-    let mut with_content = support::identify(node.gateway, "c", &a.token, INTENTS, None).unwrap();
-    let mut without = support::identify(node.gateway, "p", &a.token, intent::GUILDS, None).unwrap();
+    let mut with_content =
+        support::bot::identify(node.gateway, "c", &a.token, BOT_INTENTS, None).unwrap();
+    let mut without =
+        support::bot::identify(node.gateway, "p", &a.token, intent::GUILDS, None).unwrap();
     reg.run(&[
         "set-intents",
         "--app",
@@ -316,7 +299,8 @@ fn a_narrowed_grant_applies_at_once(backend: &Backend) {
     let node = backend.start(&["--demo-interval-ms", "20"]);
     let (mut s, app, server) = demo(&node);
     assert!(
-        !messages_until(&mut s, Instant::now() + Duration::from_millis(300)).is_empty(),
+        !s.messages_until(Instant::now() + Duration::from_millis(300))
+            .is_empty(),
         "events flow"
     );
     // Re-install with a grant without VIEW_CHANNEL: the bot can no longer see #general.
@@ -324,7 +308,7 @@ fn a_narrowed_grant_applies_at_once(backend: &Backend) {
         .registry(&node)
         .install(app, server, Some(support::perm::SEND_MESSAGES));
     let narrowed = Instant::now();
-    let after = messages_until(&mut s, narrowed + Duration::from_millis(2500));
+    let after = s.messages_until(narrowed + Duration::from_millis(2500));
     if let Some(last) = after.last() {
         assert!(
             *last - narrowed < Duration::from_secs(1),
@@ -337,7 +321,8 @@ fn a_narrowed_grant_applies_at_once(backend: &Backend) {
         .registry(&node)
         .install(app, server, Some(support::perm::INSTALL_DEFAULT));
     assert!(
-        !messages_until(&mut s, Instant::now() + Duration::from_millis(2000)).is_empty(),
+        !s.messages_until(Instant::now() + Duration::from_millis(2000))
+            .is_empty(),
         "events flow again"
     );
 }

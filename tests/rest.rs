@@ -1,129 +1,19 @@
 //! Black-box tests of the REST endpoints client libraries call before connecting.
 
-mod common;
-mod ws_client;
+mod support;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
-use std::time::Duration;
+use std::net::SocketAddr;
 
-use common::Node;
-use serde_json::{json, Value};
-use ws_client::{Ws, GOOD_INTENTS};
+use serde_json::json;
+use support::http::Resp;
+use support::node::Node;
+use support::raw::Ws;
+use support::registry::Registry;
+use support::BOT_INTENTS;
 
-struct Resp {
-    status: u16,
-    head: String,
-    body: String,
-}
-
-impl Resp {
-    fn header(&self, name: &str) -> Option<String> {
-        ws_client::header(&self.head, name)
-    }
-    fn json(&self) -> Value {
-        serde_json::from_str(&self.body).unwrap_or_else(|e| {
-            panic!(
-                "body is not JSON ({e}): {:?}\nhead: {}",
-                self.body, self.head
-            )
-        })
-    }
-    /// Asserts `Content-Type: application/json` exactly.
-    fn assert_json_type(&self, what: &str) {
-        let ct = self.header("content-type");
-        assert_eq!(
-            ct.as_deref(),
-            Some("application/json"),
-            "{what}: Content-Type must be exactly application/json; head:\n{}",
-            self.head
-        );
-    }
-}
-
-/// A raw HTTP/1.1 request (so headers can be checked), handling Content-Length and chunked bodies.
+/// A GET to the gateway port (so headers can be checked); panics if it fails.
 fn request(addr: SocketAddr, path: &str, headers: &[(&str, &str)]) -> Resp {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2)).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: gatewayd-tests\r\nAccept: */*\r\nConnection: close\r\n");
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).unwrap();
-    let mut buf = Vec::new();
-    let mut tmp = [0u8; 8192];
-    // Read the head, then as much body as announced (or until EOF).
-    let end = loop {
-        if let Some(e) = ws_client::head_end(&buf) {
-            break e;
-        }
-        let n = s
-            .read(&mut tmp)
-            .unwrap_or_else(|e| panic!("GET {path}: read: {e}"));
-        assert!(
-            n > 0,
-            "GET {path}: EOF before the response head: {:?}",
-            String::from_utf8_lossy(&buf)
-        );
-        buf.extend_from_slice(&tmp[..n]);
-    };
-    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-    let status = head
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let mut rest = buf[end..].to_vec();
-    let chunked = ws_client::header(&head, "transfer-encoding")
-        .is_some_and(|v| v.eq_ignore_ascii_case("chunked"));
-    let body = if let Some(len) =
-        ws_client::header(&head, "content-length").and_then(|v| v.parse::<usize>().ok())
-    {
-        while rest.len() < len {
-            let n = s.read(&mut tmp).unwrap();
-            assert!(n > 0, "GET {path}: EOF inside a {len}-byte body");
-            rest.extend_from_slice(&tmp[..n]);
-        }
-        rest.truncate(len);
-        rest
-    } else {
-        loop {
-            match s.read(&mut tmp) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => rest.extend_from_slice(&tmp[..n]),
-            }
-        }
-        if chunked {
-            dechunk(&rest)
-        } else {
-            rest
-        }
-    };
-    Resp {
-        status,
-        head,
-        body: String::from_utf8(body).expect("UTF-8 body"),
-    }
-}
-
-fn dechunk(mut b: &[u8]) -> Vec<u8> {
-    let mut out = Vec::new();
-    loop {
-        let line_end = b
-            .windows(2)
-            .position(|w| w == b"\r\n")
-            .expect("chunk size line");
-        let size_str = std::str::from_utf8(&b[..line_end]).unwrap();
-        let size = usize::from_str_radix(size_str.split(';').next().unwrap().trim(), 16)
-            .expect("chunk size");
-        b = &b[line_end + 2..];
-        if size == 0 {
-            return out;
-        }
-        out.extend_from_slice(&b[..size]);
-        b = &b[size + 2..];
-    }
+    support::http::request(addr, "GET", path, headers).unwrap_or_else(|e| panic!("GET {path}: {e}"))
 }
 
 fn bot(node: &Node) -> String {
@@ -239,7 +129,7 @@ fn session_start_limit_counts_identifies() {
         "fresh node: {before}"
     );
     let mut ws = Ws::connect(node.gateway, "/?v=10&encoding=json");
-    ws.login(&node.token, GOOD_INTENTS);
+    ws.login(&node.token, BOT_INTENTS);
     let after = get();
     assert_eq!(
         after["session_start_limit"]["remaining"],
@@ -312,7 +202,7 @@ fn users_me() {
     assert!(v["flags"].is_u64(), "flags: {v}");
     // Same user as in READY.
     let mut ws = Ws::connect(node.gateway, "/?v=10&encoding=json");
-    let ready = ws.login(&node.token, GOOD_INTENTS);
+    let ready = ws.login(&node.token, BOT_INTENTS);
     assert_eq!(ready["d"]["user"]["id"], v["id"], "READY user vs users/@me");
     // Also under v9 and the bare prefix, and without the Bot prefix.
     for (path, auth) in [
@@ -360,7 +250,7 @@ fn oauth2_application_me() {
     assert!(v["verify_key"].is_string(), "verify_key: {v}");
     assert!(v["flags"].is_u64(), "flags: {v}");
     let mut ws = Ws::connect(node.gateway, "/?v=10&encoding=json");
-    let ready = ws.login(&node.token, GOOD_INTENTS);
+    let ready = ws.login(&node.token, BOT_INTENTS);
     assert_eq!(
         ready["d"]["application"]["id"], v["id"],
         "READY application vs oauth2/applications/@me"
@@ -387,30 +277,13 @@ fn unknown_api_path_is_404_json() {
 #[test]
 fn second_app_from_registry_cli_authenticates() {
     let node = node();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gatewayd"))
-        .args(["registry", "--data-dir"])
-        .arg(node.dir.path())
-        .args(["add-app", "--name", "Second"])
-        .output()
-        .expect("run gatewayd registry");
-    assert!(
-        out.status.success(),
-        "registry add-app failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8_lossy(&out.stdout);
-    let token = text
-        .lines()
-        .find_map(|l| l.strip_prefix("token="))
-        .unwrap_or_else(|| panic!("no token= line in {text:?}"))
-        .trim()
-        .to_string();
-    let app_id = text
-        .lines()
-        .find_map(|l| l.strip_prefix("application_id="))
-        .unwrap_or_else(|| panic!("no application_id= line in {text:?}"))
-        .trim()
-        .to_string();
+    let out = Registry::new(node.dir.path()).run(&["add-app", "--name", "Second"]);
+    let field = |k: &str| {
+        out.get(k)
+            .unwrap_or_else(|| panic!("no {k}= in {out:?}"))
+            .clone()
+    };
+    let (token, app_id) = (field("token"), field("application_id"));
     let r = request(
         node.gateway,
         "/api/v10/oauth2/applications/@me",

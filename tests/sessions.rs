@@ -1,7 +1,6 @@
 //! Session-count tests: many concurrent sessions on one node.
 
-mod common;
-mod ws_client;
+mod support;
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
@@ -9,30 +8,28 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use common::{http_get, Node};
-use ws_client::{Ws, GOOD_INTENTS};
+use support::node::Node;
+use support::raw::Ws;
+use support::{intent, BOT_INTENTS};
 
-/// Sum of the current-session gauge(s) in `/metrics`: every sample line of the
-/// metric family named exactly `gatewayd_sessions` (any labels).
+/// Sum of the current-session gauge(s) in `/metrics`: every sample of the
+/// metric family named exactly `gatewayd_sessions` (any labels), and those
+/// samples as text.
 fn sessions_metric(node: &Node) -> (f64, String) {
-    let (status, body) = http_get(node.admin, "/metrics").expect("GET /metrics");
-    assert_eq!(status, 200, "/metrics: {body}");
-    let mut sum = 0.0;
-    let mut lines = Vec::new();
-    for line in body.lines() {
-        let name_end = line.find(['{', ' ']).unwrap_or(line.len());
-        if &line[..name_end] == "gatewayd_sessions" {
-            let value = line.rsplit(' ').next().unwrap();
-            sum += value
-                .parse::<f64>()
-                .unwrap_or_else(|_| panic!("bad sample line {line:?}"));
-            lines.push(line.to_string());
-        }
-    }
+    let samples = support::metrics::metrics(node.admin);
+    let sessions: Vec<_> = samples
+        .iter()
+        .filter(|(n, _, _)| n == "gatewayd_sessions")
+        .collect();
     assert!(
-        !lines.is_empty(),
-        "/metrics has no gatewayd_sessions samples:\n{body}"
+        !sessions.is_empty(),
+        "/metrics has no gatewayd_sessions samples: {samples:?}"
     );
+    let sum = sessions.iter().map(|(_, _, v)| v).sum();
+    let lines: Vec<String> = sessions
+        .iter()
+        .map(|(n, l, v)| format!("{n}{l:?} {v}"))
+        .collect();
     (sum, lines.join("\n"))
 }
 
@@ -73,7 +70,7 @@ fn hold_2000_sessions() {
             for i in 0..n {
                 let mut ws = Ws::try_connect(gw, "/?v=10&encoding=json", &[])
                     .unwrap_or_else(|e| panic!("thread {t} session {i}: connect: {e}"));
-                let ready = ws.login(&token, GOOD_INTENTS);
+                let ready = ws.login(&token, BOT_INTENTS);
                 session_ids.push(
                     ready["d"]["session_id"]
                         .as_str()
@@ -349,11 +346,11 @@ fn a_full_node_answers_every_connection() {
             Ok((mut ws, _)) => {
                 let hello = ws.read().expect("hello");
                 assert!(hello.is_text(), "connection {i}: {hello:?}");
-                let identify = format!(
-                    r#"{{"op":2,"d":{{"token":"{}","intents":513,"properties":{{}}}}}}"#,
-                    node.token
+                let intents = intent::GUILDS | intent::GUILD_MESSAGES;
+                support::bot::send_json(
+                    &mut ws,
+                    &support::bot::identify_payload(&node.token, intents, None),
                 );
-                ws.send(tungstenite::Message::text(identify)).unwrap();
                 match ws.read() {
                     Ok(tungstenite::Message::Text(t)) if t.contains("\"READY\"") => ready += 1,
                     other => panic!("connection {i}: expected READY, got {other:?}"),

@@ -11,7 +11,6 @@
 //! `d`) is printed with and without the slow neighbour, not asserted: timing
 //! claims belong in reports, not in unit tests on a shared 2-core machine.
 
-mod common;
 mod support;
 
 use std::net::SocketAddr;
@@ -19,11 +18,13 @@ use std::sync::mpsc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use common::Node;
 use serde_json::{json, Value};
-use support::{intent, App, Event, Next, Producer, Registry, Session};
+use support::bot::{Next, Session};
+use support::events::{Event, Producer};
+use support::node::Node;
+use support::registry::{App, Registry};
+use support::{intent, BOT_INTENTS};
 
-const INTENTS: u64 = intent::GUILDS | intent::GUILD_MESSAGES | intent::MESSAGE_CONTENT;
 const MAX_UNSENT: usize = 64;
 const PAD_BYTES: usize = 48 * 1024;
 
@@ -48,14 +49,14 @@ fn world(node: &Node) -> World {
 /// Event number `n`: a MESSAGE_CREATE with ~48 KiB of padding, its number
 /// and its send time in `d`.
 fn big_event(w: &World, n: u64, pad: &str) -> Event {
-    let mut ev = support::message_event(
+    let mut ev = support::events::message_event(
         1_500_000_000_000_000_000 + n * 10,
         w.server,
         w.channel,
         &format!("big {n}"),
         &[],
     );
-    let now = support::now_ns();
+    let now = support::events::now_ns();
     ev.commit_ns = now;
     ev.d["x_n"] = json!(n);
     ev.d["x_sent_ns"] = json!(now);
@@ -84,9 +85,9 @@ fn fast_reader(
         };
         let mut next_n = 0u64;
         while next_n < total {
-            match support::read_next(&mut sess.ws, Duration::from_secs(30)) {
+            match support::bot::read_next(&mut sess.ws, Duration::from_secs(30)) {
                 Next::Json(v) if v["op"] == 0 => {
-                    let at = support::now_ns();
+                    let at = support::events::now_ns();
                     let s = v["s"].as_u64().unwrap_or(0);
                     if s != sess.seq + 1 {
                         log.errors
@@ -145,17 +146,17 @@ fn percentiles(label: &str, lat_ns: &[u64]) -> String {
     format!(
         "{label}: n={} p50={:.2} ms p90={:.2} ms p99={:.2} ms max={:.2} ms",
         ms.len(),
-        support::percentile(&ms, 50.0),
-        support::percentile(&ms, 90.0),
-        support::percentile(&ms, 99.0),
+        support::metrics::percentile(&ms, 50.0),
+        support::metrics::percentile(&ms, 90.0),
+        support::metrics::percentile(&ms, 99.0),
         ms.last().copied().unwrap_or(f64::NAN)
     )
 }
 
 /// Both sessions of the application are on one worker.
 fn assert_same_worker(admin: SocketAddr) {
-    let samples = support::metrics(admin);
-    let sessions = support::metric_by_worker(&samples, "gatewayd_sessions");
+    let samples = support::metrics::metrics(admin);
+    let sessions = support::metrics::metric_by_worker(&samples, "gatewayd_sessions");
     let on: Vec<_> = sessions.iter().filter(|(_, v)| **v > 0.0).collect();
     assert!(
         on.len() == 1 && *on[0].1 == 2.0,
@@ -184,7 +185,7 @@ fn slow_reads_until_close(
     let mut last_n = None;
     let mut closed = false;
     loop {
-        match support::read_next(&mut slow.ws, Duration::from_secs(10)) {
+        match support::bot::read_next(&mut slow.ws, Duration::from_secs(10)) {
             Next::Json(v) if v["op"] == 0 => {
                 let s = v["s"].as_u64().unwrap_or(0);
                 let n = v["d"]["x_n"].as_u64();
@@ -236,7 +237,7 @@ fn slow_reads_until_close(
     }
     if closed {
         // Nothing follows the close on that connection.
-        match support::read_next(&mut slow.ws, Duration::from_secs(5)) {
+        match support::bot::read_next(&mut slow.ws, Duration::from_secs(5)) {
             Next::Ended(_) | Next::Close(_) => {}
             other => errors.push(format!("slow: after the close frame: {other:?}")),
         }
@@ -256,19 +257,19 @@ fn resume_slow(
     last_pushed: u64,
     errors: &mut Vec<String>,
 ) -> String {
-    let mut ws = support::connect(gateway);
-    match support::read_next(&mut ws, Duration::from_secs(10)) {
+    let mut ws = support::bot::connect(gateway);
+    match support::bot::read_next(&mut ws, Duration::from_secs(10)) {
         Next::Json(v) if v["op"] == 10 => {}
         other => panic!("resume: no Hello: {other:?}"),
     }
-    support::send_json(
+    support::bot::send_json(
         &mut ws,
         &json!({"op": 6, "d": {"token": format!("Bot {token}"), "session_id": slow.session_id, "seq": slow.seq}}),
     );
     let mut seq = slow.seq;
     let mut next_n = first_missing;
     loop {
-        let v: Value = match support::read_next(&mut ws, Duration::from_secs(10)) {
+        let v: Value = match support::bot::read_next(&mut ws, Duration::from_secs(10)) {
             Next::Json(v) => v,
             other => {
                 errors.push(format!(
@@ -341,8 +342,14 @@ fn slow_reader_is_closed_at_the_bound_while_its_fast_neighbour_gets_everything()
     const N_SHARED: u64 = 400;
     let pace = Duration::from_millis(2);
 
-    let fast =
-        support::identify(node.gateway, "fast", &w.app.token, INTENTS, Some((0, 1))).unwrap();
+    let fast = support::bot::identify(
+        node.gateway,
+        "fast",
+        &w.app.token,
+        BOT_INTENTS,
+        Some((0, 1)),
+    )
+    .unwrap();
     let (tx, progress) = mpsc::channel();
     let reader = fast_reader(fast, N_ALONE + N_SHARED, tx);
     let mut producer = Producer::connect(node.ingest);
@@ -356,8 +363,14 @@ fn slow_reader_is_closed_at_the_bound_while_its_fast_neighbour_gets_everything()
 
     // Phase 2: a second session of the same application and shard, which
     // reads READY and GUILD_CREATE and then nothing.
-    let mut slow =
-        support::identify(node.gateway, "slow", &w.app.token, INTENTS, Some((0, 1))).unwrap();
+    let mut slow = support::bot::identify(
+        node.gateway,
+        "slow",
+        &w.app.token,
+        BOT_INTENTS,
+        Some((0, 1)),
+    )
+    .unwrap();
     assert_same_worker(node.admin);
     let started = Instant::now();
     for n in N_ALONE..N_ALONE + N_SHARED {
@@ -374,16 +387,18 @@ fn slow_reader_is_closed_at_the_bound_while_its_fast_neighbour_gets_everything()
         "the fast reader must see every event"
     );
 
-    let samples = support::metrics(node.admin);
-    let slow_closes = support::metric_sum(&samples, "gatewayd_slow_consumer_closes_total", &[]);
-    let closes_4000 = support::metric_sum(&samples, "gatewayd_closes_total", &[("code", "4000")]);
+    let samples = support::metrics::metrics(node.admin);
+    let slow_closes =
+        support::metrics::metric_sum(&samples, "gatewayd_slow_consumer_closes_total", &[]);
+    let closes_4000 =
+        support::metrics::metric_sum(&samples, "gatewayd_closes_total", &[("code", "4000")]);
     eprintln!(
         "metrics after the burst: slow_consumer_closes {slow_closes}, closes 4000 {closes_4000}, deliveries {:?}, \
          sessions_degraded {:?}, sessions {:?}, detached {:?}",
-        support::metric_by_worker(&samples, "gatewayd_deliveries_total"),
-        support::metric_by_worker(&samples, "gatewayd_sessions_degraded"),
-        support::metric_by_worker(&samples, "gatewayd_sessions"),
-        support::metric_by_worker(&samples, "gatewayd_sessions_detached"),
+        support::metrics::metric_by_worker(&samples, "gatewayd_deliveries_total"),
+        support::metrics::metric_by_worker(&samples, "gatewayd_sessions_degraded"),
+        support::metrics::metric_by_worker(&samples, "gatewayd_sessions"),
+        support::metrics::metric_by_worker(&samples, "gatewayd_sessions_detached"),
     );
     assert!(
         slow_closes >= 1.0,
@@ -456,10 +471,22 @@ fn resume_after_a_slow_consumer_close_leaves_no_gap() {
     let pad = "a".repeat(PAD_BYTES);
     const LIMIT: u64 = 3000;
 
-    let fast =
-        support::identify(node.gateway, "fast", &w.app.token, INTENTS, Some((0, 1))).unwrap();
-    let mut slow =
-        support::identify(node.gateway, "slow", &w.app.token, INTENTS, Some((0, 1))).unwrap();
+    let fast = support::bot::identify(
+        node.gateway,
+        "fast",
+        &w.app.token,
+        BOT_INTENTS,
+        Some((0, 1)),
+    )
+    .unwrap();
+    let mut slow = support::bot::identify(
+        node.gateway,
+        "slow",
+        &w.app.token,
+        BOT_INTENTS,
+        Some((0, 1)),
+    )
+    .unwrap();
     assert_same_worker(node.admin);
     let (tx, progress) = mpsc::channel();
     let reader = fast_reader(fast, LIMIT, tx);
@@ -471,8 +498,9 @@ fn resume_after_a_slow_consumer_close_leaves_no_gap() {
         // The fast session is on the same worker: once it has event n, the
         // worker has decided event n for the slow session too.
         wait_for(&progress, n, "lockstep");
-        let samples = support::metrics(node.admin);
-        if support::metric_sum(&samples, "gatewayd_slow_consumer_closes_total", &[]) >= 1.0 {
+        let samples = support::metrics::metrics(node.admin);
+        if support::metrics::metric_sum(&samples, "gatewayd_slow_consumer_closes_total", &[]) >= 1.0
+        {
             last_pushed = Some(n);
             break;
         }

@@ -16,10 +16,10 @@
 //! frame (twilight's `ReceiveMessageError` carries it), so a failure here
 //! points at the exact payload the server got wrong.
 
-mod common;
+mod support;
 
-use common::Node;
 use std::time::{Duration, Instant};
+use support::node::Node;
 use twilight_gateway::{
     CloseFrame, ConfigBuilder, Event, EventTypeFlags, Intents, Shard, ShardId, StreamExt as _,
 };
@@ -72,7 +72,7 @@ fn is_dispatch(event: &Event) -> bool {
 /// The id the bot token belongs to, from `GET /api/v10/users/@me`.
 fn rest_bot_user_id(node: &Node) -> String {
     let auth = format!("Bot {}", node.token);
-    let (status, body) = common::http_request(
+    let (status, body) = support::http::http_request(
         node.gateway,
         "GET",
         "/api/v10/users/@me",

@@ -1,7 +1,7 @@
 //! The chat service's side of a Kafka-protocol topic, for the tests that
 //! feed a node from a broker (tests/kafka_ingest.rs, tests/drills.rs): topic
 //! creation and a producer that keys each record by its server id and keeps
-//! the delivery reports.
+//! the delivery reports (the records themselves: `support::events`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -14,7 +14,19 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
-use serde_json::json;
+
+/// The broker list, `GATEWAYD_TEST_KAFKA_BROKERS`. The tests that call this
+/// are `#[ignore]`d (plain `cargo test` lists them, with the reason); with
+/// `--include-ignored` they fail without it.
+pub fn brokers() -> String {
+    match std::env::var("GATEWAYD_TEST_KAFKA_BROKERS") {
+        Ok(b) if !b.trim().is_empty() => b.trim().to_string(),
+        _ => panic!(
+            "GATEWAYD_TEST_KAFKA_BROKERS is not set: this test needs a Kafka-protocol broker. \
+             scripts/test-all.sh starts one; by hand: eval \"$(scripts/tansu-test-broker.sh start)\""
+        ),
+    }
+}
 
 /// Partitions per test topic: several, so keying by server id matters.
 pub const PARTITIONS: i32 = 3;
@@ -172,29 +184,4 @@ impl Kafka {
             })
             .sum()
     }
-}
-
-/// A framed MESSAGE_CREATE record (GUILD_MESSAGES, with content).
-pub fn frame_message(server: u64, channel: u64, content: &str) -> Vec<u8> {
-    frame_message_with_id(1, server, channel, content)
-}
-
-/// Like `frame_message`, with the message id `id` (`d.id`).
-pub fn frame_message_with_id(id: u64, server: u64, channel: u64, content: &str) -> Vec<u8> {
-    let d = json!({"id": id.to_string(), "channel_id": channel.to_string(), "guild_id": server.to_string(), "content": content,
-                   "author": {"id": "5", "username": "u", "discriminator": "0", "avatar": null}, "embeds": [], "attachments": []});
-    let mut out = Vec::new();
-    ingest::encode_parts(
-        "MESSAGE_CREATE",
-        server,
-        channel,
-        proto::intents::GUILD_MESSAGES,
-        0,
-        0,
-        ingest::FLAG_HAS_CONTENT,
-        &[],
-        d.to_string().as_bytes(),
-        &mut out,
-    );
-    out
 }

@@ -1,5 +1,10 @@
 //! A tiny blocking raw WebSocket client for black-box tests.
 //!
+//! No test uses this any more (they use `tests/support/raw.rs`, on the
+//! project's own framer, `net::ws`); it stays only for
+//! `examples/hold_sessions.rs`, which `#[path]`s it, until that example
+//! becomes a loadgen subcommand. Then delete this directory.
+//!
 //! Written by hand over `std::net::TcpStream` so tests can send what a real
 //! library never would: unmasked frames, RSV bits, oversized or fragmented
 //! messages, half an HTTP request. The pure framing helpers (`encode_frame`,

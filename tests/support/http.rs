@@ -1,0 +1,170 @@
+//! One-shot HTTP/1.1 requests to a node's admin or gateway port, read the
+//! way a client must: the head, then a Content-Length or chunked body, or
+//! everything up to EOF.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// A response: status, the head as received (for header checks) and the body.
+pub struct Resp {
+    pub status: u16,
+    pub head: String,
+    pub body: String,
+}
+
+impl Resp {
+    /// The first header `name` (case-insensitive).
+    pub fn header(&self, name: &str) -> Option<String> {
+        header(&self.head, name)
+    }
+
+    /// The body as JSON; panics (showing it) if it is not.
+    pub fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| {
+            panic!(
+                "body is not JSON ({e}): {:?}\nhead: {}",
+                self.body, self.head
+            )
+        })
+    }
+
+    /// Asserts `Content-Type: application/json` exactly.
+    pub fn assert_json_type(&self, what: &str) {
+        assert_eq!(
+            self.header("content-type").as_deref(),
+            Some("application/json"),
+            "{what}: Content-Type must be exactly application/json; head:\n{}",
+            self.head
+        );
+    }
+}
+
+/// `METHOD path` with `Connection: close` and the headers given.
+pub fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> io::Result<Resp> {
+    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: gatewayd-tests\r\nAccept: */*\r\n\
+         Connection: close\r\n"
+    );
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str("\r\n");
+    s.write_all(req.as_bytes())?;
+    let eof = |what: String| io::Error::new(io::ErrorKind::UnexpectedEof, what);
+    let mut buf = Vec::new();
+    let mut tmp = [0u8; 8192];
+    let end = loop {
+        if let Some(e) = head_end(&buf) {
+            break e;
+        }
+        let n = s.read(&mut tmp)?;
+        if n == 0 {
+            return Err(eof(format!(
+                "EOF before the response head: {:?}",
+                String::from_utf8_lossy(&buf)
+            )));
+        }
+        buf.extend_from_slice(&tmp[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+    let mut rest = buf[end..].to_vec();
+    let body = if let Some(len) = header(&head, "content-length").and_then(|v| v.parse().ok()) {
+        while rest.len() < len {
+            let n = s.read(&mut tmp)?;
+            if n == 0 {
+                return Err(eof(format!("EOF inside a {len}-byte body")));
+            }
+            rest.extend_from_slice(&tmp[..n]);
+        }
+        rest.truncate(len);
+        rest
+    } else {
+        loop {
+            match s.read(&mut tmp) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => rest.extend_from_slice(&tmp[..n]),
+            }
+        }
+        let chunked =
+            header(&head, "transfer-encoding").is_some_and(|v| v.eq_ignore_ascii_case("chunked"));
+        if chunked {
+            dechunk(&rest)
+        } else {
+            rest
+        }
+    };
+    Ok(Resp {
+        status: status_of(&head),
+        head,
+        body: String::from_utf8(body)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, format!("body: {e}")))?,
+    })
+}
+
+/// A GET; returns (status, body).
+pub fn http_get(addr: SocketAddr, path: &str) -> io::Result<(u16, String)> {
+    http_request(addr, "GET", path, &[])
+}
+
+/// Any method; returns (status, body).
+pub fn http_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> io::Result<(u16, String)> {
+    request(addr, method, path, headers).map(|r| (r.status, r.body))
+}
+
+/// The status code of a response head (0 if there is none).
+pub fn status_of(head: &str) -> u16 {
+    head.split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Where the head in `buf` ends: its length including the blank line.
+pub fn head_end(buf: &[u8]) -> Option<usize> {
+    buf.windows(4).position(|w| w == b"\r\n\r\n").map(|p| p + 4)
+}
+
+/// The value of the first header named `name` (case-insensitive) in a head.
+pub fn header(head: &str, name: &str) -> Option<String> {
+    head.split("\r\n").skip(1).find_map(|line| {
+        let (k, v) = line.split_once(':')?;
+        k.trim()
+            .eq_ignore_ascii_case(name)
+            .then(|| v.trim().to_string())
+    })
+}
+
+/// The body of a `Transfer-Encoding: chunked` response.
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    loop {
+        let line_end = b
+            .windows(2)
+            .position(|w| w == b"\r\n")
+            .expect("chunk size line");
+        let size_str = std::str::from_utf8(&b[..line_end]).unwrap();
+        let size = usize::from_str_radix(size_str.split(';').next().unwrap().trim(), 16)
+            .expect("chunk size");
+        b = &b[line_end + 2..];
+        if size == 0 {
+            return out;
+        }
+        out.extend_from_slice(&b[..size]);
+        b = &b[size + 2..];
+    }
+}

@@ -257,7 +257,6 @@ mod tests {
             application_id: 1,
             bot_user_id: BOT,
             intents,
-            shard: (0, 1),
             token_digest: [0; 32],
             guilds: vec![GuildAccess {
                 id: S,

@@ -15,6 +15,7 @@ use shards::SessionId;
 
 use crate::delivery::entitlement::{self, Requirement, Variant};
 use crate::delivery::record;
+use crate::delivery::resume::ResumeRefusal;
 use crate::delivery::ConnKey;
 use crate::protocol::session::Identity;
 
@@ -50,7 +51,6 @@ pub struct Delivered {
     pub history_reclaims: u32,
     pub recipients: u32,
     pub redacted: u32,
-    pub overflowed: u32,
     pub appended_records: u32,
 }
 
@@ -446,7 +446,6 @@ impl FanOut {
                         }
                     }
                     Err(_) => {
-                        out.overflowed += 1;
                         match s.conn {
                             Some(c) => {
                                 // The event that finds the bound is still kept, so
@@ -483,30 +482,32 @@ impl FanOut {
     /// Prepare a Resume from the client's `seq`: everything after it is
     /// still held (and still in the arena), so moving the send cursor back
     /// replays it. Err: answer op 9.
-    pub fn rewind_for_resume(&mut self, idx: u32, seq: u64) -> Result<(), &'static str> {
+    pub fn rewind_for_resume(&mut self, idx: u32, seq: u64) -> Result<(), ResumeRefusal> {
         let s = self
             .sessions
             .get_mut(idx as usize)
             .and_then(Option::as_mut)
-            .ok_or("unknown session")?;
+            .ok_or(ResumeRefusal::UnknownSession)?;
         if s.lost {
-            return Err("events were dropped while the session was away");
+            return Err(ResumeRefusal::EventsLost);
         }
-        s.ring.check_resume(seq).map_err(|_| "seq no longer held")?;
+        s.ring
+            .check_resume(seq)
+            .map_err(|_| ResumeRefusal::SeqNotHeld)?;
         if let Some(first) = s.ring.get(&self.slab, seq + 1) {
             // Arena positions grow with seq: if the first is intact, all are.
             if !self.arena.contains(first.record) {
-                return Err("events after seq were overwritten in the arena");
+                return Err(ResumeRefusal::Overwritten);
             }
         }
         s.ring
             .rewind_for_resume(&mut self.slab, seq)
-            .map_err(|_| "seq no longer held")
+            .map_err(|_| ResumeRefusal::SeqNotHeld)
     }
 
     /// Periodic upkeep: forget sent history older than the window, end
     /// detached sessions whose window passed. Returns (ended, degraded).
-    pub fn tick(&mut self, now_ms: u64, mut ended: impl FnMut(&SessionSlot)) -> (usize, usize) {
+    pub fn tick(&mut self, now_ms: u64) -> (usize, usize) {
         let window = self.cfg.resume_window_ms;
         let mut gone = 0;
         let mut degraded = 0;
@@ -519,7 +520,6 @@ impl FanOut {
                 degraded += 1;
             }
             if s.conn.is_none() && now_ms > s.expires_ms {
-                ended(s);
                 self.remove(i as u32);
                 gone += 1;
             }
@@ -565,7 +565,6 @@ mod tests {
                 application_id: 1,
                 bot_user_id: 7,
                 intents: intents::GUILD_MESSAGES,
-                shard: (0, 1),
                 token_digest: [0; 32],
                 guilds: vec![GuildAccess {
                     id: 5,

@@ -8,6 +8,7 @@ pub mod batch;
 pub mod entitlement;
 pub mod fanout;
 pub mod record;
+pub mod resume;
 pub mod sendpath;
 
 /// Names one connection of one worker: ring, fixed-file slot and the slot's

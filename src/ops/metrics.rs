@@ -5,6 +5,7 @@
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use crate::delivery::resume::ResumeRefusal;
 use crate::protocol::CloseCode;
 use crate::worker::metrics::WorkerMetrics;
 
@@ -90,6 +91,23 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
                 "gatewayd_closes_total{{worker=\"{i}\",code=\"{code}\",reason=\"{reason}\"}} {v}"
             );
         }
+    }
+    family(
+        out,
+        "gatewayd_resume_refusals_total",
+        "counter",
+        "Resumes answered with op 9, by reason (summed over workers).",
+    );
+    for r in ResumeRefusal::ALL {
+        let v: u64 = workers
+            .iter()
+            .map(|w| w.resume_refusals[r.index()].load(Relaxed))
+            .sum();
+        let _ = writeln!(
+            out,
+            "gatewayd_resume_refusals_total{{reason=\"{}\"}} {v}",
+            r.label()
+        );
     }
     family(
         out,

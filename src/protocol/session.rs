@@ -61,9 +61,6 @@ pub struct Identity {
     pub application_id: u64,
     pub bot_user_id: u64,
     pub intents: u64,
-    /// `[id, count]` from Identify (kept for operators and future placement).
-    #[allow(dead_code)]
-    pub shard: (u32, u32),
     pub token_digest: [u8; 32],
     /// Sorted by server id.
     pub guilds: Vec<GuildAccess>,

@@ -110,7 +110,7 @@ impl Worker {
                         }
                         payload::invalid_session(&mut conn.out, false);
                     }
-                    WorkerMetrics::inc(&self.metrics().resumes_refused);
+                    self.resume_refused(ResumeRefusal::NotMovable);
                 }
                 other => self.on_action(key, other),
             }

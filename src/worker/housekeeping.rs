@@ -98,7 +98,7 @@ impl Worker {
                 self.begin_close(key, close);
             }
         }
-        let (_, degraded) = self.fan.tick(now, |_| {});
+        let (_, degraded) = self.fan.tick(now);
         let m = &self.shared.metrics[self.id];
         m.sessions_degraded
             .store(degraded as u64, Ordering::Relaxed);

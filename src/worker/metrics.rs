@@ -6,6 +6,8 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use crate::delivery::resume::ResumeRefusal;
+
 #[derive(Default)]
 #[repr(align(128))]
 pub struct WorkerMetrics {
@@ -21,6 +23,8 @@ pub struct WorkerMetrics {
     pub identifies_refused: AtomicU64,
     pub resumes: AtomicU64,
     pub resumes_refused: AtomicU64,
+    /// The same, by `ResumeRefusal::index`.
+    pub resume_refusals: [AtomicU64; ResumeRefusal::COUNT],
     pub events_in: AtomicU64,
     pub deliveries: AtomicU64,
     pub deliveries_redacted: AtomicU64,

@@ -41,6 +41,7 @@ use net::ws::{self, Message, OpCode};
 use shards::SessionId;
 
 use crate::delivery::fanout::{EventIn, FanOut, FanOutConfig};
+use crate::delivery::resume::ResumeRefusal;
 use crate::delivery::sendpath::{self, SendPool};
 use crate::protocol::compress::{self, Compressor};
 use crate::protocol::identify::{self, Resume};

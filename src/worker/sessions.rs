@@ -15,13 +15,13 @@ impl Worker {
             }
         }
         let idx = sid.and_then(|s| self.fan.lookup(&s));
-        let outcome: Result<u32, &str> = match idx {
-            None => Err("unknown session"),
+        let outcome: Result<u32, ResumeRefusal> = match idx {
+            None => Err(ResumeRefusal::UnknownSession),
             Some(idx) => {
                 let s = self.fan.get(idx).expect("indexed");
                 if s.identity.token_digest != identify::token_digest(&r.token) {
                     // A wrong token must not end, or even disturb, someone's session.
-                    Err("token does not match the session")
+                    Err(ResumeRefusal::TokenMismatch)
                 } else {
                     // A connection still holding the session (the client saw the
                     // drop before we did) is ended; the session is not.
@@ -63,14 +63,14 @@ impl Worker {
                 }
             }
             Err(why) => {
-                tracing::debug!(worker = self.id, why, "resume refused");
+                tracing::debug!(worker = self.id, %why, "resume refused");
+                self.resume_refused(why);
                 let Some(conn) = self.conn(key) else { return };
                 let ConnState::WebSocket(w, _) = &mut conn.state else {
                     return;
                 };
                 w.session.authentication_failed();
                 payload::invalid_session(&mut conn.out, false);
-                WorkerMetrics::inc(&self.metrics().resumes_refused);
             }
         }
         self.queue_flush(key);
@@ -146,7 +146,6 @@ impl Worker {
             application_id: ok.application_id,
             bot_user_id: ok.bot_user_id,
             intents: ok.intents,
-            shard: ok.shard,
             token_digest: ok.token_digest,
             guilds: ok.guilds.iter().map(|g| g.0.clone()).collect(),
             user_json: ok.user_json.clone(),
@@ -217,5 +216,11 @@ impl Worker {
         }
         WorkerMetrics::inc(&self.metrics().identifies_refused);
         self.queue_flush(key);
+    }
+
+    /// Count a refused Resume (in total and by reason).
+    pub(super) fn resume_refused(&self, why: ResumeRefusal) {
+        WorkerMetrics::inc(&self.metrics().resumes_refused);
+        WorkerMetrics::inc(&self.metrics().resume_refusals[why.index()]);
     }
 }

@@ -9,7 +9,7 @@ impl Worker {
         for (r, rs) in self.rings.iter().enumerate() {
             for (slot, c) in rs.conns.iter().enumerate() {
                 if let Some(c) = c.as_deref() {
-                    if !c.closed {
+                    if !c.life.closed() {
                         keys.push(ConnKey {
                             ring: r as u8,
                             gen: c.gen,
@@ -66,7 +66,7 @@ impl Worker {
     pub(super) fn close_after_flush(&mut self, key: ConnKey) {
         let now = self.now_ms();
         let Some(conn) = self.conn(key) else { return };
-        conn.close_after_flush = true;
+        conn.life.shut_after_flush();
         if !matches!(conn.state, ConnState::WebSocket(..)) {
             conn.state = ConnState::Closing;
         }
@@ -84,13 +84,13 @@ impl Worker {
         let Some(conn) = conn_in(&mut self.rings, key) else {
             return;
         };
-        if conn.closed || matches!(conn.state, ConnState::Closing) {
+        if conn.life.closed() || matches!(conn.state, ConnState::Closing) {
             return;
         }
-        if conn.sending {
+        if conn.send.in_flight() {
             // Let the send in flight finish first: it may end mid-frame, and
             // the close frame must start on a frame boundary.
-            conn.close_pending = Some(close);
+            conn.close_pending = Some(DeferredClose::new(close));
             return;
         }
         let state = std::mem::replace(&mut conn.state, ConnState::Closing);
@@ -123,7 +123,7 @@ impl Worker {
             self.end_session(sid, keep, now);
         }
         let Some(conn) = self.conn(key) else { return };
-        conn.close_after_flush = true;
+        conn.life.shut_after_flush();
         conn.deadline_ms = now + LINGER_MS;
         conn.inbuf = Vec::new();
         self.queue_flush(key);
@@ -144,7 +144,7 @@ impl Worker {
             "",
             &mut conn.out,
         );
-        conn.close_after_flush = true;
+        conn.life.shut_after_flush();
         conn.deadline_ms = now + LINGER_MS;
         if let ConnState::WebSocket(w, sid) = state {
             // 1000/1001, or a close without a code (a deliberate close by the
@@ -172,10 +172,10 @@ impl Worker {
     pub(super) fn finish(&mut self, key: ConnKey) {
         let now = self.now_ms();
         let Some(conn) = self.conn(key) else { return };
-        if conn.closed {
+        if conn.life.closed() {
             return;
         }
-        conn.closed = true;
+        conn.life = Lifecycle::Closed;
         let state = std::mem::replace(&mut conn.state, ConnState::Closing);
         if let ConnState::WebSocket(w, sid) = state {
             let keep = !w.end_session;

@@ -27,6 +27,84 @@ pub(super) struct WsConn {
     pub(super) end_session: bool,
 }
 
+/// The connection's send, one at a time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum SendState {
+    /// Nothing in flight: a flush may send.
+    Idle,
+    /// A send is in flight: `wire` is immutable until its completion. With
+    /// the send-pool slot of a plain-text `sendmsg` (None: a send of `wire`,
+    /// i.e. TLS ciphertext or compressed frames).
+    InFlight(Option<u16>),
+    /// A send came back short or refused: wait for POLLOUT before the next.
+    WaitingWritable,
+}
+
+impl SendState {
+    pub(super) fn in_flight(self) -> bool {
+        matches!(self, SendState::InFlight(_))
+    }
+}
+
+/// How far a connection has come towards closing; it only moves forward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Lifecycle {
+    Open,
+    /// Shut down writing once `out` and `wire` are flushed.
+    ShutAfterFlush,
+    /// Our FIN (SHUT_WR) is submitted; waiting for the peer's.
+    WriteShut,
+    /// The Close op has been submitted; the slot is being freed.
+    Closed,
+}
+
+impl Lifecycle {
+    pub(super) fn closed(self) -> bool {
+        self == Lifecycle::Closed
+    }
+
+    /// Writing ends once what is queued is flushed (or has ended already).
+    pub(super) fn shutting(self) -> bool {
+        self >= Lifecycle::ShutAfterFlush
+    }
+
+    /// Ask for the shutdown after the flush (no step back from later stages).
+    pub(super) fn shut_after_flush(&mut self) {
+        if *self == Lifecycle::Open {
+            *self = Lifecycle::ShutAfterFlush;
+        }
+    }
+
+    /// The flush is done: true once, when our FIN is due.
+    pub(super) fn take_write_shut(&mut self) -> bool {
+        let due = *self == Lifecycle::ShutAfterFlush;
+        if due {
+            *self = Lifecycle::WriteShut;
+        }
+        due
+    }
+}
+
+/// A close `begin_close` was asked for while a send was in flight: with a
+/// close frame, or only our FIN.
+pub(super) enum DeferredClose {
+    Frame(Close),
+    Silent,
+}
+
+impl DeferredClose {
+    pub(super) fn new(close: Option<Close>) -> DeferredClose {
+        close.map_or(DeferredClose::Silent, DeferredClose::Frame)
+    }
+
+    pub(super) fn into_close(self) -> Option<Close> {
+        match self {
+            DeferredClose::Frame(c) => Some(c),
+            DeferredClose::Silent => None,
+        }
+    }
+}
+
 /// A connection: its socket slot's state, buffers, TLS and gateway session.
 /// Moves between workers whole (see `Handover`).
 pub struct Conn {
@@ -37,31 +115,26 @@ pub struct Conn {
     pub(super) inbuf: Vec<u8>,
     /// Plaintext queued for the socket; every frame of one batch coalesces here.
     pub(super) out: Vec<u8>,
-    /// Bytes handed to the kernel (ciphertext under TLS); immutable while `sending`.
+    /// Bytes handed to the kernel (ciphertext under TLS); immutable while a send is in flight.
     pub(super) wire: Vec<u8>,
     pub(super) wire_off: usize,
-    pub(super) sending: bool,
-    /// The send slot of the plain-text send in flight.
-    pub(super) send_slot: Option<u16>,
+    /// At most one send in flight per connection.
+    pub(super) send: SendState,
     /// Bytes of the first unsent ring entry's frame a short write already sent.
     pub(super) partial: usize,
-    /// A send came back short or refused: wait for POLLOUT before the next.
-    pub(super) waiting_writable: bool,
+    /// In the worker's flush queue.
     pub(super) queued: bool,
-    /// Shut down writing once `out` and `wire` are flushed.
-    pub(super) close_after_flush: bool,
-    pub(super) write_shut: bool,
+    /// How far closing has come.
+    pub(super) life: Lifecycle,
     /// Handshake deadline (Http) or linger deadline (Closing), in ms.
     pub(super) deadline_ms: u64,
     /// A REST answer is awaited from the sidecar; later requests wait.
     pub(super) rest_pending: bool,
     pub(super) keep_alive: bool,
-    /// The Close op has been submitted; the slot is being freed.
-    pub(super) closed: bool,
     /// Set while this connection is being moved to its session's worker.
     pub(super) handover: Option<Box<Handover>>,
-    /// A close that waits for the send in flight (see `begin_close`).
-    pub(super) close_pending: Option<Option<Close>>,
+    /// A close asked for while a send was in flight (see `begin_close`).
+    pub(super) close_pending: Option<DeferredClose>,
     /// Transport compression (`compress=zlib-stream`/`zstd-stream`): the
     /// connection's stream, held until the connection is gone (a close frame
     /// after the session ended still follows compressed messages). Its
@@ -102,17 +175,13 @@ impl Conn {
             out: Vec::new(),
             wire: Vec::new(),
             wire_off: 0,
-            sending: false,
-            send_slot: None,
+            send: SendState::Idle,
             partial: 0,
-            waiting_writable: false,
             queued: false,
-            close_after_flush: false,
-            write_shut: false,
+            life: Lifecycle::Open,
             deadline_ms,
             rest_pending: false,
             keep_alive: true,
-            closed: false,
             handover: None,
             close_pending: None,
             compress: None,

@@ -28,7 +28,7 @@ impl Worker {
         let Some(conn) = conn_in(&mut self.rings, key) else {
             return;
         };
-        let ready = !conn.sending && !conn.closed;
+        let ready = !conn.send.in_flight() && !conn.life.closed();
         let Some(h) = conn.handover.as_deref_mut() else {
             return;
         };

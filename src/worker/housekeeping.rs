@@ -35,7 +35,7 @@ impl Worker {
                 let Some(conn) = rs.conns[slot].as_deref_mut() else {
                     continue;
                 };
-                if conn.closed {
+                if conn.life.closed() {
                     continue;
                 }
                 let key = ConnKey {
@@ -52,7 +52,7 @@ impl Worker {
                     ConnState::WebSocket(w, sid) => {
                         handshaking += sid.is_none() as u64;
                         compressed += conn.compress.is_some() as u64;
-                        if conn.close_after_flush {
+                        if conn.life.shutting() {
                             continue;
                         }
                         match w.session.on_tick(now, &mut conn.out) {

@@ -34,7 +34,7 @@ impl Worker {
                 return;
             }
         }
-        let alive = self.conn(key).map(|c| !c.closed).unwrap_or(false);
+        let alive = self.conn(key).map(|c| !c.life.closed()).unwrap_or(false);
         if !alive {
             if let Some(b) = bid {
                 self.rings[r].ring.recycle(b);
@@ -84,7 +84,7 @@ impl Worker {
             }
             if !c.more() {
                 if let Some(conn) = self.conn(key) {
-                    if !conn.closed && conn.handover.is_none() {
+                    if !conn.life.closed() && conn.handover.is_none() {
                         self.rings[r].ring.recv_multi(key.slot, c.user_data);
                     }
                 }
@@ -107,7 +107,7 @@ impl Worker {
             let Some(conn) = conn_in(&mut self.rings, key) else {
                 return;
             };
-            if conn.closed || conn.close_after_flush || conn.handover.is_some() {
+            if conn.life.closed() || conn.life.shutting() || conn.handover.is_some() {
                 return;
             }
             match &mut conn.state {

@@ -30,7 +30,7 @@ mod sessions;
 pub mod shared;
 mod upgrade;
 
-use conn::{Adoption, Conn, ConnState, Handover, WsConn};
+use conn::{Adoption, Conn, ConnState, DeferredClose, Handover, Lifecycle, SendState, WsConn};
 use op::{ud, ud_adopt, ud_parts, Op};
 
 use crossbeam_channel::Receiver;
@@ -467,11 +467,9 @@ impl Worker {
                 self.admission(r);
                 let rs = &mut self.rings[r];
                 if let Some(conn) = rs.conns[slot].take_if(|c| c.gen == key.gen) {
-                    if conn.sending {
-                        self.graveyard.insert(
-                            ud(Op::Send, r as u8, key.gen, key.slot),
-                            (conn.wire, conn.send_slot),
-                        );
+                    if let SendState::InFlight(slot) = conn.send {
+                        self.graveyard
+                            .insert(ud(Op::Send, r as u8, key.gen, key.slot), (conn.wire, slot));
                     }
                 }
             }
@@ -511,7 +509,9 @@ impl Worker {
             }
             Some(Op::Writable) => {
                 if let Some(conn) = self.conn(key) {
-                    conn.waiting_writable = false;
+                    if conn.send == SendState::WaitingWritable {
+                        conn.send = SendState::Idle;
+                    }
                 }
                 self.queue_flush(key);
             }

@@ -20,8 +20,10 @@ impl Worker {
         let Some(conn) = conn_in(&mut self.rings, key) else {
             return;
         };
-        conn.sending = false;
-        let slot_id = conn.send_slot.take();
+        let slot_id = match std::mem::replace(&mut conn.send, SendState::Idle) {
+            SendState::InFlight(slot) => slot,
+            _ => None,
+        };
         if c.result == -libc::EAGAIN {
             // Socket buffer full: nothing went; wait until it drains.
             if let Some(id) = slot_id {
@@ -95,7 +97,7 @@ impl Worker {
             conn.wire = Vec::new();
         }
         if let Some(close) = conn.close_pending.take() {
-            self.begin_close(key, close);
+            self.begin_close(key, close.into_close());
             return;
         }
         if conn.handover.is_some() {
@@ -105,7 +107,7 @@ impl Worker {
         } else if unsent > 0
             || !conn.out.is_empty()
             || !conn.wire.is_empty()
-            || conn.close_after_flush
+            || conn.life.shutting()
         {
             self.queue_flush(key);
         }
@@ -114,10 +116,10 @@ impl Worker {
 
     pub(super) fn wait_writable(&mut self, key: ConnKey) {
         let Some(conn) = self.conn(key) else { return };
-        if conn.waiting_writable || conn.closed {
+        if conn.send == SendState::WaitingWritable || conn.life.closed() {
             return;
         }
-        conn.waiting_writable = true;
+        conn.send = SendState::WaitingWritable;
         self.rings[key.ring as usize]
             .ring
             .poll_writable(key.slot, ud(Op::Writable, key.ring, key.gen, key.slot));
@@ -154,7 +156,7 @@ impl Worker {
                 continue;
             };
             conn.queued = false;
-            if conn.sending || conn.closed || conn.handover.is_some() || conn.waiting_writable {
+            if conn.send != SendState::Idle || conn.life.closed() || conn.handover.is_some() {
                 continue;
             }
             // Most visits from here push a send.
@@ -163,7 +165,7 @@ impl Worker {
             if (conn.tls.is_some() || conn.compress.is_some()) && !conn.wire.is_empty() {
                 // A short send left bytes that are already in wire form
                 // (ciphertext, compressed frames): they go first, as they are.
-                conn.sending = true;
+                conn.send = SendState::InFlight(None);
                 let rest = &conn.wire[conn.wire_off..];
                 let (ptr, len) = (rest.as_ptr(), rest.len() as u32);
                 // SAFETY: `wire` is untouched until the completion (or the graveyard holds it).
@@ -194,8 +196,7 @@ impl Worker {
                 && !has_entries
                 && conn.tls.as_ref().map(|t| !t.wants_write()).unwrap_or(true)
             {
-                if conn.close_after_flush && !conn.write_shut {
-                    conn.write_shut = true;
+                if conn.life.take_write_shut() {
                     let r = &mut self.rings[key.ring as usize].ring;
                     r.shutdown(
                         key.slot,
@@ -254,7 +255,7 @@ impl Worker {
                     if conn.wire.is_empty() {
                         continue;
                     }
-                    conn.sending = true;
+                    conn.send = SendState::InFlight(None);
                     let (ptr, len) = (conn.wire.as_ptr(), conn.wire.len() as u32);
                     // SAFETY: `wire` is untouched until the completion (or the graveyard holds it).
                     unsafe {
@@ -268,8 +269,7 @@ impl Worker {
                         self.pool.put(id);
                         continue;
                     }
-                    conn.sending = true;
-                    conn.send_slot = Some(id);
+                    conn.send = SendState::InFlight(Some(id));
                     let msg = &slot.msg as *const libc::msghdr;
                     // SAFETY: the slot, `wire` and the arena bytes stay valid until the
                     // completion: the slot is held, `wire` is not touched while sending,
@@ -358,8 +358,7 @@ impl Worker {
         if conn.wire.is_empty() {
             if failed || done.lost {
                 self.compressed_failed(key, failed);
-            } else if conn.close_after_flush && !conn.write_shut {
-                conn.write_shut = true;
+            } else if conn.life.take_write_shut() {
                 self.rings[key.ring as usize].ring.shutdown(
                     key.slot,
                     libc::SHUT_WR,
@@ -368,7 +367,7 @@ impl Worker {
             }
             return;
         }
-        conn.sending = true;
+        conn.send = SendState::InFlight(None);
         let (ptr, len) = (conn.wire.as_ptr(), conn.wire.len() as u32);
         // SAFETY: `wire` is untouched until the completion (or the graveyard holds it).
         unsafe {

@@ -167,18 +167,18 @@ mod tests {
                 if k.slot % 4 == 0 {
                     let (c, out) = &mut compressed[k.slot as usize / 4];
                     out.clear();
-                    let s = fan.get(k.slot).unwrap();
+                    let s = fan.get(proto::SessionIdx(k.slot)).unwrap();
                     let done =
                         sendpath::build_compressed(c, &s.ring, &fan.slab, &fan.arena, out).unwrap();
                     assert!(done.entries > 0 && !done.lost);
                     // SAFETY: `out` lives in `compressed`, which outlives the submission and its completion; this test counts allocations, not the bytes that reach the socket.
                     unsafe { ring.send(0, out.as_ptr(), out.len() as u32, i as u64) };
-                    fan.mark_sent(k.slot, done.entries);
+                    fan.mark_sent(proto::SessionIdx(k.slot), done.entries);
                     continue;
                 }
                 let id = pool.take().unwrap();
                 let slot = pool.slot(id);
-                let s = fan.get(k.slot).unwrap();
+                let s = fan.get(proto::SessionIdx(k.slot)).unwrap();
                 let n =
                     sendpath::build(slot, &[], Some((&s.ring, &fan.slab)), &fan.arena, 0).unwrap();
                 assert!(n > 0);
@@ -186,13 +186,13 @@ mod tests {
                 // SAFETY: `slot.msg` and the buffers it points to live in the pool and the fan-out's arena, which outlive the submission and its completion (the slot may be rebuilt for the next recipient before the kernel reads it: this test counts allocations, not the bytes sent).
                 unsafe { ring.sendmsg_nowait(0, &slot.msg, i as u64) };
                 pool.put(id);
-                fan.mark_sent(k.slot, entries);
+                fan.mark_sent(proto::SessionIdx(k.slot), entries);
             }
             ring.submit().unwrap();
             completions.clear();
             ring.drain(&mut completions);
             for k in &queued {
-                fan.ack(k.slot, u64::MAX);
+                fan.ack(proto::SessionIdx(k.slot), u64::MAX);
             }
         };
         // Warm up: buffers reach their steady sizes, the arena wraps once.

@@ -7,9 +7,11 @@
 //! acts on them is gatewayd's (`src/gateway/session.rs`).
 
 pub mod close;
+pub mod ids;
 pub mod intents;
 pub mod op;
 pub mod permissions;
 
 pub use close::{Close, CloseCode};
+pub use ids::SessionIdx;
 pub use op::Op;

@@ -18,6 +18,7 @@ use crate::delivery::record;
 use crate::delivery::resume::ResumeRefusal;
 use crate::delivery::ConnKey;
 use crate::protocol::session::Identity;
+use proto::SessionIdx;
 
 /// One gateway session on this worker: who it is, what it was sent and
 /// what it still has to send, and the connection it is on (if any).
@@ -118,20 +119,20 @@ impl FanOut {
         })
     }
 
-    pub fn get(&self, idx: u32) -> Option<&SessionSlot> {
-        self.sessions.get(idx as usize)?.as_ref()
+    pub fn get(&self, idx: SessionIdx) -> Option<&SessionSlot> {
+        self.sessions.get(idx.index())?.as_ref()
     }
 
-    pub fn get_mut(&mut self, idx: u32) -> Option<&mut SessionSlot> {
-        self.sessions.get_mut(idx as usize)?.as_mut()
+    pub fn get_mut(&mut self, idx: SessionIdx) -> Option<&mut SessionSlot> {
+        self.sessions.get_mut(idx.index())?.as_mut()
     }
 
-    pub fn lookup(&self, id: &SessionId) -> Option<u32> {
-        self.by_id.get(id).copied()
+    pub fn lookup(&self, id: &SessionId) -> Option<SessionIdx> {
+        self.by_id.get(id).copied().map(SessionIdx)
     }
 
     /// A new session after Identify; it is indexed under its servers.
-    pub fn create(&mut self, identity: Box<Identity>, conn: ConnKey) -> u32 {
+    pub fn create(&mut self, identity: Box<Identity>, conn: ConnKey) -> SessionIdx {
         let slot = SessionSlot {
             ring: SessionRing::new(&self.cfg.ring, 0),
             identity,
@@ -158,11 +159,12 @@ impl FanOut {
             .entry(s.identity.bot_user_id)
             .or_default()
             .push(idx);
-        idx
+        SessionIdx(idx)
     }
 
     /// End a session for good: its ring's chunks go back to the slab.
-    pub fn remove(&mut self, idx: u32) {
+    pub fn remove(&mut self, idx: SessionIdx) {
+        let idx = idx.0;
         let Some(mut s) = self.sessions.get_mut(idx as usize).and_then(Option::take) else {
             return;
         };
@@ -177,8 +179,8 @@ impl FanOut {
 
     /// `n` more entries of a session's ring went out on its connection;
     /// returns how many are still unsent.
-    pub fn mark_sent(&mut self, idx: u32, n: u32) -> u32 {
-        match self.sessions.get_mut(idx as usize).and_then(Option::as_mut) {
+    pub fn mark_sent(&mut self, idx: SessionIdx, n: u32) -> u32 {
+        match self.sessions.get_mut(idx.index()).and_then(Option::as_mut) {
             Some(s) => {
                 s.ring.mark_sent(&self.slab, n);
                 s.ring.len_unsent()
@@ -188,8 +190,8 @@ impl FanOut {
     }
 
     /// The client has everything up to `seq` (from its heartbeat).
-    pub fn ack(&mut self, idx: u32, seq: u64) {
-        if let Some(s) = self.sessions.get_mut(idx as usize).and_then(Option::as_mut) {
+    pub fn ack(&mut self, idx: SessionIdx, seq: u64) {
+        if let Some(s) = self.sessions.get_mut(idx.index()).and_then(Option::as_mut) {
             s.ring.ack(&mut self.slab, seq);
         }
     }
@@ -302,7 +304,11 @@ impl FanOut {
 
     /// Sessions of an application, optionally only those using any of
     /// `intents` (for a token reset: all; for withdrawn intents: the users).
-    pub fn sessions_of(&self, app: u64, intents: Option<u64>) -> Vec<(u32, Option<ConnKey>)> {
+    pub fn sessions_of(
+        &self,
+        app: u64,
+        intents: Option<u64>,
+    ) -> Vec<(SessionIdx, Option<ConnKey>)> {
         self.sessions
             .iter()
             .enumerate()
@@ -311,13 +317,13 @@ impl FanOut {
                 let uses = intents
                     .map(|bits| s.identity.intents & bits != 0)
                     .unwrap_or(true);
-                (s.identity.application_id == app && uses).then_some((i as u32, s.conn))
+                (s.identity.application_id == app && uses).then_some((SessionIdx(i as u32), s.conn))
             })
             .collect()
     }
 
     /// The connection went away; the session stays resumable for the window.
-    pub fn detach(&mut self, idx: u32, now_ms: u64) {
+    pub fn detach(&mut self, idx: SessionIdx, now_ms: u64) {
         let window = self.cfg.resume_window_ms;
         if let Some(s) = self.get_mut(idx) {
             s.conn = None;
@@ -327,11 +333,17 @@ impl FanOut {
 
     /// Queue a dispatch the node itself produces (READY, GUILD_CREATE,
     /// RESUMED, ...): its `d` goes into the arena like an event's.
-    pub fn dispatch(&mut self, idx: u32, t: &str, d: &[u8], now_ms: u64) -> Result<u64, PushError> {
+    pub fn dispatch(
+        &mut self,
+        idx: SessionIdx,
+        t: &str,
+        d: &[u8],
+        now_ms: u64,
+    ) -> Result<u64, PushError> {
         let record = self.append(t, d).map_err(|_| PushError::Full)?;
         let s = self
             .sessions
-            .get_mut(idx as usize)
+            .get_mut(idx.index())
             .and_then(Option::as_mut)
             .ok_or(PushError::Full)?;
         let seq = s.ring.next_seq();
@@ -361,7 +373,7 @@ impl FanOut {
         now_ms: u64,
         unix_ms: u64,
         mut queued: impl FnMut(ConnKey),
-        mut overflow: impl FnMut(u32, ConnKey),
+        mut overflow: impl FnMut(SessionIdx, ConnKey),
     ) -> Delivered {
         let mut out = Delivered::default();
         let req = Requirement {
@@ -454,7 +466,7 @@ impl FanOut {
                                 if s.ring.push_over_bound(&mut self.slab, entry).is_err() {
                                     s.lost = true;
                                 }
-                                overflow(idx, c)
+                                overflow(SessionIdx(idx), c)
                             }
                             None => s.lost = true,
                         }
@@ -482,10 +494,10 @@ impl FanOut {
     /// Prepare a Resume from the client's `seq`: everything after it is
     /// still held (and still in the arena), so moving the send cursor back
     /// replays it. Err: answer op 9.
-    pub fn rewind_for_resume(&mut self, idx: u32, seq: u64) -> Result<(), ResumeRefusal> {
+    pub fn rewind_for_resume(&mut self, idx: SessionIdx, seq: u64) -> Result<(), ResumeRefusal> {
         let s = self
             .sessions
-            .get_mut(idx as usize)
+            .get_mut(idx.index())
             .and_then(Option::as_mut)
             .ok_or(ResumeRefusal::UnknownSession)?;
         if s.lost {
@@ -520,7 +532,7 @@ impl FanOut {
                 degraded += 1;
             }
             if s.conn.is_none() && now_ms > s.expires_ms {
-                self.remove(i as u32);
+                self.remove(SessionIdx(i as u32));
                 gone += 1;
             }
         }
@@ -605,13 +617,13 @@ mod tests {
             );
             assert_eq!(d.recipients, 2);
             reclaims += d.history_reclaims;
-            for i in 0..2 {
+            for i in [SessionIdx(0), SessionIdx(1)] {
                 let n = fan.get(i).unwrap().ring.len_unsent();
                 fan.mark_sent(i, n);
             }
         }
         assert!(reclaims > 0, "storage ran out and history was reclaimed");
-        for i in 0..2 {
+        for i in [SessionIdx(0), SessionIdx(1)] {
             let s = fan.get(i).unwrap();
             assert_eq!(s.ring.last_seq(), 500);
             assert!(!s.lost);

@@ -157,7 +157,7 @@ impl Worker {
 
     /// A connection stops serving its session: keep the session for Resume
     /// when allowed (it goes on collecting events into its ring), else end it.
-    pub(super) fn end_session(&mut self, sid: Option<u32>, resumable: bool, now: u64) {
+    pub(super) fn end_session(&mut self, sid: Option<SessionIdx>, resumable: bool, now: u64) {
         let Some(sid) = sid else { return };
         WorkerMetrics::dec(&self.metrics().sessions_ready);
         if resumable && self.draining_until.is_none() {

@@ -8,6 +8,7 @@ use net::ws;
 use crate::protocol::compress::Compressor;
 use crate::protocol::session::{Action, Session};
 use crate::protocol::Close;
+use proto::SessionIdx;
 
 pub(super) enum ConnState {
     /// Reading an HTTP request head (REST, or the WebSocket upgrade).
@@ -15,7 +16,7 @@ pub(super) enum ConnState {
     /// With the fan-out session it serves after READY or RESUMED, kept
     /// here rather than in `WsConn` so a send finds it in the connection's
     /// own cache lines.
-    WebSocket(Box<WsConn>, Option<u32>),
+    WebSocket(Box<WsConn>, Option<SessionIdx>),
     /// Our FIN is sent (or about to be); waiting for the peer's until `deadline`.
     Closing,
 }

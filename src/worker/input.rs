@@ -259,7 +259,7 @@ impl Worker {
     }
 
     /// The fan-out session a connection serves, if it is READY.
-    pub(super) fn session_of(&mut self, key: ConnKey) -> Option<u32> {
+    pub(super) fn session_of(&mut self, key: ConnKey) -> Option<SessionIdx> {
         match &self.conn(key)?.state {
             ConnState::WebSocket(_, sid) => *sid,
             _ => None,
@@ -268,7 +268,7 @@ impl Worker {
 
     /// A session's queue hit its bound: close its connection resumably; the
     /// session keeps what it holds for a Resume.
-    pub(super) fn overflowed(&mut self, _sid: u32, key: ConnKey) {
+    pub(super) fn overflowed(&mut self, _sid: SessionIdx, key: ConnKey) {
         WorkerMetrics::inc(&self.metrics().slow_consumer_closes);
         self.begin_close(
             key,

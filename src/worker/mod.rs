@@ -38,6 +38,7 @@ use net::http::{self, RequestHead};
 use net::tls::TlsSession;
 use net::uring::{Completion, Ring, RingConfig};
 use net::ws::{self, Message, OpCode};
+use proto::SessionIdx;
 use shards::SessionId;
 
 use crate::delivery::fanout::{EventIn, FanOut, FanOutConfig};
@@ -128,7 +129,7 @@ pub struct Worker {
     deferred: Vec<ConnKey>,
     /// The connections the running flush works through.
     flushing: Vec<ConnKey>,
-    overflow: Vec<(u32, ConnKey)>,
+    overflow: Vec<(SessionIdx, ConnKey)>,
     gather: Vec<u8>,
     mentions: Vec<u64>,
     /// Buffers (and send slots) of connections closed while their send was

@@ -15,7 +15,7 @@ impl Worker {
             }
         }
         let idx = sid.and_then(|s| self.fan.lookup(&s));
-        let outcome: Result<u32, ResumeRefusal> = match idx {
+        let outcome: Result<SessionIdx, ResumeRefusal> = match idx {
             None => Err(ResumeRefusal::UnknownSession),
             Some(idx) => {
                 let s = self.fan.get(idx).expect("indexed");

@@ -77,13 +77,13 @@ mod tests {
             };
             let id = Identity {
                 session_id: SessionId::new(0, i as u128 + 1),
-                application_id: i as u64,
+                application_id: proto::AppId(i as u64),
                 bot_user_id: 1000 + i as u64,
                 intents: intents::GUILDS | intents::GUILD_MESSAGES | content,
                 token_digest: [0; 32],
                 guilds: vec![GuildAccess {
-                    id: SERVER,
-                    channels: vec![(CHANNEL, perm::VIEW_CHANNEL)],
+                    id: proto::ServerId(SERVER),
+                    channels: vec![(proto::ChannelId(CHANNEL), perm::VIEW_CHANNEL)],
                     lease_until_ms: u64::MAX,
                 }],
                 user_json: "{}".into(),
@@ -144,8 +144,8 @@ mod tests {
                 mentions.extend(rec.mentions().iter().map(|m| m.to_native()));
                 let ev = EventIn {
                     t: rec.event_type(),
-                    server_id: rec.server_id(),
-                    channel_id: rec.channel_id(),
+                    server_id: proto::ServerId(rec.server_id()),
+                    channel_id: proto::ChannelId(rec.channel_id()),
                     intent: rec.intent(),
                     permissions: rec.permissions(),
                     has_content: rec.has_content(),

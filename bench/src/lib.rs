@@ -8,6 +8,7 @@ use gatewayd::protocol::intents::{self, perm};
 use gatewayd::protocol::session::{GuildAccess, Identity};
 use ingest::FLAG_HAS_CONTENT;
 use net::ws::{self, OpCode};
+use proto::{AppId, ChannelId, ServerId};
 use ringbuf::{Arena, ArenaConfig, Entry, RingConfig, RingSlab, SessionRing};
 use shards::SessionId;
 
@@ -79,15 +80,15 @@ pub fn identity(bot: u64, intents_: u64, n_guilds: u64, n_channels: u64) -> Iden
     let mut guilds: Vec<GuildAccess> = (0..n_guilds)
         .map(|g| {
             let id = if g == 0 { SERVER } else { SERVER + 1000 * g };
-            let mut channels: Vec<(u64, u64)> = (0..n_channels)
+            let mut channels: Vec<(ChannelId, u64)> = (0..n_channels)
                 .map(|c| {
                     let cid = if c == 0 { CHANNEL } else { CHANNEL + 7 * c };
-                    (cid, perm::VIEW_CHANNEL | perm::SEND_MESSAGES)
+                    (ChannelId(cid), perm::VIEW_CHANNEL | perm::SEND_MESSAGES)
                 })
                 .collect();
             channels.sort_unstable_by_key(|c| c.0);
             GuildAccess {
-                id,
+                id: ServerId(id),
                 channels,
                 lease_until_ms: u64::MAX,
             }
@@ -96,7 +97,7 @@ pub fn identity(bot: u64, intents_: u64, n_guilds: u64, n_channels: u64) -> Iden
     guilds.sort_unstable_by_key(|g| g.id);
     Identity {
         session_id: SessionId::new(0, u128::from(bot)),
-        application_id: bot,
+        application_id: AppId(bot),
         bot_user_id: bot,
         intents: intents_,
         token_digest: [0; 32],
@@ -109,8 +110,8 @@ pub fn identity(bot: u64, intents_: u64, n_guilds: u64, n_channels: u64) -> Iden
 /// content, mentioning `mentions`.
 pub fn message_requirement(mentions: &[u64]) -> gatewayd::delivery::entitlement::Requirement<'_> {
     gatewayd::delivery::entitlement::Requirement {
-        server_id: SERVER,
-        channel_id: CHANNEL,
+        server_id: ServerId(SERVER),
+        channel_id: ChannelId(CHANNEL),
         intent: intents::GUILD_MESSAGES,
         permissions: 0,
         has_content: true,

@@ -13,5 +13,5 @@ pub mod op;
 pub mod permissions;
 
 pub use close::{Close, CloseCode};
-pub use ids::SessionIdx;
+pub use ids::{AppId, ChannelId, ServerId, SessionIdx};
 pub use op::Op;

@@ -3,6 +3,7 @@
 //! per identify (or snapshot change), never per event.
 
 use crate::protocol::intents::{self, perm};
+use proto::{ChannelId, ServerId};
 use registry::model::{Installation, ServerSnapshot};
 use registry::OverwriteKind;
 
@@ -83,9 +84,9 @@ pub enum Variant {
 /// What an event needs from a recipient.
 #[derive(Clone, Copy, Debug)]
 pub struct Requirement<'a> {
-    pub server_id: u64,
-    /// 0 for server-wide events.
-    pub channel_id: u64,
+    pub server_id: ServerId,
+    /// `ChannelId::NONE` for server-wide events.
+    pub channel_id: ChannelId,
     pub intent: u64,
     pub permissions: u64,
     /// The event has message content subject to the MESSAGE_CONTENT rule.
@@ -101,7 +102,7 @@ pub fn decide(id: &Identity, req: &Requirement) -> Option<Variant> {
     if id.intents & req.intent != req.intent {
         return None;
     }
-    if req.server_id == 0 {
+    if req.server_id == ServerId::NONE {
         // A direct message, addressed by naming the bot in `mentions`; DMs
         // are exempt from MESSAGE_CONTENT redaction.
         return req
@@ -113,7 +114,7 @@ pub fn decide(id: &Identity, req: &Requirement) -> Option<Variant> {
     if guild.lease_until_ms < req.now_ms {
         return None; // the lease lapsed: the registry could not confirm the installation
     }
-    if req.channel_id != 0 {
+    if req.channel_id != ChannelId::NONE {
         let p = guild.channel_permissions(req.channel_id)?;
         let need = perm::VIEW_CHANNEL | req.permissions;
         if p & need != need {
@@ -146,7 +147,7 @@ pub fn guild_access(snap: &ServerSnapshot, inst: &Installation, bot_user_id: u64
         .iter()
         .filter(|r| inst.role_ids.contains(&r.id))
         .fold(0, |acc, r| acc | r.permissions);
-    let mut channels: Vec<(u64, u64)> = snap
+    let mut channels: Vec<(ChannelId, u64)> = snap
         .channels
         .iter()
         .map(|c| {
@@ -173,12 +174,12 @@ pub fn guild_access(snap: &ServerSnapshot, inst: &Installation, bot_user_id: u64
                 &ows,
                 inst.permissions,
             );
-            (c.channel.id, p)
+            (ChannelId(c.channel.id), p)
         })
         .collect();
     channels.sort_unstable();
     GuildAccess {
-        id: server_id,
+        id: ServerId(server_id),
         channels,
         lease_until_ms: 0,
     }
@@ -254,13 +255,13 @@ mod tests {
     fn identity(intents: u64, perms: u64) -> Identity {
         Identity {
             session_id: SessionId::new(0, 1),
-            application_id: 1,
+            application_id: proto::AppId(1),
             bot_user_id: BOT,
             intents,
             token_digest: [0; 32],
             guilds: vec![GuildAccess {
-                id: S,
-                channels: vec![(10, perms)],
+                id: proto::ServerId(S),
+                channels: vec![(proto::ChannelId(10), perms)],
                 lease_until_ms: 1000,
             }],
             user_json: "{}".into(),
@@ -269,8 +270,8 @@ mod tests {
 
     fn msg<'a>(mentions: &'a [u64]) -> Requirement<'a> {
         Requirement {
-            server_id: S,
-            channel_id: 10,
+            server_id: proto::ServerId(S),
+            channel_id: proto::ChannelId(10),
             intent: intents::GUILD_MESSAGES,
             permissions: 0,
             has_content: true,
@@ -302,11 +303,11 @@ mod tests {
             "mention exception"
         );
         let mut other_server = msg(&[]);
-        other_server.server_id = S + 1;
+        other_server.server_id = proto::ServerId(S + 1);
         assert_eq!(decide(&identity(gm, VIEW), &other_server), None);
         let dm = |mentions: &'static [u64]| Requirement {
-            server_id: 0,
-            channel_id: 77,
+            server_id: proto::ServerId(0),
+            channel_id: proto::ChannelId(77),
             intent: intents::DIRECT_MESSAGES,
             permissions: 0,
             has_content: true,
@@ -332,7 +333,7 @@ mod tests {
         expired.now_ms = 1001;
         assert_eq!(decide(&identity(gm, VIEW), &expired), None, "lease lapsed");
         let mut unknown_channel = msg(&[]);
-        unknown_channel.channel_id = 11;
+        unknown_channel.channel_id = proto::ChannelId(11);
         assert_eq!(decide(&identity(gm, VIEW), &unknown_channel), None);
     }
 
@@ -347,7 +348,9 @@ mod tests {
             .unwrap()
             .unwrap();
         let ga = guild_access(&snap, &inst, seed.app.bot_user_id);
-        let p = ga.channel_permissions(seed.general_channel_id).unwrap();
+        let p = ga
+            .channel_permissions(proto::ChannelId(seed.general_channel_id))
+            .unwrap();
         assert_ne!(p & intents::perm::VIEW_CHANNEL, 0);
         // A deny overwrite for @everyone on #general hides it.
         reg.set_overwrite(
@@ -360,7 +363,9 @@ mod tests {
         .unwrap();
         let snap = reg.server_snapshot(seed.server_id).unwrap().unwrap();
         let ga = guild_access(&snap, &inst, seed.app.bot_user_id);
-        let p = ga.channel_permissions(seed.general_channel_id).unwrap();
+        let p = ga
+            .channel_permissions(proto::ChannelId(seed.general_channel_id))
+            .unwrap();
         assert_eq!(p & intents::perm::VIEW_CHANNEL, 0);
         let gc = crate::protocol::guild::guild_create(&snap, &inst, &seed.app, &[]);
         assert_eq!(gc["id"], seed.server_id.to_string());

@@ -18,7 +18,7 @@ use crate::delivery::record;
 use crate::delivery::resume::ResumeRefusal;
 use crate::delivery::ConnKey;
 use crate::protocol::session::Identity;
-use proto::SessionIdx;
+use proto::{AppId, ChannelId, ServerId, SessionIdx};
 
 /// One gateway session on this worker: who it is, what it was sent and
 /// what it still has to send, and the connection it is on (if any).
@@ -36,8 +36,8 @@ pub struct SessionSlot {
 /// An event as the fan-out sees it (borrowed from an ingest record).
 pub struct EventIn<'a> {
     pub t: &'a str,
-    pub server_id: u64,
-    pub channel_id: u64,
+    pub server_id: ServerId,
+    pub channel_id: ChannelId,
     pub intent: u64,
     pub permissions: u64,
     pub has_content: bool,
@@ -71,7 +71,7 @@ pub struct FanOut {
     free: Vec<u32>,
     by_id: HashMap<SessionId, u32>,
     /// Sessions (attached or not) per server they receive events for.
-    index: HashMap<u64, Vec<u32>>,
+    index: HashMap<ServerId, Vec<u32>>,
     /// Sessions per bot user, for direct messages.
     by_bot: HashMap<u64, Vec<u32>>,
     /// The redacted variant of the event being delivered.
@@ -91,7 +91,7 @@ fn reclaim_history(sessions: &mut [Option<SessionSlot>], slab: &mut RingSlab) {
     }
 }
 
-fn unlist(map: &mut HashMap<u64, Vec<u32>>, key: u64, idx: u32) {
+fn unlist<K: std::hash::Hash + Eq>(map: &mut HashMap<K, Vec<u32>>, key: K, idx: u32) {
     if let Some(v) = map.get_mut(&key) {
         if let Some(p) = v.iter().position(|i| *i == idx) {
             v.swap_remove(p);
@@ -200,8 +200,8 @@ impl FanOut {
     /// application its recomputed access (later events are decided on it).
     pub fn update_access(
         &mut self,
-        server_id: u64,
-        by_app: &[(u64, crate::protocol::session::GuildAccess)],
+        server_id: ServerId,
+        by_app: &[(AppId, crate::protocol::session::GuildAccess)],
     ) {
         let Some(list) = self.index.get(&server_id) else {
             return;
@@ -224,7 +224,7 @@ impl FanOut {
 
     /// Every (application, server) pair this worker's sessions hold a lease
     /// for, sorted and without duplicates: one lease renewal batch.
-    pub fn lease_pairs(&self, out: &mut Vec<(u64, u64)>) {
+    pub fn lease_pairs(&self, out: &mut Vec<(AppId, ServerId)>) {
         out.clear();
         for s in self.sessions.iter().flatten() {
             let app = s.identity.application_id;
@@ -251,7 +251,7 @@ impl FanOut {
     }
 
     /// Extend the leases of the pairs the registry confirmed (sorted).
-    pub fn renew_leases(&mut self, pairs: &[(u64, u64)], until_ms: u64) {
+    pub fn renew_leases(&mut self, pairs: &[(AppId, ServerId)], until_ms: u64) {
         for s in self.sessions.iter_mut().flatten() {
             let app = s.identity.application_id;
             for g in &mut s.identity.guilds {
@@ -264,7 +264,7 @@ impl FanOut {
 
     /// An application lost a server: its sessions stop receiving that
     /// server's events at once. Returns how many sessions were affected.
-    pub fn revoke_server(&mut self, app: u64, server_id: u64) -> usize {
+    pub fn revoke_server(&mut self, app: AppId, server_id: ServerId) -> usize {
         let mut n = 0;
         for (i, slot) in self.sessions.iter_mut().enumerate() {
             let Some(s) = slot.as_mut() else { continue };
@@ -284,7 +284,7 @@ impl FanOut {
     /// (the lease carries over).
     pub fn set_access(
         &mut self,
-        app: u64,
+        app: AppId,
         access: &crate::protocol::session::GuildAccess,
     ) -> usize {
         let mut n = 0;
@@ -306,7 +306,7 @@ impl FanOut {
     /// `intents` (for a token reset: all; for withdrawn intents: the users).
     pub fn sessions_of(
         &self,
-        app: u64,
+        app: AppId,
         intents: Option<u64>,
     ) -> Vec<(SessionIdx, Option<ConnKey>)> {
         self.sessions
@@ -474,7 +474,7 @@ impl FanOut {
                 }
             }};
         }
-        if ev.server_id == 0 {
+        if ev.server_id == ServerId::NONE {
             // A direct message: the producer names the recipient bots in `mentions`.
             for &bot in ev.mentions {
                 if let Some(list) = self.by_bot.get(&bot) {
@@ -574,13 +574,13 @@ mod tests {
         for i in 0..2u32 {
             let id = Identity {
                 session_id: SessionId::new(0, i as u128 + 1),
-                application_id: 1,
+                application_id: proto::AppId(1),
                 bot_user_id: 7,
                 intents: intents::GUILD_MESSAGES,
                 token_digest: [0; 32],
                 guilds: vec![GuildAccess {
-                    id: 5,
-                    channels: vec![(6, intents::perm::VIEW_CHANNEL)],
+                    id: proto::ServerId(5),
+                    channels: vec![(proto::ChannelId(6), intents::perm::VIEW_CHANNEL)],
                     lease_until_ms: u64::MAX,
                 }],
                 user_json: "{}".into(),
@@ -596,8 +596,8 @@ mod tests {
         }
         let ev = EventIn {
             t: "MESSAGE_CREATE",
-            server_id: 5,
-            channel_id: 6,
+            server_id: proto::ServerId(5),
+            channel_id: proto::ChannelId(6),
             intent: intents::GUILD_MESSAGES,
             permissions: 0,
             has_content: false,

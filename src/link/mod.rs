@@ -10,6 +10,7 @@ use std::time::Instant;
 
 use crate::protocol::identify::token_digest;
 use crossbeam_channel::{Receiver, RecvTimeoutError};
+use proto::{AppId, ServerId};
 use registry::Registry;
 use serde_json::json;
 
@@ -422,7 +423,7 @@ impl Sidecar {
         self.call(|r| r.record_session_start(app.id, now))
             .map_err(&unavailable)?;
         Ok(IdentifyOk {
-            application_id: app.id,
+            application_id: AppId(app.id),
             application_flags: app.flags,
             bot_user_id: app.bot_user_id,
             user_json: bot_user(&app).to_string().into(),
@@ -456,20 +457,24 @@ impl Sidecar {
                 .flatten()
                 .map(|a| a.bot_user_id);
             if let Some(bot) = bot_user_id {
-                by_app.push((inst.application_id, guild_access(&snap, &inst, bot)));
+                by_app.push((AppId(inst.application_id), guild_access(&snap, &inst, bot)));
             }
         }
-        Some(AccessUpdate { server_id, by_app })
+        Some(AccessUpdate {
+            server_id: ServerId(server_id),
+            by_app,
+        })
     }
 
     /// One registry round trip for a worker's batch of leases. In brownout
     /// the leases are extended instead, up to `brownout_max_ms` after it began.
-    fn renew_leases(&mut self, pairs: Vec<(u64, u64)>) -> ToWorker {
+    fn renew_leases(&mut self, pairs: Vec<(AppId, ServerId)>) -> ToWorker {
         self.stats.lease_batches.fetch_add(1, Ordering::Relaxed);
         let now = now_ms();
-        match self.call(|r| r.installed(&pairs)) {
+        let raw: Vec<(u64, u64)> = pairs.iter().map(|(a, s)| (a.get(), s.get())).collect();
+        match self.call(|r| r.installed(&raw)) {
             Ok(ok) => {
-                let renewed: Vec<(u64, u64)> = pairs
+                let renewed: Vec<(AppId, ServerId)> = pairs
                     .iter()
                     .zip(ok)
                     .filter(|(_, ok)| *ok)

@@ -1,6 +1,7 @@
 //! One gateway session's protocol state: what the client may send when, the
 //! heartbeat clock, the command rate limit and the sequence counter.
 
+use proto::{AppId, ChannelId, ServerId};
 use shards::SessionId;
 
 use super::close::{Close, CloseCode};
@@ -38,15 +39,16 @@ pub enum Phase {
 /// permissions per channel (sorted by channel id), computed at identify.
 #[derive(Clone, Debug, Default)]
 pub struct GuildAccess {
-    pub id: u64,
-    pub channels: Vec<(u64, u64)>,
+    pub id: ServerId,
+    /// (channel, the bot's permissions in it), sorted by channel.
+    pub channels: Vec<(ChannelId, u64)>,
     /// The (application, server) lease: events are delivered only until
     /// then (Unix ms). Renewed in batches by the registry sidecar.
     pub lease_until_ms: u64,
 }
 
 impl GuildAccess {
-    pub fn channel_permissions(&self, channel: u64) -> Option<u64> {
+    pub fn channel_permissions(&self, channel: ChannelId) -> Option<u64> {
         self.channels
             .binary_search_by_key(&channel, |c| c.0)
             .ok()
@@ -58,7 +60,7 @@ impl GuildAccess {
 #[derive(Clone, Debug)]
 pub struct Identity {
     pub session_id: SessionId,
-    pub application_id: u64,
+    pub application_id: AppId,
     pub bot_user_id: u64,
     pub intents: u64,
     pub token_digest: [u8; 32],
@@ -69,7 +71,7 @@ pub struct Identity {
 }
 
 impl Identity {
-    pub fn guild(&self, id: u64) -> Option<&GuildAccess> {
+    pub fn guild(&self, id: ServerId) -> Option<&GuildAccess> {
         self.guilds
             .binary_search_by_key(&id, |g| g.id)
             .ok()

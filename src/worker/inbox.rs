@@ -104,8 +104,8 @@ impl Worker {
             );
             let ev = EventIn {
                 t: rec.event_type(),
-                server_id: rec.server_id(),
-                channel_id: rec.channel_id(),
+                server_id: ServerId(rec.server_id()),
+                channel_id: ChannelId(rec.channel_id()),
                 intent: rec.intent(),
                 permissions: rec.permissions(),
                 has_content: rec.has_content(),
@@ -127,17 +127,19 @@ impl Worker {
                 application_id,
                 server_id,
             } => {
-                self.fan.revoke_server(application_id, server_id);
+                self.fan
+                    .revoke_server(AppId(application_id), ServerId(server_id));
             }
             R::PermissionsChanged {
                 application_id,
                 server_id,
             } => match &msg.access {
                 Some(access) => {
-                    self.fan.set_access(application_id, access);
+                    self.fan.set_access(AppId(application_id), access);
                 }
                 None => {
-                    self.fan.revoke_server(application_id, server_id);
+                    self.fan
+                        .revoke_server(AppId(application_id), ServerId(server_id));
                 }
             },
             R::TokenReset { application_id } => {
@@ -145,7 +147,7 @@ impl Worker {
                     CloseCode::AuthenticationFailed,
                     "authentication failed: the token was reset",
                 );
-                self.end_sessions(application_id, None, c);
+                self.end_sessions(AppId(application_id), None, c);
             }
             R::IntentsChanged { application_id } => {
                 // Sessions using a privileged intent that is no longer approved end.
@@ -155,7 +157,7 @@ impl Worker {
                         CloseCode::DisallowedIntents,
                         "disallowed intents: a privileged intent was withdrawn",
                     );
-                    self.end_sessions(application_id, Some(withdrawn), c);
+                    self.end_sessions(AppId(application_id), Some(withdrawn), c);
                 }
             }
         }
@@ -170,7 +172,7 @@ impl Worker {
 
     /// End an application's sessions for good (not resumable), closing
     /// their connections with `close`.
-    pub(super) fn end_sessions(&mut self, app: u64, using: Option<u64>, close: Close) {
+    pub(super) fn end_sessions(&mut self, app: AppId, using: Option<u64>, close: Close) {
         for (sid, conn) in self.fan.sessions_of(app, using) {
             // Unhook first, so the close below does not touch the session
             // (whose slot may be reused once removed).

@@ -231,7 +231,7 @@ impl Worker {
                 };
                 let now = self.now_ms();
                 for g in guild_ids {
-                    if id.guild(g).is_none() {
+                    if id.guild(ServerId(g)).is_none() {
                         continue;
                     }
                     let d = serde_json::json!({

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use crate::protocol::identify::Identify;
 use crate::protocol::session::GuildAccess;
 use crate::protocol::Close;
+use proto::{AppId, ServerId};
 
 pub use crate::delivery::batch::Batch;
 pub use crate::delivery::ConnKey;
@@ -30,7 +31,7 @@ pub enum SidecarRequest {
     /// Confirm these (application, server) leases in one registry call.
     RenewLeases {
         worker: usize,
-        pairs: Vec<(u64, u64)>,
+        pairs: Vec<(AppId, ServerId)>,
     },
     /// A revocation was pushed (PostgreSQL NOTIFY): read the outbox now.
     PollRevocations,
@@ -55,14 +56,14 @@ pub struct RevokeMsg {
 
 /// Recomputed per-channel permissions of every bot installed in a server.
 pub struct AccessUpdate {
-    pub server_id: u64,
+    pub server_id: ServerId,
     /// (application id, its access), sorted by application id.
-    pub by_app: Vec<(u64, GuildAccess)>,
+    pub by_app: Vec<(AppId, GuildAccess)>,
 }
 
 /// The registry's answer to an Identify, ready to render READY from.
 pub struct IdentifyOk {
-    pub application_id: u64,
+    pub application_id: AppId,
     pub application_flags: u64,
     pub bot_user_id: u64,
     /// The bot user object as JSON.
@@ -93,7 +94,7 @@ pub enum ToWorker {
     },
     /// These leases (sorted pairs) are valid until `until_ms` (Unix ms).
     Leases {
-        pairs: Vec<(u64, u64)>,
+        pairs: Vec<(AppId, ServerId)>,
         until_ms: u64,
     },
     Revoke(Arc<RevokeMsg>),

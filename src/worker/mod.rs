@@ -38,7 +38,7 @@ use net::http::{self, RequestHead};
 use net::tls::TlsSession;
 use net::uring::{Completion, Ring, RingConfig};
 use net::ws::{self, Message, OpCode};
-use proto::SessionIdx;
+use proto::{AppId, ChannelId, ServerId, SessionIdx};
 use shards::SessionId;
 
 use crate::delivery::fanout::{EventIn, FanOut, FanOutConfig};
@@ -146,7 +146,7 @@ pub struct Worker {
     /// Wall clock (Unix ms) at the start of the current turn: leases use it.
     unix_ms: u64,
     next_lease_renewal: u64,
-    lease_pairs: Vec<(u64, u64)>,
+    lease_pairs: Vec<(AppId, ServerId)>,
     /// Parks that timed out with the eventfd signalled (see PARK_MAX).
     lost_wakeups: u64,
 }

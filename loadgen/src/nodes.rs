@@ -243,11 +243,55 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
     let rest = &s[s.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();
     let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / 100.0)
+    // SAFETY: sysconf takes no pointers.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    Some(ticks / if hz > 0 { hz as f64 } else { 100.0 })
 }
 
 pub fn self_cpu_seconds() -> f64 {
     cpu_seconds(std::process::id()).unwrap_or(0.0)
+}
+
+/// Run time of the kernel's softirq threads (ksoftirqd/N), in seconds. A
+/// sender that hands the kernel many loopback sends in one call leaves part
+/// of the receive work to ksoftirqd, which is not in the sender's own CPU
+/// time; counting it keeps a comparison with a send-per-syscall node fair.
+pub fn ksoftirqd_seconds() -> f64 {
+    static PIDS: std::sync::OnceLock<Vec<u32>> = std::sync::OnceLock::new();
+    let pids = PIDS.get_or_init(|| {
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.starts_with("ksoftirqd/"))
+            })
+            .collect()
+    });
+    pids.iter()
+        .filter_map(|pid| {
+            let s = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
+            s.split_whitespace().next()?.parse::<u64>().ok()
+        })
+        .sum::<u64>() as f64
+        / 1e9
+}
+
+/// The 1, 5 and 15 minute load averages, as /proc/loadavg writes them.
+pub fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// Kernel memory in TCP socket buffers, pages (/proc/net/sockstat "TCP: ... mem").
+pub fn tcp_mem_pages() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/net/sockstat").ok()?;
+    let l = s.lines().find(|l| l.starts_with("TCP:"))?;
+    let f: Vec<&str> = l.split_whitespace().collect();
+    let p = f.iter().position(|x| *x == "mem")?;
+    f.get(p + 1)?.parse().ok()
 }
 
 /// A bare HTTP/1.1 GET (or POST with `post`); returns (status, body).

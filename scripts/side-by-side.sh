@@ -60,7 +60,7 @@ fi
 BINS="gatewayd conventional-gateway loadgen"
 if [ -n "${BIN_FROM:-}" ]; then
   for b in $BINS; do
-    [ -x "$BIN_FROM/$b" ] || { log "BIN_FROM=$BIN_FROM has no $b (an $OUT/bin from before loadgen measure replaced examples/measure: rebuild)"; exit 2; }
+    [ -x "$BIN_FROM/$b" ] || { log "BIN_FROM=$BIN_FROM has no $b (a bin directory from before loadgen measure replaced examples/measure? build one: NO_BUILD=0)"; exit 2; }
   done
   [ "$BIN_FROM/gatewayd" -ef "$OUT/bin/gatewayd" ] || \
     for b in $BINS; do cp "$BIN_FROM/$b" "$OUT/bin/"; done

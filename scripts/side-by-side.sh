@@ -3,19 +3,19 @@
 #
 #   scripts/side-by-side.sh [side|scaling|all]      (default: all)
 #
-# side:    the same `measure fanout` workloads against a fresh release gatewayd
+# side:    the same `loadgen measure fanout` workloads against a fresh release gatewayd
 #          and a fresh bench/conventional gateway (tokio + tokio-tungstenite,
 #          a task per connection, a broadcast channel, serde_json), one after
 #          the other in this run; prints deliveries per node CPU-second,
 #          p50/p99, RSS of both and the ratios.
 # scaling: gatewayd alone at 1k, 10k, 40k sessions: per-session RSS, identify
-#          CPU and idle CPU (`measure idle`), then per-delivery CPU and
-#          latency at a constant ~100,000 deliveries/s (`measure fanout`).
+#          CPU and idle CPU (`loadgen measure idle`), then per-delivery CPU and
+#          latency at a constant ~100,000 deliveries/s (`loadgen measure fanout`).
 #
 # Environment (defaults in brackets):
 #   OUT        output directory            [/tmp/side-by-side-<UTC time>]
 #   NO_BUILD=1 use the binaries in target/release as they are
-#   BIN_FROM   take gatewayd, conventional-gateway and measure from this
+#   BIN_FROM   take gatewayd, conventional-gateway and loadgen from this
 #              directory instead (implies NO_BUILD=1), e.g. an earlier $OUT/bin
 #   SECS       seconds of events per run   [20]
 #   PAYLOAD    bytes of `d` per event      [600]
@@ -26,8 +26,9 @@
 #   SCALE_DELIVERIES  deliveries/s offered in the scaling fan-out [100000]
 #
 # Loopback only; ports 26080-26190 (below the ephemeral range). Sessions past
-# 10,000 are spread over several `measure` processes (RLIMIT_NOFILE is 20,000
-# here and cannot be raised) bound to 127.0.0.2, .3, ... as source addresses.
+# 10,000 are spread over several `loadgen measure` processes (one process's
+# io_uring fixed tables are capped by RLIMIT_NOFILE, 20,000 here) bound to
+# 127.0.0.2, .3, ... as source addresses.
 set -euo pipefail
 
 MODE=${1:-all}
@@ -39,7 +40,7 @@ REPS=${REPS:-1}
 WORKLOADS=${WORKLOADS:-"1000:100 5000:20"}
 SCALE=${SCALE:-"1000 10000 40000"}
 SCALE_DELIVERIES=${SCALE_DELIVERIES:-100000}
-CHUNK=10000   # sessions per measure process
+CHUNK=10000   # sessions per loadgen measure process
 
 GW_PORT=26080 GW_INGEST=26081 GW_ADMIN=26090
 CV_PORT=26180 CV_INGEST=26181 CV_ADMIN=26190
@@ -52,19 +53,23 @@ if [ -n "${BIN_FROM:-}" ]; then
 fi
 if [ "${NO_BUILD:-0}" != 1 ]; then
   log "building (nice)"
-  (cd "$ROOT" && nice cargo build --release -p conventional-gateway && \
-     nice cargo build --release --bin gatewayd --example measure) >&2
+  (cd "$ROOT" && nice cargo build --release -p conventional-gateway -p loadgen && \
+     nice cargo build --release --bin gatewayd) >&2
 fi
 # Copies, so that a concurrent rebuild cannot swap a binary mid-run.
+BINS="gatewayd conventional-gateway loadgen"
 if [ -n "${BIN_FROM:-}" ]; then
+  for b in $BINS; do
+    [ -x "$BIN_FROM/$b" ] || { log "BIN_FROM=$BIN_FROM has no $b (a bin directory from before loadgen measure replaced examples/measure? build one: NO_BUILD=0)"; exit 2; }
+  done
   [ "$BIN_FROM/gatewayd" -ef "$OUT/bin/gatewayd" ] || \
-    cp "$BIN_FROM/gatewayd" "$BIN_FROM/conventional-gateway" "$BIN_FROM/measure" "$OUT/bin/"
+    for b in $BINS; do cp "$BIN_FROM/$b" "$OUT/bin/"; done
 else
-  cp "$ROOT/target/release/gatewayd" "$ROOT/target/release/conventional-gateway" \
-     "$ROOT/target/release/examples/measure" "$OUT/bin/"
+  TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
+  for b in $BINS; do cp "$TARGET/release/$b" "$OUT/bin/"; done
 fi
 md5sum "$OUT/bin/"* > "$OUT/bin.md5"
-GW=$OUT/bin/gatewayd CV=$OUT/bin/conventional-gateway M=$OUT/bin/measure
+GW=$OUT/bin/gatewayd CV=$OUT/bin/conventional-gateway LG=$OUT/bin/loadgen
 (cd "$ROOT" && { git rev-parse HEAD; git status --short; }) > "$OUT/tree.txt" 2>/dev/null || true
 
 # ---------------------------------------------------------------- provisioning
@@ -132,7 +137,7 @@ cpu_s() { awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); split($0, f, " ");
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 load1() { cut -d' ' -f1 /proc/loadavg; }
 
-# Picks figures out of a `measure fanout` output file: one tab-separated line.
+# Picks figures out of a `loadgen measure fanout` output file: one tab-separated line.
 summarise_fanout() { # file
   awk '
     /^load_before/ { load = $2 }
@@ -170,10 +175,10 @@ side() {
         if [ $node = gatewayd ]; then start_gatewayd; A=$GW_PORT I=$GW_INGEST AD=$GW_ADMIN
         else start_conventional; A=$CV_PORT I=$CV_INGEST AD=$CV_ADMIN; fi
         log "side: $node $n sessions x $r events/s x ${SECS}s, payload $p B (pid $NODE_PID, load $(load1))"
-        echo "+ measure fanout --addr 127.0.0.1:$A --ingest 127.0.0.1:$I --tokens-file tokens16 --sessions $n --rate $r --seconds $SECS --payload $p --node-pid PID --admin 127.0.0.1:$AD" > "$f"
-        "$M" fanout --addr 127.0.0.1:$A --ingest 127.0.0.1:$I --tokens-file "$TOKENS" \
+        echo "+ loadgen measure fanout --addr 127.0.0.1:$A --ingest 127.0.0.1:$I --tokens-file tokens16 --sessions $n --rate $r --seconds $SECS --payload $p --node-pid PID --admin 127.0.0.1:$AD" > "$f"
+        "$LG" measure fanout --addr 127.0.0.1:$A --ingest 127.0.0.1:$I --tokens-file "$TOKENS" \
           --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$p" \
-          --node-pid "$NODE_PID" --admin 127.0.0.1:$AD >> "$f" 2>&1 || log "measure failed, see $f"
+          --node-pid "$NODE_PID" --admin 127.0.0.1:$AD >> "$f" 2>&1 || log "loadgen measure failed, see $f"
         [ $node = conventional ] && curl -s "http://127.0.0.1:$CV_ADMIN/metrics" | grep -v '^#' >> "$f" || true
         stop_node
         printf "%s\t%s\t%s\t%s\t%s\t%s\n" "$node" "$n" "$r" "$p" "$rep" "$(summarise_fanout "$f")" >> "$tsv"
@@ -203,13 +208,13 @@ side() {
 
 # ---------------------------------------------------------------- scaling
 
-# Starts measure idle holders for $1 sessions in chunks of CHUNK, source
+# Starts loadgen measure idle holders for $1 sessions in chunks of CHUNK, source
 # addresses from 127.0.0.$2 on, holding for $3 s; output files prefixed $4.
 start_holders() {
   local left=$1 ip=$2 hold=$3 pre=$4 k=0
   while [ "$left" -gt 0 ]; do
     local c=$(( left < CHUNK ? left : CHUNK ))
-    "$M" idle --addr 127.0.0.1:$GW_PORT --token-file "$TOKENS" --sessions "$c" \
+    "$LG" measure idle --addr 127.0.0.1:$GW_PORT --token-file "$TOKENS" --sessions "$c" \
       --node-pid "$NODE_PID" --admin 127.0.0.1:$GW_ADMIN --bind-base "127.0.0.$ip" \
       --settle-secs 1 --hold-secs "$hold" --timeout-secs 300 > "$pre-$k.txt" 2>&1 &
     HOLDERS+=($!)
@@ -235,7 +240,7 @@ scaling() {
     local rss0 cpu0 t0 t1 cpu1 rss1 cpu2 procs
     rss0=$(rss_kb "$NODE_PID"); cpu0=$(cpu_s "$NODE_PID"); t0=$(date +%s.%N)
     procs=$(( (n + CHUNK - 1) / CHUNK ))
-    log "scaling idle: $n sessions in $procs measure processes (load $(load1))"
+    log "scaling idle: $n sessions in $procs loadgen measure processes (load $(load1))"
     rm -f "$OUT/scale-$n-idle"-*.txt
     start_holders "$n" 2 120 "$OUT/scale-$n-idle"
     wait_holders_ready "$OUT/scale-$n-idle" "$procs"
@@ -259,11 +264,11 @@ scaling() {
     fi
     local f=$OUT/scale-$n-fanout.txt
     log "scaling fanout: $n sessions ($fan in the measuring process) x $rate events/s (load $(load1))"
-    echo "+ measure fanout --addr 127.0.0.1:$GW_PORT --ingest 127.0.0.1:$GW_INGEST --tokens-file tokens16 --sessions $fan --rate $rate --seconds $SECS --payload $PAYLOAD --node-pid PID --admin 127.0.0.1:$GW_ADMIN --bind-base 127.0.0.2 (+ $(( n - fan )) idle sessions held by measure idle)" > "$f"
-    "$M" fanout --addr 127.0.0.1:$GW_PORT --ingest 127.0.0.1:$GW_INGEST --tokens-file "$TOKENS" \
+    echo "+ loadgen measure fanout --addr 127.0.0.1:$GW_PORT --ingest 127.0.0.1:$GW_INGEST --tokens-file tokens16 --sessions $fan --rate $rate --seconds $SECS --payload $PAYLOAD --node-pid PID --admin 127.0.0.1:$GW_ADMIN --bind-base 127.0.0.2 (+ $(( n - fan )) idle sessions held by loadgen measure idle)" > "$f"
+    "$LG" measure fanout --addr 127.0.0.1:$GW_PORT --ingest 127.0.0.1:$GW_INGEST --tokens-file "$TOKENS" \
       --sessions "$fan" --rate "$rate" --seconds "$SECS" --payload "$PAYLOAD" \
       --node-pid "$NODE_PID" --admin 127.0.0.1:$GW_ADMIN --bind-base 127.0.0.2 >> "$f" 2>&1 \
-      || log "measure failed, see $f"
+      || log "loadgen measure failed, see $f"
     stop_holders; stop_node
     summarise_fanout "$f" | awk -F'\t' -v n="$n" -v ready="$ready" -v t0="$t0" -v t1="$t1" \
       -v rss0="$rss0" -v rss1="$rss1" -v cpu0="$cpu0" -v cpu1="$cpu1" -v cpu2="$cpu2" -v rate="$rate" '{

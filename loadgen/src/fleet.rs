@@ -39,6 +39,23 @@ pub struct FleetConfig {
     /// Fleet coordinator (`loadgen coordinator`): every Identify waits for
     /// its `identify_acquire` grant (keyed by application).
     pub coordinator: Option<std::net::SocketAddr>,
+    /// The sessions to open as (bot, shard); None: every shard of every
+    /// bot of the world once. A bot may appear more than once (several
+    /// sessions on one token, as against a node loadgen did not provision).
+    pub sessions: Option<Vec<(u32, u32)>>,
+    /// The first `stall` sessions stop reading once streaming (they still
+    /// heartbeat): what unread events cost the node.
+    pub stall: usize,
+    /// SO_RCVBUF of the stalled sessions' sockets, set before connect (None:
+    /// the kernel's default, autotuned; loopback buffers then absorb a lot).
+    pub stall_rcvbuf: Option<i32>,
+    /// Heartbeats carry the last `s` (false: `null`, acknowledging nothing).
+    pub ack_seq: bool,
+    /// Identify says `shard` (false: left out, as one-shard bots often do).
+    pub send_shard: bool,
+    /// Sessions reconnect after a loss (false: they stop, counted in
+    /// `Counters::lost` / `failed`: what a measurement wants to see).
+    pub reconnect: bool,
 }
 
 impl Default for FleetConfig {
@@ -52,8 +69,23 @@ impl Default for FleetConfig {
             handshake_timeout: Duration::from_secs(30),
             slow: Vec::new(),
             coordinator: None,
+            sessions: None,
+            stall: 0,
+            stall_rcvbuf: None,
+            ack_seq: true,
+            send_shard: true,
+            reconnect: true,
         }
     }
+}
+
+/// Source addresses from `base` on, one per `per_source` sessions
+/// (`base`, `base`+1, ...): each address has ~28,000 ports.
+pub fn spread_sources(base: Ipv4Addr, sessions: usize, per_source: usize) -> Vec<Ipv4Addr> {
+    let n = sessions.div_ceil(per_source.max(1)).max(1);
+    (0..n as u32)
+        .map(|i| Ipv4Addr::from(u32::from(base).wrapping_add(i)))
+        .collect()
 }
 
 /// What all threads share.
@@ -82,6 +114,12 @@ pub struct Shared {
     /// still behind unread data).
     pub slow_lost_ns: AtomicU64,
     pub slow_lost_code: AtomicU64,
+    /// The first GUILD_CREATE's (server id, `#general` channel id).
+    pub guild: Mutex<Option<(u64, u64)>>,
+    /// Non-zero: every thread sends a Close with this code on each open
+    /// session and retires it; `closed_n` counts the threads done.
+    close_code: AtomicU64,
+    closed_n: AtomicU64,
     pub sessions: usize,
     pub threads: usize,
 }
@@ -97,7 +135,12 @@ impl Fleet {
         if cfg.nodes.is_empty() {
             return Err(std::io::Error::other("no gateway address"));
         }
-        let all = world.sessions();
+        let all = cfg.sessions.clone().unwrap_or_else(|| world.sessions());
+        if let Some(&(b, _)) = all.iter().find(|(b, _)| *b as usize >= world.bots.len()) {
+            return Err(std::io::Error::other(format!(
+                "session of bot {b}: no such bot"
+            )));
+        }
         let per_ring = cap_fixed_files(20_000).saturating_sub(64).max(64) as usize;
         let threads = if cfg.threads > 0 {
             cfg.threads
@@ -132,6 +175,9 @@ impl Fleet {
             first_violation: Mutex::new(None),
             slow_lost_ns: AtomicU64::new(0),
             slow_lost_code: AtomicU64::new(0),
+            guild: Mutex::new(None),
+            close_code: AtomicU64::new(0),
+            closed_n: AtomicU64::new(0),
             sessions: all.len(),
             threads,
         });
@@ -214,6 +260,21 @@ impl Fleet {
         }
     }
 
+    /// Sends a Close with `code` on every open session (1000 ends a
+    /// session on the node instead of leaving it resumable), gives the
+    /// frames `linger` to go out, then stops.
+    pub fn stop_closing(self, code: u16, linger: Duration) -> Counters {
+        self.shared.close_code.store(code.max(1) as u64, Relaxed);
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while self.shared.closed_n.load(Relaxed) < self.shared.threads as u64
+            && std::time::Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        std::thread::sleep(linger);
+        self.stop()
+    }
+
     pub fn stop(self) -> Counters {
         self.shared.stop.store(true, Relaxed);
         for h in self.handles {
@@ -233,6 +294,7 @@ const K_RECV1: u64 = 6;
 const K_SHUT: u64 = 7;
 const K_CLOSE: u64 = 8;
 const K_TICK: u64 = 9;
+const K_SOCKOPT: u64 = 10;
 
 fn ud(kind: u64, gen: u32, idx: usize) -> u64 {
     kind << 56 | ((gen as u64) & 0xff_ffff) << 32 | idx as u64
@@ -269,6 +331,8 @@ struct Slot {
     /// Own receive buffer of a paced reader.
     slow_buf: Option<Box<[u8]>>,
     phase_since: u64,
+    /// SO_RCVBUF set before connect (the kernel reads it from here).
+    rcvbuf: Option<i32>,
 }
 
 fn sockaddr(a: SocketAddrV4) -> libc::sockaddr_in {
@@ -296,6 +360,7 @@ struct Driver {
     reported_refusal: bool,
     gate: Option<Arc<crate::gate::Gate>>,
     scratch: Vec<u8>,
+    closed_all: bool,
 }
 
 impl Driver {
@@ -319,7 +384,14 @@ impl Driver {
                 );
                 s.node = if cfg.spread { k % cfg.nodes.len() } else { 0 };
                 s.read_rate = cfg.slow.iter().find(|(sb, _)| *sb == b).map(|&(_, r)| r);
+                let stalled = k < cfg.stall;
+                if stalled {
+                    s.read_rate = Some(0.0);
+                }
                 s.gated = gate.is_some();
+                s.ack_seq = cfg.ack_seq;
+                s.send_shard = cfg.send_shard;
+                s.reconnect = cfg.reconnect;
                 let src = if cfg.sources.is_empty() {
                     Ipv4Addr::UNSPECIFIED
                 } else {
@@ -337,6 +409,7 @@ impl Driver {
                     sending: false,
                     recv_armed: false,
                     phase_since: 0,
+                    rcvbuf: cfg.stall_rcvbuf.filter(|_| stalled),
                 }
             })
             .collect();
@@ -354,6 +427,7 @@ impl Driver {
             reported_refusal: false,
             gate,
             scratch: Vec::with_capacity(4096),
+            closed_all: false,
         }
     }
 
@@ -433,18 +507,25 @@ impl Driver {
             return; // an operation of an earlier connection
         }
         match kind {
-            K_SOCKET | K_BIND
+            K_SOCKET | K_BIND | K_SOCKOPT
                 if c.result < 0 && c.result != -libc::ECANCELED && !self.reported_socket_error =>
             {
                 // Reported once per thread; the connect completes with -ECANCELED.
                 self.reported_socket_error = true;
-                let what = if kind == K_SOCKET { "socket" } else { "bind" };
+                let what = match kind {
+                    K_SOCKET => "socket",
+                    K_BIND => "bind",
+                    _ => "setsockopt(SO_RCVBUF)",
+                };
                 let e = std::io::Error::from_raw_os_error(-c.result);
                 eprintln!("loadgen: fleet thread {}: {what} failed: {e}", self.t);
             }
             K_CONNECT => {
                 if c.result < 0 {
                     self.close(i, now, true);
+                } else if self.slots[i].s.phase == Phase::Stopped {
+                    // Retired while connecting (the end of a run).
+                    self.close(i, now, false);
                 } else {
                     let slot = &mut self.slots[i];
                     slot.sock = Sock::Open;
@@ -566,16 +647,19 @@ impl Driver {
         slot.dst = sockaddr(self.cfg.nodes[slot.s.node % self.cfg.nodes.len()]);
         slot.s.on_connecting();
         let bind = (!self.cfg.sources.is_empty()).then_some(&slot.bind as *const libc::sockaddr_in);
+        let rcvbuf = slot.rcvbuf.as_ref().map(|v| v as *const i32);
         let gen = slot.gen;
-        // SAFETY: the addresses live in the boxed slot slice.
+        // SAFETY: the addresses and the option value live in the boxed slot slice.
         unsafe {
-            self.ring.socket_connect(
+            self.ring.socket_connect_with(
                 i as u32,
                 bind,
+                rcvbuf,
                 &slot.dst,
                 [
                     ud(K_SOCKET, gen, i),
                     ud(K_BIND, gen, i),
+                    ud(K_SOCKOPT, gen, i),
                     ud(K_CONNECT, gen, i),
                 ],
             )
@@ -618,6 +702,22 @@ impl Driver {
         self.rec.measuring = self.sh.measuring.load(Relaxed);
         self.rec.latency_exclude_bot = *self.sh.latency_exclude_bot.lock().unwrap();
         self.rec.latency_only_bots = self.sh.latency_only_bots.lock().unwrap().clone();
+        self.rec.want_guild = self.sh.guild.lock().unwrap().is_none();
+        let close_code = self.sh.close_code.load(Relaxed) as u16;
+        if close_code != 0 && !self.closed_all {
+            self.closed_all = true;
+            for i in 0..self.slots.len() {
+                let slot = &mut self.slots[i];
+                if slot.sock == Sock::Open && slot.s.phase != Phase::Stopped {
+                    slot.s.close_and_retire(close_code);
+                    self.flush_out(i);
+                } else if slot.s.phase != Phase::Stopped {
+                    slot.s.close_and_retire(close_code); // never connects again
+                    slot.s.out.clear();
+                }
+            }
+            self.sh.closed_n.fetch_add(1, Relaxed);
+        }
         let watch = *self.sh.watch.lock().unwrap();
         if watch != self.rec.watch {
             self.rec.watch = watch;
@@ -737,6 +837,9 @@ impl Driver {
                 *f = Some(v);
             }
         }
+        if let Some(g) = self.rec.guild.take() {
+            self.sh.guild.lock().unwrap().get_or_insert(g);
+        }
     }
 }
 
@@ -764,7 +867,13 @@ pub fn add_counters(t: &mut Counters, c: &Counters) {
         reconnects_asked,
         fatal,
         protocol_errors,
-        bytes_in
+        bytes_in,
+        upgrades,
+        lost,
+        failed,
+        paced_deliveries,
+        handshake_bytes,
+        guild_creates
     );
     for k in 0..t.closes.len() {
         t.closes[k] += c.closes[k];

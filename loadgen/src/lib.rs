@@ -6,12 +6,15 @@
 //! - `producer`: the open-loop event producer;
 //! - `nodes`: gatewayd processes and their metrics;
 //! - `scenario`: steady, storm, slow-consumer, revocation;
+//! - `measure`: idle, fanout and hold-sessions against a node loadgen did
+//!   not provision (the side-by-side benchmark, the 40,000-session test);
 //! - `coordinator`: the fleet coordinator (JSON Lines over TCP, see README).
 
 pub mod clock;
 pub mod coordinator;
 pub mod fleet;
 pub mod gate;
+pub mod measure;
 pub mod nodes;
 pub mod producer;
 pub mod proxy;

@@ -1,3 +1,4 @@
+mod measure_cli;
 mod scenario_cli;
 
 use clap::{Args, Parser, Subcommand};
@@ -25,6 +26,14 @@ enum Cmd {
     Proxy(ProxyArgs),
     /// Run a scenario (steady, storm, slow-consumer, revocation) and write its report.
     Scenario(scenario_cli::ScenarioArgs),
+    /// Measure a running node loadgen did not start (idle memory per
+    /// session, fan-out throughput and latency), given tokens of apps
+    /// installed in one server; prints `key value` lines.
+    #[command(subcommand)]
+    Measure(measure_cli::MeasureCmd),
+    /// Open and hold sessions of one token until stdin closes (or
+    /// --hold-secs), printing `opened/ready/failed/lost/acks N` lines.
+    HoldSessions(measure_cli::HoldArgs),
 }
 
 #[derive(Args)]
@@ -52,6 +61,8 @@ fn main() -> ExitCode {
         Cmd::Coordinator(a) => coordinator(a),
         Cmd::Scenario(a) => scenario_cli::run(a),
         Cmd::Proxy(a) => proxy(a),
+        Cmd::Measure(m) => measure_cli::run(m),
+        Cmd::HoldSessions(a) => measure_cli::hold(a),
     }
 }
 

@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use promtext::SampleSet;
+
 /// Where the registry lives for the nodes of a run.
 #[derive(Clone, Debug)]
 pub enum RegistryLoc {
@@ -241,11 +243,55 @@ pub fn cpu_seconds(pid: u32) -> Option<f64> {
     let rest = &s[s.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();
     let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / 100.0)
+    // SAFETY: sysconf takes no pointers.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    Some(ticks / if hz > 0 { hz as f64 } else { 100.0 })
 }
 
 pub fn self_cpu_seconds() -> f64 {
     cpu_seconds(std::process::id()).unwrap_or(0.0)
+}
+
+/// Run time of the kernel's softirq threads (ksoftirqd/N), in seconds. A
+/// sender that hands the kernel many loopback sends in one call leaves part
+/// of the receive work to ksoftirqd, which is not in the sender's own CPU
+/// time; counting it keeps a comparison with a send-per-syscall node fair.
+pub fn ksoftirqd_seconds() -> f64 {
+    static PIDS: std::sync::OnceLock<Vec<u32>> = std::sync::OnceLock::new();
+    let pids = PIDS.get_or_init(|| {
+        let Ok(dir) = std::fs::read_dir("/proc") else {
+            return Vec::new();
+        };
+        dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|pid| {
+                std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                    .is_ok_and(|c| c.starts_with("ksoftirqd/"))
+            })
+            .collect()
+    });
+    pids.iter()
+        .filter_map(|pid| {
+            let s = std::fs::read_to_string(format!("/proc/{pid}/schedstat")).ok()?;
+            s.split_whitespace().next()?.parse::<u64>().ok()
+        })
+        .sum::<u64>() as f64
+        / 1e9
+}
+
+/// The 1, 5 and 15 minute load averages, as /proc/loadavg writes them.
+pub fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// Kernel memory in TCP socket buffers, pages (/proc/net/sockstat "TCP: ... mem").
+pub fn tcp_mem_pages() -> Option<u64> {
+    let s = std::fs::read_to_string("/proc/net/sockstat").ok()?;
+    let l = s.lines().find(|l| l.starts_with("TCP:"))?;
+    let f: Vec<&str> = l.split_whitespace().collect();
+    let p = f.iter().position(|x| *x == "mem")?;
+    f.get(p + 1)?.parse().ok()
 }
 
 /// A bare HTTP/1.1 GET (or POST with `post`); returns (status, body).
@@ -275,50 +321,45 @@ pub fn http_get(addr: SocketAddr, path: &str) -> std::io::Result<(u16, String)> 
     http_request(addr, "GET", path)
 }
 
-/// Prometheus text, parsed into (name with labels, value).
+/// A node's /metrics page, parsed by `promtext` (lines it cannot read are
+/// left out: a scrape never fails on one odd line).
 #[derive(Clone, Debug, Default)]
-pub struct Metrics(pub Vec<(String, f64)>);
+pub struct Metrics(pub Vec<promtext::Sample>);
 
 impl Metrics {
     pub fn parse(text: &str) -> Metrics {
-        Metrics(
-            text.lines()
-                .filter(|l| !l.starts_with('#') && !l.is_empty())
-                .filter_map(|l| {
-                    let (k, v) = l.rsplit_once(' ')?;
-                    Some((k.to_string(), v.parse().ok()?))
-                })
-                .collect(),
-        )
+        Metrics(promtext::parse_lossy(text))
     }
 
     /// Sum of every series of family `name` (any labels).
     pub fn sum(&self, name: &str) -> f64 {
-        self.0
-            .iter()
-            .filter(|(k, _)| k == name || (k.starts_with(name) && k[name.len()..].starts_with('{')))
-            .map(|(_, v)| v)
-            .sum()
+        self.0.sum(name)
+    }
+
+    /// Sum of the series of `name` that have all of `labels`.
+    pub fn sum_with(&self, name: &str, labels: &[(&str, &str)]) -> f64 {
+        self.0.sum_with(name, labels)
+    }
+
+    /// Sums of `name` per value of `label`.
+    pub fn by_label(&self, name: &str, label: &str) -> std::collections::BTreeMap<String, f64> {
+        self.0.by_label(name, label)
+    }
+
+    /// `name{worker="i"}` values in worker order (workers 0, 1, ...).
+    pub fn by_worker(&self, name: &str) -> Vec<f64> {
+        let mut v: Vec<(u32, f64)> = self
+            .by_label(name, "worker")
+            .into_iter()
+            .filter_map(|(w, x)| Some((w.parse().ok()?, x)))
+            .collect();
+        v.sort_by_key(|x| x.0);
+        v.into_iter().map(|x| x.1).collect()
     }
 
     /// Cumulative histogram buckets of `name` as (upper bound s, count).
     pub fn buckets(&self, name: &str) -> Vec<(f64, f64)> {
-        let prefix = format!("{name}_bucket{{le=\"");
-        let mut v: Vec<(f64, f64)> = self
-            .0
-            .iter()
-            .filter_map(|(k, c)| {
-                let le = k.strip_prefix(&prefix)?.strip_suffix("\"}")?;
-                let b = if le == "+Inf" {
-                    f64::INFINITY
-                } else {
-                    le.parse().ok()?
-                };
-                Some((b, *c))
-            })
-            .collect();
-        v.sort_by(|a, b| a.0.total_cmp(&b.0));
-        v
+        self.0.buckets(name)
     }
 }
 
@@ -354,6 +395,8 @@ mod tests {
             "# HELP x y\nx_total{worker=\"0\"} 3\nx_total{worker=\"1\"} 4\nh_bucket{le=\"0.001\"} 5\nh_bucket{le=\"0.05\"} 9\nh_bucket{le=\"+Inf\"} 10\n",
         );
         assert_eq!(m.sum("x_total"), 7.0);
+        assert_eq!(m.sum_with("x_total", &[("worker", "1")]), 4.0);
+        assert_eq!(m.by_worker("x_total"), vec![3.0, 4.0]);
         let b = m.buckets("h");
         assert_eq!(b.len(), 3);
         assert_eq!(quantile_between(&[], &b, 0.5), Some((0.001, 10)));

@@ -3,7 +3,11 @@
 //!
 //! Each event's `d` starts with `"lg":[scheduled_ns, event, server, channel]`
 //! (scheduled time on the process clock, indices into the world), which is
-//! what the fleet checks and measures latency from. Latency is taken from the
+//! what the fleet checks and measures latency from. With a fixed `target`
+//! (a server loadgen did not generate, e.g. the side-by-side benchmark's) it
+//! starts with `"ts_ns":scheduled_ns` instead: the fleet takes the latency
+//! from it and nothing else, and a node that keeps only the fields it knows
+//! (bench/conventional) keeps it first. Latency is taken from the
 //! *scheduled* commit time, not from when the write happened: if the producer
 //! or a node falls behind, the delay shows up in the latency of every event
 //! it held up instead of being silently omitted (coordinated-omission
@@ -59,6 +63,12 @@ pub struct ProducerConfig {
     pub private_share: f64,
     /// Bound on unsent bytes per node before its connection is dropped.
     pub max_backlog: usize,
+    /// Every event to this (server id, channel id), stamped `"ts_ns"`,
+    /// instead of the world's servers (`dist`, `hot`, `private_share` unused).
+    pub target: Option<(u64, u64)>,
+    /// Stop after this many events (then `ProducerStats::done` is set once
+    /// they are all handed to the sockets).
+    pub limit: Option<u64>,
 }
 
 impl Default for ProducerConfig {
@@ -71,6 +81,8 @@ impl Default for ProducerConfig {
             payload: 600,
             private_share: 0.2,
             max_backlog: 64 << 20,
+            target: None,
+            limit: None,
         }
     }
 }
@@ -93,6 +105,10 @@ pub struct ProducerStats {
     pub watch_events: AtomicU64,
     /// Scheduled time of the last event in the watched server.
     pub watch_last_sched_ns: AtomicU64,
+    /// Bytes of the last event's `d`.
+    pub d_bytes: AtomicU64,
+    /// `limit` events produced and handed to the sockets.
+    pub done: AtomicBool,
 }
 
 pub struct Producer {
@@ -136,6 +152,18 @@ impl Producer {
     /// Paused: the schedule moves on but nothing is produced (no catch-up).
     pub fn pause(&self, on: bool) {
         self.paused.store(on, Relaxed);
+    }
+
+    /// Waits until `limit` events are out (true) or `timeout` (false).
+    pub fn wait_done(&self, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        while !self.stats.done.load(Relaxed) {
+            if std::time::Instant::now() >= deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        true
     }
 
     pub fn watch(&self, server: u32) {
@@ -218,10 +246,11 @@ fn run(
     let mut batch = Vec::with_capacity(1 << 20);
     let mut event = 0u64;
     let pad: String = "x".repeat(cfg.payload);
+    let limit = cfg.limit.unwrap_or(u64::MAX);
     while !stop.load(Relaxed) {
         let now = now_ns();
         batch.clear();
-        loop {
+        while bg_n + hot_n < limit {
             let next_bg = start as f64 + bg_n as f64 * bg_period;
             let next_hot = start as f64 + hot_n as f64 * hot_period;
             let (sched, hot) = if next_hot <= next_bg {
@@ -241,6 +270,28 @@ fn run(
                 continue;
             }
             let sched = sched as u64;
+            event += 1;
+            if let Some((server_id, channel_id)) = cfg.target {
+                d.clear();
+                let _ = write!(d, r#"{{"ts_ns":{sched},"#);
+                message_fields(&mut d, event, server_id, channel_id, cfg.payload, &pad);
+                st.d_bytes.store(d.len() as u64, Relaxed);
+                ingest::encode_parts(
+                    "MESSAGE_CREATE",
+                    server_id,
+                    channel_id,
+                    GUILD_MESSAGES,
+                    0,
+                    unix_ns(),
+                    ingest::FLAG_HAS_CONTENT,
+                    &[],
+                    &d,
+                    &mut batch,
+                );
+                st.events.fetch_add(1, Relaxed);
+                st.max_lag_ns.fetch_max(now.saturating_sub(sched), Relaxed);
+                continue;
+            }
             let server = match (hot, cfg.hot, &cdf) {
                 (true, Some((s, _)), _) => s,
                 (_, _, Some(c)) => {
@@ -254,17 +305,18 @@ fn run(
             } else {
                 PUBLIC
             };
-            event += 1;
             let srv = &world.servers[server as usize];
             d.clear();
-            let _ = write!(
-                d,
-                r#"{{"lg":[{sched},{event},{server},{chan}],"id":"{event}","type":0,"channel_id":"{}","guild_id":"{}","author":{{"id":"5","username":"loadgen","discriminator":"0","avatar":null,"bot":false}},"timestamp":"2026-11-30T00:00:00.000000+00:00","tts":false,"mention_everyone":false,"mentions":[],"mention_roles":[],"attachments":[],"embeds":[],"pinned":false,"content":""#,
-                srv.channels[chan as usize], srv.id
+            let _ = write!(d, r#"{{"lg":[{sched},{event},{server},{chan}],"#);
+            message_fields(
+                &mut d,
+                event,
+                srv.id,
+                srv.channels[chan as usize],
+                cfg.payload,
+                &pad,
             );
-            let room = cfg.payload.saturating_sub(d.len() + 2).max(1);
-            d.extend_from_slice(&pad.as_bytes()[..room.min(pad.len())]);
-            d.extend_from_slice(b"\"}");
+            st.d_bytes.store(d.len() as u64, Relaxed);
             let len = ingest::encode_parts(
                 "MESSAGE_CREATE",
                 srv.id,
@@ -301,6 +353,19 @@ fn run(
         if stop.load(Relaxed) {
             break;
         }
+        if bg_n + hot_n >= limit
+            && !st.done.load(Relaxed)
+            && conns
+                .iter()
+                .all(|c| c.sock.is_none() || c.backlog.is_empty())
+        {
+            st.done.store(true, Relaxed);
+        }
+        if bg_n + hot_n >= limit {
+            // Nothing more to schedule: only backlogs to drain.
+            std::thread::sleep(Duration::from_millis(1));
+            continue;
+        }
         // Sleep to the next scheduled event, at most 1 ms (so backlogs drain).
         let next = (start as f64 + (bg_n as f64 * bg_period).min(hot_n as f64 * hot_period)) as u64;
         let now = now_ns();
@@ -320,6 +385,25 @@ fn run(
         }
     }
     std::thread::sleep(Duration::from_millis(200));
+}
+
+/// The rest of a MESSAGE_CREATE's `d` after its stamp: `content` padded
+/// with `x` so that `d` is about `payload` bytes.
+fn message_fields(
+    d: &mut Vec<u8>,
+    event: u64,
+    server: u64,
+    channel: u64,
+    payload: usize,
+    pad: &str,
+) {
+    let _ = write!(
+        d,
+        r#""id":"{event}","type":0,"channel_id":"{channel}","guild_id":"{server}","author":{{"id":"5","username":"loadgen","discriminator":"0","avatar":null,"bot":false}},"timestamp":"2026-11-30T00:00:00.000000+00:00","tts":false,"mention_everyone":false,"mentions":[],"mention_roles":[],"attachments":[],"embeds":[],"pinned":false,"content":""#
+    );
+    let room = payload.saturating_sub(d.len() + 2).max(1);
+    d.extend_from_slice(&pad.as_bytes()[..room.min(pad.len())]);
+    d.extend_from_slice(b"\"}");
 }
 
 fn pump(
@@ -394,6 +478,38 @@ mod tests {
         assert!((c[99] - 1.0).abs() < 1e-9);
         assert!(c.windows(2).all(|w| w[0] <= w[1]));
         assert!(c[0] > 0.15, "server 0 is the most popular: {}", c[0]);
+    }
+
+    #[test]
+    fn a_fixed_target_stamps_ts_ns_and_stops_at_the_limit() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let reader = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut buf = Vec::new();
+            std::io::Read::read_to_end(&mut s, &mut buf).unwrap();
+            buf
+        });
+        let p = Producer::start(
+            Arc::new(World::default()),
+            ProducerConfig {
+                ingest: vec![addr],
+                rate: 2000.0,
+                payload: 400,
+                target: Some((77, 6)),
+                limit: Some(20),
+                ..ProducerConfig::default()
+            },
+        );
+        assert!(p.wait_done(Duration::from_secs(10)));
+        let st = p.stop();
+        assert_eq!(st.events.load(Relaxed), 20);
+        let d = st.d_bytes.load(Relaxed);
+        assert!((395..=405).contains(&d), "d is {d} bytes");
+        let buf = reader.join().unwrap();
+        let text = String::from_utf8_lossy(&buf);
+        assert_eq!(text.matches(r#"{"ts_ns":"#).count(), 20);
+        assert_eq!(text.matches(r#""guild_id":"77""#).count(), 20);
     }
 
     #[test]

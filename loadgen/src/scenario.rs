@@ -971,14 +971,7 @@ fn slow_consumer(c: &Common, o: &SlowOpts, rep: &mut Report) -> Result<(), Strin
             if node_closed_at.is_none() {
                 if let Some(m) = node.metrics() {
                     if m.sum("gatewayd_slow_consumer_closes_total") > 0.0 {
-                        let c4000: f64 =
-                            m.0.iter()
-                                .filter(|(k, _)| {
-                                    k.starts_with("gatewayd_closes_total{")
-                                        && k.contains("code=\"4000\"")
-                                })
-                                .map(|(_, v)| v)
-                                .sum();
+                        let c4000 = m.sum_with("gatewayd_closes_total", &[("code", "4000")]);
                         node_closed_at = Some((t0.elapsed().as_secs_f64(), c4000));
                     }
                 }

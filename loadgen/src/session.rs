@@ -15,6 +15,8 @@
 
 use std::fmt::Write as _;
 
+use net::ws::{self, Decoder, Message, OpCode};
+
 use crate::world::World;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -64,6 +66,18 @@ pub struct Counters {
     /// Closes received, by code - 4000 (0..=15); [16] = other codes, [17] = EOF/error.
     pub closes: [u64; 18],
     pub bytes_in: u64,
+    /// Upgrades answered 101.
+    pub upgrades: u64,
+    /// Connections that ended while streaming.
+    pub lost: u64,
+    /// Sessions that stopped for good before streaming (a fatal close, or
+    /// any failure of a session that does not reconnect).
+    pub failed: u64,
+    /// MESSAGE_CREATE read by paced or stalled readers (also in `deliveries`).
+    pub paced_deliveries: u64,
+    /// Bytes of READY and GUILD_CREATE payloads received.
+    pub handshake_bytes: u64,
+    pub guild_creates: u64,
 }
 
 /// What one thread's sessions record into.
@@ -85,6 +99,10 @@ pub struct Recorder {
     pub first_violation: Option<String>,
     /// The first refused upgrade (HTTP status line), for diagnostics.
     pub first_refusal: Option<String>,
+    /// Set: the next GUILD_CREATE's (server id, `#general` channel id) is
+    /// read into `guild` (for a run against a server loadgen did not make).
+    pub want_guild: bool,
+    pub guild: Option<(u64, u64)>,
 }
 
 impl Recorder {
@@ -101,6 +119,8 @@ impl Recorder {
             watch_count: 0,
             first_violation: None,
             first_refusal: None,
+            want_guild: false,
+            guild: None,
         }
     }
 }
@@ -119,7 +139,8 @@ pub struct Session {
     /// Index of the node address this session uses now.
     pub node: usize,
     pub reconnect_at: u64,
-    /// Reads at most this many MESSAGE_CREATE per second (None: as fast as they come).
+    /// Reads at most this many MESSAGE_CREATE per second (None: as fast as
+    /// they come; 0: stalled, reads nothing once streaming).
     pub read_rate: Option<f64>,
     /// MESSAGE_CREATE consumed since `streaming_since` (paces slow readers).
     pub consumed: u64,
@@ -145,7 +166,17 @@ pub struct Session {
     pub gated: bool,
     pub grant_requested: bool,
     pub has_grant: bool,
+    /// Heartbeats carry the last `s` (false: always `null`, which
+    /// acknowledges nothing on the node).
+    pub ack_seq: bool,
+    /// Identify says `shard` (false: the field is left out, as bots of one
+    /// shard often do).
+    pub send_shard: bool,
+    /// Reconnect after a loss (false: the session stops, counted in
+    /// `lost` or `failed`).
+    pub reconnect: bool,
     rng: u64,
+    dec: Option<Decoder>,
 }
 
 const MAX_MESSAGE: usize = 16 << 20;
@@ -176,8 +207,17 @@ impl Session {
             gated: false,
             grant_requested: false,
             has_grant: false,
+            ack_seq: true,
+            send_shard: true,
+            reconnect: true,
             rng: seed | 1,
+            dec: None,
         }
+    }
+
+    /// A stalled reader: stops reading once streaming.
+    pub fn stalled(&self) -> bool {
+        self.read_rate.is_some_and(|r| r <= 0.0)
     }
 
     fn rand(&mut self) -> u64 {
@@ -195,6 +235,7 @@ impl Session {
     pub fn on_connecting(&mut self) {
         self.phase = Phase::Connecting;
         self.last_close_code = 0;
+        self.dec = None;
         self.rbuf.clear();
         self.out.clear();
         self.awaiting_ack = false;
@@ -225,6 +266,16 @@ impl Session {
             rec.c.connect_errors += 1;
             self.node = (self.node + 1) % nodes.max(1);
         }
+        if !self.reconnect {
+            self.stop(rec);
+            self.rbuf.clear();
+            self.out.clear();
+            self.next_hb = u64::MAX;
+            return;
+        }
+        if self.streaming() {
+            rec.c.lost += 1;
+        }
         if self.down_since == 0 {
             self.down_since = now;
         }
@@ -246,23 +297,39 @@ impl Session {
         self.reconnect_at = now + delay_ms * 1_000_000;
     }
 
-    fn send_text(&mut self, text: &str) {
-        let mask = (self.rand() as u32).to_be_bytes();
-        let p = text.as_bytes();
-        self.out.push(0x81);
-        if p.len() < 126 {
-            self.out.push(0x80 | p.len() as u8);
-        } else {
-            self.out.push(0x80 | 126);
-            self.out.extend_from_slice(&(p.len() as u16).to_be_bytes());
+    /// Ends the session for good (counted as lost if it was streaming,
+    /// else as failed).
+    fn stop(&mut self, rec: &mut Recorder) {
+        if self.phase == Phase::Stopped {
+            return;
         }
-        self.out.extend_from_slice(&mask);
-        self.out
-            .extend(p.iter().enumerate().map(|(i, b)| b ^ mask[i & 3]));
+        if self.streaming() {
+            rec.c.lost += 1;
+        } else {
+            rec.c.failed += 1;
+        }
+        self.phase = Phase::Stopped;
+    }
+
+    fn mask(&mut self) -> [u8; 4] {
+        (self.rand() as u32).to_be_bytes()
+    }
+
+    fn send_text(&mut self, text: &str) {
+        let mask = self.mask();
+        ws::encode_client_frame(OpCode::Text, true, mask, text.as_bytes(), &mut self.out);
+    }
+
+    /// Queues a Close with `code` and retires the session (it will not
+    /// reconnect and is not counted as lost): the end of a run.
+    pub fn close_and_retire(&mut self, code: u16) {
+        let mask = self.mask();
+        ws::encode_client_close(code, "", mask, &mut self.out);
+        self.phase = Phase::Stopped;
     }
 
     fn send_heartbeat(&mut self) {
-        let msg = if self.seq > 0 {
+        let msg = if self.seq > 0 && self.ack_seq {
             format!(r#"{{"op":1,"d":{}}}"#, self.seq)
         } else {
             r#"{"op":1,"d":null}"#.to_string()
@@ -275,7 +342,8 @@ impl Session {
         if now < self.next_hb {
             return Action::Continue;
         }
-        if self.awaiting_ack {
+        // A stalled reader does not read the ACKs: no zombie check.
+        if self.awaiting_ack && !self.stalled() {
             rec.c.zombies += 1;
             self.asked_at = Some(now);
             return Action::Close;
@@ -343,69 +411,40 @@ impl Session {
                 return (0, Action::Close);
             }
             off = end + 4;
+            rec.c.upgrades += 1;
             self.phase = Phase::Hello;
         }
-        loop {
-            let b = &buf[off..];
-            if b.len() < 2 {
-                break;
-            }
-            let op = b[0] & 0x0f;
-            let fin = b[0] & 0x80 != 0;
-            let (len, hdr) = match b[1] & 0x7f {
-                126 => {
-                    if b.len() < 4 {
-                        break;
-                    }
-                    (u16::from_be_bytes([b[2], b[3]]) as usize, 4)
+        let mut dec = self
+            .dec
+            .take()
+            .unwrap_or_else(|| Decoder::client(MAX_MESSAGE));
+        let mut act = Action::Continue;
+        while act == Action::Continue {
+            let (n, msg) = match dec.decode_unmasked(&buf[off..]) {
+                Ok(Some(x)) => x,
+                Ok(None) => break,
+                Err(e) => {
+                    act = self.protocol_error(now, rec, format!("bad frame from the node: {e}"));
+                    break;
                 }
-                127 => {
-                    if b.len() < 10 {
-                        break;
-                    }
-                    let mut l = [0u8; 8];
-                    l.copy_from_slice(&b[2..10]);
-                    (u64::from_be_bytes(l) as usize, 10)
-                }
-                n => (n as usize, 2),
             };
-            if b[1] & 0x80 != 0 || !fin || op == 0 || len > MAX_MESSAGE {
-                let what = format!("unexpected frame (op {op}, fin {fin}, len {len})");
-                return (off, self.protocol_error(now, rec, what));
-            }
-            if b.len() < hdr + len {
-                break;
-            }
-            let payload = &b[hdr..hdr + len];
-            off += hdr + len;
-            let act = match op {
-                1 => self.on_text(payload, now, world, rec),
-                8 => {
-                    let code = if payload.len() >= 2 {
-                        u16::from_be_bytes([payload[0], payload[1]])
-                    } else {
-                        1005
-                    };
-                    self.on_close_code(code, now, rec);
+            off += n;
+            act = match msg {
+                Some(Message::Text(t)) => self.on_text(t.as_bytes(), now, world, rec),
+                Some(Message::Close(code, _)) => {
+                    self.on_close_code(code.unwrap_or(1005), now, rec);
                     Action::Close
                 }
-                9 => {
-                    let p = payload.to_vec();
-                    let mask = (self.rand() as u32).to_be_bytes();
-                    self.out.push(0x8a);
-                    self.out.push(0x80 | p.len().min(125) as u8);
-                    self.out.extend_from_slice(&mask);
-                    self.out
-                        .extend(p.iter().take(125).enumerate().map(|(i, b)| b ^ mask[i & 3]));
+                Some(Message::Ping(p)) => {
+                    let mask = self.mask();
+                    ws::encode_client_frame(OpCode::Pong, true, mask, p, &mut self.out);
                     Action::Continue
                 }
                 _ => Action::Continue,
             };
-            if act != Action::Continue {
-                return (off, act);
-            }
         }
-        (off, Action::Continue)
+        self.dec = Some(dec);
+        (off, act)
     }
 
     /// A close frame (or a code the driver saw) from the node.
@@ -419,8 +458,7 @@ impl Session {
         match code {
             c if proto::CloseCode::from_u16(c).is_some_and(|c| !c.may_reconnect()) => {
                 rec.c.fatal += 1;
-                self.leave_streaming(rec);
-                self.phase = Phase::Stopped;
+                self.stop(rec);
             }
             4007 | 4009 => {
                 self.session_id = None;
@@ -430,8 +468,6 @@ impl Session {
         }
         let _ = now;
     }
-
-    fn leave_streaming(&mut self, _rec: &mut Recorder) {}
 
     fn enter_streaming(&mut self, now: u64, rec: &mut Recorder) {
         self.phase = Phase::Streaming;
@@ -517,9 +553,14 @@ impl Session {
         rec.c.identifies += 1;
         self.has_grant = false;
         let bot = &world.bots[self.bot as usize];
+        let shard = if self.send_shard {
+            format!(r#","shard":[{},{}]"#, self.shard, self.shards)
+        } else {
+            String::new()
+        };
         let msg = format!(
-            r#"{{"op":2,"d":{{"token":"{}","intents":{},"shard":[{},{}],"properties":{{"os":"linux","browser":"loadgen","device":"loadgen"}}}}}}"#,
-            bot.token, bot.intents, self.shard, self.shards
+            r#"{{"op":2,"d":{{"token":"{}","intents":{}{shard},"properties":{{"os":"linux","browser":"loadgen","device":"loadgen"}}}}}}"#,
+            bot.token, bot.intents
         );
         self.send_text(&msg);
         self.phase = Phase::Identifying;
@@ -545,6 +586,7 @@ impl Session {
             return self.protocol_error(now, rec, "dispatch with a bad s".into());
         }
         if t == b"READY" {
+            rec.c.handshake_bytes += whole.len() as u64;
             let v: serde_json::Value = serde_json::from_slice(whole).unwrap_or_default();
             self.session_id = v["d"]["session_id"].as_str().map(Into::into);
             self.seq = s;
@@ -567,15 +609,38 @@ impl Session {
                 self.enter_streaming(now, rec);
             }
             b"MESSAGE_CREATE" => self.on_message(&after[j..], now, world, rec),
+            b"GUILD_CREATE" => {
+                rec.c.guild_creates += 1;
+                rec.c.handshake_bytes += whole.len() as u64;
+                rec.c.other_dispatches += 1;
+                if rec.want_guild && rec.guild.is_none() {
+                    rec.guild = general_channel(whole);
+                }
+            }
             _ => rec.c.other_dispatches += 1,
         }
         Action::Continue
     }
 
-    /// `d` as loadgen's producer writes it: `,"d":{"lg":[sched_ns,event,server,channel],...`.
+    /// `d` as loadgen's producer writes it: `,"d":{"lg":[sched_ns,event,server,channel],...`
+    /// (an event of the generated world, checked against it), or
+    /// `,"d":{"ts_ns":sched_ns,...` (an event in a server loadgen did not
+    /// make: only its latency is taken).
     fn on_message(&mut self, d: &[u8], now: u64, world: &World, rec: &mut Recorder) {
         rec.c.deliveries += 1;
         self.consumed += 1;
+        if self.read_rate.is_some() {
+            rec.c.paced_deliveries += 1;
+        }
+        if let Some(ts) = d.strip_prefix(b",\"d\":{\"ts_ns\":") {
+            let (sched, k) = parse_u64(ts);
+            if k > 0 {
+                self.record_latency(sched, rec);
+            } else {
+                rec.c.other_dispatches += 1;
+            }
+            return;
+        }
         let Some(d) = d.strip_prefix(b",\"d\":{\"lg\":[") else {
             rec.c.other_dispatches += 1; // not ours (e.g. demo traffic)
             return;
@@ -611,7 +676,13 @@ impl Session {
                 }
             }
         }
-        if rec.measuring && rec.latency_exclude_bot != Some(self.bot) {
+        self.record_latency(sched, rec);
+    }
+
+    /// Receive time - scheduled time, while measuring (paced and stalled
+    /// readers left out: their delay is their own).
+    fn record_latency(&self, sched: u64, rec: &mut Recorder) {
+        if rec.measuring && rec.latency_exclude_bot != Some(self.bot) && self.read_rate.is_none() {
             let keep = match &rec.latency_only_bots {
                 Some(only) => only.get(self.bot as usize).copied().unwrap_or(false),
                 None => true,
@@ -628,6 +699,7 @@ impl Session {
     pub fn may_read(&self, now: u64) -> bool {
         match self.read_rate {
             None => true,
+            Some(r) if r <= 0.0 && self.phase == Phase::Streaming => false,
             Some(r) if self.phase == Phase::Streaming => {
                 let allowed = (now.saturating_sub(self.streaming_since)) as f64 / 1e9 * r + 1.0;
                 (self.consumed as f64) < allowed
@@ -635,6 +707,21 @@ impl Session {
             Some(_) => true,
         }
     }
+}
+
+/// A GUILD_CREATE's server id and its `#general` channel id.
+fn general_channel(whole: &[u8]) -> Option<(u64, u64)> {
+    let v: serde_json::Value = serde_json::from_slice(whole).ok()?;
+    let d = &v["d"];
+    let id = d["id"].as_str()?.parse().ok()?;
+    let ch = d["channels"]
+        .as_array()?
+        .iter()
+        .find(|c| c["name"] == "general")?["id"]
+        .as_str()?
+        .parse()
+        .ok()?;
+    Some((id, ch))
 }
 
 /// `write!` into a Vec<u8>.
@@ -691,16 +778,23 @@ mod tests {
     }
 
     fn frame(text: &str) -> Vec<u8> {
-        let mut v = vec![0x81];
-        let n = text.len();
-        if n < 126 {
-            v.push(n as u8);
-        } else {
-            v.push(126);
-            v.extend_from_slice(&(n as u16).to_be_bytes());
-        }
-        v.extend_from_slice(text.as_bytes());
+        let mut v = Vec::new();
+        ws::encode_frame(OpCode::Text, text.as_bytes(), &mut v);
         v
+    }
+
+    /// What the session sent, as the node decodes it.
+    fn sent(s: &mut Session) -> Vec<ws::OwnedMessage> {
+        let mut d = Decoder::new(1 << 20);
+        let mut out = Vec::new();
+        let mut buf = std::mem::take(&mut s.out);
+        let mut off = 0;
+        while let Some((n, m)) = d.decode(&mut buf[off..]).expect("masked client frames") {
+            out.extend(m.map(ws::OwnedMessage::from));
+            off += n;
+        }
+        assert_eq!(off, buf.len());
+        out
     }
 
     fn msg(s: u64, server: u32, chan: u8) -> Vec<u8> {
@@ -724,8 +818,11 @@ mod tests {
     fn ready(s: &mut Session, w: &World, r: &mut Recorder) {
         assert_eq!(connect_through_hello(s, w, r, 1), Action::Continue);
         assert_eq!(s.phase, Phase::Identifying);
-        assert_eq!(s.out[0], 0x81);
-        s.out.clear();
+        let m = sent(s);
+        assert!(
+            matches!(&m[..], [ws::OwnedMessage::Text(t)] if t.starts_with(r#"{"op":2,"#)),
+            "{m:?}"
+        );
         let b = frame(r#"{"op":0,"t":"READY","s":1,"d":{"session_id":"abc"}}"#);
         s.feed(&b, 2, w, r);
         assert!(s.streaming());
@@ -793,8 +890,8 @@ mod tests {
             "no ACK: zombie"
         );
         assert_eq!(r.c.zombies, 1);
-        let mut close = vec![0x88, 2];
-        close.extend_from_slice(&4014u16.to_be_bytes());
+        let mut close = Vec::new();
+        ws::encode_close(4014, "Disallowed intent(s).", &mut close);
         assert_eq!(s.feed(&close, 5, &w, &mut r), Action::Close);
         assert_eq!(s.phase, Phase::Stopped);
         assert_eq!(r.c.closes[14], 1);
@@ -853,5 +950,135 @@ mod tests {
         let ok = frame(r#"{"op":0,"t":"MESSAGE_CREATE","s":3,"d":{"lg":[1,3,0,0],"content":""}}"#);
         s.feed(&ok, 3, &w, &mut r);
         assert_eq!(r.c.content_violations, 1);
+    }
+
+    #[test]
+    fn fragments_pings_and_bad_frames() {
+        let w = world();
+        let mut r = Recorder::new();
+        let mut s = Session::new(0, 0, 1, 11);
+        ready(&mut s, &w, &mut r);
+        // A message in two fragments with a ping between them, cut anywhere.
+        let m = r#"{"op":0,"t":"MESSAGE_CREATE","s":2,"d":{"lg":[1,2,0,0],"content":"x"}}"#;
+        let mut b = Vec::new();
+        let mut hdr = [0u8; ws::MAX_SERVER_HEADER];
+        let n = ws::encode_header(OpCode::Text, false, 10, &mut hdr);
+        b.extend_from_slice(&hdr[..n]);
+        b.extend_from_slice(&m.as_bytes()[..10]);
+        ws::encode_frame(OpCode::Ping, b"hb", &mut b);
+        let n = ws::encode_header(OpCode::Continuation, true, m.len() - 10, &mut hdr);
+        b.extend_from_slice(&hdr[..n]);
+        b.extend_from_slice(&m.as_bytes()[10..]);
+        for chunk in b.chunks(5) {
+            assert_eq!(s.feed(chunk, 3, &w, &mut r), Action::Continue);
+        }
+        assert_eq!(r.c.deliveries, 1);
+        assert_eq!(sent(&mut s), vec![ws::OwnedMessage::Pong(b"hb".to_vec())]);
+        // A masked frame from the node is a protocol error.
+        let mut masked = Vec::new();
+        ws::encode_client_frame(OpCode::Text, true, [1, 2, 3, 4], b"{}", &mut masked);
+        assert_eq!(s.feed(&masked, 4, &w, &mut r), Action::Close);
+        assert_eq!(r.c.protocol_errors, 1);
+    }
+
+    #[test]
+    fn ts_ns_stamps_give_latency_without_world_checks() {
+        let w = world();
+        let mut r = Recorder::new();
+        r.measuring = true;
+        let mut s = Session::new(0, 0, 1, 13);
+        ready(&mut s, &w, &mut r);
+        let sched = crate::clock::now_ns();
+        let m = format!(
+            r#"{{"op":0,"t":"MESSAGE_CREATE","s":2,"d":{{"ts_ns":{sched},"id":"1","guild_id":"99","content":"x"}}}}"#
+        );
+        s.feed(&frame(&m), 3, &w, &mut r);
+        assert_eq!(r.c.deliveries, 1);
+        assert_eq!(r.c.entitlement_violations, 0);
+        assert_eq!(r.latency.len(), 1);
+    }
+
+    #[test]
+    fn guild_capture_ack_seq_shard_field_and_close() {
+        let w = world();
+        let mut r = Recorder::new();
+        r.want_guild = true;
+        let mut s = Session::new(0, 0, 1, 17);
+        s.send_shard = false;
+        s.ack_seq = false;
+        connect_through_hello(&mut s, &w, &mut r, 1);
+        let m = sent(&mut s);
+        assert!(
+            matches!(&m[..], [ws::OwnedMessage::Text(t)] if !t.contains("shard")),
+            "{m:?}"
+        );
+        s.feed(
+            &frame(r#"{"op":0,"t":"READY","s":1,"d":{"session_id":"abc"}}"#),
+            2,
+            &w,
+            &mut r,
+        );
+        let g = r#"{"op":0,"t":"GUILD_CREATE","s":2,"d":{"id":"77","channels":[{"id":"5","name":"random"},{"id":"6","name":"general"}]}}"#;
+        s.feed(&frame(g), 2, &w, &mut r);
+        assert_eq!(r.guild, Some((77, 6)));
+        assert_eq!(r.c.guild_creates, 1);
+        assert!(r.c.handshake_bytes > g.len() as u64);
+        let t = s.next_hb;
+        s.tick(t, &mut r);
+        assert_eq!(
+            sent(&mut s),
+            vec![ws::OwnedMessage::Text(r#"{"op":1,"d":null}"#.into())]
+        );
+        s.close_and_retire(1000);
+        assert_eq!(
+            sent(&mut s),
+            vec![ws::OwnedMessage::Close(Some(1000), String::new())]
+        );
+        assert_eq!(s.phase, Phase::Stopped);
+        s.on_lost(5, false, 1, &mut r);
+        assert_eq!(
+            (r.c.lost, r.c.failed),
+            (0, 0),
+            "a retired session is not lost"
+        );
+    }
+
+    #[test]
+    fn without_reconnect_a_loss_stops_the_session() {
+        let w = world();
+        let mut r = Recorder::new();
+        let mut s = Session::new(0, 0, 1, 19);
+        s.reconnect = false;
+        ready(&mut s, &w, &mut r);
+        s.on_lost(10, false, 1, &mut r);
+        assert_eq!(s.phase, Phase::Stopped);
+        assert_eq!((r.c.lost, r.c.failed), (1, 0));
+        let mut s = Session::new(0, 0, 1, 23);
+        s.reconnect = false;
+        s.on_connecting();
+        s.on_lost(10, true, 1, &mut r);
+        assert_eq!((r.c.lost, r.c.failed, r.c.connect_errors), (1, 1, 1));
+        // A fatal close before READY fails a reconnecting session too.
+        let mut s = Session::new(0, 0, 1, 29);
+        connect_through_hello(&mut s, &w, &mut r, 1);
+        let mut close = Vec::new();
+        ws::encode_close(4004, "Authentication failed.", &mut close);
+        assert_eq!(s.feed(&close, 2, &w, &mut r), Action::Close);
+        assert_eq!(r.c.failed, 2);
+    }
+
+    #[test]
+    fn a_stalled_reader_stops_reading_and_is_no_zombie() {
+        let w = world();
+        let mut r = Recorder::new();
+        let mut s = Session::new(0, 0, 1, 31);
+        s.read_rate = Some(0.0);
+        assert!(s.stalled());
+        ready(&mut s, &w, &mut r);
+        assert!(!s.may_read(s.streaming_since + 10_000_000_000));
+        let t = s.next_hb;
+        assert_eq!(s.tick(t, &mut r), Action::Continue);
+        assert_eq!(s.tick(t + 41_250_000_000, &mut r), Action::Continue);
+        assert_eq!(r.c.zombies, 0);
     }
 }

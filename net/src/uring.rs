@@ -418,7 +418,33 @@ impl Ring {
         connect: *const libc::sockaddr_in,
         user_data: [u64; 3],
     ) {
-        self.reserve(3);
+        // SAFETY: the caller's guarantee, passed on.
+        unsafe {
+            self.socket_connect_with(
+                slot,
+                bind,
+                None,
+                connect,
+                [user_data[0], user_data[1], 0, user_data[2]],
+            )
+        }
+    }
+
+    /// [`Ring::socket_connect`] that also sets SO_RCVBUF to `*rcvbuf` before
+    /// binding and connecting (so TCP picks its window scale for it; kernel
+    /// 6.7+ for the setsockopt). `user_data`: socket, bind, setsockopt, connect.
+    ///
+    /// # Safety
+    /// `bind`, `rcvbuf` and `connect` must stay valid until the connect's completion.
+    pub unsafe fn socket_connect_with(
+        &mut self,
+        slot: u32,
+        bind: Option<*const libc::sockaddr_in>,
+        rcvbuf: Option<*const i32>,
+        connect: *const libc::sockaddr_in,
+        user_data: [u64; 4],
+    ) {
+        self.reserve(4);
         let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
         let dest = io_uring::types::DestinationSlot::try_from_slot_target(slot)
             .expect("slot fits the fixed table");
@@ -428,6 +454,19 @@ impl Ring {
             .flags(squeue::Flags::IO_LINK)
             .user_data(user_data[0]);
         self.push(a);
+        if let Some(v) = rcvbuf {
+            let e = opcode::SetSockOpt::new(
+                Fixed(slot),
+                libc::SOL_SOCKET as u32,
+                libc::SO_RCVBUF as u32,
+                v.cast(),
+                4,
+            )
+            .build()
+            .flags(squeue::Flags::IO_LINK)
+            .user_data(user_data[2]);
+            self.push(e);
+        }
         if let Some(b) = bind {
             let e = opcode::Bind::new(Fixed(slot), b.cast(), len)
                 .build()
@@ -437,7 +476,7 @@ impl Ring {
         }
         let c = opcode::Connect::new(Fixed(slot), connect.cast(), len)
             .build()
-            .user_data(user_data[2]);
+            .user_data(user_data[3]);
         self.push(c);
     }
 

@@ -1,5 +1,11 @@
-//! RFC 6455 WebSocket framing, server side. Pure: no I/O, no allocation on the
-//! encode hot path, and no panics on any input (the decoder is fuzzed).
+//! RFC 6455 WebSocket framing. Pure: no I/O, no allocation on the encode hot
+//! path, and no panics on any input (the decoder is fuzzed).
+//!
+//! Server side (the node): [`Decoder::new`] reads masked client frames,
+//! [`encode_frame`] / [`encode_close`] write unmasked ones. Client side (load
+//! generators, tests): [`Decoder::client`] reads unmasked server frames
+//! ([`Decoder::decode_unmasked`] without copying them), and
+//! [`encode_client_frame`] / [`encode_client_close`] write masked ones.
 //!
 //! Extensions are never negotiated, so every RSV bit must be zero.
 
@@ -165,7 +171,8 @@ pub fn encode_close(code: u16, reason: &str, out: &mut Vec<u8>) {
 }
 
 /// Appends a masked frame as a client would send it. Not used by the server;
-/// exists for tests, benchmarks and load generators.
+/// exists for tests, benchmarks and load generators. A control frame's
+/// payload must be at most [`MAX_CONTROL_PAYLOAD`] bytes (not checked).
 pub fn encode_client_frame(
     op: OpCode,
     fin: bool,
@@ -184,6 +191,16 @@ pub fn encode_client_frame(
     if let Some(p) = out.get_mut(start..) {
         apply_mask(p, mask);
     }
+}
+
+/// Appends a masked Close frame as a client would send it; `reason` is
+/// truncated on a char boundary like [`encode_close`]'s.
+pub fn encode_client_close(code: u16, reason: &str, mask: [u8; 4], out: &mut Vec<u8>) {
+    let reason = truncate_on_char_boundary(reason, MAX_CLOSE_REASON);
+    let mut payload = [0u8; MAX_CONTROL_PAYLOAD];
+    payload[..2].copy_from_slice(&code.to_be_bytes());
+    payload[2..2 + reason.len()].copy_from_slice(reason.as_bytes());
+    encode_client_frame(OpCode::Close, true, mask, &payload[..2 + reason.len()], out);
 }
 
 fn truncate_on_char_boundary(s: &str, max: usize) -> &str {
@@ -218,7 +235,9 @@ pub fn is_valid_close_code(code: u16) -> bool {
     matches!(code, 1000..=1003 | 1007..=1011 | 3000..=4999)
 }
 
-/// Incremental decoder for client-to-server frames.
+/// Incremental decoder: client-to-server frames (masked, [`Decoder::new`])
+/// on the node, server-to-client frames (unmasked, [`Decoder::client`]) in
+/// clients. A frame masked the wrong way for the role is a protocol error.
 ///
 /// Usage: keep unconsumed bytes in a buffer starting at the next frame and call
 /// [`Decoder::decode`] on it:
@@ -243,18 +262,22 @@ pub struct Decoder {
     utf8_checked: usize,
     /// `frag` holds a message handed out by the previous call.
     frag_returned: bool,
+    /// Client role: frames come from a server and are unmasked.
+    client: bool,
 }
 
 struct Header {
     fin: bool,
     op: OpCode,
-    mask: [u8; 4],
+    /// None for an unmasked (server-to-client) frame.
+    mask: Option<[u8; 4]>,
     header_len: usize,
     payload_len: usize,
 }
 
 impl Decoder {
-    /// `max_message` bounds each data frame and each reassembled message.
+    /// Server role: decodes masked client frames. `max_message` bounds each
+    /// data frame and each reassembled message.
     pub fn new(max_message: usize) -> Self {
         Decoder {
             max_message,
@@ -262,7 +285,22 @@ impl Decoder {
             frag: Vec::new(),
             utf8_checked: 0,
             frag_returned: false,
+            client: false,
         }
+    }
+
+    /// Client role: decodes unmasked server frames (a masked one is a
+    /// protocol error, RFC 6455 §5.1). Same bounds as [`Decoder::new`].
+    pub fn client(max_message: usize) -> Self {
+        Decoder {
+            client: true,
+            ..Decoder::new(max_message)
+        }
+    }
+
+    /// Whether this decoder reads server frames ([`Decoder::client`]).
+    pub fn is_client(&self) -> bool {
+        self.client
     }
 
     pub fn max_message(&self) -> usize {
@@ -280,18 +318,12 @@ impl Decoder {
     }
 
     /// Parses at most one frame from the start of `buf`; see the type docs.
+    /// A masked frame's payload is unmasked in place.
     pub fn decode<'a>(
         &'a mut self,
         buf: &'a mut [u8],
     ) -> Result<Option<(usize, Option<Message<'a>>)>, WsError> {
-        if self.frag_returned {
-            self.frag_returned = false;
-            self.frag.clear();
-            self.utf8_checked = 0;
-            if self.frag.capacity() > KEEP_REASSEMBLY_CAPACITY {
-                self.frag = Vec::new();
-            }
-        }
+        self.release_returned();
         let Some(h) = self.parse_header(buf)? else {
             return Ok(None);
         };
@@ -301,9 +333,54 @@ impl Decoder {
         let Some(payload) = buf.get_mut(h.header_len..total) else {
             return Ok(None);
         };
-        apply_mask(payload, h.mask);
-        let payload: &'a [u8] = payload;
+        if let Some(mask) = h.mask {
+            apply_mask(payload, mask);
+        }
+        self.message(&h, payload, total)
+    }
 
+    /// [`Decoder::decode`] for a client, on a buffer it may not modify:
+    /// server frames are unmasked, so nothing needs to be written. In the
+    /// server role every (well-formed) frame is masked and this fails.
+    pub fn decode_unmasked<'a>(
+        &'a mut self,
+        buf: &'a [u8],
+    ) -> Result<Option<(usize, Option<Message<'a>>)>, WsError> {
+        self.release_returned();
+        let Some(h) = self.parse_header(buf)? else {
+            return Ok(None);
+        };
+        if h.mask.is_some() {
+            return Err(WsError::Protocol("masked frame given to decode_unmasked"));
+        }
+        let Some(total) = h.header_len.checked_add(h.payload_len) else {
+            return Err(WsError::MessageTooBig);
+        };
+        let Some(payload) = buf.get(h.header_len..total) else {
+            return Ok(None);
+        };
+        self.message(&h, payload, total)
+    }
+
+    /// Frees the message handed out by the previous call.
+    fn release_returned(&mut self) {
+        if self.frag_returned {
+            self.frag_returned = false;
+            self.frag.clear();
+            self.utf8_checked = 0;
+            if self.frag.capacity() > KEEP_REASSEMBLY_CAPACITY {
+                self.frag = Vec::new();
+            }
+        }
+    }
+
+    /// The message (if complete) of one whole frame with its plain payload.
+    fn message<'a>(
+        &'a mut self,
+        h: &Header,
+        payload: &'a [u8],
+        total: usize,
+    ) -> Result<Option<(usize, Option<Message<'a>>)>, WsError> {
         let msg = match h.op {
             OpCode::Ping => Some(Message::Ping(payload)),
             OpCode::Pong => Some(Message::Pong(payload)),
@@ -352,8 +429,12 @@ impl Decoder {
         }
         let op = OpCode::try_from(b0 & 0x0F)?;
         let fin = b0 & 0x80 != 0;
-        if b1 & 0x80 == 0 {
+        let masked = b1 & 0x80 != 0;
+        if !masked && !self.client {
             return Err(WsError::Protocol("client frame is not masked"));
+        }
+        if masked && self.client {
+            return Err(WsError::Protocol("server frame is masked"));
         }
         let len7 = b1 & 0x7F;
         if op.is_control() {
@@ -408,13 +489,22 @@ impl Decoder {
         let payload_len = usize::try_from(len).map_err(|_| WsError::MessageTooBig)?;
 
         let mask_at = 2 + ext;
+        if !masked {
+            return Ok(Some(Header {
+                fin,
+                op,
+                mask: None,
+                header_len: mask_at,
+                payload_len,
+            }));
+        }
         let Some(mask) = buf.get(mask_at..).and_then(|s| s.first_chunk::<4>()) else {
             return Ok(None);
         };
         Ok(Some(Header {
             fin,
             op,
-            mask: *mask,
+            mask: Some(*mask),
             header_len: mask_at + 4,
             payload_len,
         }))
@@ -937,6 +1027,112 @@ mod tests {
         assert_eq!(WsError::Protocol("x").close_code(), 1002);
         assert_eq!(WsError::MessageTooBig.close_code(), 1009);
         assert_eq!(WsError::InvalidUtf8.close_code(), 1007);
+    }
+
+    fn server(op: OpCode, fin: bool, payload: &[u8]) -> Vec<u8> {
+        let mut hdr = [0u8; MAX_SERVER_HEADER];
+        let n = encode_header(op, fin, payload.len(), &mut hdr);
+        let mut v = hdr[..n].to_vec();
+        v.extend_from_slice(payload);
+        v
+    }
+
+    #[test]
+    fn client_role_reads_server_frames_without_copying() {
+        let mut d = Decoder::client(1 << 20);
+        assert!(d.is_client() && !Decoder::new(1).is_client());
+        let mut stream = Vec::new();
+        encode_frame(OpCode::Text, b"{\"op\":10}", &mut stream);
+        stream.extend(server(OpCode::Text, false, b"frag"));
+        stream.extend(server(OpCode::Ping, true, b"p"));
+        stream.extend(server(OpCode::Continuation, true, "m\u{e9}nt".as_bytes()));
+        encode_frame(OpCode::Binary, &[9u8; 70_000], &mut stream);
+        encode_close(4004, "Authentication failed.", &mut stream);
+        let mut got = Vec::new();
+        let mut off = 0;
+        while let Some((n, m)) = d.decode_unmasked(&stream[off..]).unwrap() {
+            if let Some(Message::Text(t)) = m {
+                // Unfragmented text borrows the input; reassembled text the decoder.
+                let borrowed = stream.as_ptr_range().contains(&t.as_ptr());
+                assert_eq!(borrowed, !t.starts_with("frag"), "{t}");
+            }
+            if let Some(m) = m {
+                got.push(Owned::from(m));
+            }
+            off += n;
+        }
+        assert_eq!(off, stream.len());
+        assert_eq!(
+            got,
+            vec![
+                Owned::Text("{\"op\":10}".into()),
+                Owned::Ping(b"p".to_vec()),
+                Owned::Text("fragm\u{e9}nt".into()),
+                Owned::Binary(vec![9u8; 70_000]),
+                Owned::Close(Some(4004), "Authentication failed.".into()),
+            ]
+        );
+        let f = server(OpCode::Text, true, &[b'a'; 300]);
+        assert_eq!(d.decode_unmasked(&f[..100]), Ok(None));
+        // decode (on a mutable buffer) reads the same frames in the client role.
+        let mut m = f.clone();
+        assert_eq!(
+            d.decode(&mut m)
+                .map(|r| r.map(|(n, m)| (n, m.map(Owned::from)))),
+            Ok(Some((304, Some(Owned::Text("a".repeat(300))))))
+        );
+        assert_eq!(m, f, "an unmasked frame is left as it was");
+    }
+
+    #[test]
+    fn each_role_refuses_the_other_sides_frames() {
+        let masked = client(OpCode::Text, true, b"hi");
+        assert_eq!(
+            Decoder::client(64).decode_unmasked(&masked),
+            Err(WsError::Protocol("server frame is masked"))
+        );
+        assert_eq!(
+            Decoder::client(64).decode(&mut masked.clone()).map(|_| ()),
+            Err(WsError::Protocol("server frame is masked"))
+        );
+        assert_eq!(
+            Decoder::new(64).decode_unmasked(&server(OpCode::Text, true, b"hi")),
+            Err(WsError::Protocol("client frame is not masked"))
+        );
+        assert_eq!(
+            Decoder::new(64).decode_unmasked(&masked),
+            Err(WsError::Protocol("masked frame given to decode_unmasked"))
+        );
+        // The client role keeps the other checks: bounds, RSV, control length.
+        assert_eq!(
+            Decoder::client(3).decode_unmasked(&[0x81, 4]),
+            Err(WsError::MessageTooBig)
+        );
+        assert_eq!(
+            Decoder::client(64).decode_unmasked(&[0xC1, 0]),
+            Err(WsError::Protocol("reserved bits set"))
+        );
+        assert_eq!(
+            Decoder::client(64).decode_unmasked(&[0x89, 126]),
+            Err(WsError::Protocol("control frame payload too long"))
+        );
+    }
+
+    #[test]
+    fn client_close_is_masked_and_truncated() {
+        let mut out = Vec::new();
+        encode_client_close(1000, "bye", MASK, &mut out);
+        assert_eq!(out[..2], [0x88, 0x80 | 5]);
+        assert_eq!(out[2..6], MASK);
+        assert_eq!(
+            one(&mut Decoder::new(64), &out),
+            Ok((11, Some(Owned::Close(Some(1000), "bye".into()))))
+        );
+        out.clear();
+        encode_client_close(4000, &"\u{e9}".repeat(62), MASK, &mut out);
+        assert_eq!(out[1] & 0x7f, 2 + 122);
+        let (_, m) = one(&mut Decoder::new(64), &out).unwrap();
+        assert!(matches!(m, Some(Owned::Close(Some(4000), r)) if r.len() == 122));
     }
 
     #[test]

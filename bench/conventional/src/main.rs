@@ -9,7 +9,7 @@
 //!   once, and every recipient task serialises its own
 //!   `{"op":0,"t":..,"s":..,"d":..}` (the `s` differs per session).
 //!
-//! The protocol subset is what `examples/measure.rs` and ordinary bots use:
+//! The protocol subset is what `loadgen measure` and ordinary bots use:
 //! HTTP upgrade on any path, op 10 Hello, op 2 Identify (token checked
 //! against `--tokens-file` or, without it, any token accepted; intents),
 //! READY (`s` = 1) and one GUILD_CREATE (`s` = 2) for the one server this
@@ -24,7 +24,7 @@
 //! `--admin-addr` serves `GET /metrics` (Prometheus text): deliveries,
 //! sessions, events in, events skipped by lagging receivers. The deliveries
 //! counter is also exported as `gatewayd_deliveries_total` so that
-//! `measure fanout --admin` reports the same node-side figures for both nodes.
+//! `loadgen measure fanout --admin` reports the same node-side figures for both nodes.
 //!
 //! ```text
 //! conventional-gateway [--gateway-addr 127.0.0.1:28080] [--ingest-addr 127.0.0.1:28081]
@@ -167,7 +167,7 @@ impl Serialize for Payload {
 
 /// A message as the gateway sends it. Field order is the struct's (a
 /// `serde_json::Value` would sort the keys). `ts_ns` is the benchmark's
-/// timestamp (`examples/measure.rs` expects it first); unknown fields are
+/// timestamp (`loadgen measure fanout` expects it first); unknown fields are
 /// dropped, as typed clients do.
 #[derive(Serialize, Deserialize, Clone)]
 struct MessageData {
@@ -830,7 +830,7 @@ fn metrics_text(st: &State) -> String {
     let d = m.deliveries.load(Relaxed);
     format!(
         "# TYPE conventional_deliveries_total counter\nconventional_deliveries_total {d}\n\
-         # HELP gatewayd_deliveries_total alias of conventional_deliveries_total, read by examples/measure.rs\n\
+         # HELP gatewayd_deliveries_total alias of conventional_deliveries_total, read by loadgen measure fanout\n\
          # TYPE gatewayd_deliveries_total counter\ngatewayd_deliveries_total {d}\n\
          # TYPE conventional_events_in_total counter\nconventional_events_in_total {}\n\
          # TYPE conventional_lagged_events_total counter\nconventional_lagged_events_total {}\n\

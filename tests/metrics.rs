@@ -16,149 +16,82 @@ use support::{intent, BOT_INTENTS};
 
 const WORKERS: usize = 2;
 
-fn valid_name(s: &str) -> bool {
-    let mut c = s.chars();
-    matches!(c.next(), Some(c) if c.is_ascii_alphabetic() || c == '_' || c == ':')
-        && c.all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':')
-}
-
-fn valid_label_name(s: &str) -> bool {
-    let mut c = s.chars();
-    matches!(c.next(), Some(c) if c.is_ascii_alphabetic() || c == '_')
-        && c.all(|c| c.is_ascii_alphanumeric() || c == '_')
-}
-
-/// Parse `{k="v",...}` strictly; None if malformed.
-fn parse_labels(s: &str) -> Option<BTreeMap<String, String>> {
-    let mut out = BTreeMap::new();
-    let mut rest = s;
-    while !rest.is_empty() {
-        let (k, r) = rest.split_once("=\"")?;
-        let mut v = String::new();
-        let mut chars = r.char_indices();
-        let end = loop {
-            let (i, c) = chars.next()?;
-            match c {
-                '"' => break i,
-                '\\' => match chars.next()?.1 {
-                    'n' => v.push('\n'),
-                    c @ ('\\' | '"') => v.push(c),
-                    _ => return None,
-                },
-                c => v.push(c),
-            }
-        };
-        if !valid_label_name(k) || out.insert(k.to_string(), v).is_some() {
-            return None;
-        }
-        rest = &r[end + 1..];
-        rest = rest.strip_prefix(',').unwrap_or(rest);
-        if !rest.is_empty() && rest.starts_with(',') {
-            return None;
-        }
-    }
-    Some(out)
-}
-
 /// Check the whole exposition; returns the samples. Panics naming the line.
+/// Lines are read by the project's parser (`promtext`: names, label
+/// syntax, escapes, duplicate labels, values); this adds the rules of a
+/// page: HELP then TYPE once per family, its samples together under it.
 fn check_exposition(text: &str) -> Samples {
-    let mut declared: BTreeMap<String, String> = BTreeMap::new();
+    use promtext::{Kind, Line};
+    let lines = promtext::parse_lines(text).unwrap_or_else(|e| panic!("{e}"));
+    let mut declared: BTreeMap<String, Kind> = BTreeMap::new();
     let mut helped: BTreeSet<String> = BTreeSet::new();
     // The family whose samples may follow (its TYPE was the last declaration).
-    let mut current: Option<(String, String)> = None;
+    let mut current: Option<(String, Kind)> = None;
     let mut finished: BTreeSet<String> = BTreeSet::new();
     let mut series = BTreeSet::new();
     let mut samples = Vec::new();
-    for (n, line) in text.lines().enumerate() {
+    for (n, (parsed, line)) in lines.into_iter().zip(text.lines()).enumerate() {
         let at = || format!("line {}: {line:?}", n + 1);
-        assert!(!line.trim().is_empty(), "empty line: {}", at());
-        if let Some(rest) = line.strip_prefix("# ") {
-            let mut parts = rest.splitn(3, ' ');
-            let kw = parts.next().unwrap();
-            let name = parts.next().unwrap_or_else(|| panic!("{}", at()));
-            let arg = parts.next().unwrap_or("");
-            assert!(valid_name(name), "bad name: {}", at());
-            match kw {
-                "HELP" => {
-                    assert!(helped.insert(name.to_string()), "HELP twice: {}", at());
-                    assert!(!declared.contains_key(name), "HELP after TYPE: {}", at());
-                    assert!(!arg.trim().is_empty(), "empty HELP: {}", at());
-                }
-                "TYPE" => {
-                    assert!(
-                        ["counter", "gauge", "histogram", "summary", "untyped"].contains(&arg),
-                        "bad TYPE: {}",
-                        at()
-                    );
-                    assert!(
-                        declared.insert(name.to_string(), arg.to_string()).is_none(),
-                        "TYPE twice: {}",
-                        at()
-                    );
-                    if let Some((prev, _)) = current.take() {
-                        finished.insert(prev);
-                    }
-                    current = Some((name.to_string(), arg.to_string()));
-                }
-                _ => panic!("unknown comment keyword: {}", at()),
+        match parsed {
+            Line::Blank => panic!("empty line: {}", at()),
+            Line::Comment(_) => panic!("unknown comment keyword: {}", at()),
+            Line::Help { name, text } => {
+                assert!(helped.insert(name.clone()), "HELP twice: {}", at());
+                assert!(!declared.contains_key(&name), "HELP after TYPE: {}", at());
+                assert!(!text.trim().is_empty(), "empty HELP: {}", at());
             }
-            continue;
-        }
-        assert!(!line.starts_with('#'), "bad comment: {}", at());
-        let (head, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("{}", at()));
-        let value: f64 = match value {
-            "+Inf" => f64::INFINITY,
-            "-Inf" => f64::NEG_INFINITY,
-            v => v.parse().unwrap_or_else(|_| panic!("bad value: {}", at())),
-        };
-        let (name, labels) = match head.split_once('{') {
-            Some((name, rest)) => {
-                let inner = rest
-                    .strip_suffix('}')
-                    .unwrap_or_else(|| panic!("unclosed labels: {}", at()));
-                (
-                    name,
-                    parse_labels(inner).unwrap_or_else(|| panic!("bad labels: {}", at())),
-                )
+            Line::Type { name, kind } => {
+                assert!(
+                    declared.insert(name.clone(), kind).is_none(),
+                    "TYPE twice: {}",
+                    at()
+                );
+                if let Some((prev, _)) = current.take() {
+                    finished.insert(prev);
+                }
+                current = Some((name, kind));
             }
-            None => (head, BTreeMap::new()),
-        };
-        assert!(valid_name(name), "bad metric name: {}", at());
-        let (family, kind) = current
-            .clone()
-            .unwrap_or_else(|| panic!("sample before any TYPE: {}", at()));
-        let belongs = name == family
-            || (kind == "histogram"
-                && [
-                    format!("{family}_bucket"),
-                    format!("{family}_sum"),
-                    format!("{family}_count"),
-                ]
-                .iter()
-                .any(|s| s == name));
-        assert!(
-            belongs,
-            "sample not under its family's HELP/TYPE (current {family}): {}",
-            at()
-        );
-        assert!(helped.contains(&family), "no HELP for {family}: {}", at());
-        assert!(!finished.contains(&family), "family split: {}", at());
-        if name.ends_with("_bucket") && kind == "histogram" {
-            assert!(labels.contains_key("le"), "bucket without le: {}", at());
+            Line::Sample(s) => {
+                assert!(s.timestamp_ms.is_none(), "timestamp on a sample: {}", at());
+                let labels = s.label_map();
+                let (name, value) = (s.name.as_str(), s.value);
+                let (family, kind) = current
+                    .clone()
+                    .unwrap_or_else(|| panic!("sample before any TYPE: {}", at()));
+                let belongs = name == family
+                    || (kind == Kind::Histogram
+                        && [
+                            format!("{family}_bucket"),
+                            format!("{family}_sum"),
+                            format!("{family}_count"),
+                        ]
+                        .iter()
+                        .any(|s| s == name));
+                assert!(
+                    belongs,
+                    "sample not under its family's HELP/TYPE (current {family}): {}",
+                    at()
+                );
+                assert!(helped.contains(&family), "no HELP for {family}: {}", at());
+                assert!(!finished.contains(&family), "family split: {}", at());
+                if name.ends_with("_bucket") && kind == Kind::Histogram {
+                    assert!(labels.contains_key("le"), "bucket without le: {}", at());
+                }
+                if kind == Kind::Counter || name.ends_with("_total") {
+                    assert!(value >= 0.0, "negative counter: {}", at());
+                }
+                assert!(
+                    series.insert((name.to_string(), labels.clone())),
+                    "duplicate series: {}",
+                    at()
+                );
+                samples.push((name.to_string(), labels, value));
+            }
         }
-        if kind == "counter" || name.ends_with("_total") {
-            assert!(value >= 0.0, "negative counter: {}", at());
-        }
-        assert!(
-            series.insert((name.to_string(), labels.clone())),
-            "duplicate series: {}",
-            at()
-        );
-        samples.push((name.to_string(), labels, value));
     }
     // Histograms: cumulative buckets ending in +Inf = _count.
     for (family, kind) in &declared {
-        if kind != "histogram" {
+        if *kind != promtext::Kind::Histogram {
             continue;
         }
         let mut buckets: Vec<(f64, f64)> = samples

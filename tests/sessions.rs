@@ -146,7 +146,7 @@ fn hold_2000_sessions() {
     }
 }
 
-/// 40,000 sessions on one gatewayd, from 4 `hold_sessions` processes (each
+/// 40,000 sessions on one gatewayd, from 4 `loadgen hold-sessions` processes (each
 /// process can hold at most ~20,000 fds) spread over 127.0.0.2..=127.0.0.5,
 /// identifying as shards `[k % 1000, 1000]` of the demo app.
 #[test]
@@ -160,15 +160,9 @@ fn hold_40000_sessions() {
     // both workers; the split is ~50/50 (+-2%), under 24,000 per worker.
     const SHARDS: usize = 1000;
     let exe = std::env::current_exe().unwrap();
-    let hold = exe
-        .parent()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .join("examples")
-        .join("hold_sessions");
+    let hold = exe.parent().unwrap().parent().unwrap().join("loadgen");
     if !hold.exists() {
-        // `cargo test --test sessions` alone does not build examples.
+        // `cargo test --test sessions` alone does not build other packages' binaries.
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
         // Same profile as this test binary (target/release for --release).
         let profile: &[&str] = if cfg!(debug_assertions) {
@@ -177,12 +171,12 @@ fn hold_40000_sessions() {
             &["--release"]
         };
         let st = Command::new(cargo)
-            .args(["build", "--example", "hold_sessions"])
+            .args(["build", "-p", "loadgen", "--bin", "loadgen"])
             .args(profile)
             .current_dir(env!("CARGO_MANIFEST_DIR"))
             .status()
-            .expect("run cargo build --example hold_sessions");
-        assert!(st.success(), "cargo build --example hold_sessions failed");
+            .expect("run cargo build -p loadgen");
+        assert!(st.success(), "cargo build -p loadgen failed");
     }
     assert!(hold.exists(), "{} not built", hold.display());
 
@@ -201,6 +195,7 @@ fn hold_40000_sessions() {
     let mut children = Vec::new();
     for p in 0..PROCS {
         let mut child = Command::new(&hold)
+            .arg("hold-sessions")
             .args([
                 "--gateway",
                 &node.gateway.to_string(),
@@ -225,7 +220,7 @@ fn hold_40000_sessions() {
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
-            .expect("spawn hold_sessions");
+            .expect("spawn loadgen hold-sessions");
         let out = child.stdout.take().unwrap();
         let tx = tx.clone();
         thread::spawn(move || {
@@ -267,7 +262,10 @@ fn hold_40000_sessions() {
                     state[p].insert(k.to_string(), v);
                 }
             }
-            Ok((p, None)) => panic!("hold_sessions #{p} exited early; state {:?}", state[p]),
+            Ok((p, None)) => panic!(
+                "loadgen hold-sessions #{p} exited early; state {:?}",
+                state[p]
+            ),
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(e) => panic!("{e}"),
         }

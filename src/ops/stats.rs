@@ -43,97 +43,12 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
-/// One sample: name, labels (in exposition order), value.
-#[derive(Debug, Clone)]
-pub struct Sample {
-    pub name: String,
-    pub labels: Vec<(String, String)>,
-    pub value: f64,
-}
-
-impl Sample {
-    pub fn label(&self, k: &str) -> Option<&str> {
-        self.labels
-            .iter()
-            .find(|(n, _)| n == k)
-            .map(|(_, v)| v.as_str())
-    }
-}
+pub use promtext::Sample;
+use promtext::SampleSet;
 
 /// Parse Prometheus text exposition (comments skipped). Errors name the line.
 pub fn parse(text: &str) -> Result<Vec<Sample>, String> {
-    let mut out = Vec::new();
-    for (n, line) in text.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        out.push(parse_line(line).ok_or_else(|| format!("line {}: {line:?}", n + 1))?);
-    }
-    Ok(out)
-}
-
-fn parse_line(line: &str) -> Option<Sample> {
-    let name_end = line
-        .find(|c: char| c == '{' || c.is_whitespace())
-        .unwrap_or(line.len());
-    let name = &line[..name_end];
-    let mut rest = &line[name_end..];
-    let mut labels = Vec::new();
-    if let Some(r) = rest.strip_prefix('{') {
-        let mut chars = r.char_indices().peekable();
-        let end;
-        loop {
-            // Skip separators, then either `}` or `key="value"`.
-            while let Some((_, c)) = chars.peek() {
-                if *c == ',' || c.is_whitespace() {
-                    chars.next();
-                } else {
-                    break;
-                }
-            }
-            let (i, c) = chars.next()?;
-            if c == '}' {
-                end = i + 1;
-                break;
-            }
-            let mut key = String::from(c);
-            loop {
-                let (_, c) = chars.next()?;
-                if c == '=' {
-                    break;
-                }
-                key.push(c);
-            }
-            if chars.next()?.1 != '"' {
-                return None;
-            }
-            let mut value = String::new();
-            loop {
-                match chars.next()?.1 {
-                    '"' => break,
-                    '\\' => match chars.next()?.1 {
-                        'n' => value.push('\n'),
-                        c => value.push(c),
-                    },
-                    c => value.push(c),
-                }
-            }
-            labels.push((key.trim().to_string(), value));
-        }
-        rest = &r[end..];
-    }
-    let mut fields = rest.split_whitespace();
-    let value = match fields.next()? {
-        "+Inf" => f64::INFINITY,
-        "-Inf" => f64::NEG_INFINITY,
-        v => v.parse().ok()?,
-    };
-    Some(Sample {
-        name: name.to_string(),
-        labels,
-        value,
-    })
+    promtext::parse(text).map_err(|e| e.to_string())
 }
 
 /// A scrape and when it was taken.
@@ -143,51 +58,24 @@ pub struct Scrape {
 }
 
 impl Scrape {
-    fn iter<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a Sample> + 'a {
-        self.samples.iter().filter(move |s| s.name == name)
-    }
-
     /// Sum of a family's samples (None: not exposed).
     pub fn sum(&self, name: &str) -> Option<f64> {
-        let mut it = self.iter(name).peekable();
-        it.peek()?;
-        Some(it.map(|s| s.value).sum())
+        self.samples.try_sum(name)
     }
 
     /// Sum per value of `label`.
     pub fn by(&self, name: &str, label: &str) -> BTreeMap<String, f64> {
-        let mut m = BTreeMap::new();
-        for s in self.iter(name) {
-            if let Some(v) = s.label(label) {
-                *m.entry(v.to_string()).or_insert(0.0) += s.value;
-            }
-        }
-        m
+        self.samples.by_label(name, label)
     }
 
-    /// Sum of the samples with `label` = `value`.
+    /// Sum of the samples with every `label` = `value` of `pairs`.
     pub fn with(&self, name: &str, pairs: &[(&str, &str)]) -> f64 {
-        self.iter(name)
-            .filter(|s| pairs.iter().all(|(k, v)| s.label(k) == Some(v)))
-            .map(|s| s.value)
-            .sum()
+        self.samples.sum_with(name, pairs)
     }
 
     /// Cumulative histogram buckets (upper bound, count), sorted.
     fn buckets(&self, name: &str) -> Vec<(f64, f64)> {
-        let bucket = format!("{name}_bucket");
-        let mut b: Vec<(f64, f64)> = self
-            .iter(&bucket)
-            .filter_map(|s| {
-                let le = match s.label("le")? {
-                    "+Inf" => f64::INFINITY,
-                    v => v.parse().ok()?,
-                };
-                Some((le, s.value))
-            })
-            .collect();
-        b.sort_by(|a, b| a.0.total_cmp(&b.0));
-        b
+        self.samples.buckets(name)
     }
 }
 

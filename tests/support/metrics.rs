@@ -23,30 +23,17 @@ pub fn metric_values(samples: &Samples, name: &str) -> Vec<f64> {
         .collect()
 }
 
-/// `GET /metrics` as (name, labels, value) samples; panics on a line that
-/// is neither a comment nor a sample.
+/// `GET /metrics` as (name, labels, value) samples (the project's one
+/// parser, `promtext`, strict: a malformed line panics).
 pub fn metrics(admin: SocketAddr) -> Samples {
     let (status, body) = http_get(admin, "/metrics").expect("GET /metrics");
     assert_eq!(status, 200, "GET /metrics: {body}");
-    body.lines()
-        .filter(|l| !l.starts_with('#') && !l.trim().is_empty())
-        .map(|l| {
-            let bad = || -> ! { panic!("bad sample line {l:?} in /metrics") };
-            let (head, value) = l.rsplit_once(' ').unwrap_or_else(|| bad());
-            let value: f64 = value.parse().unwrap_or_else(|_| bad());
-            let (name, labels) = match head.split_once('{') {
-                Some((n, rest)) => {
-                    let rest = rest.trim_end_matches('}');
-                    let labels = rest
-                        .split(',')
-                        .filter_map(|kv| kv.split_once('='))
-                        .map(|(k, v)| (k.to_string(), v.trim_matches('"').to_string()))
-                        .collect();
-                    (n.to_string(), labels)
-                }
-                None => (head.to_string(), BTreeMap::new()),
-            };
-            (name, labels, value)
+    promtext::parse(&body)
+        .unwrap_or_else(|e| panic!("/metrics: {e}"))
+        .into_iter()
+        .map(|s| {
+            let labels = s.label_map();
+            (s.name, labels, s.value)
         })
         .collect()
 }

@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
 # Side-by-side macro benchmark (issue 6) and gatewayd scaling run.
 #
-#   scripts/side-by-side.sh [side|scaling|all]      (default: all)
+#   scripts/side-by-side.sh [side|scaling|ab|all]   (default: all)
 #
 # side:    the same `loadgen measure fanout` workloads against a fresh release gatewayd
 #          and a fresh bench/conventional gateway (tokio + tokio-tungstenite,
 #          a task per connection, a broadcast channel, serde_json), one after
 #          the other in this run; prints deliveries per node CPU-second,
 #          p50/p99, RSS of both and the ratios.
+# ab:      two builds of gatewayd, interleaved: A_GATEWAYD and B_GATEWAYD
+#          (paths of gatewayd binaries, e.g. the build before a change and
+#          after it) run the same workloads alternately, REPS rounds, the
+#          order of the pair reversed every other round (A B, B A, ...) so a
+#          drift of the machine falls on both; prints each run and the medians
+#          of deliveries per node CPU-second and p99, and B/A.
 # scaling: gatewayd alone at 1k, 10k, 40k sessions: per-session RSS, identify
 #          CPU and idle CPU (`loadgen measure idle`), then per-delivery CPU and
 #          latency at a constant ~100,000 deliveries/s (`loadgen measure fanout`).
@@ -284,11 +290,62 @@ scaling() {
   column -t -s $'\t' "$tsv" | tee "$OUT/scaling-table.txt"
 }
 
+# ---------------------------------------------------------------- A/B of two gatewayd builds
+
+ab() {
+  : "${A_GATEWAYD:?ab needs A_GATEWAYD (a gatewayd binary) and B_GATEWAYD}"
+  : "${B_GATEWAYD:?ab needs B_GATEWAYD (a gatewayd binary)}"
+  cp "$A_GATEWAYD" "$OUT/bin/gatewayd-A"; cp "$B_GATEWAYD" "$OUT/bin/gatewayd-B"
+  md5sum "$OUT/bin/gatewayd-A" "$OUT/bin/gatewayd-B" >> "$OUT/bin.md5"
+  local tsv=$OUT/ab.tsv keep=$GW
+  printf "build\tsessions\trate\tpayload\trep\tready\texpected\treceived\tmissing\tgaps\tlost\tnode_deliveries\tnode_cpu_s\twindow_s\tdeliv_per_cpu_s\trecv_per_cpu_s\tp50_ms\tp99_ms\tp999_ms\tmax_ms\trss_start_kb\trss_ready_kb\trss_end_kb\tload1\tksoftirqd_s\trecv_per_cpu_s_with_ksoftirqd\n" > "$tsv"
+  for rep in $(seq 1 "$REPS"); do
+    local order="A B"
+    [ $((rep % 2)) = 0 ] && order="B A"
+    for w in $WORKLOADS; do
+      local n r p
+      IFS=: read -r n r p <<< "$w"
+      p=${p:-$PAYLOAD}
+      for build in $order; do
+        GW=$OUT/bin/gatewayd-$build
+        local f=$OUT/ab-$build-$n-r$r-p$p-rep$rep.txt
+        start_gatewayd
+        log "ab: build $build, $n sessions x $r events/s x ${SECS}s, payload $p B (pid $NODE_PID, load $(load1))"
+        "$LG" measure fanout --addr 127.0.0.1:$GW_PORT --ingest 127.0.0.1:$GW_INGEST --tokens-file "$TOKENS" \
+          --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$p" \
+          --node-pid "$NODE_PID" --admin 127.0.0.1:$GW_ADMIN > "$f" 2>&1 || log "loadgen measure failed, see $f"
+        stop_node
+        printf "%s\t%s\t%s\t%s\t%s\t%s\n" "$build" "$n" "$r" "$p" "$rep" "$(summarise_fanout "$f")" >> "$tsv"
+      done
+    done
+  done
+  GW=$keep
+  echo
+  echo "== A/B runs ($tsv) =="
+  column -t -s $'\t' "$tsv"
+  echo
+  echo "== medians per workload (deliveries per node CPU-second, p99 ms), B/A =="
+  awk -F'\t' 'NR > 1 { k = $2 "x" $3 " " $4 "B"; if (!(k in seen)) { seen[k] = 1; order[++n] = k }
+      i = ++c[$1, k]; d[$1, k, i] = $15; q[$1, k, i] = $18 }
+    function med(arr, b, k, m,   i, j, t, v) {
+      for (i = 1; i <= m; i++) v[i] = arr[b, k, i]
+      for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (v[j] + 0 < v[i] + 0) { t = v[i]; v[i] = v[j]; v[j] = t }
+      return (m % 2) ? v[(m + 1) / 2] : (v[m / 2] + v[m / 2 + 1]) / 2
+    }
+    END {
+      printf "%-18s %4s %12s %12s %7s %9s %9s %7s\n", "workload", "runs", "A del/cpu", "B del/cpu", "B/A", "A p99", "B p99", "B/A"
+      for (x = 1; x <= n; x++) { k = order[x]; m = c["A", k]
+        da = med(d, "A", k, m); db = med(d, "B", k, c["B", k]); qa = med(q, "A", k, m); qb = med(q, "B", k, c["B", k])
+        printf "%-18s %4d %12.0f %12.0f %7.3f %9.2f %9.2f %7.3f\n", k, m, da, db, (da > 0 ? db / da : 0), qa, qb, (qa > 0 ? qb / qa : 0) }
+    }' "$tsv" | tee "$OUT/ab-medians.txt"
+}
+
 log "output in $OUT (load $(cat /proc/loadavg))"
 case "$MODE" in
   side) side ;;
   scaling) scaling ;;
+  ab) ab ;;
   all) side; scaling ;;
-  *) echo "usage: $0 [side|scaling|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [side|scaling|ab|all]" >&2; exit 2 ;;
 esac
 log "done; raw outputs in $OUT"

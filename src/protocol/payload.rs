@@ -1,7 +1,8 @@
 //! JSON the server sends, rendered into WebSocket text frames.
 //!
-//! Control payloads are tiny and rendered with `write!`; READY and
-//! GUILD_CREATE are rendered once per identify (src/sidecar.rs) with
+//! Control payloads are tiny and rendered with `write!`; READY (`ready_d`),
+//! GUILD_CREATE (`guild::guild_create`, by the registry link) and
+//! GUILD_MEMBERS_CHUNK (`members_chunk_d`) once per identify or request, with
 //! serde_json. Dispatch frames are assembled from a prefix and the event's
 //! pre-serialised `d`, so the payload is never re-encoded per session.
 
@@ -78,6 +79,56 @@ fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (if m <= 2 { y + 1 } else { y }, m, d)
 }
 
+/// What READY says, besides the guilds (each listed as unavailable until
+/// its GUILD_CREATE follows).
+pub struct Ready<'a> {
+    /// The bot user object, as JSON.
+    pub user_json: &'a str,
+    pub session_id: &'a str,
+    pub resume_gateway_url: &'a str,
+    pub shard: (u32, u32),
+    pub application_id: proto::AppId,
+    pub application_flags: u64,
+}
+
+/// READY's `d`, with every field the real libraries read.
+pub fn ready_d(r: &Ready<'_>, guilds: impl Iterator<Item = proto::ServerId>) -> Vec<u8> {
+    let d = serde_json::json!({
+        "v": 10,
+        "user": serde_json::from_str::<serde_json::Value>(r.user_json).unwrap_or_default(),
+        "guilds": guilds.map(|g| serde_json::json!({"id": g.to_string(), "unavailable": true})).collect::<Vec<_>>(),
+        "session_id": r.session_id,
+        "session_type": "normal",
+        "resume_gateway_url": r.resume_gateway_url,
+        "shard": [r.shard.0, r.shard.1],
+        "application": {"id": r.application_id.to_string(), "flags": r.application_flags},
+        "private_channels": [],
+        "relationships": [],
+        "presences": [],
+        "guild_join_requests": [],
+        "geo_ordered_rtc_regions": [],
+        "user_settings": {},
+        "auth": {},
+        "_trace": ["gatewayd"],
+    });
+    serde_json::to_vec(&d).expect("json")
+}
+
+/// GUILD_MEMBERS_CHUNK's `d` for a Request Guild Members (op 8): the one
+/// member a bot can see of a server here, itself.
+pub fn members_chunk_d(guild_id: proto::ServerId, user_json: &str, nonce: Option<&str>) -> Vec<u8> {
+    let d = serde_json::json!({
+        "guild_id": guild_id.to_string(),
+        "members": [{"user": serde_json::from_str::<serde_json::Value>(user_json).unwrap_or_default(),
+                     "roles": [], "joined_at": iso8601(0), "deaf": false, "mute": false, "flags": 0, "pending": false}],
+        "chunk_index": 0,
+        "chunk_count": 1,
+        "not_found": [],
+        "nonce": nonce,
+    });
+    serde_json::to_vec(&d).expect("json")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -108,5 +159,48 @@ mod tests {
             "2026-11-30T08:38:50.123000+00:00"
         );
         assert_eq!(iso8601(951_782_400_000), "2000-02-29T00:00:00.000000+00:00");
+    }
+
+    #[test]
+    fn ready_and_members_chunk_carry_what_libraries_read() {
+        let r = Ready {
+            user_json: r#"{"id":"7","username":"bot"}"#,
+            session_id: "abc",
+            resume_gateway_url: "ws://127.0.0.1:8080",
+            shard: (1, 4),
+            application_id: proto::AppId(42),
+            application_flags: 8,
+        };
+        let d: serde_json::Value = serde_json::from_slice(&ready_d(
+            &r,
+            [proto::ServerId(5), proto::ServerId(6)].into_iter(),
+        ))
+        .unwrap();
+        assert_eq!(d["v"], 10);
+        assert_eq!(d["user"]["id"], "7");
+        assert_eq!(d["session_id"], "abc");
+        assert_eq!(d["resume_gateway_url"], "ws://127.0.0.1:8080");
+        assert_eq!(d["shard"], serde_json::json!([1, 4]));
+        assert_eq!(
+            d["application"],
+            serde_json::json!({"id": "42", "flags": 8})
+        );
+        assert_eq!(
+            d["guilds"],
+            serde_json::json!([{"id": "5", "unavailable": true}, {"id": "6", "unavailable": true}])
+        );
+        let c: serde_json::Value = serde_json::from_slice(&members_chunk_d(
+            proto::ServerId(5),
+            r.user_json,
+            Some("n1"),
+        ))
+        .unwrap();
+        assert_eq!(c["guild_id"], "5");
+        assert_eq!(c["members"][0]["user"]["username"], "bot");
+        assert_eq!(c["nonce"], "n1");
+        assert_eq!(
+            (c["chunk_index"].clone(), c["chunk_count"].clone()),
+            (0.into(), 1.into())
+        );
     }
 }

@@ -234,16 +234,7 @@ impl Worker {
                     if id.guild(ServerId(g)).is_none() {
                         continue;
                     }
-                    let d = serde_json::json!({
-                        "guild_id": g.to_string(),
-                        "members": [{"user": serde_json::from_str::<serde_json::Value>(&id.user_json).unwrap_or_default(),
-                                     "roles": [], "joined_at": payload::iso8601(0), "deaf": false, "mute": false, "flags": 0, "pending": false}],
-                        "chunk_index": 0,
-                        "chunk_count": 1,
-                        "not_found": [],
-                        "nonce": nonce,
-                    });
-                    let d = serde_json::to_vec(&d).expect("json");
+                    let d = payload::members_chunk_d(ServerId(g), &id.user_json, nonce.as_deref());
                     if self
                         .fan
                         .dispatch(sid, "GUILD_MEMBERS_CHUNK", &d, now)

@@ -122,25 +122,17 @@ impl Worker {
         let mut random = [0u8; 16];
         let _ = getrandom::fill(&mut random);
         let session_id = SessionId::new(worker as u8, u128::from_le_bytes(random));
-        let ready_d = serde_json::json!({
-            "v": 10,
-            "user": serde_json::from_str::<serde_json::Value>(&ok.user_json).unwrap_or_default(),
-            "guilds": ok.guilds.iter().map(|g| serde_json::json!({"id": g.0.id.to_string(), "unavailable": true})).collect::<Vec<_>>(),
-            "session_id": session_id.as_str(),
-            "session_type": "normal",
-            "resume_gateway_url": gateway_url,
-            "shard": [ok.shard.0, ok.shard.1],
-            "application": {"id": ok.application_id.to_string(), "flags": ok.application_flags},
-            "private_channels": [],
-            "relationships": [],
-            "presences": [],
-            "guild_join_requests": [],
-            "geo_ordered_rtc_regions": [],
-            "user_settings": {},
-            "auth": {},
-            "_trace": ["gatewayd"],
-        });
-        let ready_d = serde_json::to_vec(&ready_d).expect("json");
+        let ready_d = payload::ready_d(
+            &payload::Ready {
+                user_json: &ok.user_json,
+                session_id: session_id.as_str(),
+                resume_gateway_url: &gateway_url,
+                shard: ok.shard,
+                application_id: ok.application_id,
+                application_flags: ok.application_flags,
+            },
+            ok.guilds.iter().map(|g| g.0.id),
+        );
         let identity = Box::new(Identity {
             session_id,
             application_id: ok.application_id,

@@ -30,6 +30,10 @@
 #              (a workload without a payload uses PAYLOAD)
 #   SCALE      "sessions ..."              ["1000 10000 40000"]
 #   SCALE_DELIVERIES  deliveries/s offered in the scaling fan-out [100000]
+#   AB_PERF=1  (ab) sample each node with `perf record -e cpu-clock` (a software
+#              clock: VMs often have no hardware counters) while it runs, and
+#              write $OUT/ab-perf.txt: per build, the share of node CPU samples
+#              in gatewayd's own code, the kernel and libc, and its top symbols
 #
 # Loopback only; ports 26080-26190 (below the ephemeral range). Sessions past
 # 10,000 are spread over several `loadgen measure` processes (one process's
@@ -292,6 +296,44 @@ scaling() {
 
 # ---------------------------------------------------------------- A/B of two gatewayd builds
 
+# Per build, summed over its runs: node CPU samples (cpu-clock, 997 Hz) in
+# gatewayd's own code, libc and the kernel per 1,000 deliveries; io_uring
+# submissions and io_uring_enter calls per delivery; then gatewayd's top
+# symbols. The samples cover the whole measure (connect, identify, events).
+ab_perf_summary() {
+  local tsv=$1 build f
+  echo "== AB_PERF: where each build's node CPU went (perf record -e cpu-clock -F 997; perf stat tracepoints) =="
+  printf "%-6s %5s %12s %10s %10s %10s %10s %12s %12s\n" build runs deliveries "own/1k" "libc/1k" "kernel/1k" "all/1k" "sqe/deliv" "enter/deliv"
+  for build in A B; do
+    local deliv runs own=0 libc=0 kern=0 sqe=0 enter=0 c
+    deliv=$(awk -F'\t' -v b="$build" 'NR > 1 && $1 == b { s += $12 } END { print s + 0 }' "$tsv")
+    runs=$(awk -F'\t' -v b="$build" 'NR > 1 && $1 == b { n++ } END { print n + 0 }' "$tsv")
+    for f in "$OUT"/perf-"$build"-rep*.data; do
+      [ -e "$f" ] || continue
+      while read -r c dso; do
+        case $dso in
+          gatewayd-*) own=$((own + c)) ;;
+          libc*) libc=$((libc + c)) ;;
+          '[kernel.kallsyms]') kern=$((kern + c)) ;;
+        esac
+      done < <(perf report -n -i "$f" --sort dso --stdio 2>/dev/null | awk '!/^#/ && NF >= 3 { print $2, $3 }')
+      c=$(awk -F, '$3 == "io_uring:io_uring_submit_req" { print $1 }' "${f%.data}.stat"); sqe=$((sqe + ${c:-0}))
+      c=$(awk -F, '$3 == "syscalls:sys_enter_io_uring_enter" { print $1 }' "${f%.data}.stat"); enter=$((enter + ${c:-0}))
+    done
+    awk -v b="$build" -v r="$runs" -v d="$deliv" -v o="$own" -v l="$libc" -v k="$kern" -v s="$sqe" -v e="$enter" 'BEGIN {
+      if (d == 0) d = 1
+      printf "%-6s %5d %12d %10.3f %10.3f %10.3f %10.3f %12.4f %12.4f\n", b, r, d, o * 1000 / d, l * 1000 / d, k * 1000 / d, (o + l + k) * 1000 / d, s / d, e / d }'
+  done
+  for build in A B; do
+    echo
+    echo "-- build $build: top symbols of gatewayd's own code (share of all node samples, all runs) --"
+    local files=("$OUT"/perf-"$build"-rep*.data)
+    for f in "${files[@]}"; do
+      perf report -n -i "$f" --sort dso,sym --stdio 2>/dev/null | awk '!/^#/ && $3 ~ /^gatewayd-/ { $1 = ""; $3 = ""; $4 = ""; c = $2; $2 = ""; sub(/^ +/, ""); print c "\t" $0 }'
+    done | awk -F'\t' '{ n[$2] += $1; t += $1 } END { for (k in n) printf "%8d  %s\n", n[k], k }' | sort -rn | head -15
+  done
+}
+
 ab() {
   : "${A_GATEWAYD:?ab needs A_GATEWAYD (a gatewayd binary) and B_GATEWAYD}"
   : "${B_GATEWAYD:?ab needs B_GATEWAYD (a gatewayd binary)}"
@@ -311,15 +353,28 @@ ab() {
         local f=$OUT/ab-$build-$n-r$r-p$p-rep$rep.txt
         start_gatewayd
         log "ab: build $build, $n sessions x $r events/s x ${SECS}s, payload $p B (pid $NODE_PID, load $(load1))"
+        local perf_pid=
+        if [ "${AB_PERF:-0}" = 1 ]; then
+          perf record -q -e cpu-clock -F 997 -p "$NODE_PID" -o "$OUT/perf-$build-rep$rep-$n.data" >/dev/null 2>&1 &
+          perf_pid="$! "
+          perf stat -x, -e io_uring:io_uring_submit_req,syscalls:sys_enter_io_uring_enter -p "$NODE_PID" \
+            -o "$OUT/perf-$build-rep$rep-$n.stat" >/dev/null 2>&1 &
+          perf_pid+=$!
+        fi
         "$LG" measure fanout --addr 127.0.0.1:$GW_PORT --ingest 127.0.0.1:$GW_INGEST --tokens-file "$TOKENS" \
           --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$p" \
           --node-pid "$NODE_PID" --admin 127.0.0.1:$GW_ADMIN > "$f" 2>&1 || log "loadgen measure failed, see $f"
+        if [ -n "$perf_pid" ]; then
+          kill -INT $perf_pid 2>/dev/null || true
+          for q in $perf_pid; do wait "$q" 2>/dev/null || true; done
+        fi
         stop_node
         printf "%s\t%s\t%s\t%s\t%s\t%s\n" "$build" "$n" "$r" "$p" "$rep" "$(summarise_fanout "$f")" >> "$tsv"
       done
     done
   done
   GW=$keep
+  [ "${AB_PERF:-0}" = 1 ] && ab_perf_summary "$tsv" | tee "$OUT/ab-perf.txt"
   echo
   echo "== A/B runs ($tsv) =="
   column -t -s $'\t' "$tsv"

@@ -40,6 +40,34 @@ pub struct Config {
     pub events: Events,
     pub registry: RegistryLink,
     pub demo: Demo,
+    pub rest: Rest,
+}
+
+/// The REST edge's rate limits (docs/rate-limits.md).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Rest {
+    /// Multiplies every route bucket's published limit (1: as published).
+    pub limit_scale: u32,
+    /// Requests per second per bot token across all routes.
+    pub global_per_second: u32,
+    /// Invalid requests (401, 403, 429) per token per 10 minutes before a restriction.
+    pub invalid_per_10_minutes: u32,
+    /// 429s within 10 s after which a token is banned for `ban_seconds`.
+    pub ban_after_429s: u32,
+    pub ban_seconds: u64,
+}
+
+impl Default for Rest {
+    fn default() -> Self {
+        Rest {
+            limit_scale: 1,
+            global_per_second: 50,
+            invalid_per_10_minutes: 10_000,
+            ban_after_429s: 100,
+            ban_seconds: 60,
+        }
+    }
 }
 
 /// How the node uses the registry: leases, revocations, limits, brownout.
@@ -214,6 +242,7 @@ impl Default for Config {
             events: Events::default(),
             registry: RegistryLink::default(),
             demo: Demo::default(),
+            rest: Rest::default(),
         }
     }
 }
@@ -347,6 +376,18 @@ pub struct RunArgs {
     /// Do not run the demo traffic source.
     #[arg(long)]
     pub no_demo: bool,
+    /// REST: multiply every route bucket's limit (load tests of the edge).
+    #[arg(long)]
+    pub rest_limit_scale: Option<u32>,
+    /// REST: requests per second per bot token across all routes.
+    #[arg(long)]
+    pub rest_global_per_second: Option<u32>,
+    /// REST: 429s within 10 s before a token is banned.
+    #[arg(long)]
+    pub rest_ban_after_429s: Option<u32>,
+    /// REST: how long such a ban lasts.
+    #[arg(long)]
+    pub rest_ban_seconds: Option<u64>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -404,6 +445,10 @@ impl Config {
         if args.fault_injection {
             cfg.registry.fault_injection = true;
         }
+        set!(args.rest_limit_scale => cfg.rest.limit_scale);
+        set!(args.rest_global_per_second => cfg.rest.global_per_second);
+        set!(args.rest_ban_after_429s => cfg.rest.ban_after_429s);
+        set!(args.rest_ban_seconds => cfg.rest.ban_seconds);
         set!(args.max_unsent => cfg.events.max_unsent);
         set!(args.arena_bytes => cfg.events.arena_bytes);
         if args.tls_cert.is_some() {

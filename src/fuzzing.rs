@@ -19,7 +19,7 @@ use crate::protocol::close::{Close, CloseCode};
 use crate::protocol::compress::Kind;
 use crate::protocol::identify::{self, ClientPayload};
 use crate::protocol::intents;
-use crate::protocol::rest::{self, Route};
+use crate::protocol::rest;
 use crate::protocol::session::{Action, Limits, Phase, Session};
 use crate::protocol::upgrade::{upgrade_refusal, ws_error_close};
 
@@ -366,55 +366,110 @@ pub fn upgrade(data: &[u8]) {
     }
 }
 
-/// `rest` target. Input: a REST request head (or, when it does not parse,
-/// method, path and Authorization value separated by newlines). Runs the
-/// worker's REST handling (`rest::is_api`, `rest::route`, `rest::bearer`).
-/// There are no REST request bodies yet (a request with one is answered
-/// and the connection closed); this covers the path and the header.
-/// Oracles: no panic; HEAD routes like GET; another method gets 405
-/// exactly where GET finds a route; trailing slashes and an `/api/vN`
-/// prefix do not change the route; a token is non-empty, trimmed, a slice
-/// of the header, and survives `Bot <token>` again.
+/// `rest` target. Input: a REST request (head and body), or, when the
+/// head does not parse, method, path, Authorization value, Content-Type
+/// and a body separated by newlines. Runs the REST edge's pure steps:
+/// `api::route::route`, `rest::bearer`, and the body parser and validators
+/// of `api::body` (JSON, multipart, message, bulk delete, DM).
+/// Oracles: no panic; HEAD routes like GET; a path either has no route for
+/// any method (404) or for none of them is it 404; trailing slashes and an
+/// `/api/vN` prefix do not change the route; every routed action has a
+/// bucket and a metrics name; a token is non-empty, trimmed, a slice of the
+/// header, and survives `Bot <token>` again; a body error is a 400 (or
+/// 413) whose JSON has an integer `code`.
 pub fn rest(data: &[u8]) {
     match parse_head(data) {
-        Ok(Some((_, head))) => {
+        Ok(Some((n, head))) => {
             if rest::is_api(&head.path) {
                 check_route(&head.method, &head.path);
             }
             check_bearer(head.authorization.as_deref());
+            check_body(head.content_type.as_deref(), &data[n..]);
         }
         _ => {
             let text = String::from_utf8_lossy(data);
-            let mut parts = text.splitn(3, '\n');
+            let mut parts = text.splitn(5, '\n');
             let method = parts.next().unwrap_or("");
             let path = parts.next().unwrap_or("");
             check_route(method, path);
             check_bearer(parts.next());
+            let ct = parts.next();
+            check_body(ct, parts.next().unwrap_or("").as_bytes());
         }
     }
 }
 
 fn check_route(method: &str, path: &str) {
-    let r = rest::route(method, path);
-    let get = rest::route("GET", path);
-    assert_eq!(rest::route("HEAD", path), get, "HEAD routes unlike GET");
-    match (&get, method) {
-        (Route::NotFound, _) => assert_eq!(r, Route::NotFound),
-        (_, "GET" | "HEAD") => assert_eq!(r, get),
-        _ => assert_eq!(r, Route::MethodNotAllowed, "{method} {path}"),
+    use crate::api::route::{route, RouteError};
+    let r = route(method, path);
+    let get = route("GET", path);
+    assert_eq!(route("HEAD", path), get, "HEAD routes unlike GET");
+    assert_eq!(
+        r == Err(RouteError::NotFound),
+        get == Err(RouteError::NotFound),
+        "404 depends on the path alone: {method} {path}"
+    );
+    if let Ok(ref a) = r {
+        assert!(crate::api::route::ROUTE_NAMES[a.index()] == a.name());
+        let connect_time = matches!(
+            a,
+            crate::api::route::ApiRoute::Gateway
+                | crate::api::route::ApiRoute::GatewayBot
+                | crate::api::route::ApiRoute::UsersMe
+                | crate::api::route::ApiRoute::ApplicationsMe
+        );
+        assert_eq!(
+            a.bucket().is_some(),
+            !connect_time,
+            "every action route is limited"
+        );
     }
     assert_eq!(
-        rest::route(method, &format!("{path}/")),
+        route(method, &format!("{path}/")),
         r,
         "a trailing slash changed the route"
     );
     if let Some(tail) = path.strip_prefix("/api/") {
         if !tail.starts_with('v') {
             assert_eq!(
-                rest::route(method, &format!("/api/v10/{tail}")),
+                route(method, &format!("/api/v10/{tail}")),
                 r,
                 "/api/v10 prefix"
             );
+        }
+    }
+}
+
+fn check_body(content_type: Option<&str>, body: &[u8]) {
+    use crate::api::body;
+    let check_err = |e: &body::ApiError| {
+        assert!(e.status == 400 || e.status == 413, "{e:?}");
+        assert!(e.body["code"].is_u64(), "an integer code: {}", e.body);
+    };
+    match body::parse(content_type, body) {
+        Err(e) => check_err(&e),
+        Ok(m) => {
+            for create in [true, false] {
+                match body::message(&m, create) {
+                    Err(e) => check_err(&e),
+                    Ok(d) => {
+                        if let Some(c) = &d.content {
+                            assert!(c.chars().count() <= body::MAX_CONTENT_CHARS);
+                        }
+                        assert!(d
+                            .embeds
+                            .as_ref()
+                            .is_none_or(|e| e.len() <= body::MAX_EMBEDS));
+                    }
+                }
+            }
+            match body::bulk_delete(&m) {
+                Err(e) => check_err(&e),
+                Ok(ids) => assert!((1..=body::MAX_BULK_DELETE).contains(&ids.len())),
+            }
+            if let Err(e) = body::create_dm(&m) {
+                check_err(&e);
+            }
         }
     }
 }

@@ -10,13 +10,17 @@
 //! ```text
 //!   node, demo, registry_cli   wire the threads; the CLI
 //!   ops                        admin port, metrics text, `gatewayd stats`
-//!   ingest, link               the event stream in; the registry sidecar
+//!   ingest, link, chat         the event stream in; the registry sidecar; the
+//!                              chat service that commits REST actions
 //!   worker                     the run loop, connections, the inbox types
+//!   api                        the REST edge's steps: route, limit, permit, bodies
 //!   delivery                   entitlement, fan-out, arena records, sends
 //!   protocol                   Gateway v10 as a state machine; payloads
 //!   config, histogram          leaves
 //! ```
 
+pub mod api;
+pub mod chat;
 pub mod config;
 pub mod delivery;
 #[doc(hidden)]

@@ -96,6 +96,7 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     }
     let handles: Arc<[WorkerHandle]> = handles.into();
     let (sidecar_tx, sidecar_rx) = crossbeam_channel::bounded(SIDECAR_QUEUE);
+    let (chat_tx, chat_rx) = crossbeam_channel::bounded(crate::chat::QUEUE);
     drop(placeholder);
     let gateway_url = cfg.gateway_url();
     let ingest_stats: Arc<crate::ingest::pipeline::IngestStats> = Arc::new(Default::default());
@@ -104,6 +105,7 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         gateway_url: gateway_url.clone(),
         tls,
         sidecar: sidecar_tx,
+        chat: chat_tx,
         workers: handles.clone(),
         ring_fds: setups
             .iter()
@@ -175,12 +177,14 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         worker_threads.push(handle);
     }
 
+    let chat_stats: Arc<crate::chat::ChatStats> = Arc::new(Default::default());
     let admin = crate::ops::admin::start(
         cfg.admin_addr,
         crate::ops::admin::Views {
             shared: shared.clone(),
             ingest: ingest_stats.clone(),
             link: link_stats.clone(),
+            chat: chat_stats.clone(),
         },
     )
     .map_err(|e| format!("admin {}: {e}", cfg.admin_addr))?;
@@ -219,6 +223,15 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
             .map_err(|e| format!("kafka ingest: {e}"))?,
         )
     };
+    // The chat service commits REST actions as events into the same stream.
+    let chat_thread = crate::chat::start(
+        ingest_addr,
+        chat_rx,
+        handles.clone(),
+        chat_stats.clone(),
+        stop.clone(),
+    )
+    .map_err(|e| format!("starting the chat service: {e}"))?;
     // The demo source is a producer like any other: it writes records to the ingest listener.
     let demo_thread = cfg.demo.enabled.then(|| {
         crate::ingest::demo::start(demo_target, cfg.demo.interval_ms, ingest_addr, stop.clone())
@@ -272,6 +285,7 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     }
     stop.store(true, Ordering::SeqCst);
     let _ = sidecar_thread.join();
+    let _ = chat_thread.join();
     if let Some(t) = demo_thread {
         let _ = t.join();
     }

@@ -208,3 +208,123 @@ fn discord_py_unapproved_presences_intent_raises_privileged_intents_required() {
     );
     assert!(run.status.success(), "{}", run.explain());
 }
+
+/// The classic "!ping" bot (tests/py/ping_bot.py), unmodified discord.py but
+/// for the base URLs, acting through the REST edge: send, reply, edit,
+/// react, delete, a 30-message burst through the 5-per-5-s channel limit
+/// with no 429 ever reaching the library, and each action seen coming back
+/// as an event.
+#[test]
+#[ignore = "needs discord.py 2.x: run scripts/test-all.sh, or set GATEWAYD_PYTHON to a venv with tests/py/requirements.txt"]
+fn discord_py_ping_bot_acts_through_the_rest_edge() {
+    use support::events::{message_event, Producer};
+    let python = support::python::discord_py_python();
+    let node = Node::start(&["--no-demo"]);
+    let probe = support::bot::identify(
+        node.gateway,
+        "probe",
+        &node.token,
+        support::BOT_INTENTS,
+        None,
+    )
+    .expect("identify");
+    let (server, general) = support::bot::server_and_general(&probe.guild_creates[0]);
+    probe.close_politely();
+
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/ping_bot.py");
+    let out_path = node.dir.path().join("ping-bot.stdout");
+    let err_path = node.dir.path().join("ping-bot.stderr");
+    let mut child = Command::new(&python)
+        .arg(&script)
+        .args(["--addr", &node.gateway.to_string(), "--timeout", "90"])
+        .env("GATEWAYD_TOKEN", &node.token)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("PYTHONUNBUFFERED", "1")
+        .stdin(Stdio::null())
+        .stdout(std::fs::File::create(&out_path).unwrap())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {python}: {e}"));
+    let stderr = || std::fs::read_to_string(&err_path).unwrap_or_default();
+    let ready = support::wait_until(Duration::from_secs(30), || {
+        std::fs::read_to_string(&out_path).is_ok_and(|s| s.contains("READY"))
+    });
+    if ready.is_none() {
+        let _ = child.kill();
+        panic!("ping_bot.py never reached on_ready\n{}", stderr());
+    }
+    // A person writes "!ping" in #general.
+    Producer::connect(node.ingest).send(&message_event(
+        1_180_000_000_000_300_001,
+        server,
+        general,
+        "!ping",
+        &[],
+    ));
+    let deadline = Instant::now() + PROCESS_TIMEOUT;
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("ping_bot.py still running\n{}", stderr());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
+    let s: serde_json::Value = stdout
+        .lines()
+        .rev()
+        .find(|l| l.starts_with('{'))
+        .and_then(|l| serde_json::from_str(l).ok())
+        .unwrap_or(serde_json::Value::Null);
+    let explain = || {
+        format!(
+            "ping_bot.py exited {status}\n--- summary ---\n{s:#}\n--- stderr ---\n{}",
+            stderr()
+        )
+    };
+    assert!(status.success() && s["ok"] == true, "{}", explain());
+    assert_eq!(s["pong"]["content"], "pong", "{}", explain());
+    assert_eq!(s["pong"]["author_is_me"], true, "{}", explain());
+    assert_eq!(s["reply"]["type"], "MessageType.reply", "{}", explain());
+    assert_eq!(
+        s["reply"]["ref"],
+        "1180000000000300001",
+        "the reply names the person's message: {}",
+        explain()
+    );
+    assert_eq!(s["edited"]["content"], "pong (edited)", "{}", explain());
+    assert_eq!(s["edited"]["edited_at"], true, "{}", explain());
+    assert_eq!(s["fetched"]["content"], "pong (edited)", "{}", explain());
+    assert_eq!(
+        s["fetched"]["reactions"],
+        serde_json::json!(["\u{1F44D}"]),
+        "{}",
+        explain()
+    );
+    assert_eq!(s["burst_ok"], 30, "{}", explain());
+    assert_eq!(
+        s["rate_limited_logged"],
+        serde_json::json!([]),
+        "no 429 may reach the library: {}",
+        explain()
+    );
+    assert!(s["reactions"][0]["user_is_me"] == true, "{}", explain());
+    // Every message it sent came back to it as MESSAGE_CREATE (32 = pong, reply, 30).
+    let own: Vec<&str> = s["own_created"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|v| v.as_str())
+        .collect();
+    for id in s["sent"].as_array().unwrap() {
+        assert!(
+            own.contains(&id.as_str().unwrap()),
+            "{id} never came back: {}",
+            explain()
+        );
+    }
+    assert_eq!(s["sent"].as_array().unwrap().len(), 32, "{}", explain());
+}

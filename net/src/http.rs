@@ -49,6 +49,8 @@ pub struct RequestHead {
     /// answer 426 with `Sec-WebSocket-Version: 13`.
     pub websocket_version_ok: bool,
     pub authorization: Option<String>,
+    /// `Content-Type`, if present and UTF-8.
+    pub content_type: Option<String>,
     pub content_length: usize,
     /// HTTP/1.1: true unless `Connection: close`; HTTP/1.0: only with
     /// `Connection: keep-alive`.
@@ -122,6 +124,8 @@ pub fn parse_head(buf: &[u8]) -> Result<Option<(usize, RequestHead)>, HttpError>
             let v = std::str::from_utf8(value)
                 .map_err(|_| HttpError::BadRequest("non-UTF-8 Authorization"))?;
             head.authorization = Some(v.to_owned());
+        } else if name.eq_ignore_ascii_case("content-type") {
+            head.content_type = std::str::from_utf8(value).ok().map(str::to_owned);
         } else if name.eq_ignore_ascii_case("content-length") {
             let n = parse_content_length(value)?;
             // Differing duplicates are a request-smuggling vector.

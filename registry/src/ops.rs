@@ -426,7 +426,8 @@ pub(crate) fn seed_demo<S: InstallStore>(s: &mut S) -> Result<Option<DemoSeed>> 
         s,
         app.id,
         server.id,
-        VIEW_CHANNEL | SEND_MESSAGES | READ_MESSAGE_HISTORY | EMBED_LINKS,
+        // What an ordinary bot invite asks for: read, write, embed, react.
+        VIEW_CHANNEL | SEND_MESSAGES | READ_MESSAGE_HISTORY | EMBED_LINKS | ADD_REACTIONS,
     )?;
     Ok(Some(DemoSeed {
         app,

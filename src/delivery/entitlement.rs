@@ -73,6 +73,35 @@ pub fn channel_permissions(
     p & bound
 }
 
+/// Why a bot may not act in (or see) a channel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Denied {
+    /// Not a channel of this server as the bot knows it.
+    UnknownChannel,
+    /// No VIEW_CHANNEL: the channel is invisible to the bot (REST 50001).
+    NoAccess,
+    /// Visible, but these required bits are missing (REST 50013).
+    Missing(u64),
+}
+
+/// THE check, for events and for REST alike: does the bot hold
+/// VIEW_CHANNEL and every bit of `need` in `channel`? Answers the bot's
+/// permissions there. The bits come from `channel_permissions` (granted
+/// bitset, roles, overwrites), computed once per lease into `guild`.
+pub fn channel_allows(guild: &GuildAccess, channel: ChannelId, need: u64) -> Result<u64, Denied> {
+    let p = guild
+        .channel_permissions(channel)
+        .ok_or(Denied::UnknownChannel)?;
+    if p & perm::VIEW_CHANNEL == 0 {
+        return Err(Denied::NoAccess);
+    }
+    let missing = need & !p;
+    if missing != 0 {
+        return Err(Denied::Missing(missing));
+    }
+    Ok(p)
+}
+
 /// Which form of an event a session gets.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Variant {
@@ -115,11 +144,7 @@ pub fn decide(id: &Identity, req: &Requirement) -> Option<Variant> {
         return None; // the lease lapsed: the registry could not confirm the installation
     }
     if req.channel_id != ChannelId::NONE {
-        let p = guild.channel_permissions(req.channel_id)?;
-        let need = perm::VIEW_CHANNEL | req.permissions;
-        if p & need != need {
-            return None;
-        }
+        channel_allows(guild, req.channel_id, req.permissions).ok()?;
     }
     if !req.has_content
         || id.intents & intents::MESSAGE_CONTENT != 0

@@ -22,6 +22,8 @@ use crate::protocol::intents;
 use crate::protocol::{Close, CloseCode};
 use crate::worker::mail::*;
 
+mod rest;
+
 /// Identify buckets remembered before stale ones are pruned.
 const MAX_BUCKETS: usize = 65_536;
 
@@ -297,6 +299,24 @@ impl Sidecar {
                 let (status, body) = self.rest(route, token.as_deref());
                 self.reply(worker, ToWorker::RestReply { conn, status, body });
             }
+            SidecarRequest::ApiAuth {
+                worker,
+                digest,
+                token,
+            } => {
+                let view = self.api_auth(&token).map(|v| v.map(Box::new));
+                self.reply(worker, ToWorker::ApiAuthed { digest, view });
+            }
+            SidecarRequest::ApiRead {
+                worker,
+                conn,
+                app,
+                route,
+                target,
+            } => {
+                let (status, body) = self.api_read(app, &route, target);
+                self.reply(worker, ToWorker::RestReply { conn, status, body });
+            }
             SidecarRequest::RenewLeases { worker, pairs } => {
                 let reply = self.renew_leases(pairs);
                 self.reply(worker, reply);
@@ -549,71 +569,5 @@ impl Sidecar {
                 }
             }
         }
-    }
-
-    fn rest(&mut self, route: RestRoute, token: Option<&str>) -> (u16, Vec<u8>) {
-        let app = match token.map(|t| self.call(|r| r.authenticate(t))) {
-            Some(Ok(Some(app))) => app,
-            Some(Err(e)) => {
-                tracing::warn!(error = %e, "registry error during REST");
-                return (
-                    503,
-                    br#"{"message": "registry unavailable", "code": 0}"#.to_vec(),
-                );
-            }
-            _ => {
-                return (
-                    401,
-                    br#"{"message": "401: Unauthorized", "code": 0}"#.to_vec(),
-                )
-            }
-        };
-        let body = match route {
-            RestRoute::GatewayBot => {
-                let installs = self
-                    .call(|r| r.installations_of_app(app.id))
-                    .map(|i| i.len())
-                    .unwrap_or(0);
-                let limit = match self
-                    .call(|r| r.session_start_remaining(app.id, registry::snowflake::unix_ms_now()))
-                {
-                    Ok(l) => l,
-                    Err(_) => {
-                        return (
-                            503,
-                            br#"{"message": "registry unavailable", "code": 0}"#.to_vec(),
-                        )
-                    }
-                };
-                json!({
-                    "url": self.gateway_url,
-                    "shards": installs.div_ceil(1000).max(1),
-                    "session_start_limit": {
-                        "total": limit.total,
-                        "remaining": limit.remaining,
-                        "reset_after": limit.reset_after_ms,
-                        "max_concurrency": limit.max_concurrency,
-                    }
-                })
-            }
-            RestRoute::UsersMe => bot_user(&app),
-            RestRoute::ApplicationsMe => json!({
-                "id": app.id.to_string(),
-                "name": app.name,
-                "description": "",
-                "icon": null,
-                "bot_public": false,
-                "bot_require_code_grant": false,
-                "owner": {"id": "0", "username": "gatewayd", "discriminator": "0", "global_name": null, "avatar": null, "flags": 0, "public_flags": 0},
-                "verify_key": format!("{:064x}", u128::from(app.id as u32)),
-                "flags": app.flags,
-                "team": null,
-                "summary": "",
-                "rpc_origins": [],
-                "tags": [],
-                "bot": bot_user(&app),
-            }),
-        };
-        (200, serde_json::to_vec(&body).expect("json"))
     }
 }

@@ -3,4 +3,5 @@
 
 pub mod admin;
 pub mod metrics;
+pub mod rest_metrics;
 pub mod stats;

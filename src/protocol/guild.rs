@@ -37,63 +37,8 @@ pub fn guild_create(
     managed: &[(u64, u64)],
 ) -> Value {
     let s = &snap.server;
-    let roles: Vec<Value> = snap
-        .roles
-        .iter()
-        .map(|r| {
-            json!({
-                "id": r.id.to_string(),
-                "name": r.name,
-                "permissions": r.permissions.to_string(),
-                "position": r.position,
-                "color": r.color,
-                "colors": {"primary_color": r.color, "secondary_color": null, "tertiary_color": null},
-                "hoist": r.hoist,
-                "managed": r.managed,
-                "mentionable": r.mentionable,
-                "icon": null,
-                "unicode_emoji": null,
-                "flags": 0,
-                "tags": match managed.iter().find(|(role, _)| *role == r.id) {
-                    Some((_, bot)) => json!({"bot_id": bot.to_string()}),
-                    None => json!({}),
-                },
-            })
-        })
-        .collect();
-    let channels: Vec<Value> = snap
-        .channels
-        .iter()
-        .map(|c| {
-            let ch = &c.channel;
-            let overwrites: Vec<Value> = c
-                .overwrites
-                .iter()
-                .map(|o| {
-                    json!({
-                        "id": o.target_id.to_string(),
-                        "type": o.kind.as_u8(),
-                        "allow": o.allow.to_string(),
-                        "deny": o.deny.to_string(),
-                    })
-                })
-                .collect();
-            json!({
-                "id": ch.id.to_string(),
-                "type": ch.kind,
-                "guild_id": s.id.to_string(),
-                "name": ch.name,
-                "position": ch.position,
-                "parent_id": ch.parent_id.map(|p| p.to_string()),
-                "topic": ch.topic,
-                "nsfw": false,
-                "rate_limit_per_user": 0,
-                "last_message_id": null,
-                "permission_overwrites": overwrites,
-                "flags": 0,
-            })
-        })
-        .collect();
+    let roles: Vec<Value> = snap.roles.iter().map(|r| role(r, managed)).collect();
+    let channels: Vec<Value> = snap.channels.iter().map(|c| channel(c, s.id)).collect();
     let joined = iso8601(inst.installed_at_ms);
     json!({
         "id": s.id.to_string(),
@@ -158,4 +103,89 @@ pub fn guild_create(
         "joined_at": joined,
         "incidents_data": null,
     })
+}
+
+/// A role object; `managed` maps each managed role to its bot user.
+pub fn role(r: &registry::model::Role, managed: &[(u64, u64)]) -> Value {
+    json!({
+        "id": r.id.to_string(),
+        "name": r.name,
+        "permissions": r.permissions.to_string(),
+        "position": r.position,
+        "color": r.color,
+        "colors": {"primary_color": r.color, "secondary_color": null, "tertiary_color": null},
+        "hoist": r.hoist,
+        "managed": r.managed,
+        "mentionable": r.mentionable,
+        "icon": null,
+        "unicode_emoji": null,
+        "flags": 0,
+        "tags": match managed.iter().find(|(role, _)| *role == r.id) {
+            Some((_, bot)) => json!({"bot_id": bot.to_string()}),
+            None => json!({}),
+        },
+    })
+}
+
+/// A server channel object with its overwrites.
+pub fn channel(c: &registry::model::ChannelWithOverwrites, server_id: u64) -> Value {
+    let ch = &c.channel;
+    let overwrites: Vec<Value> = c
+        .overwrites
+        .iter()
+        .map(|o| {
+            json!({
+                "id": o.target_id.to_string(),
+                "type": o.kind.as_u8(),
+                "allow": o.allow.to_string(),
+                "deny": o.deny.to_string(),
+            })
+        })
+        .collect();
+    json!({
+        "id": ch.id.to_string(),
+        "type": ch.kind,
+        "guild_id": server_id.to_string(),
+        "name": ch.name,
+        "position": ch.position,
+        "parent_id": ch.parent_id.map(|p| p.to_string()),
+        "topic": ch.topic,
+        "nsfw": false,
+        "rate_limit_per_user": 0,
+        "last_message_id": null,
+        "permission_overwrites": overwrites,
+        "flags": 0,
+    })
+}
+
+/// The guild object `GET /guilds/{id}` answers: GUILD_CREATE without the
+/// gateway-only fields.
+pub fn guild_rest(
+    snap: &ServerSnapshot,
+    inst: &Installation,
+    app: &Application,
+    managed: &[(u64, u64)],
+) -> Value {
+    let mut g = guild_create(snap, inst, app, managed);
+    if let Value::Object(o) = &mut g {
+        for k in [
+            "channels",
+            "threads",
+            "members",
+            "member_count",
+            "presences",
+            "voice_states",
+            "stage_instances",
+            "guild_scheduled_events",
+            "soundboard_sounds",
+            "large",
+            "unavailable",
+            "lazy",
+            "joined_at",
+        ] {
+            o.remove(k);
+        }
+        o.insert("approximate_member_count".into(), json!(2));
+    }
+    g
 }

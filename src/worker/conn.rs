@@ -131,6 +131,12 @@ pub struct Conn {
     pub(super) deadline_ms: u64,
     /// A REST answer is awaited from the sidecar; later requests wait.
     pub(super) rest_pending: bool,
+    /// The rate-limit headers the awaited REST answer will carry.
+    pub(super) rest_headers: Vec<(&'static str, String)>,
+    /// The request's `api::route::ROUTE_NAMES` index, for its metrics.
+    pub(super) rest_route: u8,
+    /// A REST request waiting for its token's lookup (see `worker/rest.rs`).
+    pub(super) api_wait: Option<Box<crate::api::Pending>>,
     pub(super) keep_alive: bool,
     /// Set while this connection is being moved to its session's worker.
     pub(super) handover: Option<Box<Handover>>,
@@ -182,6 +188,9 @@ impl Conn {
             life: Lifecycle::Open,
             deadline_ms,
             rest_pending: false,
+            rest_headers: Vec::new(),
+            rest_route: 0,
+            api_wait: None,
             keep_alive: true,
             handover: None,
             close_pending: None,

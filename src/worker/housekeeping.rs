@@ -11,6 +11,8 @@ impl Worker {
             self.next_lease_renewal = self.unix_ms + self.shared.cfg.registry.lease_ttl_ms / 3;
             let mut pairs = std::mem::take(&mut self.lease_pairs);
             self.fan.lease_pairs(&mut pairs);
+            // The REST views' leases renew in the same batch.
+            self.api.views.lease_pairs(&mut pairs);
             let (held, lapsed) = self.fan.lease_counts(self.unix_ms);
             self.metrics().leases_held.store(held, Ordering::Relaxed);
             self.metrics()

@@ -8,33 +8,21 @@ impl Worker {
     pub(super) fn on_message(&mut self, msg: ToWorker) {
         match msg {
             ToWorker::Identified { conn, result } => self.on_identified(conn, result),
-            ToWorker::RestReply {
-                conn: key,
-                status,
-                body,
-            } => {
-                let Some(conn) = self.conn(key) else { return };
-                conn.rest_pending = false;
-                http::write_response(
-                    status,
-                    rest::JSON,
-                    &body,
-                    conn.keep_alive,
-                    &[],
-                    &mut conn.out,
-                );
-                let keep = conn.keep_alive;
-                self.queue_flush(key);
-                if keep {
-                    self.process_input(key);
-                } else {
-                    self.close_after_flush(key);
-                }
-            }
+            ToWorker::RestReply { conn, status, body } => self.on_rest_reply(conn, status, body),
+            ToWorker::ApiAuthed { digest, view } => self.on_api_authed(digest, view),
             ToWorker::Batch(batch) => self.deliver_batch(&batch),
-            ToWorker::Leases { pairs, until_ms } => self.fan.renew_leases(&pairs, until_ms),
+            // Sessions and REST views take every change at the same moment.
+            ToWorker::Leases { pairs, until_ms } => {
+                self.fan.renew_leases(&pairs, until_ms);
+                self.api.views.renew(&pairs, until_ms);
+            }
             ToWorker::Revoke(msg) => self.revoke(&msg),
-            ToWorker::Access(update) => self.fan.update_access(update.server_id, &update.by_app),
+            ToWorker::Access(update) => {
+                self.fan.update_access(update.server_id, &update.by_app);
+                self.api
+                    .views
+                    .update_access(update.server_id, &update.by_app);
+            }
             ToWorker::Adopt {
                 token,
                 conn,
@@ -129,6 +117,9 @@ impl Worker {
             } => {
                 self.fan
                     .revoke_server(AppId(application_id), ServerId(server_id));
+                self.api
+                    .views
+                    .revoke_server(AppId(application_id), ServerId(server_id));
             }
             R::PermissionsChanged {
                 application_id,
@@ -136,9 +127,13 @@ impl Worker {
             } => match &msg.access {
                 Some(access) => {
                     self.fan.set_access(AppId(application_id), access);
+                    self.api.views.set_access(AppId(application_id), access);
                 }
                 None => {
                     self.fan
+                        .revoke_server(AppId(application_id), ServerId(server_id));
+                    self.api
+                        .views
                         .revoke_server(AppId(application_id), ServerId(server_id));
                 }
             },
@@ -148,6 +143,7 @@ impl Worker {
                     "authentication failed: the token was reset",
                 );
                 self.end_sessions(AppId(application_id), None, c);
+                self.api.views.forget_app(AppId(application_id));
             }
             R::IntentsChanged { application_id } => {
                 // Sessions using a privileged intent that is no longer approved end.

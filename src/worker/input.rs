@@ -44,12 +44,19 @@ impl Worker {
         if c.result > 0 {
             let b = bid.expect("a receive with data has a buffer");
             // Copy out of the provided buffer so it goes straight back to the kernel.
-            let max_in = http::MAX_HEAD.max(self.shared.cfg.limits.inbound_message_bytes + 14) * 2;
+            let max_ws = http::MAX_HEAD.max(self.shared.cfg.limits.inbound_message_bytes + 14) * 2;
+            // A REST request: its head and a body of up to MAX_BODY.
+            let max_rest = http::MAX_HEAD + crate::api::body::MAX_BODY;
             let (rs_ring, conns) = {
                 let rs = &mut self.rings[r];
                 (&mut rs.ring, &mut rs.conns)
             };
             let conn = conns[key.slot as usize].as_deref_mut().expect("alive");
+            let max_in = if matches!(conn.state, ConnState::Http) {
+                max_rest
+            } else {
+                max_ws
+            };
             let data = rs_ring.buffer(b, c.result as usize);
             let mut fail = None;
             match conn.tls.as_deref_mut() {
@@ -134,6 +141,41 @@ impl Worker {
                             conn.inbuf.clear();
                             self.close_after_flush(key);
                             return;
+                        }
+                        Ok(Some((n, head))) if rest::is_api(&head.path) => {
+                            let total = n.saturating_add(head.content_length);
+                            if head.content_length > crate::api::body::MAX_BODY {
+                                conn.inbuf.clear();
+                                conn.keep_alive = false;
+                                let e = crate::api::body::ApiError::new(
+                                    413,
+                                    40005,
+                                    "Request entity too large",
+                                );
+                                http::write_response(
+                                    413,
+                                    rest::JSON,
+                                    &e.to_bytes(),
+                                    false,
+                                    &[],
+                                    &mut conn.out,
+                                );
+                                self.close_after_flush(key);
+                                return;
+                            }
+                            if conn.inbuf.len() < total {
+                                return; // the body is still coming
+                            }
+                            if let Some(to) = self.rest_owner_elsewhere(&head) {
+                                // Its token's worker parses it again from the same bytes.
+                                self.start_handover(key, to, Action::None);
+                                return;
+                            }
+                            let conn = conn_in(&mut self.rings, key).expect("live");
+                            conn.keep_alive = head.keep_alive;
+                            let body = conn.inbuf[n..total].to_vec();
+                            conn.inbuf.drain(..total);
+                            self.on_api_request(key, rest_edge::ApiRequest { head, body });
                         }
                         Ok(Some((n, head))) => {
                             conn.inbuf.drain(..n);

@@ -9,6 +9,10 @@ use crate::protocol::session::GuildAccess;
 use crate::protocol::Close;
 use proto::{AppId, ServerId};
 
+use crate::api::body::MessageDraft;
+use crate::api::permit::Target;
+use crate::api::route::ApiRoute;
+use crate::api::view::AppView;
 pub use crate::delivery::batch::Batch;
 pub use crate::delivery::ConnKey;
 pub use crate::protocol::rest::RestRoute;
@@ -25,6 +29,22 @@ pub enum SidecarRequest {
         conn: ConnKey,
         route: RestRoute,
         token: Option<String>,
+    },
+    /// Who holds this bot token, and its leased view (REST edge). Answered
+    /// with `ToWorker::ApiAuthed`.
+    ApiAuth {
+        worker: usize,
+        digest: [u8; 32],
+        token: String,
+    },
+    /// A permitted read of server data (channel, server, channels, roles),
+    /// answered from the registry with `ToWorker::RestReply`.
+    ApiRead {
+        worker: usize,
+        conn: ConnKey,
+        app: AppId,
+        route: ApiRoute,
+        target: Target,
     },
     /// A server changed (from the event stream): apply it and answer with
     /// the bots' recomputed permissions, before later events are delivered.
@@ -92,6 +112,12 @@ pub enum ToWorker {
         status: u16,
         body: Vec<u8>,
     },
+    /// The registry's answer to `ApiAuth`: `Ok(None)` is a bad token,
+    /// `Err(())` the registry could not answer.
+    ApiAuthed {
+        digest: [u8; 32],
+        view: Result<Option<Box<AppView>>, ()>,
+    },
     /// These leases (sorted pairs) are valid until `until_ms` (Unix ms).
     Leases {
         pairs: Vec<(AppId, ServerId)>,
@@ -155,4 +181,40 @@ impl WorkerHandle {
         unsafe { libc::write(self.wake_fd, (&one as *const u64).cast(), 8) };
         ok
     }
+}
+
+/// The commit step of a permitted REST request, for the chat service.
+pub struct ChatRequest {
+    pub worker: usize,
+    pub conn: ConnKey,
+    /// The acting bot's user id and user object (JSON).
+    pub bot_user_id: u64,
+    pub bot_user_json: Arc<str>,
+    pub target: Target,
+    pub action: ChatAction,
+}
+
+/// What a bot asks the chat service to do in `target.channel`.
+#[derive(Debug)]
+pub enum ChatAction {
+    Create(MessageDraft),
+    List {
+        limit: usize,
+        before: Option<u64>,
+        after: Option<u64>,
+        around: Option<u64>,
+    },
+    Get(u64),
+    Edit(u64, MessageDraft),
+    Delete(u64),
+    BulkDelete(Vec<u64>),
+    React(u64, String),
+    Unreact(u64, String),
+    Reactions {
+        message: u64,
+        emoji: String,
+        limit: usize,
+        after: Option<u64>,
+    },
+    Typing,
 }

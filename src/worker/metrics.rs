@@ -6,7 +6,14 @@
 
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use crate::api::limit::Scope;
+use crate::api::route::ROUTE_NAMES;
 use crate::delivery::resume::ResumeRefusal;
+
+/// The statuses the REST edge answers with, as metric labels.
+pub const REST_STATUSES: [u16; 13] = [
+    200, 204, 400, 401, 403, 404, 405, 413, 429, 500, 501, 503, 504,
+];
 
 #[derive(Default)]
 #[repr(align(128))]
@@ -30,6 +37,15 @@ pub struct WorkerMetrics {
     pub deliveries_redacted: AtomicU64,
     pub bytes_out: AtomicU64,
     pub rest_requests: AtomicU64,
+    /// REST responses by route (`api::route::ROUTE_NAMES`) and status
+    /// (`REST_STATUSES`; the last column counts any other).
+    pub rest_responses: [[AtomicU64; REST_STATUSES.len() + 1]; ROUTE_NAMES.len()],
+    /// REST 429s by scope: user, global, shared.
+    pub rest_limited: [AtomicU64; 3],
+    /// Tokens banned for hammering after 429s, and restricted for too many
+    /// invalid requests (the worker's limiter counts, copied after each request).
+    pub rest_bans: AtomicU64,
+    pub rest_restrictions: AtomicU64,
     pub handshake_timeouts: AtomicU64,
     pub inbox_full_drops: AtomicU64,
     pub handovers_out: AtomicU64,
@@ -77,6 +93,21 @@ impl WorkerMetrics {
     }
     pub fn dec(c: &AtomicU64) {
         c.fetch_sub(1, Relaxed);
+    }
+    pub fn rest_response(&self, route: usize, status: u16) {
+        let s = REST_STATUSES
+            .iter()
+            .position(|&x| x == status)
+            .unwrap_or(REST_STATUSES.len());
+        self.rest_responses[route.min(ROUTE_NAMES.len() - 1)][s].fetch_add(1, Relaxed);
+    }
+    pub fn rest_limited(&self, scope: Scope) {
+        let i = match scope {
+            Scope::User => 0,
+            Scope::Global => 1,
+            Scope::Shared => 2,
+        };
+        self.rest_limited[i].fetch_add(1, Relaxed);
     }
     pub fn close_sent(&self, code: u16) {
         let i = code.checked_sub(4000).filter(|i| *i < 15).unwrap_or(15);

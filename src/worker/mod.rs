@@ -25,6 +25,7 @@ mod input;
 pub mod mail;
 pub mod metrics;
 mod op;
+mod rest_edge;
 mod send;
 mod sessions;
 pub mod shared;
@@ -149,6 +150,7 @@ pub struct Worker {
     lease_pairs: Vec<(AppId, ServerId)>,
     /// Parks that timed out with the eventfd signalled (see PARK_MAX).
     lost_wakeups: u64,
+    api: rest_edge::ApiState,
 }
 
 /// Everything a worker needs, built on the main thread so setup errors
@@ -230,6 +232,7 @@ impl Worker {
     ) -> Worker {
         let send_slots = shared.cfg.events.send_slots;
         let cfg = &shared.cfg;
+        let api = rest_edge::ApiState::new((&cfg.rest).into());
         let limits = Limits {
             heartbeat_interval_ms: cfg.limits.heartbeat_interval_ms,
             commands_per_window: cfg.limits.commands_per_window,
@@ -286,6 +289,7 @@ impl Worker {
             next_lease_renewal: 0,
             lease_pairs: Vec::new(),
             lost_wakeups: 0,
+            api,
         }
     }
 

@@ -20,6 +20,8 @@ pub struct Shared {
     pub gateway_url: String,
     pub tls: Option<Arc<rustls::ServerConfig>>,
     pub sidecar: Sender<SidecarRequest>,
+    /// The chat service (the commit step of REST actions).
+    pub chat: Sender<crate::worker::mail::ChatRequest>,
     /// Every worker's inbox, for handing connections over.
     pub workers: Arc<[WorkerHandle]>,
     /// Every worker's ring descriptors: MSG_RING targets.

@@ -1,81 +1,16 @@
-//! An HTTP request on a fresh connection: a connect-time REST route
-//! (answered by the registry sidecar) or the WebSocket upgrade (query
-//! checks, compression, Hello).
+//! An HTTP request on a fresh connection that is not REST (REST requests,
+//! `/api/...`, go to `rest_edge.rs`): the WebSocket upgrade (query checks,
+//! compression, Hello), or a 426/400.
 
 use super::*;
 
 impl Worker {
     pub(super) fn on_http_request(&mut self, key: ConnKey, head: RequestHead, now: u64) {
-        let gateway_url = self.shared.gateway_url.clone();
         let worker = self.id;
         let max_message = self.shared.cfg.limits.inbound_message_bytes;
         let limits = self.limits;
         let Some(conn) = self.conn(key) else { return };
         conn.keep_alive = head.keep_alive;
-        if rest::is_api(&head.path) {
-            WorkerMetrics::inc(&self.shared.metrics[worker].rest_requests);
-            let conn = self.conn(key).expect("live");
-            match rest::route(&head.method, &head.path) {
-                rest::Route::Gateway => http::write_response(
-                    200,
-                    rest::JSON,
-                    &rest::gateway_body(&gateway_url),
-                    head.keep_alive,
-                    &[],
-                    &mut conn.out,
-                ),
-                rest::Route::NotFound => http::write_response(
-                    404,
-                    rest::JSON,
-                    rest::NOT_FOUND,
-                    head.keep_alive,
-                    &[],
-                    &mut conn.out,
-                ),
-                rest::Route::MethodNotAllowed => http::write_response(
-                    405,
-                    rest::JSON,
-                    rest::METHOD_NOT_ALLOWED,
-                    head.keep_alive,
-                    &[],
-                    &mut conn.out,
-                ),
-                rest::Route::Authed(route) => {
-                    conn.rest_pending = true;
-                    let token = rest::bearer(head.authorization.as_deref());
-                    let req = SidecarRequest::Rest {
-                        worker,
-                        conn: key,
-                        route,
-                        token,
-                    };
-                    if self.shared.sidecar.try_send(req).is_err() {
-                        let conn = self.conn(key).expect("live");
-                        conn.rest_pending = false;
-                        http::write_response(
-                            503,
-                            rest::JSON,
-                            br#"{"message": "busy", "code": 0}"#,
-                            false,
-                            &[],
-                            &mut conn.out,
-                        );
-                        self.close_after_flush(key);
-                        return;
-                    }
-                }
-            }
-            if head.content_length > 0 {
-                // We serve no request bodies; rather than skip one, end the connection.
-                self.close_after_flush(key);
-            } else if !head.keep_alive {
-                let pending = self.conn(key).map(|c| c.rest_pending).unwrap_or(false);
-                if !pending {
-                    self.close_after_flush(key);
-                }
-            }
-            return;
-        }
         if !head.is_websocket_upgrade || head.websocket_key.is_none() {
             let status = if head.is_websocket_upgrade
                 || !head.websocket_version_ok && head.websocket_key.is_some()

@@ -93,10 +93,14 @@ pub fn read_next(ws: &mut Ws, timeout: Duration) -> Next {
             }
             Ok(Message::Binary(b)) => panic!("unexpected binary frame ({} bytes)", b.len()),
             Ok(_) => {}
+            // A signal that interrupted the read (EINTR) says nothing about
+            // the session: read again, as the timeout allows.
             Err(tungstenite::Error::Io(e))
                 if matches!(
                     e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
                 ) => {}
             Err(e) => return Next::Ended(e.to_string()),
         }

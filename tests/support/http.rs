@@ -49,6 +49,38 @@ pub fn request(
     path: &str,
     headers: &[(&str, &str)],
 ) -> io::Result<Resp> {
+    request_with_body(addr, method, path, headers, None)
+}
+
+/// A JSON request: `Authorization` (if given), `Content-Type:
+/// application/json` and the body.
+pub fn json_request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    auth: Option<&str>,
+    body: Option<&Value>,
+) -> Resp {
+    let mut h = vec![];
+    if let Some(a) = auth {
+        h.push(("Authorization", a));
+    }
+    let bytes = body.map(|b| serde_json::to_vec(b).expect("json"));
+    if bytes.is_some() {
+        h.push(("Content-Type", "application/json"));
+    }
+    request_with_body(addr, method, path, &h, bytes.as_deref())
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
+}
+
+/// Like `request`, with a body (and its `Content-Length`).
+pub fn request_with_body(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> io::Result<Resp> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut req = format!(
@@ -58,8 +90,15 @@ pub fn request(
     for (k, v) in headers {
         req.push_str(&format!("{k}: {v}\r\n"));
     }
+    if let Some(b) = body {
+        req.push_str(&format!("Content-Length: {}\r\n", b.len()));
+    }
     req.push_str("\r\n");
-    s.write_all(req.as_bytes())?;
+    let mut bytes = req.into_bytes();
+    if let Some(b) = body {
+        bytes.extend_from_slice(b);
+    }
+    s.write_all(&bytes)?;
     let eof = |what: String| io::Error::new(io::ErrorKind::UnexpectedEof, what);
     let mut buf = Vec::new();
     let mut tmp = [0u8; 8192];

@@ -640,7 +640,7 @@ pub fn seed_demo_idempotent_and_reopen_keeps_data(store: &dyn Store) {
             .unwrap();
         assert_eq!(
             inst.permissions,
-            VIEW_CHANNEL | SEND_MESSAGES | READ_MESSAGE_HISTORY | EMBED_LINKS
+            VIEW_CHANNEL | SEND_MESSAGES | READ_MESSAGE_HISTORY | EMBED_LINKS | ADD_REACTIONS
         );
         let snap = reg.server_snapshot(seed.server_id).unwrap().unwrap();
         assert_eq!(snap.server.name, "Demo Server");

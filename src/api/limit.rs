@@ -1,0 +1,695 @@
+//! Rate limits of the REST edge (ADR-09, REST.md "Rate-limit headers",
+//! "429"): where a REST request is limited.
+//!
+//! ```text
+//!   request (app, bucket, major) ──► banned? ──► restricted? ──► global window ──► bucket window ──► allowed
+//!                                     429 user    429 user        429 global        429 user
+//! ```
+//!
+//! - A window is fixed: it opens at the first request, holds `limit`
+//!   requests, and closes `per_ms` later (what `X-RateLimit-Reset` names).
+//!   Windows are keyed by (application, bucket, top-level resource); the
+//!   global window by application (one bot token = one application).
+//! - Invalid requests (401, 403, 429 other than scope `shared`) are counted
+//!   per application over 10 minutes; past `invalid_limit` the application
+//!   is restricted until the 10 minutes end. A token that keeps sending
+//!   while limited (`ban_after` 429s within 10 s) is banned for `ban_secs`.
+//!   Both answer 429 scope `user` with the time left: never a 401, which
+//!   makes discord.js and twilight drop the token for good.
+//! - Bounds: at most `MAX_WINDOWS` bucket windows and `MAX_APPS` per-app
+//!   records per worker, allocated at start. A closed window carries no
+//!   state, so a full table first forgets closed ones; if every one is open
+//!   the request gets 429 scope `shared` for 1 s (not counted as invalid).
+//!
+//! Invariant: `remaining == limit - used` in every header we send, and
+//! `used <= limit` for every open window.
+
+use std::collections::HashMap;
+
+pub const MAX_WINDOWS: usize = 1 << 16;
+pub const MAX_APPS: usize = 1 << 14;
+const INVALID_WINDOW_MS: u64 = 10 * 60 * 1000;
+const HAMMER_WINDOW_MS: u64 = 10_000;
+
+/// A route bucket: routes that share one limit. The ids are what
+/// `X-RateLimit-Bucket` carries (opaque to clients; stable across nodes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Bucket {
+    MessageCreate,
+    MessageRead,
+    MessageEdit,
+    MessageDelete,
+    BulkDelete,
+    Reaction,
+    Typing,
+    ChannelRead,
+    GuildRead,
+    MemberRead,
+    MemberRole,
+    Kick,
+    Ban,
+    Dm,
+}
+
+/// A bucket's published limit: `limit` requests per `per_ms`.
+#[derive(Clone, Copy, Debug)]
+pub struct BucketDef {
+    pub id: &'static str,
+    pub limit: u32,
+    pub per_ms: u64,
+}
+
+impl Bucket {
+    pub const ALL: [Bucket; 14] = [
+        Bucket::MessageCreate,
+        Bucket::MessageRead,
+        Bucket::MessageEdit,
+        Bucket::MessageDelete,
+        Bucket::BulkDelete,
+        Bucket::Reaction,
+        Bucket::Typing,
+        Bucket::ChannelRead,
+        Bucket::GuildRead,
+        Bucket::MemberRead,
+        Bucket::MemberRole,
+        Bucket::Kick,
+        Bucket::Ban,
+        Bucket::Dm,
+    ];
+
+    /// The published table (docs/rate-limits.md lists the same).
+    pub const fn def(self) -> BucketDef {
+        let (id, limit, per_ms) = match self {
+            Bucket::MessageCreate => ("7a1f3c0e5d2b4a69", 5, 5_000),
+            Bucket::MessageRead => ("2c9e4b7a1d3f5e80", 10, 1_000),
+            Bucket::MessageEdit => ("5b3d8e1a7c2f4d96", 5, 5_000),
+            Bucket::MessageDelete => ("9e2a6c4f1b8d3a75", 5, 1_000),
+            Bucket::BulkDelete => ("4f7b1e9c3a5d2e68", 1, 1_000),
+            Bucket::Reaction => ("1d8c5a3e7f2b9c46", 1, 250),
+            Bucket::Typing => ("6a4e2d9b5c1f7a83", 5, 5_000),
+            Bucket::ChannelRead => ("3e5a7c1d9b4f2e61", 10, 1_000),
+            Bucket::GuildRead => ("8b1f4d6a2e9c5b37", 10, 1_000),
+            Bucket::MemberRead => ("0c6d9f2b4a7e1d58", 10, 1_000),
+            Bucket::MemberRole => ("5f2c8a4e6b1d9f03", 10, 10_000),
+            Bucket::Kick => ("7d4b2f8e1a6c3d92", 5, 5_000),
+            Bucket::Ban => ("2a8e6c3f9d1b5a74", 5, 5_000),
+            Bucket::Dm => ("9c3f1a7d5e2b8c60", 5, 5_000),
+        };
+        BucketDef { id, limit, per_ms }
+    }
+}
+
+/// Limits a node applies; `docs/configuration.md` documents the flags.
+#[derive(Clone, Copy, Debug)]
+pub struct LimitConfig {
+    /// Multiplies every bucket's `limit` (1 = the published table; a load
+    /// test of the edge itself raises it). At least 1.
+    pub scale: u32,
+    /// Requests per second per application across all routes.
+    pub global_per_s: u32,
+    /// Invalid requests per application per 10 minutes before a restriction.
+    pub invalid_limit: u32,
+    /// 429s within 10 s before a token is banned.
+    pub ban_after: u32,
+    pub ban_secs: u64,
+}
+
+impl From<&crate::config::Rest> for LimitConfig {
+    fn from(r: &crate::config::Rest) -> Self {
+        LimitConfig {
+            scale: r.limit_scale,
+            global_per_s: r.global_per_second,
+            invalid_limit: r.invalid_per_10_minutes,
+            ban_after: r.ban_after_429s,
+            ban_secs: r.ban_seconds,
+        }
+    }
+}
+
+impl Default for LimitConfig {
+    fn default() -> Self {
+        LimitConfig::from(&crate::config::Rest::default())
+    }
+}
+
+/// `X-RateLimit-Scope`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Scope {
+    User,
+    Global,
+    Shared,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::User => "user",
+            Scope::Global => "global",
+            Scope::Shared => "shared",
+        }
+    }
+}
+
+/// The six headers of a limited route's response, before rendering.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RateHeaders {
+    pub limit: u32,
+    pub remaining: u32,
+    /// When the window closes (Unix ms).
+    pub reset_ms: u64,
+    pub reset_after_ms: u64,
+    pub bucket: &'static str,
+    pub scope: Scope,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Decision {
+    Allow(RateHeaders),
+    /// 429: wait `retry_after_ms`.
+    Limited {
+        headers: RateHeaders,
+        retry_after_ms: u64,
+    },
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct Window {
+    start_ms: u64,
+    per_ms: u64,
+    used: u32,
+}
+
+impl Window {
+    fn open(&self, now: u64) -> bool {
+        self.used > 0 && now < self.start_ms + self.per_ms
+    }
+    fn reset_ms(&self) -> u64 {
+        self.start_ms + self.per_ms
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct AppState {
+    global: Window,
+    invalid: Window,
+    hammer: Window,
+    banned_until_ms: u64,
+}
+
+/// What the limiter counted (read into the node's metrics).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LimitCounts {
+    pub limited_user: u64,
+    pub limited_global: u64,
+    pub limited_shared: u64,
+    pub restrictions: u64,
+    pub bans: u64,
+}
+
+pub struct Limiter {
+    cfg: LimitConfig,
+    windows: HashMap<(u64, Bucket, u64), Window>,
+    apps: HashMap<u64, AppState>,
+    pub counts: LimitCounts,
+}
+
+impl Limiter {
+    pub fn new(cfg: LimitConfig) -> Limiter {
+        Limiter {
+            cfg: LimitConfig {
+                scale: cfg.scale.max(1),
+                global_per_s: cfg.global_per_s.max(1),
+                ..cfg
+            },
+            windows: HashMap::with_capacity(MAX_WINDOWS),
+            apps: HashMap::with_capacity(MAX_APPS),
+            counts: LimitCounts::default(),
+        }
+    }
+
+    pub fn config(&self) -> LimitConfig {
+        self.cfg
+    }
+
+    fn limit_of(&self, b: Bucket) -> (u32, u64) {
+        let d = b.def();
+        (d.limit.saturating_mul(self.cfg.scale), d.per_ms)
+    }
+
+    /// Headers for a response of bucket `b` that was not counted (e.g. a
+    /// refusal before the limiter): the window as it stands.
+    pub fn peek(&self, app: u64, b: Bucket, major: u64, now: u64) -> RateHeaders {
+        let (limit, per_ms) = self.limit_of(b);
+        let w = self
+            .windows
+            .get(&(app, b, major))
+            .copied()
+            .filter(|w| w.open(now))
+            .unwrap_or(Window {
+                start_ms: now,
+                per_ms,
+                used: 0,
+            });
+        headers(b, limit, &w, now, Scope::User)
+    }
+
+    /// Count one request of `app` on bucket `b` for resource `major`.
+    pub fn check(&mut self, app: u64, b: Bucket, major: u64, now: u64) -> Decision {
+        let (limit, per_ms) = self.limit_of(b);
+        let (invalid_limit, global_per_s) = (self.cfg.invalid_limit, self.cfg.global_per_s);
+        let Some(st) = self.app_state(app, now) else {
+            return self.shared(b, limit, now);
+        };
+        if st.banned_until_ms > now {
+            let until = st.banned_until_ms;
+            return self.user_limited(app, b, limit, until, now);
+        }
+        if st.invalid.used >= invalid_limit && st.invalid.open(now) {
+            let until = st.invalid.reset_ms();
+            return self.user_limited(app, b, limit, until, now);
+        }
+        // The global window: `global_per_s` per second per application.
+        let g = &mut st.global;
+        if !g.open(now) {
+            *g = Window {
+                start_ms: now,
+                per_ms: 1_000,
+                used: 0,
+            };
+        }
+        if g.used >= global_per_s {
+            let until = g.reset_ms();
+            self.counts.limited_global += 1;
+            let w = self
+                .windows
+                .get(&(app, b, major))
+                .copied()
+                .filter(|w| w.open(now));
+            let w = w.unwrap_or(Window {
+                start_ms: now,
+                per_ms,
+                used: 0,
+            });
+            self.hammered(app, now);
+            return Decision::Limited {
+                headers: headers(b, limit, &w, now, Scope::Global),
+                retry_after_ms: until - now,
+            };
+        }
+        // The bucket window.
+        let key = (app, b, major);
+        if !self.windows.contains_key(&key) && self.windows.len() >= MAX_WINDOWS {
+            self.windows.retain(|_, w| w.open(now));
+            if self.windows.len() >= MAX_WINDOWS {
+                return self.shared(b, limit, now);
+            }
+        }
+        let w = self.windows.entry(key).or_default();
+        if !w.open(now) {
+            *w = Window {
+                start_ms: now,
+                per_ms,
+                used: 0,
+            };
+        }
+        if w.used >= limit {
+            let h = headers(b, limit, w, now, Scope::User);
+            self.counts.limited_user += 1;
+            self.hammered(app, now);
+            return Decision::Limited {
+                headers: h,
+                retry_after_ms: h.reset_after_ms.max(1),
+            };
+        }
+        w.used += 1;
+        let h = headers(b, limit, w, now, Scope::User);
+        self.apps.get_mut(&app).expect("present").global.used += 1;
+        Decision::Allow(h)
+    }
+
+    /// Count an invalid request (a 401, 403 or a 429 of scope user/global).
+    pub fn invalid(&mut self, app: u64, now: u64) {
+        let limit = self.cfg.invalid_limit;
+        let Some(st) = self.app_state(app, now) else {
+            return;
+        };
+        if !st.invalid.open(now) {
+            st.invalid = Window {
+                start_ms: now,
+                per_ms: INVALID_WINDOW_MS,
+                used: 0,
+            };
+        }
+        st.invalid.used = st.invalid.used.saturating_add(1);
+        if st.invalid.used == limit {
+            self.counts.restrictions += 1;
+        }
+    }
+
+    /// The application is banned until (Unix ms), if it is.
+    pub fn banned_until(&self, app: u64, now: u64) -> Option<u64> {
+        self.apps
+            .get(&app)
+            .map(|s| s.banned_until_ms)
+            .filter(|&u| u > now)
+    }
+
+    fn hammered(&mut self, app: u64, now: u64) {
+        let (after, secs) = (self.cfg.ban_after, self.cfg.ban_secs);
+        let Some(st) = self.apps.get_mut(&app) else {
+            return;
+        };
+        if !st.hammer.open(now) {
+            st.hammer = Window {
+                start_ms: now,
+                per_ms: HAMMER_WINDOW_MS,
+                used: 0,
+            };
+        }
+        st.hammer.used += 1;
+        if st.hammer.used >= after && st.banned_until_ms <= now {
+            st.banned_until_ms = now + secs * 1000;
+            st.hammer.used = 0;
+            self.counts.bans += 1;
+        }
+    }
+
+    fn app_state(&mut self, app: u64, now: u64) -> Option<&mut AppState> {
+        if !self.apps.contains_key(&app) && self.apps.len() >= MAX_APPS {
+            self.apps.retain(|_, s| {
+                s.banned_until_ms > now || s.invalid.open(now) || s.global.open(now)
+            });
+            if self.apps.len() >= MAX_APPS {
+                return None;
+            }
+        }
+        Some(self.apps.entry(app).or_default())
+    }
+
+    fn user_limited(&mut self, app: u64, b: Bucket, limit: u32, until: u64, now: u64) -> Decision {
+        self.counts.limited_user += 1;
+        let _ = app;
+        let w = Window {
+            start_ms: now,
+            per_ms: until - now,
+            used: limit,
+        };
+        Decision::Limited {
+            headers: headers(b, limit, &w, now, Scope::User),
+            retry_after_ms: until - now,
+        }
+    }
+
+    fn shared(&mut self, b: Bucket, limit: u32, now: u64) -> Decision {
+        self.counts.limited_shared += 1;
+        let w = Window {
+            start_ms: now,
+            per_ms: 1_000,
+            used: limit,
+        };
+        Decision::Limited {
+            headers: headers(b, limit, &w, now, Scope::Shared),
+            retry_after_ms: 1_000,
+        }
+    }
+}
+
+fn headers(b: Bucket, limit: u32, w: &Window, now: u64, scope: Scope) -> RateHeaders {
+    debug_assert!(w.used <= limit, "a window never holds more than its limit");
+    RateHeaders {
+        limit,
+        remaining: limit - w.used,
+        reset_ms: w.reset_ms(),
+        reset_after_ms: w.reset_ms().saturating_sub(now),
+        bucket: b.def().id,
+        scope,
+    }
+}
+
+/// Render the six headers (and, on a 429, `Retry-After`, `Via` and, only
+/// for the global limit, `X-RateLimit-Global: true`) as `(name, value)`
+/// pairs.
+pub fn render(h: &RateHeaders, retry_after_ms: Option<u64>) -> Vec<(&'static str, String)> {
+    let mut v = Vec::with_capacity(9);
+    v.push(("X-RateLimit-Limit", h.limit.to_string()));
+    v.push(("X-RateLimit-Remaining", h.remaining.to_string()));
+    v.push((
+        "X-RateLimit-Reset",
+        format!("{}.{:03}", h.reset_ms / 1000, h.reset_ms % 1000),
+    ));
+    v.push((
+        "X-RateLimit-Reset-After",
+        format!("{}.{:03}", h.reset_after_ms / 1000, h.reset_after_ms % 1000),
+    ));
+    v.push(("X-RateLimit-Bucket", h.bucket.to_string()));
+    v.push(("X-RateLimit-Scope", h.scope.as_str().to_string()));
+    if let Some(ms) = retry_after_ms {
+        // An integer, rounded up: twilight cannot parse a fraction.
+        v.push(("Retry-After", ms.div_ceil(1000).max(1).to_string()));
+        v.push(("Via", "1.1 gatewayd".to_string()));
+        if h.scope == Scope::Global {
+            v.push(("X-RateLimit-Global", "true".to_string()));
+        }
+    }
+    v
+}
+
+/// The body of a 429 (REST.md): `retry_after` in float seconds.
+pub fn body_429(retry_after_ms: u64, global: bool) -> Vec<u8> {
+    format!(
+        r#"{{"message":"You are being rate limited.","retry_after":{}.{:03},"global":{}}}"#,
+        retry_after_ms / 1000,
+        retry_after_ms % 1000,
+        global
+    )
+    .into_bytes()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const APP: u64 = 9;
+
+    fn allow(d: Decision) -> RateHeaders {
+        match d {
+            Decision::Allow(h) => h,
+            other => panic!("expected Allow, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_window_counts_down_then_limits_until_reset() {
+        let mut l = Limiter::new(LimitConfig::default());
+        let t = 1_000_000;
+        for i in 0..5 {
+            let h = allow(l.check(APP, Bucket::MessageCreate, 1, t + i));
+            assert_eq!((h.limit, h.remaining), (5, 4 - i as u32));
+            assert_eq!(
+                h.reset_ms,
+                t + 5_000,
+                "the window opened at the first request"
+            );
+            assert_eq!(h.scope, Scope::User);
+        }
+        match l.check(APP, Bucket::MessageCreate, 1, t + 1_000) {
+            Decision::Limited {
+                headers,
+                retry_after_ms,
+            } => {
+                assert_eq!(headers.remaining, 0);
+                assert_eq!(retry_after_ms, 4_000);
+                assert_eq!(headers.scope, Scope::User);
+            }
+            d => panic!("{d:?}"),
+        }
+        // Another channel is another window under the same bucket id.
+        let h = allow(l.check(APP, Bucket::MessageCreate, 2, t + 1_000));
+        assert_eq!(h.remaining, 4);
+        assert_eq!(h.bucket, Bucket::MessageCreate.def().id);
+        // After the reset, a fresh window.
+        let h = allow(l.check(APP, Bucket::MessageCreate, 1, t + 5_000));
+        assert_eq!((h.remaining, h.reset_ms), (4, t + 10_000));
+        assert_eq!(l.counts.limited_user, 1);
+    }
+
+    #[test]
+    fn the_global_limit_is_per_application() {
+        let mut l = Limiter::new(LimitConfig {
+            scale: 1000,
+            ..LimitConfig::default()
+        });
+        let t = 5_000_000;
+        for i in 0..50 {
+            allow(l.check(APP, Bucket::MessageCreate, i, t));
+        }
+        match l.check(APP, Bucket::MessageCreate, 99, t + 10) {
+            Decision::Limited {
+                headers,
+                retry_after_ms,
+            } => {
+                assert_eq!(headers.scope, Scope::Global);
+                assert_eq!(retry_after_ms, 990);
+            }
+            d => panic!("{d:?}"),
+        }
+        allow(l.check(APP + 1, Bucket::MessageCreate, 1, t + 10));
+        allow(l.check(APP, Bucket::MessageCreate, 1, t + 1_000));
+        assert_eq!(l.counts.limited_global, 1);
+    }
+
+    #[test]
+    fn hammering_after_429s_is_a_timed_ban_not_a_401() {
+        let mut l = Limiter::new(LimitConfig {
+            ban_after: 10,
+            ban_secs: 30,
+            ..LimitConfig::default()
+        });
+        let t = 9_000_000;
+        allow(l.check(APP, Bucket::BulkDelete, 1, t));
+        for _ in 0..10 {
+            assert!(matches!(
+                l.check(APP, Bucket::BulkDelete, 1, t + 1),
+                Decision::Limited { .. }
+            ));
+        }
+        assert_eq!(l.counts.bans, 1);
+        assert_eq!(l.banned_until(APP, t + 1), Some(t + 1 + 30_000));
+        // Banned: even another bucket is refused, with the time left.
+        match l.check(APP, Bucket::GuildRead, 5, t + 10_001) {
+            Decision::Limited {
+                headers,
+                retry_after_ms,
+            } => {
+                assert_eq!(headers.scope, Scope::User);
+                assert_eq!(retry_after_ms, 20_000);
+            }
+            d => panic!("{d:?}"),
+        }
+        allow(l.check(APP, Bucket::GuildRead, 5, t + 30_001));
+    }
+
+    #[test]
+    fn invalid_requests_restrict_for_the_rest_of_ten_minutes() {
+        let mut l = Limiter::new(LimitConfig {
+            invalid_limit: 3,
+            ..LimitConfig::default()
+        });
+        let t = 1_000;
+        for _ in 0..3 {
+            l.invalid(APP, t);
+        }
+        assert_eq!(l.counts.restrictions, 1);
+        assert!(matches!(
+            l.check(APP, Bucket::GuildRead, 1, t + 60_000),
+            Decision::Limited { retry_after_ms, .. } if retry_after_ms == INVALID_WINDOW_MS - 60_000
+        ));
+        allow(l.check(APP, Bucket::GuildRead, 1, t + INVALID_WINDOW_MS));
+    }
+
+    #[test]
+    fn a_full_table_forgets_closed_windows_then_answers_shared() {
+        let mut l = Limiter::new(LimitConfig {
+            scale: 1000,
+            global_per_s: u32::MAX,
+            ..LimitConfig::default()
+        });
+        for i in 0..MAX_WINDOWS as u64 {
+            allow(l.check(APP, Bucket::GuildRead, i, 0));
+        }
+        assert!(matches!(
+            l.check(APP, Bucket::GuildRead, u64::MAX, 10),
+            Decision::Limited { headers, .. } if headers.scope == Scope::Shared
+        ));
+        // Once those windows closed, there is room again.
+        allow(l.check(APP, Bucket::GuildRead, u64::MAX, 1_000));
+        assert!(l.windows.len() <= MAX_WINDOWS);
+    }
+
+    #[test]
+    fn rendered_headers_follow_rest_md() {
+        let h = RateHeaders {
+            limit: 5,
+            remaining: 0,
+            reset_ms: 1_700_000_001_250,
+            reset_after_ms: 1_250,
+            bucket: "b",
+            scope: Scope::User,
+        };
+        let v = render(&h, None);
+        let names: Vec<_> = v.iter().map(|p| p.0).collect();
+        assert_eq!(
+            names,
+            [
+                "X-RateLimit-Limit",
+                "X-RateLimit-Remaining",
+                "X-RateLimit-Reset",
+                "X-RateLimit-Reset-After",
+                "X-RateLimit-Bucket",
+                "X-RateLimit-Scope"
+            ]
+        );
+        assert_eq!(v[2].1, "1700000001.250");
+        assert_eq!(v[3].1, "1.250");
+        let v = render(&h, Some(1_250));
+        assert!(
+            v.contains(&("Retry-After", "2".to_string())),
+            "an integer, rounded up"
+        );
+        assert!(v.iter().any(|p| p.0 == "Via"));
+        assert!(
+            !v.iter().any(|p| p.0 == "X-RateLimit-Global"),
+            "never false, only absent"
+        );
+        let g = render(
+            &RateHeaders {
+                scope: Scope::Global,
+                ..h
+            },
+            Some(10),
+        );
+        assert!(g.contains(&("X-RateLimit-Global", "true".to_string())));
+        assert!(g.contains(&("Retry-After", "1".to_string())));
+        let b: serde_json::Value = serde_json::from_slice(&body_429(1_234, false)).unwrap();
+        assert_eq!(b["retry_after"], 1.234);
+        assert_eq!(b["global"], false);
+        assert_eq!(b["message"], "You are being rate limited.");
+    }
+}
+
+#[cfg(test)]
+mod published {
+    use super::*;
+
+    /// docs/rate-limits.md lists every bucket with the limits the code applies.
+    #[test]
+    fn the_published_table_matches_the_code() {
+        let doc =
+            std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/rate-limits.md"))
+                .expect("docs/rate-limits.md");
+        for b in Bucket::ALL {
+            let d = b.def();
+            let row = doc
+                .lines()
+                .find(|l| l.starts_with(&format!("| {} |", d.id)))
+                .unwrap_or_else(|| panic!("{b:?} ({}) is not in docs/rate-limits.md", d.id));
+            let cells: Vec<&str> = row.split('|').map(str::trim).collect();
+            assert_eq!(cells[3], d.limit.to_string(), "{b:?} limit: {row}");
+            let per = if d.per_ms % 1000 == 0 {
+                format!("{} s", d.per_ms / 1000)
+            } else {
+                format!("{} s", d.per_ms as f64 / 1000.0)
+            };
+            assert_eq!(cells[4], per, "{b:?} window: {row}");
+        }
+        let rows = doc
+            .lines()
+            .filter(|l| {
+                l.len() > 19
+                    && l.starts_with("| ")
+                    && l[2..18].bytes().all(|c| c.is_ascii_hexdigit())
+            })
+            .count();
+        assert_eq!(rows, Bucket::ALL.len(), "one row per bucket");
+    }
+}

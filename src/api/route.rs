@@ -1,0 +1,515 @@
+//! The REST edge's route table: `METHOD /api[/vN]/path` to a typed route
+//! with its ids, and each route's rate-limit bucket and top-level resource
+//! (REST.md: buckets split by `channel_id`, `guild_id`, `webhook_id`).
+//!
+//! Ids in paths must be snowflakes: 1 to 20 decimal digits that fit a u64
+//! (the platform answers 404 for anything else in an id position, so do
+//! we). Emoji in reaction paths are percent-decoded (`%F0%9F%91%8D`, or
+//! `name:id` for a custom emoji), at most `MAX_EMOJI` bytes.
+
+use super::limit::Bucket;
+
+pub const MAX_EMOJI: usize = 100;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ApiRoute {
+    /// `GET /gateway`: needs no token.
+    Gateway,
+    GatewayBot,
+    UsersMe,
+    ApplicationsMe,
+    CreateMessage {
+        channel: u64,
+    },
+    ListMessages {
+        channel: u64,
+    },
+    GetMessage {
+        channel: u64,
+        message: u64,
+    },
+    EditMessage {
+        channel: u64,
+        message: u64,
+    },
+    DeleteMessage {
+        channel: u64,
+        message: u64,
+    },
+    BulkDelete {
+        channel: u64,
+    },
+    AddReaction {
+        channel: u64,
+        message: u64,
+        emoji: String,
+    },
+    RemoveOwnReaction {
+        channel: u64,
+        message: u64,
+        emoji: String,
+    },
+    ListReactions {
+        channel: u64,
+        message: u64,
+        emoji: String,
+    },
+    Typing {
+        channel: u64,
+    },
+    GetChannel {
+        channel: u64,
+    },
+    GetGuild {
+        guild: u64,
+    },
+    GuildChannels {
+        guild: u64,
+    },
+    GuildRoles {
+        guild: u64,
+    },
+    GetMember {
+        guild: u64,
+        user: u64,
+    },
+    ListMembers {
+        guild: u64,
+    },
+    AddMemberRole {
+        guild: u64,
+        user: u64,
+        role: u64,
+    },
+    RemoveMemberRole {
+        guild: u64,
+        user: u64,
+        role: u64,
+    },
+    Kick {
+        guild: u64,
+        user: u64,
+    },
+    Ban {
+        guild: u64,
+        user: u64,
+    },
+    Unban {
+        guild: u64,
+        user: u64,
+    },
+    CreateDm,
+}
+
+/// Every route's metrics name, in a fixed order; index 0 counts requests
+/// that matched no route.
+pub const ROUTE_NAMES: [&str; 27] = [
+    "unrouted",
+    "GET /gateway",
+    "GET /gateway/bot",
+    "GET /users/@me",
+    "GET /applications/@me",
+    "POST /channels/{id}/messages",
+    "GET /channels/{id}/messages",
+    "GET /channels/{id}/messages/{id}",
+    "PATCH /channels/{id}/messages/{id}",
+    "DELETE /channels/{id}/messages/{id}",
+    "POST /channels/{id}/messages/bulk-delete",
+    "PUT /channels/{id}/messages/{id}/reactions/{emoji}/@me",
+    "DELETE /channels/{id}/messages/{id}/reactions/{emoji}/@me",
+    "GET /channels/{id}/messages/{id}/reactions/{emoji}",
+    "POST /channels/{id}/typing",
+    "GET /channels/{id}",
+    "GET /guilds/{id}",
+    "GET /guilds/{id}/channels",
+    "GET /guilds/{id}/roles",
+    "GET /guilds/{id}/members/{id}",
+    "GET /guilds/{id}/members",
+    "PUT /guilds/{id}/members/{id}/roles/{id}",
+    "DELETE /guilds/{id}/members/{id}/roles/{id}",
+    "DELETE /guilds/{id}/members/{id}",
+    "PUT /guilds/{id}/bans/{id}",
+    "DELETE /guilds/{id}/bans/{id}",
+    "POST /users/@me/channels",
+];
+
+/// Why a request has no route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RouteError {
+    /// No such path (or an id that is not a snowflake): 404 code 0.
+    NotFound,
+    /// The path exists, not with this method: 405 code 0.
+    MethodNotAllowed,
+}
+
+impl ApiRoute {
+    /// The rate-limit bucket and the top-level resource (0: none) it splits by.
+    pub fn bucket(&self) -> Option<(Bucket, u64)> {
+        use ApiRoute::*;
+        Some(match *self {
+            Gateway | GatewayBot | UsersMe | ApplicationsMe => return None,
+            CreateMessage { channel } => (Bucket::MessageCreate, channel),
+            ListMessages { channel } | GetMessage { channel, .. } => (Bucket::MessageRead, channel),
+            EditMessage { channel, .. } => (Bucket::MessageEdit, channel),
+            DeleteMessage { channel, .. } => (Bucket::MessageDelete, channel),
+            BulkDelete { channel } => (Bucket::BulkDelete, channel),
+            AddReaction { channel, .. } | RemoveOwnReaction { channel, .. } => {
+                (Bucket::Reaction, channel)
+            }
+            ListReactions { channel, .. } => (Bucket::MessageRead, channel),
+            Typing { channel } => (Bucket::Typing, channel),
+            GetChannel { channel } => (Bucket::ChannelRead, channel),
+            GetGuild { guild } | GuildChannels { guild } | GuildRoles { guild } => {
+                (Bucket::GuildRead, guild)
+            }
+            GetMember { guild, .. } | ListMembers { guild } => (Bucket::MemberRead, guild),
+            AddMemberRole { guild, .. } | RemoveMemberRole { guild, .. } => {
+                (Bucket::MemberRole, guild)
+            }
+            Kick { guild, .. } => (Bucket::Kick, guild),
+            Ban { guild, .. } | Unban { guild, .. } => (Bucket::Ban, guild),
+            CreateDm => (Bucket::Dm, 0),
+        })
+    }
+
+    /// The route's position in `ROUTE_NAMES` (0 is "no route").
+    pub fn index(&self) -> usize {
+        let n = self.name();
+        ROUTE_NAMES
+            .iter()
+            .position(|r| *r == n)
+            .expect("every route is named")
+    }
+
+    /// A short stable name for metrics (`route` label): the path template.
+    pub fn name(&self) -> &'static str {
+        use ApiRoute::*;
+        match self {
+            Gateway => "GET /gateway",
+            GatewayBot => "GET /gateway/bot",
+            UsersMe => "GET /users/@me",
+            ApplicationsMe => "GET /applications/@me",
+            CreateMessage { .. } => "POST /channels/{id}/messages",
+            ListMessages { .. } => "GET /channels/{id}/messages",
+            GetMessage { .. } => "GET /channels/{id}/messages/{id}",
+            EditMessage { .. } => "PATCH /channels/{id}/messages/{id}",
+            DeleteMessage { .. } => "DELETE /channels/{id}/messages/{id}",
+            BulkDelete { .. } => "POST /channels/{id}/messages/bulk-delete",
+            AddReaction { .. } => "PUT /channels/{id}/messages/{id}/reactions/{emoji}/@me",
+            RemoveOwnReaction { .. } => "DELETE /channels/{id}/messages/{id}/reactions/{emoji}/@me",
+            ListReactions { .. } => "GET /channels/{id}/messages/{id}/reactions/{emoji}",
+            Typing { .. } => "POST /channels/{id}/typing",
+            GetChannel { .. } => "GET /channels/{id}",
+            GetGuild { .. } => "GET /guilds/{id}",
+            GuildChannels { .. } => "GET /guilds/{id}/channels",
+            GuildRoles { .. } => "GET /guilds/{id}/roles",
+            GetMember { .. } => "GET /guilds/{id}/members/{id}",
+            ListMembers { .. } => "GET /guilds/{id}/members",
+            AddMemberRole { .. } => "PUT /guilds/{id}/members/{id}/roles/{id}",
+            RemoveMemberRole { .. } => "DELETE /guilds/{id}/members/{id}/roles/{id}",
+            Kick { .. } => "DELETE /guilds/{id}/members/{id}",
+            Ban { .. } => "PUT /guilds/{id}/bans/{id}",
+            Unban { .. } => "DELETE /guilds/{id}/bans/{id}",
+            CreateDm => "POST /users/@me/channels",
+        }
+    }
+
+    /// The route carries a JSON (or multipart) body a client must send.
+    pub fn takes_body(&self) -> bool {
+        matches!(
+            self,
+            ApiRoute::CreateMessage { .. }
+                | ApiRoute::EditMessage { .. }
+                | ApiRoute::BulkDelete { .. }
+                | ApiRoute::CreateDm
+        )
+    }
+}
+
+/// Route `METHOD /api[/vN]/...`, tolerant of a trailing slash. `HEAD` is
+/// routed as `GET`.
+pub fn route(method: &str, path: &str) -> Result<ApiRoute, RouteError> {
+    let rest = path.strip_prefix("/api").unwrap_or(path);
+    let rest = match rest.strip_prefix("/v") {
+        Some(v) => match v.find('/') {
+            Some(i) if i > 0 && v[..i].bytes().all(|b| b.is_ascii_digit()) => &v[i..],
+            _ => rest,
+        },
+        None => rest,
+    };
+    let rest = rest.trim_end_matches('/');
+    let mut seg = [""; 8];
+    let mut n = 0;
+    for s in rest.split('/').skip(1) {
+        if n == seg.len() {
+            return Err(RouteError::NotFound);
+        }
+        seg[n] = s;
+        n += 1;
+    }
+    let m = if method == "HEAD" { "GET" } else { method };
+    // The methods a path allows, then the route for this method.
+    let (allowed, r): (&[&str], Option<ApiRoute>) = match &seg[..n] {
+        ["gateway"] => (&["GET"], Some(ApiRoute::Gateway)),
+        ["gateway", "bot"] => (&["GET"], Some(ApiRoute::GatewayBot)),
+        ["users", "@me"] => (&["GET"], Some(ApiRoute::UsersMe)),
+        ["oauth2", "applications", "@me"] | ["applications", "@me"] => {
+            (&["GET"], Some(ApiRoute::ApplicationsMe))
+        }
+        ["users", "@me", "channels"] => (&["POST"], Some(ApiRoute::CreateDm)),
+        ["channels", c] => {
+            let channel = id(c)?;
+            (&["GET"], Some(ApiRoute::GetChannel { channel }))
+        }
+        ["channels", c, "typing"] => {
+            let channel = id(c)?;
+            (&["POST"], Some(ApiRoute::Typing { channel }))
+        }
+        ["channels", c, "messages"] => {
+            let channel = id(c)?;
+            let r = match m {
+                "GET" => Some(ApiRoute::ListMessages { channel }),
+                "POST" => Some(ApiRoute::CreateMessage { channel }),
+                _ => None,
+            };
+            (&["GET", "POST"], r)
+        }
+        ["channels", c, "messages", "bulk-delete"] => {
+            let channel = id(c)?;
+            (&["POST"], Some(ApiRoute::BulkDelete { channel }))
+        }
+        ["channels", c, "messages", mid] => {
+            let (channel, message) = (id(c)?, id(mid)?);
+            let r = match m {
+                "GET" => Some(ApiRoute::GetMessage { channel, message }),
+                "PATCH" => Some(ApiRoute::EditMessage { channel, message }),
+                "DELETE" => Some(ApiRoute::DeleteMessage { channel, message }),
+                _ => None,
+            };
+            (&["GET", "PATCH", "DELETE"], r)
+        }
+        ["channels", c, "messages", mid, "reactions", e] => {
+            let (channel, message, emoji) = (id(c)?, id(mid)?, emoji(e)?);
+            (
+                &["GET"],
+                Some(ApiRoute::ListReactions {
+                    channel,
+                    message,
+                    emoji,
+                }),
+            )
+        }
+        ["channels", c, "messages", mid, "reactions", e, "@me"] => {
+            let (channel, message, emoji) = (id(c)?, id(mid)?, emoji(e)?);
+            let r = match m {
+                "PUT" => Some(ApiRoute::AddReaction {
+                    channel,
+                    message,
+                    emoji,
+                }),
+                "DELETE" => Some(ApiRoute::RemoveOwnReaction {
+                    channel,
+                    message,
+                    emoji,
+                }),
+                _ => None,
+            };
+            (&["PUT", "DELETE"], r)
+        }
+        ["guilds", g] => {
+            let guild = id(g)?;
+            (&["GET"], Some(ApiRoute::GetGuild { guild }))
+        }
+        ["guilds", g, "channels"] => {
+            let guild = id(g)?;
+            (&["GET"], Some(ApiRoute::GuildChannels { guild }))
+        }
+        ["guilds", g, "roles"] => {
+            let guild = id(g)?;
+            (&["GET"], Some(ApiRoute::GuildRoles { guild }))
+        }
+        ["guilds", g, "members"] => {
+            let guild = id(g)?;
+            (&["GET"], Some(ApiRoute::ListMembers { guild }))
+        }
+        ["guilds", g, "members", u] => {
+            let (guild, user) = (id(g)?, id(u)?);
+            let r = match m {
+                "GET" => Some(ApiRoute::GetMember { guild, user }),
+                "DELETE" => Some(ApiRoute::Kick { guild, user }),
+                _ => None,
+            };
+            (&["GET", "DELETE"], r)
+        }
+        ["guilds", g, "members", u, "roles", rl] => {
+            let (guild, user, role) = (id(g)?, id(u)?, id(rl)?);
+            let r = match m {
+                "PUT" => Some(ApiRoute::AddMemberRole { guild, user, role }),
+                "DELETE" => Some(ApiRoute::RemoveMemberRole { guild, user, role }),
+                _ => None,
+            };
+            (&["PUT", "DELETE"], r)
+        }
+        ["guilds", g, "bans", u] => {
+            let (guild, user) = (id(g)?, id(u)?);
+            let r = match m {
+                "PUT" => Some(ApiRoute::Ban { guild, user }),
+                "DELETE" => Some(ApiRoute::Unban { guild, user }),
+                _ => None,
+            };
+            (&["PUT", "DELETE"], r)
+        }
+        _ => return Err(RouteError::NotFound),
+    };
+    match r {
+        Some(r) if allowed.contains(&m) => Ok(r),
+        _ => Err(RouteError::MethodNotAllowed),
+    }
+}
+
+/// A snowflake in an id position, or 404.
+fn id(s: &str) -> Result<u64, RouteError> {
+    if s.is_empty() || s.len() > 20 || !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(RouteError::NotFound);
+    }
+    s.parse().map_err(|_| RouteError::NotFound)
+}
+
+/// A percent-decoded emoji: a unicode emoji or `name:id`; not empty, UTF-8,
+/// at most `MAX_EMOJI` bytes.
+fn emoji(s: &str) -> Result<String, RouteError> {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len().min(MAX_EMOJI));
+    let mut i = 0;
+    while i < b.len() {
+        let c = if b[i] == b'%' {
+            let hex = b.get(i + 1..i + 3).ok_or(RouteError::NotFound)?;
+            let hex = std::str::from_utf8(hex).map_err(|_| RouteError::NotFound)?;
+            i += 3;
+            u8::from_str_radix(hex, 16).map_err(|_| RouteError::NotFound)?
+        } else {
+            i += 1;
+            b[i - 1]
+        };
+        if out.len() == MAX_EMOJI {
+            return Err(RouteError::NotFound);
+        }
+        out.push(c);
+    }
+    let s = String::from_utf8(out).map_err(|_| RouteError::NotFound)?;
+    if s.is_empty() || s.chars().any(char::is_control) {
+        return Err(RouteError::NotFound);
+    }
+    Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn connect_time_routes() {
+        assert_eq!(route("GET", "/api/v10/gateway"), Ok(ApiRoute::Gateway));
+        assert_eq!(route("GET", "/api/v9/gateway/"), Ok(ApiRoute::Gateway));
+        assert_eq!(route("GET", "/api/gateway"), Ok(ApiRoute::Gateway));
+        assert_eq!(
+            route("GET", "/api/v10/gateway/bot"),
+            Ok(ApiRoute::GatewayBot)
+        );
+        assert_eq!(route("HEAD", "/api/v10/users/@me"), Ok(ApiRoute::UsersMe));
+        assert_eq!(
+            route("GET", "/api/v10/oauth2/applications/@me"),
+            Ok(ApiRoute::ApplicationsMe)
+        );
+        assert_eq!(
+            route("POST", "/api/v10/gateway"),
+            Err(RouteError::MethodNotAllowed)
+        );
+        assert_eq!(route("GET", "/api/v"), Err(RouteError::NotFound));
+    }
+
+    #[test]
+    fn action_routes_with_ids() {
+        let c = 1_180_000_000_000_000_100u64;
+        let p = format!("/api/v10/channels/{c}/messages");
+        assert_eq!(
+            route("POST", &p),
+            Ok(ApiRoute::CreateMessage { channel: c })
+        );
+        assert_eq!(route("GET", &p), Ok(ApiRoute::ListMessages { channel: c }));
+        assert_eq!(route("PUT", &p), Err(RouteError::MethodNotAllowed));
+        assert_eq!(
+            route("PATCH", &format!("{p}/42")),
+            Ok(ApiRoute::EditMessage {
+                channel: c,
+                message: 42
+            })
+        );
+        assert_eq!(
+            route("PUT", &format!("{p}/42/reactions/%F0%9F%91%8D/@me")),
+            Ok(ApiRoute::AddReaction {
+                channel: c,
+                message: 42,
+                emoji: "\u{1F44D}".into()
+            })
+        );
+        assert_eq!(
+            route("DELETE", &format!("{p}/42/reactions/blob:123/@me")),
+            Ok(ApiRoute::RemoveOwnReaction {
+                channel: c,
+                message: 42,
+                emoji: "blob:123".into()
+            })
+        );
+        assert_eq!(
+            route("POST", &format!("{p}/bulk-delete")),
+            Ok(ApiRoute::BulkDelete { channel: c })
+        );
+        assert_eq!(
+            route("DELETE", "/api/v9/guilds/5/members/6"),
+            Ok(ApiRoute::Kick { guild: 5, user: 6 })
+        );
+        assert_eq!(
+            route("PUT", "/api/v10/guilds/5/members/6/roles/7"),
+            Ok(ApiRoute::AddMemberRole {
+                guild: 5,
+                user: 6,
+                role: 7
+            })
+        );
+        assert_eq!(
+            route("POST", "/api/v10/users/@me/channels"),
+            Ok(ApiRoute::CreateDm)
+        );
+    }
+
+    #[test]
+    fn not_snowflakes_are_404() {
+        for p in [
+            "/api/v10/channels/abc/messages",
+            "/api/v10/channels/-1/messages",
+            "/api/v10/channels/99999999999999999999/messages",
+            "/api/v10/channels/123456789012345678901/messages",
+            "/api/v10/channels//messages",
+            "/api/v10/channels/1/messages/1/reactions/%ZZ/@me",
+            "/api/v10/channels/1/messages/1/reactions/%FF/@me",
+            "/api/v10/a/b/c/d/e/f/g/h/i",
+        ] {
+            assert_eq!(route("GET", p), Err(RouteError::NotFound), "{p}");
+        }
+        let long = format!(
+            "/api/v10/channels/1/messages/1/reactions/{}/@me",
+            "a".repeat(101)
+        );
+        assert_eq!(route("PUT", &long), Err(RouteError::NotFound));
+    }
+
+    #[test]
+    fn buckets_split_by_top_level_resource() {
+        let a = route("POST", "/api/v10/channels/1/messages").unwrap();
+        let b = route("POST", "/api/v10/channels/2/messages").unwrap();
+        assert_eq!(a.bucket(), Some((Bucket::MessageCreate, 1)));
+        assert_eq!(b.bucket(), Some((Bucket::MessageCreate, 2)));
+        assert_eq!(ApiRoute::Gateway.bucket(), None);
+    }
+}

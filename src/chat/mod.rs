@@ -1,0 +1,489 @@
+//! The chat service behind the REST edge: where a permitted request is
+//! COMMITTED. The platform's chat service is not ours; this is the embedded
+//! stand-in, on its own thread, behind one interface (`ChatRequest` in,
+//! `ToWorker::RestReply` out):
+//!
+//! - it assigns snowflake ids, keeps a bounded recent history per channel
+//!   (`history.rs`) for reads, edits, deletes and reactions;
+//! - it commits by producing the resulting event (MESSAGE_CREATE/UPDATE/
+//!   DELETE/DELETE_BULK, MESSAGE_REACTION_ADD/REMOVE, TYPING_START) into the
+//!   event stream the nodes consume, here the node's own ingest listener, so
+//!   the author bot sees its own message come back like every entitled bot;
+//! - an action is answered only after its event was written: if the stream
+//!   cannot take it (connect or write past `COMMIT_TIMEOUT`), the bot gets
+//!   503 code 0 and nothing changed.
+//!
+//! Bounds: the request queue holds `QUEUE` requests (a full queue is 503 at
+//! the worker); the history's bounds are in `history.rs`.
+
+pub mod history;
+pub mod objects;
+
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::Duration;
+
+use crossbeam_channel::Receiver;
+use proto::intents;
+use serde_json::{json, Value};
+
+use crate::api::body::{codes, ApiError};
+use crate::api::permit::{may_delete, Target};
+use crate::worker::mail::{ChatAction, ChatRequest, ToWorker, WorkerHandle};
+use history::{History, Reaction, Stored, MAX_REACTIONS, MAX_REACTORS};
+
+pub const QUEUE: usize = 4096;
+pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Bulk delete refuses messages older than this (the platform's 14 days).
+const BULK_MAX_AGE_MS: u64 = 14 * 24 * 3600 * 1000;
+
+#[derive(Default)]
+pub struct ChatStats {
+    pub committed: AtomicU64,
+    pub commit_failed: AtomicU64,
+    pub history_messages: AtomicU64,
+    pub history_bytes: AtomicU64,
+    pub history_evicted: AtomicU64,
+}
+
+/// Where committed events go: the node's ingest listener, over TCP.
+struct Sink {
+    addr: SocketAddr,
+    conn: Option<TcpStream>,
+}
+
+impl Sink {
+    fn write(&mut self, frame: &[u8]) -> std::io::Result<()> {
+        if self.conn.is_none() {
+            let c = TcpStream::connect_timeout(&self.addr, COMMIT_TIMEOUT)?;
+            c.set_write_timeout(Some(COMMIT_TIMEOUT))?;
+            c.set_nodelay(true)?;
+            self.conn = Some(c);
+        }
+        let r = self.conn.as_mut().expect("connected").write_all(frame);
+        if r.is_err() {
+            self.conn = None; // a partial frame: start a fresh connection
+        }
+        r
+    }
+}
+
+struct Chat {
+    ids: registry::snowflake::SnowflakeGenerator,
+    history: History,
+    sink: Sink,
+    frame: Vec<u8>,
+    stats: Arc<ChatStats>,
+}
+
+type Answer = Result<(u16, Vec<u8>), ApiError>;
+
+pub fn start(
+    ingest: SocketAddr,
+    rx: Receiver<ChatRequest>,
+    workers: Arc<[WorkerHandle]>,
+    stats: Arc<ChatStats>,
+    stop: Arc<AtomicBool>,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("chat".into())
+        .spawn(move || {
+            let mut chat = Chat {
+                ids: registry::snowflake::SnowflakeGenerator::new(1023),
+                history: History::new(),
+                sink: Sink {
+                    addr: ingest,
+                    conn: None,
+                },
+                frame: Vec::with_capacity(64 * 1024),
+                stats,
+            };
+            while !stop.load(Relaxed) {
+                let Ok(req) = rx.recv_timeout(Duration::from_millis(100)) else {
+                    continue;
+                };
+                let (worker, conn) = (req.worker, req.conn);
+                let (status, body) = match chat.handle(req) {
+                    Ok(a) => a,
+                    Err(e) => (e.status, e.to_bytes()),
+                };
+                chat.publish_stats();
+                if let Some(w) = workers.get(worker) {
+                    w.send(ToWorker::RestReply { conn, status, body });
+                }
+            }
+        })
+}
+
+fn unknown_message() -> ApiError {
+    ApiError::new(404, codes::UNKNOWN_MESSAGE, "Unknown Message")
+}
+
+fn now_ms() -> u64 {
+    registry::snowflake::unix_ms_now()
+}
+
+impl Chat {
+    fn publish_stats(&self) {
+        self.stats
+            .history_messages
+            .store(self.history.len() as u64, Relaxed);
+        self.stats
+            .history_bytes
+            .store(self.history.bytes() as u64, Relaxed);
+        self.stats
+            .history_evicted
+            .store(self.history.evicted, Relaxed);
+    }
+
+    /// Produce one event; `Err` is the 503 the bot gets.
+    fn commit(
+        &mut self,
+        t: &str,
+        at: Target,
+        intent: u64,
+        has_content: bool,
+        mentions: &[u64],
+        d: &Value,
+    ) -> Result<(), ApiError> {
+        let (server, channel) = (at.server.0, at.channel.0);
+        let d = serde_json::to_vec(d).expect("json");
+        self.frame.clear();
+        let ns = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let flags = if has_content {
+            ingest::FLAG_HAS_CONTENT
+        } else {
+            0
+        };
+        ingest::encode_parts(
+            t,
+            server,
+            channel,
+            intent,
+            0,
+            ns,
+            flags,
+            mentions,
+            &d,
+            &mut self.frame,
+        );
+        match self.sink.write(&self.frame) {
+            Ok(()) => {
+                self.stats.committed.fetch_add(1, Relaxed);
+                Ok(())
+            }
+            Err(e) => {
+                self.stats.commit_failed.fetch_add(1, Relaxed);
+                tracing::warn!(error = %e, addr = %self.sink.addr, "chat service: event stream refused a commit");
+                Err(ApiError::new(
+                    503,
+                    0,
+                    "the chat service could not commit the action; try again",
+                ))
+            }
+        }
+    }
+
+    fn handle(&mut self, req: ChatRequest) -> Answer {
+        let t = req.target;
+        let (server, channel) = (t.server.0, t.channel.0);
+        let me = req.bot_user_id;
+        let me_json: Value = serde_json::from_str(&req.bot_user_json).unwrap_or(Value::Null);
+        let now = now_ms();
+        match req.action {
+            ChatAction::Create(draft) => {
+                let author = &me_json;
+                // A reply to a message this service did not commit (a person's,
+                // from another producer) or that left the window is still a
+                // reply: `referenced_message` is then null, as for a deleted one.
+                let reply_to = match draft.reference {
+                    Some((mid, ch)) if ch.is_none_or(|c| c == channel) => Some((
+                        mid,
+                        self.history
+                            .get(channel, mid)
+                            .map_or(Value::Null, |s| s.message.clone()),
+                    )),
+                    Some(_) => {
+                        return Err(ApiError::form(
+                            "message_reference",
+                            "REPLIES_CANNOT_REFERENCE_OTHER_CHANNEL",
+                            "Cannot reply to a message in another channel",
+                        ))
+                    }
+                    None => None,
+                };
+                let content = draft.content.as_deref().unwrap_or("");
+                let mentions = objects::allowed_users(content, draft.allowed_mentions.as_ref());
+                let id = self.ids.next_id();
+                let m = objects::message(&objects::NewMessage {
+                    id,
+                    channel,
+                    author,
+                    draft: &draft,
+                    now_ms: now,
+                    mentions: &mentions,
+                    reply_to: reply_to.as_ref().map(|(i, v)| (*i, v)),
+                    guild: server,
+                });
+                self.commit(
+                    "MESSAGE_CREATE",
+                    t,
+                    intents::GUILD_MESSAGES,
+                    true,
+                    &mentions,
+                    &objects::message_event(&m, server, now),
+                )?;
+                let body = serde_json::to_vec(&m).expect("json");
+                self.history.push(
+                    channel,
+                    Stored {
+                        id,
+                        author_id: me,
+                        bytes: body.len(),
+                        message: m,
+                        reactions: Vec::new(),
+                    },
+                );
+                Ok((200, body))
+            }
+            ChatAction::List {
+                limit,
+                before,
+                after,
+                around,
+            } => {
+                let list: Vec<Value> = self
+                    .history
+                    .list(channel, limit, before, after, around)
+                    .into_iter()
+                    .map(|s| objects::with_reactions(&s.message, &s.reactions, me))
+                    .collect();
+                Ok((200, serde_json::to_vec(&list).expect("json")))
+            }
+            ChatAction::Get(mid) => {
+                let s = self.history.get(channel, mid).ok_or_else(unknown_message)?;
+                Ok((
+                    200,
+                    serde_json::to_vec(&objects::with_reactions(&s.message, &s.reactions, me))
+                        .expect("json"),
+                ))
+            }
+            ChatAction::Edit(mid, draft) => {
+                let s = self.history.get(channel, mid).ok_or_else(unknown_message)?;
+                if s.author_id != me {
+                    return Err(ApiError::new(
+                        403,
+                        codes::CANNOT_EDIT_OTHERS,
+                        "Cannot edit a message authored by another user",
+                    ));
+                }
+                let mut m = s.message.clone();
+                if let Some(c) = &draft.content {
+                    m["content"] = c.clone().into();
+                }
+                if let Some(e) = &draft.embeds {
+                    m["embeds"] = e.clone().into();
+                }
+                m["edited_timestamp"] = crate::protocol::payload::iso8601(now).into();
+                let empty = m["content"].as_str().is_none_or(str::is_empty)
+                    && m["embeds"].as_array().is_none_or(Vec::is_empty);
+                if empty {
+                    return Err(ApiError::new(
+                        400,
+                        codes::EMPTY_MESSAGE,
+                        "Cannot send an empty message",
+                    ));
+                }
+                let content = m["content"].as_str().unwrap_or("").to_string();
+                let mentions = objects::allowed_users(&content, draft.allowed_mentions.as_ref());
+                self.commit(
+                    "MESSAGE_UPDATE",
+                    t,
+                    intents::GUILD_MESSAGES,
+                    true,
+                    &mentions,
+                    &objects::message_event(&m, server, now),
+                )?;
+                let body = serde_json::to_vec(&m).expect("json");
+                let s = self.history.get_mut(channel, mid).expect("checked");
+                let old = s.bytes;
+                s.message = m;
+                s.bytes = body.len();
+                let reactions = s.reactions.clone();
+                self.history.resize(old, body.len());
+                let out = objects::with_reactions(
+                    &serde_json::from_slice(&body).expect("json"),
+                    &reactions,
+                    me,
+                );
+                Ok((200, serde_json::to_vec(&out).expect("json")))
+            }
+            ChatAction::Delete(mid) => {
+                let s = self.history.get(channel, mid).ok_or_else(unknown_message)?;
+                may_delete(t.perms, s.author_id == me)?;
+                let d = json!({"id": mid.to_string(), "channel_id": channel.to_string(), "guild_id": server.to_string()});
+                self.commit("MESSAGE_DELETE", t, intents::GUILD_MESSAGES, false, &[], &d)?;
+                self.history.remove(channel, mid);
+                Ok((204, Vec::new()))
+            }
+            ChatAction::BulkDelete(ids) => {
+                let oldest = now.saturating_sub(BULK_MAX_AGE_MS);
+                if ids
+                    .iter()
+                    .any(|&id| registry::snowflake::timestamp_ms(id) < oldest)
+                {
+                    return Err(ApiError::new(
+                        400,
+                        codes::BULK_DELETE_TOO_OLD,
+                        "You can only bulk delete messages that are under 14 days old.",
+                    ));
+                }
+                let found: Vec<u64> = ids
+                    .into_iter()
+                    .filter(|&id| self.history.get(channel, id).is_some())
+                    .collect();
+                if !found.is_empty() {
+                    let d = json!({"ids": found.iter().map(u64::to_string).collect::<Vec<_>>(), "channel_id": channel.to_string(), "guild_id": server.to_string()});
+                    self.commit(
+                        "MESSAGE_DELETE_BULK",
+                        t,
+                        intents::GUILD_MESSAGES,
+                        false,
+                        &[],
+                        &d,
+                    )?;
+                    for id in found {
+                        self.history.remove(channel, id);
+                    }
+                }
+                Ok((204, Vec::new()))
+            }
+            ChatAction::React(mid, emoji) => {
+                let s = self.history.get(channel, mid).ok_or_else(unknown_message)?;
+                let author = s.author_id;
+                match s.reactions.iter().find(|r| r.emoji == emoji) {
+                    Some(r) if r.users.contains(&me) => return Ok((204, Vec::new())),
+                    Some(r) if r.users.len() >= MAX_REACTORS => {
+                        return Err(ApiError::new(
+                            400,
+                            30010,
+                            "Maximum number of reactions reached (1000)",
+                        ))
+                    }
+                    None if s.reactions.len() >= MAX_REACTIONS => {
+                        return Err(ApiError::new(
+                            400,
+                            30010,
+                            "Maximum number of reactions reached (20)",
+                        ))
+                    }
+                    _ => {}
+                }
+                let d = objects::reaction_event(
+                    me,
+                    &me_json,
+                    channel,
+                    mid,
+                    server,
+                    &emoji,
+                    Some(author),
+                    true,
+                    now,
+                );
+                self.commit(
+                    "MESSAGE_REACTION_ADD",
+                    t,
+                    intents::GUILD_MESSAGE_REACTIONS,
+                    false,
+                    &[],
+                    &d,
+                )?;
+                let s = self.history.get_mut(channel, mid).expect("checked");
+                match s.reactions.iter_mut().find(|r| r.emoji == emoji) {
+                    Some(r) => r.users.push(me),
+                    None => s.reactions.push(Reaction {
+                        emoji,
+                        users: vec![me],
+                    }),
+                }
+                Ok((204, Vec::new()))
+            }
+            ChatAction::Unreact(mid, emoji) => {
+                let s = self.history.get(channel, mid).ok_or_else(unknown_message)?;
+                let had = s
+                    .reactions
+                    .iter()
+                    .any(|r| r.emoji == emoji && r.users.contains(&me));
+                if had {
+                    let d = objects::reaction_event(
+                        me, &me_json, channel, mid, server, &emoji, None, false, now,
+                    );
+                    self.commit(
+                        "MESSAGE_REACTION_REMOVE",
+                        t,
+                        intents::GUILD_MESSAGE_REACTIONS,
+                        false,
+                        &[],
+                        &d,
+                    )?;
+                    let s = self.history.get_mut(channel, mid).expect("checked");
+                    if let Some(r) = s.reactions.iter_mut().find(|r| r.emoji == emoji) {
+                        r.users.retain(|&u| u != me);
+                    }
+                    s.reactions.retain(|r| !r.users.is_empty());
+                }
+                Ok((204, Vec::new()))
+            }
+            ChatAction::Reactions {
+                message,
+                emoji,
+                limit,
+                after,
+            } => {
+                let s = self
+                    .history
+                    .get(channel, message)
+                    .ok_or_else(unknown_message)?;
+                let Some(r) = s.reactions.iter().find(|r| r.emoji == emoji) else {
+                    return Err(ApiError::new(404, codes::UNKNOWN_EMOJI, "Unknown Emoji"));
+                };
+                let mut users: Vec<u64> = r
+                    .users
+                    .iter()
+                    .copied()
+                    .filter(|&u| after.is_none_or(|a| u > a))
+                    .collect();
+                users.sort_unstable();
+                let list: Vec<Value> = users
+                    .into_iter()
+                    .take(limit)
+                    .map(|u| {
+                        if u == me {
+                            me_json.clone()
+                        } else {
+                            objects::user_stub(u)
+                        }
+                    })
+                    .collect();
+                Ok((200, serde_json::to_vec(&list).expect("json")))
+            }
+            ChatAction::Typing => {
+                let d = objects::typing_event(me, &me_json, channel, server, now);
+                self.commit(
+                    "TYPING_START",
+                    t,
+                    intents::GUILD_MESSAGE_TYPING,
+                    false,
+                    &[],
+                    &d,
+                )?;
+                Ok((204, Vec::new()))
+            }
+        }
+    }
+}

@@ -1,0 +1,183 @@
+//! The sidecar's REST answers: the connect-time routes, the token lookup
+//! that gives a worker an application's leased view (`api::view`), and the
+//! reads of server data (channel, server, channels, roles) a permitted
+//! request asks for. Each is one or a few registry calls under the link's
+//! deadline; a registry that cannot answer is a 503.
+
+use super::*;
+use crate::api::permit::Target;
+use crate::api::route::ApiRoute;
+use crate::api::view::AppView;
+use crate::protocol::guild::{channel, guild_rest, role};
+
+/// An application's view holds at most this many servers (the rest are
+/// not visible to its REST requests; documented in docs/rest.md).
+pub const MAX_VIEW_SERVERS: usize = 10_000;
+
+fn unavailable() -> (u16, Vec<u8>) {
+    (
+        503,
+        br#"{"message": "registry unavailable", "code": 0}"#.to_vec(),
+    )
+}
+
+fn unknown(code: u32, what: &str) -> (u16, Vec<u8>) {
+    (
+        404,
+        format!(r#"{{"message": "Unknown {what}", "code": {code}}}"#).into_bytes(),
+    )
+}
+
+impl Sidecar {
+    pub(super) fn rest(&mut self, route: RestRoute, token: Option<&str>) -> (u16, Vec<u8>) {
+        let app = match token.map(|t| self.call(|r| r.authenticate(t))) {
+            Some(Ok(Some(app))) => app,
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "registry error during REST");
+                return (
+                    503,
+                    br#"{"message": "registry unavailable", "code": 0}"#.to_vec(),
+                );
+            }
+            _ => {
+                return (
+                    401,
+                    br#"{"message": "401: Unauthorized", "code": 0}"#.to_vec(),
+                )
+            }
+        };
+        let body = match route {
+            RestRoute::GatewayBot => {
+                let installs = self
+                    .call(|r| r.installations_of_app(app.id))
+                    .map(|i| i.len())
+                    .unwrap_or(0);
+                let limit = match self
+                    .call(|r| r.session_start_remaining(app.id, registry::snowflake::unix_ms_now()))
+                {
+                    Ok(l) => l,
+                    Err(_) => {
+                        return (
+                            503,
+                            br#"{"message": "registry unavailable", "code": 0}"#.to_vec(),
+                        )
+                    }
+                };
+                json!({
+                    "url": self.gateway_url,
+                    "shards": installs.div_ceil(1000).max(1),
+                    "session_start_limit": {
+                        "total": limit.total,
+                        "remaining": limit.remaining,
+                        "reset_after": limit.reset_after_ms,
+                        "max_concurrency": limit.max_concurrency,
+                    }
+                })
+            }
+            RestRoute::UsersMe => bot_user(&app),
+            RestRoute::ApplicationsMe => json!({
+                "id": app.id.to_string(),
+                "name": app.name,
+                "description": "",
+                "icon": null,
+                "bot_public": false,
+                "bot_require_code_grant": false,
+                "owner": {"id": "0", "username": "gatewayd", "discriminator": "0", "global_name": null, "avatar": null, "flags": 0, "public_flags": 0},
+                "verify_key": format!("{:064x}", u128::from(app.id as u32)),
+                "flags": app.flags,
+                "team": null,
+                "summary": "",
+                "rpc_origins": [],
+                "tags": [],
+                "bot": bot_user(&app),
+            }),
+        };
+        (200, serde_json::to_vec(&body).expect("json"))
+    }
+
+    /// The application behind a token and its view: `Ok(None)` for a bad
+    /// token, `Err(())` if the registry could not answer.
+    pub(super) fn api_auth(&mut self, token: &str) -> Result<Option<AppView>, ()> {
+        let app = match self.call(|r| r.authenticate(token)) {
+            Ok(Some(app)) => app,
+            Ok(None) => return Ok(None),
+            Err(e) => {
+                tracing::debug!(error = %e, "registry error during a REST token lookup");
+                return Err(());
+            }
+        };
+        let installs = self
+            .call(|r| r.installations_of_app(app.id))
+            .map_err(|_| ())?;
+        let until = now_ms() + self.cfg.lease_ttl_ms;
+        let mut guilds = Vec::with_capacity(installs.len().min(MAX_VIEW_SERVERS));
+        for inst in installs.iter().take(MAX_VIEW_SERVERS) {
+            let Some(snap) = self
+                .call(|r| r.server_snapshot(inst.server_id))
+                .map_err(|_| ())?
+            else {
+                continue;
+            };
+            let mut a = guild_access(&snap, inst, app.bot_user_id);
+            a.lease_until_ms = until;
+            guilds.push(a);
+        }
+        Ok(Some(AppView::new(
+            AppId(app.id),
+            app.bot_user_id,
+            app.bot_username.clone(),
+            bot_user(&app).to_string().into(),
+            app.approved_intents,
+            guilds,
+        )))
+    }
+
+    /// A permitted read of server data.
+    pub(super) fn api_read(&mut self, app: AppId, route: &ApiRoute, t: Target) -> (u16, Vec<u8>) {
+        let server = t.server.0;
+        let Ok(snap) = self.call(|r| r.server_snapshot(server)) else {
+            return unavailable();
+        };
+        let Some(snap) = snap else {
+            return unknown(10004, "Guild");
+        };
+        let body = match route {
+            ApiRoute::GetChannel { channel: id } => {
+                match snap.channels.iter().find(|c| c.channel.id == *id) {
+                    Some(c) => channel(c, server),
+                    None => return unknown(10003, "Channel"),
+                }
+            }
+            ApiRoute::GuildChannels { .. } => {
+                serde_json::Value::Array(snap.channels.iter().map(|c| channel(c, server)).collect())
+            }
+            ApiRoute::GuildRoles { .. } | ApiRoute::GetGuild { .. } => {
+                let Ok(managed) = self.call(|r| r.installations_in_server(server)) else {
+                    return unavailable();
+                };
+                let managed: Vec<(u64, u64)> = managed
+                    .iter()
+                    .filter_map(|i| i.managed_role_id.map(|r| (r, i.application_id)))
+                    .collect();
+                if matches!(route, ApiRoute::GuildRoles { .. }) {
+                    serde_json::Value::Array(snap.roles.iter().map(|r| role(r, &managed)).collect())
+                } else {
+                    let (Ok(Some(a)), Ok(Some(inst))) = (
+                        self.call(|r| r.application(app.0)),
+                        self.call(|r| r.installation(app.0, server)),
+                    ) else {
+                        return unknown(10004, "Guild");
+                    };
+                    guild_rest(&snap, &inst, &a, &managed)
+                }
+            }
+            _ => {
+                return (
+                    500,
+                    br#"{"message": "not a read route", "code": 0}"#.to_vec(),
+                )
+            }
+        };
+        (200, serde_json::to_vec(&body).expect("json"))
+    }
+}

@@ -1,0 +1,121 @@
+//! The REST edge's families: responses by route and status, 429s by
+//! scope, bans and restrictions (summed over workers), and the chat
+//! service's commits and history.
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering::Relaxed;
+
+use crate::api::route::ROUTE_NAMES;
+use crate::chat::ChatStats;
+use crate::worker::metrics::{WorkerMetrics, REST_STATUSES};
+
+fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+}
+
+pub fn render(workers: &[WorkerMetrics], chat: &ChatStats, out: &mut String) {
+    family(
+        out,
+        "gatewayd_rest_responses_total",
+        "counter",
+        "REST responses by route (path template) and status.",
+    );
+    for (r, route) in ROUTE_NAMES.iter().enumerate() {
+        for s in 0..=REST_STATUSES.len() {
+            let v: u64 = workers
+                .iter()
+                .map(|w| w.rest_responses[r][s].load(Relaxed))
+                .sum();
+            if v == 0 {
+                continue;
+            }
+            let status = REST_STATUSES
+                .get(s)
+                .map_or("other".to_string(), |s| s.to_string());
+            let _ = writeln!(
+                out,
+                "gatewayd_rest_responses_total{{route=\"{route}\",status=\"{status}\"}} {v}"
+            );
+        }
+    }
+    family(
+        out,
+        "gatewayd_rest_limited_total",
+        "counter",
+        "REST requests answered 429, by X-RateLimit-Scope.",
+    );
+    for (i, scope) in ["user", "global", "shared"].iter().enumerate() {
+        let v: u64 = workers
+            .iter()
+            .map(|w| w.rest_limited[i].load(Relaxed))
+            .sum();
+        let _ = writeln!(out, "gatewayd_rest_limited_total{{scope=\"{scope}\"}} {v}");
+    }
+    let sum = |f: fn(&WorkerMetrics) -> u64| -> u64 { workers.iter().map(f).sum() };
+    family(
+        out,
+        "gatewayd_rest_bans_total",
+        "counter",
+        "Bot tokens banned for a while for sending on after 429s.",
+    );
+    let _ = writeln!(
+        out,
+        "gatewayd_rest_bans_total {}",
+        sum(|w| w.rest_bans.load(Relaxed))
+    );
+    family(
+        out,
+        "gatewayd_rest_restrictions_total",
+        "counter",
+        "Bot tokens restricted for too many invalid requests (401, 403, 429) in 10 minutes.",
+    );
+    let _ = writeln!(
+        out,
+        "gatewayd_rest_restrictions_total {}",
+        sum(|w| w.rest_restrictions.load(Relaxed))
+    );
+    family(
+        out,
+        "gatewayd_chat_commits_total",
+        "counter",
+        "Actions the embedded chat service committed as events.",
+    );
+    let _ = writeln!(
+        out,
+        "gatewayd_chat_commits_total {}",
+        chat.committed.load(Relaxed)
+    );
+    family(
+        out,
+        "gatewayd_chat_commit_failures_total",
+        "counter",
+        "Actions refused with 503 because the event stream did not take the commit.",
+    );
+    let _ = writeln!(
+        out,
+        "gatewayd_chat_commit_failures_total {}",
+        chat.commit_failed.load(Relaxed)
+    );
+    family(
+        out,
+        "gatewayd_chat_history_messages",
+        "gauge",
+        "Messages the embedded chat service keeps for reads and edits.",
+    );
+    let _ = writeln!(
+        out,
+        "gatewayd_chat_history_messages {}",
+        chat.history_messages.load(Relaxed)
+    );
+    family(
+        out,
+        "gatewayd_chat_history_bytes",
+        "gauge",
+        "Bytes of message JSON in that history (bounded by chat::history::MAX_BYTES).",
+    );
+    let _ = writeln!(
+        out,
+        "gatewayd_chat_history_bytes {}",
+        chat.history_bytes.load(Relaxed)
+    );
+}

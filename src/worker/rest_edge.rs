@@ -1,0 +1,392 @@
+//! A REST request on a worker: the order of the steps in `crate::api`
+//! (route, token, limit, permit, body) and the hand-off to the registry
+//! sidecar (connect-time routes, server reads) or the chat service
+//! (actions), whose answer comes back as `ToWorker::RestReply`.
+//!
+//! A token's requests are served by the worker `api::owner_of` names (the
+//! one owning its application): the connection is handed over there before
+//! the request is looked at, so that application's limiter windows and view
+//! live on one worker (shared nothing). If the handover is refused, this
+//! worker serves it anyway (its own windows: at worst a second allowance).
+
+use super::*;
+use crate::api::body::{self, codes, ApiError};
+use crate::api::limit::{self, Decision, Limiter};
+use crate::api::permit;
+use crate::api::route::{self as api_route, ApiRoute, RouteError};
+use crate::api::view::{Lookup, Views};
+use crate::api::Pending as Parked;
+
+/// A keep-alive REST connection may sit idle this long between requests.
+pub(super) const REST_IDLE_MS: u64 = 60_000;
+
+/// The REST edge's state on one worker.
+pub(super) struct ApiState {
+    pub(super) views: Views,
+    pub(super) limiter: Limiter,
+}
+
+impl ApiState {
+    pub(super) fn new(cfg: limit::LimitConfig) -> ApiState {
+        ApiState {
+            views: Views::new(),
+            limiter: Limiter::new(cfg),
+        }
+    }
+}
+
+pub(super) struct ApiRequest {
+    pub(super) head: RequestHead,
+    pub(super) body: Vec<u8>,
+}
+
+impl Worker {
+    /// The worker a request's token belongs on, if it is not this one.
+    pub(super) fn rest_owner_elsewhere(&self, head: &RequestHead) -> Option<usize> {
+        let n = self.shared.workers.len();
+        if n <= 1 {
+            return None;
+        }
+        let token = rest::bearer(head.authorization.as_deref())?;
+        let owner = crate::api::owner_of(&token, n)?;
+        (owner != self.id).then_some(owner)
+    }
+
+    /// Answer a REST request now (status, JSON body, headers).
+    fn rest_answer(
+        &mut self,
+        key: ConnKey,
+        status: u16,
+        body: &[u8],
+        headers: &[(&'static str, String)],
+    ) {
+        let idle_until = self.now_ms() + REST_IDLE_MS;
+        let Some(conn) = self.conn(key) else { return };
+        let keep = conn.keep_alive;
+        let hv: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let ct = if body.is_empty() { "" } else { rest::JSON };
+        http::write_response(status, ct, body, keep, &hv, &mut conn.out);
+        let route = std::mem::take(&mut conn.rest_route);
+        conn.deadline_ms = idle_until;
+        self.metrics().rest_response(route as usize, status);
+        self.queue_flush(key);
+        if !keep {
+            self.close_after_flush(key);
+        }
+    }
+
+    pub(super) fn on_api_request(&mut self, key: ConnKey, req: ApiRequest) {
+        WorkerMetrics::inc(&self.metrics().rest_requests);
+        let head = req.head;
+        let route = match api_route::route(&head.method, &head.path) {
+            Ok(r) => r,
+            Err(RouteError::NotFound) => return self.rest_answer(key, 404, rest::NOT_FOUND, &[]),
+            Err(RouteError::MethodNotAllowed) => {
+                return self.rest_answer(key, 405, rest::METHOD_NOT_ALLOWED, &[])
+            }
+        };
+        if let Some(conn) = self.conn(key) {
+            conn.rest_route = route.index() as u8;
+        }
+        let connect_time = match route {
+            ApiRoute::Gateway => {
+                let body = rest::gateway_body(&self.shared.gateway_url);
+                return self.rest_answer(key, 200, &body, &[]);
+            }
+            ApiRoute::GatewayBot => Some(RestRoute::GatewayBot),
+            ApiRoute::UsersMe => Some(RestRoute::UsersMe),
+            ApiRoute::ApplicationsMe => Some(RestRoute::ApplicationsMe),
+            _ => None,
+        };
+        let token = rest::bearer(head.authorization.as_deref());
+        if let Some(route) = connect_time {
+            let req = SidecarRequest::Rest {
+                worker: self.id,
+                conn: key,
+                route,
+                token,
+            };
+            return self.hand_to_sidecar(key, req, Vec::new());
+        }
+        let Some(token) = token else {
+            return self.rest_answer(
+                key,
+                401,
+                br#"{"message": "401: Unauthorized", "code": 0}"#,
+                &[],
+            );
+        };
+        if req.body.len() > body::MAX_BODY {
+            let e = ApiError::new(413, codes::REQUEST_TOO_LARGE, "Request entity too large");
+            return self.rest_answer(key, 413, &e.to_bytes(), &[]);
+        }
+        let parked = Box::new(Parked {
+            route,
+            query: head.query,
+            content_type: head.content_type,
+            body: req.body,
+            digest: identify::token_digest(&token),
+        });
+        let now = self.unix_ms;
+        match self.api.views.lookup(&parked.digest, key, now) {
+            Lookup::Known(app) => self.api_continue(key, app, *parked),
+            Lookup::Bad => self.rest_answer(
+                key,
+                401,
+                br#"{"message": "401: Unauthorized", "code": 0}"#,
+                &[],
+            ),
+            Lookup::Busy => self.rest_answer(
+                key,
+                503,
+                br#"{"message": "busy: try again", "code": 0}"#,
+                &[],
+            ),
+            Lookup::Wait => self.park(key, parked),
+            Lookup::Ask => {
+                let digest = parked.digest;
+                self.park(key, parked);
+                let ask = SidecarRequest::ApiAuth {
+                    worker: self.id,
+                    digest,
+                    token,
+                };
+                if self.shared.sidecar.try_send(ask).is_err() {
+                    for k in self.api.views.failed(&digest) {
+                        self.unpark_unavailable(k);
+                    }
+                }
+            }
+        }
+    }
+
+    fn park(&mut self, key: ConnKey, p: Box<Parked>) {
+        if let Some(conn) = self.conn(key) {
+            conn.rest_pending = true;
+            conn.api_wait = Some(p);
+        }
+    }
+
+    fn unpark_unavailable(&mut self, key: ConnKey) {
+        let Some(conn) = self.conn(key) else { return };
+        conn.rest_pending = false;
+        conn.api_wait = None;
+        self.rest_answer(
+            key,
+            503,
+            br#"{"message": "registry unavailable", "code": 0}"#,
+            &[],
+        );
+        self.process_input(key);
+    }
+
+    /// The registry answered a token lookup: continue every waiting request.
+    pub(super) fn on_api_authed(
+        &mut self,
+        digest: [u8; 32],
+        view: Result<Option<Box<crate::api::view::AppView>>, ()>,
+    ) {
+        let now = self.unix_ms;
+        let waiters = match view {
+            Err(()) => {
+                for k in self.api.views.failed(&digest) {
+                    self.unpark_unavailable(k);
+                }
+                return;
+            }
+            Ok(v) => self.api.views.resolved(&digest, v.map(|b| *b), now),
+        };
+        for k in waiters {
+            let Some(conn) = self.conn(k) else { continue };
+            let Some(p) = conn.api_wait.take() else {
+                continue;
+            };
+            conn.rest_pending = false;
+            match self.api.views.lookup(&digest, k, now) {
+                Lookup::Known(app) => self.api_continue(k, app, *p),
+                _ => self.rest_answer(
+                    k,
+                    401,
+                    br#"{"message": "401: Unauthorized", "code": 0}"#,
+                    &[],
+                ),
+            }
+            self.process_input(k);
+        }
+    }
+
+    /// Limit, permit, validate, hand off: the request's token is `app`.
+    fn api_continue(&mut self, key: ConnKey, app: AppId, p: Parked) {
+        let now = self.unix_ms;
+        let (bucket, major) = p.route.bucket().expect("action routes have a bucket");
+        let headers = match self.api.limiter.check(app.0, bucket, major, now) {
+            Decision::Allow(h) => h,
+            Decision::Limited {
+                headers,
+                retry_after_ms,
+            } => {
+                if headers.scope != limit::Scope::Shared {
+                    self.api.limiter.invalid(app.0, now);
+                }
+                self.metrics().rest_limited(headers.scope);
+                self.publish_limiter_counts();
+                let body = limit::body_429(retry_after_ms, headers.scope == limit::Scope::Global);
+                let hv = limit::render(&headers, Some(retry_after_ms));
+                return self.rest_answer(key, 429, &body, &hv);
+            }
+        };
+        let hv = limit::render(&headers, None);
+        self.publish_limiter_counts();
+        let next = match chat_action(&p) {
+            Ok(n) => n,
+            Err(e) => return self.rest_answer(key, e.status, &e.to_bytes(), &hv),
+        };
+        let view = self
+            .api
+            .views
+            .apps
+            .get(&app)
+            .expect("a known token has a view");
+        let target = match permit::permit(view, &p.route, now) {
+            Ok(t) => t,
+            Err(e) => {
+                if e.status == 403 {
+                    self.api.limiter.invalid(app.0, now);
+                }
+                return self.rest_answer(key, e.status, &e.to_bytes(), &hv);
+            }
+        };
+        let (bot_user_id, bot_user_json) = (view.bot_user_id, view.user_json.clone());
+        let action = match next {
+            Next::Chat(a) => a,
+            Next::Read => {
+                let req = SidecarRequest::ApiRead {
+                    worker: self.id,
+                    conn: key,
+                    app,
+                    route: p.route,
+                    target,
+                };
+                return self.hand_to_sidecar(key, req, hv);
+            }
+        };
+        let req = ChatRequest {
+            worker: self.id,
+            conn: key,
+            bot_user_id,
+            bot_user_json,
+            target,
+            action,
+        };
+        if self.shared.chat.try_send(req).is_err() {
+            return self.rest_answer(
+                key,
+                503,
+                br#"{"message": "the chat service is busy: try again", "code": 0}"#,
+                &hv,
+            );
+        }
+        if let Some(conn) = self.conn(key) {
+            conn.rest_pending = true;
+            conn.rest_headers = hv;
+        }
+    }
+
+    fn publish_limiter_counts(&self) {
+        let c = self.api.limiter.counts;
+        self.metrics().rest_bans.store(c.bans, Ordering::Relaxed);
+        self.metrics()
+            .rest_restrictions
+            .store(c.restrictions, Ordering::Relaxed);
+    }
+
+    fn hand_to_sidecar(
+        &mut self,
+        key: ConnKey,
+        req: SidecarRequest,
+        headers: Vec<(&'static str, String)>,
+    ) {
+        if self.shared.sidecar.try_send(req).is_err() {
+            return self.rest_answer(key, 503, br#"{"message": "busy", "code": 0}"#, &headers);
+        }
+        if let Some(conn) = self.conn(key) {
+            conn.rest_pending = true;
+            conn.rest_headers = headers;
+        }
+    }
+
+    /// The answer to a request handed off (sidecar or chat service).
+    pub(super) fn on_rest_reply(&mut self, key: ConnKey, status: u16, body: Vec<u8>) {
+        let Some(conn) = self.conn(key) else { return };
+        conn.rest_pending = false;
+        let headers = std::mem::take(&mut conn.rest_headers);
+        self.rest_answer(key, status, &body, &headers);
+        self.process_input(key);
+    }
+}
+
+enum Next {
+    Chat(ChatAction),
+    /// A read of server data, answered by the registry sidecar.
+    Read,
+}
+
+/// `limit` in 1..=max (default `default`), or a 400 naming it.
+fn query_limit(query: &str, default: usize, max: usize) -> Result<usize, ApiError> {
+    match http::query_param(query, "limit") {
+        None => Ok(default),
+        Some(v) => match v.parse::<usize>() {
+            Ok(n) if (1..=max).contains(&n) => Ok(n),
+            _ => Err(ApiError::form(
+                "limit",
+                "NUMBER_TYPE_MAX",
+                &format!("int value should be between 1 and {max}."),
+            )),
+        },
+    }
+}
+
+fn query_id(query: &str, name: &str) -> Result<Option<u64>, ApiError> {
+    match http::query_param(query, name) {
+        None => Ok(None),
+        Some(v) => body::snowflake(&serde_json::Value::String(v.to_string()))
+            .map(Some)
+            .ok_or_else(|| ApiError::form(name, "NUMBER_TYPE_COERCE", "Value is not snowflake.")),
+    }
+}
+
+/// What the route asks of the chat service, its body and query validated.
+fn chat_action(p: &Parked) -> Result<Next, ApiError> {
+    use ApiRoute::*;
+    let json = || body::parse(p.content_type.as_deref(), &p.body);
+    Ok(Next::Chat(match &p.route {
+        CreateMessage { .. } => ChatAction::Create(body::message(&json()?, true)?),
+        EditMessage { message, .. } => ChatAction::Edit(*message, body::message(&json()?, false)?),
+        ListMessages { .. } => ChatAction::List {
+            limit: query_limit(&p.query, 50, 100)?,
+            before: query_id(&p.query, "before")?,
+            after: query_id(&p.query, "after")?,
+            around: query_id(&p.query, "around")?,
+        },
+        GetMessage { message, .. } => ChatAction::Get(*message),
+        DeleteMessage { message, .. } => ChatAction::Delete(*message),
+        BulkDelete { .. } => ChatAction::BulkDelete(body::bulk_delete(&json()?)?),
+        AddReaction { message, emoji, .. } => ChatAction::React(*message, emoji.clone()),
+        RemoveOwnReaction { message, emoji, .. } => ChatAction::Unreact(*message, emoji.clone()),
+        ListReactions { message, emoji, .. } => ChatAction::Reactions {
+            message: *message,
+            emoji: emoji.clone(),
+            limit: query_limit(&p.query, 25, 100)?,
+            after: query_id(&p.query, "after")?,
+        },
+        Typing { .. } => ChatAction::Typing,
+        GetChannel { .. } | GetGuild { .. } | GuildChannels { .. } | GuildRoles { .. } => return Ok(Next::Read),
+        _ => {
+            return Err(ApiError::new(
+                501,
+                0,
+                "this route is not served by this node yet (members, moderation and DMs: see docs/rest.md)",
+            ))
+        }
+    }))
+}

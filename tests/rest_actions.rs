@@ -1,0 +1,713 @@
+//! The REST edge a bot acts through (issue 13): messages, reactions and
+//! typing committed by the chat service and seen coming back as events; the
+//! rate-limit headers and the 429 contract of REST.md, field by field; the
+//! documented errors for bad input. Black-box: a real node, raw HTTP.
+
+mod support;
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use support::bot::{self, Session};
+use support::http::{json_request, request_with_body, Resp};
+use support::node::Node;
+use support::registry::Registry;
+
+const INTENTS: u64 = support::BOT_INTENTS | (1 << 10) | (1 << 11); // + reactions, typing
+
+struct Fixture {
+    node: Node,
+    auth: String,
+    server: u64,
+    general: u64,
+    session: Session,
+}
+
+fn fixture(extra: &[&str]) -> Fixture {
+    let mut args = vec!["--no-demo"];
+    args.extend_from_slice(extra);
+    let node = Node::start(&args);
+    let session = bot::identify(node.gateway, "bot", &node.token, INTENTS, None).expect("identify");
+    let (server, general) = bot::server_and_general(&session.guild_creates[0]);
+    Fixture {
+        auth: format!("Bot {}", node.token),
+        node,
+        server,
+        general,
+        session,
+    }
+}
+
+impl Fixture {
+    fn call(&self, method: &str, path: &str, body: Option<Value>) -> Resp {
+        json_request(
+            self.node.gateway,
+            method,
+            &format!("/api/v10{path}"),
+            Some(&self.auth),
+            body.as_ref(),
+        )
+    }
+
+    /// The next dispatch of type `t`, skipping others (demo traffic is off).
+    fn expect_event(&mut self, t: &str) -> Value {
+        for _ in 0..20 {
+            let v = self.session.next_dispatch(Duration::from_secs(10));
+            if v["t"] == t {
+                return v["d"].clone();
+            }
+        }
+        panic!("no {t} within 20 dispatches");
+    }
+}
+
+fn snowflake_of(v: &Value) -> u64 {
+    let s = v.as_str().unwrap_or_else(|| panic!("not a string id: {v}"));
+    assert!((17..=20).contains(&s.len()), "a 17-20 digit snowflake: {s}");
+    s.parse().unwrap()
+}
+
+fn assert_error(r: &Resp, status: u16, code: u64, what: &str) {
+    assert_eq!(r.status, status, "{what}: {}\n{}", r.head, r.body);
+    r.assert_json_type(what);
+    let v = r.json();
+    assert_eq!(
+        v["code"].as_u64(),
+        Some(code),
+        "{what}: an integer code: {v}"
+    );
+    assert!(v["message"].is_string(), "{what}: {v}");
+}
+
+const SIX: [&str; 6] = [
+    "X-RateLimit-Limit",
+    "X-RateLimit-Remaining",
+    "X-RateLimit-Reset",
+    "X-RateLimit-Reset-After",
+    "X-RateLimit-Bucket",
+    "X-RateLimit-Scope",
+];
+
+#[test]
+fn a_bot_sends_edits_reacts_replies_and_deletes_and_sees_each_as_an_event() {
+    let mut f = fixture(&[]);
+    let ch = f.general;
+    let bot_id = f.session.ready["d"]["user"]["id"].clone();
+
+    // Send: 200 with the message object; it comes back as MESSAGE_CREATE.
+    let r = f.call(
+        "POST",
+        &format!("/channels/{ch}/messages"),
+        Some(json!({"content": "pong", "nonce": "n-1"})),
+    );
+    assert_eq!(r.status, 200, "{}\n{}", r.head, r.body);
+    r.assert_json_type("create");
+    for h in SIX {
+        assert!(
+            r.header(h).is_some(),
+            "{h} on every response of a limited route:\n{}",
+            r.head
+        );
+    }
+    assert_eq!(r.header("X-RateLimit-Scope").as_deref(), Some("user"));
+    assert!(
+        r.header("X-RateLimit-Global").is_none(),
+        "never on an ordinary response"
+    );
+    let m = r.json();
+    let id = snowflake_of(&m["id"]);
+    assert_eq!(m["content"], "pong");
+    assert_eq!(m["channel_id"], ch.to_string());
+    assert_eq!(m["author"]["id"], bot_id);
+    assert_eq!(m["author"]["bot"], true);
+    assert_eq!(m["nonce"], "n-1");
+    let ev = f.expect_event("MESSAGE_CREATE");
+    assert_eq!(ev["id"], m["id"], "the author bot sees its own message");
+    assert_eq!(ev["content"], "pong");
+    assert_eq!(ev["guild_id"], f.server.to_string());
+    assert!(ev["member"].is_object());
+
+    // Read it back; list the channel.
+    let r = f.call("GET", &format!("/channels/{ch}/messages/{id}"), None);
+    assert_eq!(
+        (r.status, r.json()["content"].clone()),
+        (200, json!("pong")),
+        "{}",
+        r.body
+    );
+    let r = f.call("GET", &format!("/channels/{ch}/messages?limit=10"), None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()[0]["id"], m["id"]);
+
+    // Edit: MESSAGE_UPDATE with the new content and an edited_timestamp.
+    let r = f.call(
+        "PATCH",
+        &format!("/channels/{ch}/messages/{id}"),
+        Some(json!({"content": "pong (edited)"})),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert!(r.json()["edited_timestamp"].is_string());
+    let ev = f.expect_event("MESSAGE_UPDATE");
+    assert_eq!(
+        (ev["id"].clone(), ev["content"].clone()),
+        (m["id"].clone(), json!("pong (edited)"))
+    );
+
+    // React (percent-encoded unicode emoji): 204, MESSAGE_REACTION_ADD, and the message shows it.
+    let r = f.call(
+        "PUT",
+        &format!("/channels/{ch}/messages/{id}/reactions/%F0%9F%91%8D/@me"),
+        None,
+    );
+    assert_eq!(r.status, 204, "{}\n{}", r.head, r.body);
+    let ev = f.expect_event("MESSAGE_REACTION_ADD");
+    assert_eq!(ev["emoji"]["name"], "\u{1F44D}");
+    assert_eq!(ev["message_id"], m["id"]);
+    assert_eq!(ev["user_id"], bot_id);
+    let r = f.call("GET", &format!("/channels/{ch}/messages/{id}"), None);
+    assert_eq!(r.json()["reactions"][0]["count"], 1, "{}", r.body);
+    assert_eq!(r.json()["reactions"][0]["me"], true);
+    let r = f.call(
+        "GET",
+        &format!("/channels/{ch}/messages/{id}/reactions/%F0%9F%91%8D"),
+        None,
+    );
+    assert_eq!(r.json()[0]["id"], bot_id, "{}", r.body);
+
+    // Reply: type 19 with the referenced message.
+    let r = f.call(
+        "POST",
+        &format!("/channels/{ch}/messages"),
+        Some(json!({"content": "a reply", "message_reference": {"message_id": id.to_string()}})),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let reply = r.json();
+    assert_eq!(reply["type"], 19);
+    assert_eq!(reply["referenced_message"]["id"], m["id"]);
+    assert_eq!(f.expect_event("MESSAGE_CREATE")["id"], reply["id"]);
+
+    // Typing.
+    let r = f.call("POST", &format!("/channels/{ch}/typing"), None);
+    assert_eq!(r.status, 204, "{}", r.body);
+    assert_eq!(f.expect_event("TYPING_START")["user_id"], bot_id);
+
+    // Delete: 204, MESSAGE_DELETE, then 10008.
+    let r = f.call("DELETE", &format!("/channels/{ch}/messages/{id}"), None);
+    assert_eq!(r.status, 204, "{}", r.body);
+    assert_eq!(f.expect_event("MESSAGE_DELETE")["id"], m["id"]);
+    assert_error(
+        &f.call("GET", &format!("/channels/{ch}/messages/{id}"), None),
+        404,
+        10008,
+        "deleted",
+    );
+
+    // Server reads.
+    let r = f.call("GET", &format!("/channels/{ch}"), None);
+    assert_eq!(
+        (r.status, r.json()["name"].clone()),
+        (200, json!("general")),
+        "{}",
+        r.body
+    );
+    let r = f.call("GET", &format!("/guilds/{}", f.server), None);
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["id"], f.server.to_string());
+    let r = f.call("GET", &format!("/guilds/{}/roles", f.server), None);
+    assert!(
+        r.json().as_array().is_some_and(|a| !a.is_empty()),
+        "{}",
+        r.body
+    );
+    let r = f.call("GET", &format!("/guilds/{}/channels", f.server), None);
+    assert!(
+        r.json()
+            .as_array()
+            .is_some_and(|a| a.iter().any(|c| c["name"] == "general")),
+        "{}",
+        r.body
+    );
+}
+
+#[test]
+fn the_429_contract_of_rest_md_field_by_field() {
+    let f = fixture(&[]);
+    let path = format!("/channels/{}/messages", f.general);
+    let mut resets = Vec::new();
+    for i in 0..5u32 {
+        let r = f.call(
+            "POST",
+            &path,
+            Some(json!({"content": format!("burst {i}")})),
+        );
+        assert_eq!(r.status, 200, "request {i}: {}", r.body);
+        assert_eq!(r.header("X-RateLimit-Limit").as_deref(), Some("5"));
+        assert_eq!(r.header("X-RateLimit-Remaining"), Some((4 - i).to_string()));
+        let reset: f64 = r
+            .header("X-RateLimit-Reset")
+            .unwrap()
+            .parse()
+            .expect("epoch seconds");
+        let after: f64 = r
+            .header("X-RateLimit-Reset-After")
+            .unwrap()
+            .parse()
+            .expect("seconds");
+        assert!(after > 0.0 && after <= 5.0, "{after}");
+        resets.push(reset);
+    }
+    assert!(
+        resets.windows(2).all(|w| w[0] == w[1]),
+        "one window: {resets:?}"
+    );
+    let r = f.call("POST", &path, Some(json!({"content": "one too many"})));
+    assert_eq!(r.status, 429, "{}\n{}", r.head, r.body);
+    assert_eq!(
+        r.header("Content-Type").as_deref(),
+        Some("application/json"),
+        "exactly (discord.py compares the string)"
+    );
+    assert!(
+        r.header("Via").is_some(),
+        "discord.py takes a 429 without Via for a Cloudflare ban"
+    );
+    let retry = r.header("Retry-After").expect("Retry-After");
+    let retry_int: u64 = retry
+        .parse()
+        .unwrap_or_else(|_| panic!("an integer Retry-After (twilight): {retry:?}"));
+    assert!((1..=5).contains(&retry_int), "{retry_int}");
+    assert_eq!(r.header("X-RateLimit-Scope").as_deref(), Some("user"));
+    assert!(
+        r.header("X-RateLimit-Global").is_none(),
+        "only for the global limit"
+    );
+    for h in SIX {
+        assert!(r.header(h).is_some(), "{h} on the 429 too");
+    }
+    assert_eq!(r.header("X-RateLimit-Remaining").as_deref(), Some("0"));
+    let b = r.json();
+    assert_eq!(b["message"], "You are being rate limited.");
+    assert_eq!(b["global"], false);
+    let ra = b["retry_after"].as_f64().expect("a float retry_after");
+    assert!(ra > 0.0 && ra <= 5.0, "{ra}");
+    assert!(b["retry_after"].is_f64(), "a float, not an integer: {b}");
+
+    // The same route on another channel is another window under the same bucket id.
+    let (_, other) = (
+        0,
+        f.call("GET", &format!("/guilds/{}/channels", f.server), None)
+            .json(),
+    );
+    let second = other
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["id"].as_str().unwrap().to_string())
+        .find(|id| *id != f.general.to_string());
+    if let Some(second) = second {
+        let r2 = f.call(
+            "POST",
+            &format!("/channels/{second}/messages"),
+            Some(json!({"content": "x"})),
+        );
+        if r2.status == 200 {
+            assert_eq!(r2.header("X-RateLimit-Remaining").as_deref(), Some("4"));
+            assert_eq!(
+                r2.header("X-RateLimit-Bucket"),
+                r.header("X-RateLimit-Bucket")
+            );
+        }
+    }
+
+    // Waiting out Reset-After opens a fresh window.
+    std::thread::sleep(Duration::from_secs_f64(ra + 0.05));
+    let r = f.call("POST", &path, Some(json!({"content": "after the reset"})));
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.header("X-RateLimit-Remaining").as_deref(), Some("4"));
+}
+
+#[test]
+fn the_global_limit_says_so_and_hammering_is_a_timed_ban_not_a_401() {
+    let f = fixture(&[
+        "--rest-limit-scale",
+        "1000",
+        "--rest-global-per-second",
+        "3",
+        "--rest-ban-after-429s",
+        "5",
+        "--rest-ban-seconds",
+        "30",
+    ]);
+    let path = format!("/channels/{}/messages", f.general);
+    let mut global = None;
+    for _ in 0..6 {
+        let r = f.call("GET", &path, None);
+        if r.status == 429 {
+            global = Some(r);
+            break;
+        }
+    }
+    let g = global.expect("a global 429 within 6 requests at 3/s");
+    assert_eq!(
+        g.header("X-RateLimit-Global").as_deref(),
+        Some("true"),
+        "{}",
+        g.head
+    );
+    assert_eq!(g.header("X-RateLimit-Scope").as_deref(), Some("global"));
+    assert_eq!(g.json()["global"], true);
+    // Keep hammering: banned, still a 429 (scope user) with a long retry_after, never a 401.
+    let mut last = g;
+    for _ in 0..10 {
+        last = f.call("GET", &path, None);
+        assert_eq!(last.status, 429, "{}", last.body);
+    }
+    let ra = last.json()["retry_after"].as_f64().unwrap();
+    assert!(ra > 20.0, "the ban's time left: {ra}");
+    assert_eq!(last.header("X-RateLimit-Scope").as_deref(), Some("user"));
+    let m = support::metrics::metrics(f.node.admin);
+    assert!(
+        support::metrics::metric_sum(&m, "gatewayd_rest_limited_total", &[("scope", "global")])
+            >= 1.0
+    );
+    assert!(support::metrics::metric_sum(&m, "gatewayd_rest_bans_total", &[]) >= 1.0);
+}
+
+fn raw(addr: SocketAddr, req: &[u8]) -> Resp {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    s.write_all(req).unwrap();
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let end = text.find("\r\n\r\n").map(|i| i + 4).unwrap_or(text.len());
+    Resp {
+        status: support::http::status_of(&text[..end]),
+        head: text[..end].to_string(),
+        body: text[end..].to_string(),
+    }
+}
+
+#[test]
+fn bad_input_gets_the_documented_error() {
+    // Invalid requests count against the limits too: raise them, this test is about the errors.
+    let f = fixture(&["--rest-limit-scale", "100"]);
+    let g = f.node.gateway;
+    let ch = f.general;
+    let msgs = format!("/channels/{ch}/messages");
+    assert_error(
+        &f.call("GET", "/nope/at/all", None),
+        404,
+        0,
+        "unknown route",
+    );
+    assert_error(&f.call("PUT", &msgs, None), 405, 0, "wrong method");
+    assert_error(
+        &f.call("GET", "/channels/not-a-snowflake/messages", None),
+        404,
+        0,
+        "not a snowflake",
+    );
+    let no_token = json_request(
+        g,
+        "POST",
+        &format!("/api/v10{msgs}"),
+        None,
+        Some(&json!({"content": "x"})),
+    );
+    assert_error(&no_token, 401, 0, "no token");
+    let forged = json_request(
+        g,
+        "POST",
+        &format!("/api/v10{msgs}"),
+        Some("Bot MTIz.forged.token"),
+        Some(&json!({"content": "x"})),
+    );
+    assert_error(&forged, 401, 0, "forged token");
+    let r = f.call("POST", &msgs, Some(json!({"content": "x".repeat(2001)})));
+    assert_error(&r, 400, 50035, "content too long");
+    assert!(
+        r.json()["errors"]["content"]["_errors"].is_array(),
+        "an errors tree naming the field: {}",
+        r.body
+    );
+    assert_error(
+        &f.call("POST", &msgs, Some(json!({}))),
+        400,
+        50006,
+        "empty message",
+    );
+    assert_error(
+        &f.call(
+            "POST",
+            &msgs,
+            Some(json!({"embeds": vec![json!({"title": "t"}); 11]})),
+        ),
+        400,
+        50035,
+        "11 embeds",
+    );
+    let bad_json = request_with_body(
+        g,
+        "POST",
+        &format!("/api/v10{msgs}"),
+        &[
+            ("Authorization", &f.auth),
+            ("Content-Type", "application/json"),
+        ],
+        Some(b"{nope"),
+    )
+    .unwrap();
+    assert_error(&bad_json, 400, 50035, "malformed JSON");
+    let text = request_with_body(
+        g,
+        "POST",
+        &format!("/api/v10{msgs}"),
+        &[("Authorization", &f.auth), ("Content-Type", "text/plain")],
+        Some(b"hi"),
+    )
+    .unwrap();
+    assert_error(&text, 400, 50035, "wrong content type");
+    let file = b"--b\r\nContent-Disposition: form-data; name=\"payload_json\"\r\n\r\n{\"content\":\"x\"}\r\n--b\r\nContent-Disposition: form-data; name=\"files[0]\"; filename=\"a.txt\"\r\n\r\nhello\r\n--b--\r\n";
+    let r = request_with_body(
+        g,
+        "POST",
+        &format!("/api/v10{msgs}"),
+        &[
+            ("Authorization", &f.auth),
+            ("Content-Type", "multipart/form-data; boundary=b"),
+        ],
+        Some(file),
+    )
+    .unwrap();
+    assert_error(&r, 400, 50035, "an attachment");
+    assert!(
+        r.json()["errors"]["files[0]"].is_object(),
+        "names the field: {}",
+        r.body
+    );
+    let mp = b"--b\r\nContent-Disposition: form-data; name=\"payload_json\"\r\n\r\n{\"content\":\"via multipart\"}\r\n--b--\r\n";
+    let r = request_with_body(
+        g,
+        "POST",
+        &format!("/api/v10{msgs}"),
+        &[
+            ("Authorization", &f.auth),
+            ("Content-Type", "multipart/form-data; boundary=b"),
+        ],
+        Some(mp),
+    )
+    .unwrap();
+    assert_eq!(
+        (r.status, r.json()["content"].clone()),
+        (200, json!("via multipart")),
+        "{}",
+        r.body
+    );
+    let big = format!(
+        "POST /api/v10{msgs} HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        f.auth,
+        10 << 20
+    );
+    assert_error(&raw(g, big.as_bytes()), 413, 40005, "oversized body");
+    assert_error(
+        &f.call(
+            "POST",
+            "/channels/1180000000000000999/messages",
+            Some(json!({"content": "x"})),
+        ),
+        404,
+        10003,
+        "unknown channel",
+    );
+    assert_error(
+        &f.call("GET", &format!("{msgs}/1180000000000000999"), None),
+        404,
+        10008,
+        "unknown message",
+    );
+    assert_error(
+        &f.call("GET", &format!("{msgs}?limit=500"), None),
+        400,
+        50035,
+        "limit out of range",
+    );
+    assert_error(
+        &f.call("GET", "/guilds/1180000000000000999", None),
+        404,
+        10004,
+        "unknown server",
+    );
+    let m = support::metrics::metrics(f.node.admin);
+    assert!(
+        support::metrics::metric_sum(&m, "gatewayd_rest_responses_total", &[("status", "401")])
+            >= 2.0
+    );
+    assert!(
+        support::metrics::metric_sum(
+            &m,
+            "gatewayd_rest_responses_total",
+            &[("route", "POST /channels/{id}/messages"), ("status", "400")]
+        ) >= 3.0
+    );
+}
+
+/// Did a MESSAGE_CREATE with this id arrive within `within`?
+fn saw(s: &mut Session, id: u64, within: Duration) -> bool {
+    let until = std::time::Instant::now() + within;
+    while let Some(left) = until.checked_duration_since(std::time::Instant::now()) {
+        match bot::read_next(&mut s.ws, left) {
+            bot::Next::Json(v)
+                if v["t"] == "MESSAGE_CREATE"
+                    && v["d"]["id"].as_str() == Some(id.to_string().as_str()) =>
+            {
+                return true
+            }
+            bot::Next::Json(_) => {}
+            bot::Next::Timeout => return false,
+            other => panic!("session ended: {other:?}"),
+        }
+    }
+    false
+}
+
+/// One table of cases, run through both halves: may the bot send here
+/// (REST), and does it get a person's message from here (the event filter)?
+/// Both are decided by `entitlement::channel_allows` on the same leased view.
+#[test]
+fn permissions_bite_rest_as_they_bite_events() {
+    use support::events::{message_event, Producer};
+    const VIEW: u64 = 1 << 10;
+    const SEND: u64 = 1 << 11;
+    const HISTORY: u64 = 1 << 16;
+    // The probes below poll a limited route: raise the limits so they see 403, not 429.
+    let node = Node::start(&["--no-demo", "--rest-limit-scale", "100"]);
+    let reg = Registry::new(node.dir.path());
+    let app = reg.add_app("perm-bot", 1 << 15);
+    let (server, general) = reg.add_server("perm-server");
+    let hidden = reg.add_channel(server, "hidden");
+    let read_only = reg.add_channel(server, "read-only");
+    reg.set_overwrite(hidden, server, "role", 0, VIEW);
+    reg.set_overwrite(read_only, server, "role", 0, SEND);
+    reg.install(app.id, server, Some(VIEW | SEND | HISTORY));
+    let auth = format!("Bot {}", app.token);
+    let mut s = bot::identify(
+        node.gateway,
+        "perm-bot",
+        &app.token,
+        support::BOT_INTENTS,
+        None,
+    )
+    .expect("identify");
+    let mut producer = Producer::connect(node.ingest);
+    let mut next_id = 1_180_000_000_000_100_000u64;
+
+    // (case, channel, REST status and code for a send, event delivered?)
+    let mut check = |case: &str, channel: u64, rest: (u16, u64), event: bool, s: &mut Session| {
+        let r = json_request(
+            node.gateway,
+            "POST",
+            &format!("/api/v10/channels/{channel}/messages"),
+            Some(&auth),
+            Some(&json!({"content": case})),
+        );
+        let code = if r.status == 200 {
+            0
+        } else {
+            r.json()["code"].as_u64().unwrap_or(u64::MAX)
+        };
+        assert_eq!((r.status, code), rest, "{case}: REST: {}", r.body);
+        next_id += 1;
+        producer.send(&message_event(next_id, server, channel, case, &[]));
+        let got = saw(
+            s,
+            next_id,
+            if event {
+                Duration::from_secs(10)
+            } else {
+                Duration::from_millis(1500)
+            },
+        );
+        assert_eq!(got, event, "{case}: event delivered?");
+    };
+    check("allowed", general, (200, 0), true, &mut s);
+    check(
+        "denied by overwrite: no VIEW_CHANNEL",
+        hidden,
+        (403, 50001),
+        false,
+        &mut s,
+    );
+    check(
+        "denied by overwrite: no SEND_MESSAGES",
+        read_only,
+        (403, 50013),
+        true,
+        &mut s,
+    );
+
+    // A narrowed grant (VIEW_CHANNEL only) bites both at the same moment.
+    reg.install(app.id, server, Some(VIEW | HISTORY));
+    let narrowed = support::wait_until(Duration::from_secs(10), || {
+        std::thread::sleep(Duration::from_millis(100));
+        json_request(
+            node.gateway,
+            "POST",
+            &format!("/api/v10/channels/{general}/messages"),
+            Some(&auth),
+            Some(&json!({"content": "probe"})),
+        )
+        .status
+            == 403
+    });
+    assert!(narrowed.is_some(), "a narrowed grant must stop REST sends");
+    check(
+        "after a narrowed grant",
+        general,
+        (403, 50013),
+        true,
+        &mut s,
+    );
+    // Withdrawn VIEW_CHANNEL: neither half sees the channel.
+    reg.install(app.id, server, Some(SEND));
+    let hidden_now = support::wait_until(Duration::from_secs(10), || {
+        std::thread::sleep(Duration::from_millis(100));
+        json_request(
+            node.gateway,
+            "GET",
+            &format!("/api/v10/channels/{general}/messages"),
+            Some(&auth),
+            None,
+        )
+        .status
+            == 403
+    });
+    assert!(
+        hidden_now.is_some(),
+        "a grant without VIEW_CHANNEL hides the channel from REST"
+    );
+    check(
+        "after VIEW_CHANNEL was withdrawn",
+        general,
+        (403, 50001),
+        false,
+        &mut s,
+    );
+    // Uninstalled: REST does not know the channel; no events.
+    reg.uninstall(app.id, server);
+    let gone = support::wait_until(Duration::from_secs(10), || {
+        std::thread::sleep(Duration::from_millis(100));
+        json_request(
+            node.gateway,
+            "GET",
+            &format!("/api/v10/channels/{general}/messages"),
+            Some(&auth),
+            None,
+        )
+        .status
+            == 404
+    });
+    assert!(gone.is_some(), "an uninstall must stop REST reads");
+}

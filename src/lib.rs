@@ -10,8 +10,8 @@
 //! ```text
 //!   node, demo, registry_cli   wire the threads; the CLI
 //!   ops                        admin port, metrics text, `gatewayd stats`
-//!   ingest, link, chat         the event stream in; the registry sidecar; the
-//!                              chat service that commits REST actions
+//!   chat                       the chat service that commits REST actions
+//!   ingest, link               the event stream in; the registry sidecar
 //!   worker                     the run loop, connections, the inbox types
 //!   api                        the REST edge's steps: route, limit, permit, bodies
 //!   delivery                   entitlement, fan-out, arena records, sends

@@ -224,8 +224,14 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         )
     };
     // The chat service commits REST actions as events into the same stream.
+    // The chat service is a source of the stream, like a producer connection.
+    let chat_pipeline = crate::ingest::pipeline::Pipeline::new(
+        handles.clone(),
+        shared.sidecar.clone(),
+        ingest_stats.clone(),
+    );
     let chat_thread = crate::chat::start(
-        ingest_addr,
+        chat_pipeline,
         chat_rx,
         handles.clone(),
         chat_stats.clone(),

@@ -7,20 +7,21 @@
 //!   (`history.rs`) for reads, edits, deletes and reactions;
 //! - it commits by producing the resulting event (MESSAGE_CREATE/UPDATE/
 //!   DELETE/DELETE_BULK, MESSAGE_REACTION_ADD/REMOVE, TYPING_START) into the
-//!   event stream the nodes consume, here the node's own ingest listener, so
-//!   the author bot sees its own message come back like every entitled bot;
-//! - an action is answered only after its event was written: if the stream
-//!   cannot take it (connect or write past `COMMIT_TIMEOUT`), the bot gets
-//!   503 code 0 and nothing changed.
+//!   node's event stream: it is a source of the ingest pipeline like a
+//!   producer connection (`ingest::pipeline::Pipeline`), so the author bot
+//!   sees its own message come back like every entitled bot;
+//! - it works in batches: every request waiting is handled, their events
+//!   go to the workers as one batch, then the answers go out. An answer is
+//!   sent only after its event was handed to the workers (each worker's
+//!   event precedes the answer in its inbox).
 //!
 //! Bounds: the request queue holds `QUEUE` requests (a full queue is 503 at
-//! the worker); the history's bounds are in `history.rs`.
+//! the worker); at most `BATCH` requests per turn; the history's bounds are
+//! in `history.rs`.
 
 pub mod history;
 pub mod objects;
 
-use std::io::Write;
-use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
@@ -31,11 +32,13 @@ use serde_json::{json, Value};
 
 use crate::api::body::{codes, ApiError};
 use crate::api::permit::{may_delete, Target};
+use crate::ingest::pipeline::Pipeline;
 use crate::worker::mail::{ChatAction, ChatRequest, ToWorker, WorkerHandle};
 use history::{History, Reaction, Stored, MAX_REACTIONS, MAX_REACTORS};
 
 pub const QUEUE: usize = 4096;
-pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(1);
+/// Requests handled per turn before their events are flushed and answered.
+pub const BATCH: usize = 256;
 /// Bulk delete refuses messages older than this (the platform's 14 days).
 const BULK_MAX_AGE_MS: u64 = 14 * 24 * 3600 * 1000;
 
@@ -48,40 +51,24 @@ pub struct ChatStats {
     pub history_evicted: AtomicU64,
 }
 
-/// Where committed events go: the node's ingest listener, over TCP.
-struct Sink {
-    addr: SocketAddr,
-    conn: Option<TcpStream>,
-}
-
-impl Sink {
-    fn write(&mut self, frame: &[u8]) -> std::io::Result<()> {
-        if self.conn.is_none() {
-            let c = TcpStream::connect_timeout(&self.addr, COMMIT_TIMEOUT)?;
-            c.set_write_timeout(Some(COMMIT_TIMEOUT))?;
-            c.set_nodelay(true)?;
-            self.conn = Some(c);
-        }
-        let r = self.conn.as_mut().expect("connected").write_all(frame);
-        if r.is_err() {
-            self.conn = None; // a partial frame: start a fresh connection
-        }
-        r
-    }
-}
-
 struct Chat {
     ids: registry::snowflake::SnowflakeGenerator,
     history: History,
-    sink: Sink,
+    /// The stream the commits go into (batched, handed to every worker).
+    pipeline: Pipeline,
     frame: Vec<u8>,
+    reader: ingest::FrameReader,
     stats: Arc<ChatStats>,
+    /// Parsed bot user objects by user id (at most `MAX_USERS`).
+    users: std::collections::HashMap<u64, Value>,
 }
+
+const MAX_USERS: usize = 4096;
 
 type Answer = Result<(u16, Vec<u8>), ApiError>;
 
 pub fn start(
-    ingest: SocketAddr,
+    pipeline: Pipeline,
     rx: Receiver<ChatRequest>,
     workers: Arc<[WorkerHandle]>,
     stats: Arc<ChatStats>,
@@ -93,28 +80,44 @@ pub fn start(
             let mut chat = Chat {
                 ids: registry::snowflake::SnowflakeGenerator::new(1023),
                 history: History::new(),
-                sink: Sink {
-                    addr: ingest,
-                    conn: None,
-                },
+                pipeline,
                 frame: Vec::with_capacity(64 * 1024),
+                reader: ingest::FrameReader::new(),
                 stats,
+                users: std::collections::HashMap::with_capacity(MAX_USERS),
             };
+            let mut answers = Vec::with_capacity(BATCH);
             while !stop.load(Relaxed) {
-                let Ok(req) = rx.recv_timeout(Duration::from_millis(100)) else {
+                let Ok(first) = rx.recv_timeout(Duration::from_millis(100)) else {
                     continue;
                 };
-                let (worker, conn) = (req.worker, req.conn);
-                let (status, body) = match chat.handle(req) {
-                    Ok(a) => a,
-                    Err(e) => (e.status, e.to_bytes()),
-                };
+                let mut next = Some(first);
+                while let Some(req) = next.take() {
+                    let (worker, conn) = (req.worker, req.conn);
+                    let (status, body) = match chat.handle(req) {
+                        Ok(a) => a,
+                        Err(e) => (e.status, e.to_bytes()),
+                    };
+                    answers.push((worker, conn, status, body));
+                    if answers.len() < BATCH {
+                        next = rx.try_recv().ok();
+                    }
+                }
+                // The events first, then the answers: a bot never hears "done"
+                // before its workers have the event.
+                chat.pipeline.flush();
                 chat.publish_stats();
-                if let Some(w) = workers.get(worker) {
-                    w.send(ToWorker::RestReply { conn, status, body });
+                for (worker, conn, status, body) in answers.drain(..) {
+                    if let Some(w) = workers.get(worker) {
+                        w.send(ToWorker::RestReply { conn, status, body });
+                    }
                 }
             }
         })
+}
+
+fn json_bytes(v: &Value) -> Vec<u8> {
+    serde_json::to_vec(v).expect("json")
 }
 
 fn unknown_message() -> ApiError {
@@ -126,6 +129,19 @@ fn now_ms() -> u64 {
 }
 
 impl Chat {
+    /// The acting bot's user object, parsed once per bot.
+    fn user_json(&mut self, id: u64, json: &str) -> Value {
+        if let Some(v) = self.users.get(&id) {
+            return v.clone();
+        }
+        if self.users.len() >= MAX_USERS {
+            self.users.clear();
+        }
+        let v: Value = serde_json::from_str(json).unwrap_or(Value::Null);
+        self.users.insert(id, v.clone());
+        v
+    }
+
     fn publish_stats(&self) {
         self.stats
             .history_messages
@@ -146,10 +162,9 @@ impl Chat {
         intent: u64,
         has_content: bool,
         mentions: &[u64],
-        d: &Value,
+        d: &[u8],
     ) -> Result<(), ApiError> {
         let (server, channel) = (at.server.0, at.channel.0);
-        let d = serde_json::to_vec(d).expect("json");
         self.frame.clear();
         let ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -169,21 +184,35 @@ impl Chat {
             ns,
             flags,
             mentions,
-            &d,
+            d,
             &mut self.frame,
         );
-        match self.sink.write(&self.frame) {
-            Ok(()) => {
+        // Checked like any producer's record (it is ours, so a refusal is a bug).
+        self.reader.push(&self.frame);
+        let outcome = self.reader.next().map(|r| r.map(|_| ()));
+        match outcome {
+            Some(Ok(())) => {
+                self.pipeline.stats().records.fetch_add(1, Relaxed);
+                self.pipeline.push(self.reader.last_body());
+                if self.pipeline.is_full() {
+                    self.pipeline.flush();
+                }
                 self.stats.committed.fetch_add(1, Relaxed);
                 Ok(())
             }
-            Err(e) => {
+            other => {
+                self.reader.reset();
+                let other = other.map(|r| r.map_err(|e| e.reason()));
                 self.stats.commit_failed.fetch_add(1, Relaxed);
-                tracing::warn!(error = %e, addr = %self.sink.addr, "chat service: event stream refused a commit");
+                tracing::error!(
+                    ?other,
+                    event = t,
+                    "chat service: its own record was refused by the ingest decoder"
+                );
                 Err(ApiError::new(
-                    503,
+                    500,
                     0,
-                    "the chat service could not commit the action; try again",
+                    "the chat service could not commit the action",
                 ))
             }
         }
@@ -193,7 +222,7 @@ impl Chat {
         let t = req.target;
         let (server, channel) = (t.server.0, t.channel.0);
         let me = req.bot_user_id;
-        let me_json: Value = serde_json::from_str(&req.bot_user_json).unwrap_or(Value::Null);
+        let me_json = self.user_json(me, &req.bot_user_json);
         let now = now_ms();
         match req.action {
             ChatAction::Create(draft) => {
@@ -230,15 +259,16 @@ impl Chat {
                     reply_to: reply_to.as_ref().map(|(i, v)| (*i, v)),
                     guild: server,
                 });
+                let body = serde_json::to_vec(&m).expect("json");
+                let d = objects::message_event(&body, server, now);
                 self.commit(
                     "MESSAGE_CREATE",
                     t,
                     intents::GUILD_MESSAGES,
                     true,
                     &mentions,
-                    &objects::message_event(&m, server, now),
+                    &d,
                 )?;
-                let body = serde_json::to_vec(&m).expect("json");
                 self.history.push(
                     channel,
                     Stored {
@@ -301,15 +331,16 @@ impl Chat {
                 }
                 let content = m["content"].as_str().unwrap_or("").to_string();
                 let mentions = objects::allowed_users(&content, draft.allowed_mentions.as_ref());
+                let body = serde_json::to_vec(&m).expect("json");
+                let d = objects::message_event(&body, server, now);
                 self.commit(
                     "MESSAGE_UPDATE",
                     t,
                     intents::GUILD_MESSAGES,
                     true,
                     &mentions,
-                    &objects::message_event(&m, server, now),
+                    &d,
                 )?;
-                let body = serde_json::to_vec(&m).expect("json");
                 let s = self.history.get_mut(channel, mid).expect("checked");
                 let old = s.bytes;
                 s.message = m;
@@ -327,7 +358,14 @@ impl Chat {
                 let s = self.history.get(channel, mid).ok_or_else(unknown_message)?;
                 may_delete(t.perms, s.author_id == me)?;
                 let d = json!({"id": mid.to_string(), "channel_id": channel.to_string(), "guild_id": server.to_string()});
-                self.commit("MESSAGE_DELETE", t, intents::GUILD_MESSAGES, false, &[], &d)?;
+                self.commit(
+                    "MESSAGE_DELETE",
+                    t,
+                    intents::GUILD_MESSAGES,
+                    false,
+                    &[],
+                    &json_bytes(&d),
+                )?;
                 self.history.remove(channel, mid);
                 Ok((204, Vec::new()))
             }
@@ -355,7 +393,7 @@ impl Chat {
                         intents::GUILD_MESSAGES,
                         false,
                         &[],
-                        &d,
+                        &json_bytes(&d),
                     )?;
                     for id in found {
                         self.history.remove(channel, id);
@@ -401,7 +439,7 @@ impl Chat {
                     intents::GUILD_MESSAGE_REACTIONS,
                     false,
                     &[],
-                    &d,
+                    &json_bytes(&d),
                 )?;
                 let s = self.history.get_mut(channel, mid).expect("checked");
                 match s.reactions.iter_mut().find(|r| r.emoji == emoji) {
@@ -429,7 +467,7 @@ impl Chat {
                         intents::GUILD_MESSAGE_REACTIONS,
                         false,
                         &[],
-                        &d,
+                        &json_bytes(&d),
                     )?;
                     let s = self.history.get_mut(channel, mid).expect("checked");
                     if let Some(r) = s.reactions.iter_mut().find(|r| r.emoji == emoji) {
@@ -480,7 +518,7 @@ impl Chat {
                     intents::GUILD_MESSAGE_TYPING,
                     false,
                     &[],
-                    &d,
+                    &json_bytes(&d),
                 )?;
                 Ok((204, Vec::new()))
             }

@@ -125,14 +125,15 @@ pub fn message(m: &NewMessage) -> Value {
     Value::Object(o)
 }
 
-/// The `d` of MESSAGE_CREATE / MESSAGE_UPDATE: the message with the
-/// server and the author's member object.
-pub fn message_event(message: &Value, guild: u64, now_ms: u64) -> Value {
-    let mut d = message.clone();
-    if let Value::Object(o) = &mut d {
-        o.insert("guild_id".into(), guild.to_string().into());
-        o.insert("member".into(), bot_member(now_ms));
-    }
+/// The `d` of MESSAGE_CREATE / MESSAGE_UPDATE from the message's JSON: the
+/// same object with the server and the author's member object spliced in
+/// before its closing brace (no second serialisation of the message).
+pub fn message_event(message: &[u8], guild: u64, now_ms: u64) -> Vec<u8> {
+    debug_assert!(message.starts_with(b"{") && message.ends_with(b"}"));
+    let member = serde_json::to_string(&bot_member(now_ms)).expect("json");
+    let mut d = Vec::with_capacity(message.len() + member.len() + 48);
+    d.extend_from_slice(&message[..message.len() - 1]);
+    d.extend_from_slice(format!(r#","guild_id":"{guild}","member":{member}}}"#).as_bytes());
     d
 }
 
@@ -227,6 +228,17 @@ mod tests {
             allowed_users("<@1>", Some(&json!({"parse": ["users"]}))),
             vec![1]
         );
+    }
+
+    #[test]
+    fn the_event_is_the_message_with_guild_and_member() {
+        let m = json!({"id": "1", "content": "hi"});
+        let d: Value =
+            serde_json::from_slice(&message_event(&serde_json::to_vec(&m).unwrap(), 7, 0)).unwrap();
+        assert_eq!(d["id"], "1");
+        assert_eq!(d["content"], "hi");
+        assert_eq!(d["guild_id"], "7");
+        assert!(d["member"]["roles"].is_array());
     }
 
     #[test]

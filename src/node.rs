@@ -188,12 +188,16 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         },
     )
     .map_err(|e| format!("admin {}: {e}", cfg.admin_addr))?;
+    // Every other source's batches are also offered to the chat service, so
+    // its window holds the messages people (other producers) committed.
+    let (tap_tx, tap_rx) = crossbeam_channel::bounded(crate::chat::TAP_QUEUE);
     let (ingest_addr, ingest_thread) = crate::ingest::listener::start(
         cfg.events.ingest_addr,
         cfg.events.ingest_max_connections,
         handles.clone(),
         shared.sidecar.clone(),
         ingest_stats.clone(),
+        Some(tap_tx.clone()),
         stop.clone(),
     )
     .map_err(|e| e.to_string())?;
@@ -218,21 +222,26 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
                 handles.clone(),
                 shared.sidecar.clone(),
                 ingest_stats.clone(),
+                Some(tap_tx.clone()),
                 stop.clone(),
             )
             .map_err(|e| format!("kafka ingest: {e}"))?,
         )
     };
-    // The chat service commits REST actions as events into the same stream.
-    // The chat service is a source of the stream, like a producer connection.
+    // The chat service commits REST actions as events into the same stream:
+    // it is a source of it, like a producer connection (its own batches are
+    // not tapped: it knows them).
+    drop(tap_tx);
     let chat_pipeline = crate::ingest::pipeline::Pipeline::new(
         handles.clone(),
         shared.sidecar.clone(),
         ingest_stats.clone(),
+        None,
     );
     let chat_thread = crate::chat::start(
         chat_pipeline,
         chat_rx,
+        tap_rx,
         handles.clone(),
         chat_stats.clone(),
         stop.clone(),

@@ -711,3 +711,73 @@ fn permissions_bite_rest_as_they_bite_events() {
     });
     assert!(gone.is_some(), "an uninstall must stop REST reads");
 }
+
+/// A person's message reached the node from another producer: the chat
+/// service read it from the stream, so a bot can read, react to, reply to
+/// and delete it (with MANAGE_MESSAGES only: it is not the bot's).
+#[test]
+fn a_persons_message_from_another_producer_can_be_acted_on() {
+    use support::events::{message_event, Producer};
+    let mut f = fixture(&[]);
+    let id = 1_180_000_000_000_400_001u64;
+    Producer::connect(f.node.ingest).send(&message_event(
+        id,
+        f.server,
+        f.general,
+        "hello bots",
+        &[],
+    ));
+    assert_eq!(f.expect_event("MESSAGE_CREATE")["id"], id.to_string());
+    let ch = f.general;
+    let got = support::wait_until(Duration::from_secs(5), || {
+        f.call("GET", &format!("/channels/{ch}/messages/{id}"), None)
+            .status
+            == 200
+    });
+    assert!(
+        got.is_some(),
+        "the chat service learnt the person's message"
+    );
+    let r = f.call("GET", &format!("/channels/{ch}/messages/{id}"), None);
+    assert_eq!(r.json()["content"], "hello bots", "{}", r.body);
+    let r = f.call(
+        "PUT",
+        &format!("/channels/{ch}/messages/{id}/reactions/%E2%9C%85/@me"),
+        None,
+    );
+    assert_eq!(r.status, 204, "{}", r.body);
+    assert_eq!(
+        f.expect_event("MESSAGE_REACTION_ADD")["message_author_id"]
+            .as_str()
+            .map(str::to_string),
+        Some(support::events::AUTHOR_ID.to_string())
+    );
+    let r = f.call(
+        "POST",
+        &format!("/channels/{ch}/messages"),
+        Some(json!({"content": "hi!", "message_reference": {"message_id": id.to_string()}})),
+    );
+    assert_eq!(
+        r.json()["referenced_message"]["content"],
+        "hello bots",
+        "{}",
+        r.body
+    );
+    // Not the bot's message, and the demo bot has no MANAGE_MESSAGES.
+    assert_error(
+        &f.call("DELETE", &format!("/channels/{ch}/messages/{id}"), None),
+        403,
+        50013,
+        "another's message",
+    );
+    assert_error(
+        &f.call(
+            "PATCH",
+            &format!("/channels/{ch}/messages/{id}"),
+            Some(json!({"content": "x"})),
+        ),
+        403,
+        50005,
+        "editing another's message",
+    );
+}

@@ -27,11 +27,25 @@ pub struct Reaction {
 pub struct Stored {
     pub id: u64,
     pub author_id: u64,
-    /// The message object as the REST edge answers it (no `reactions`).
+    /// The message object as the REST edge answers it (no `reactions`);
+    /// `Null` while only `raw` holds it.
     pub message: Value,
+    /// A message learnt from another source, as its event carried it,
+    /// parsed when a request reads it.
+    pub raw: Option<Box<[u8]>>,
     pub reactions: Vec<Reaction>,
     /// What this message counts against `MAX_BYTES`.
     pub bytes: usize,
+}
+
+impl Stored {
+    /// The message object (parsing it if it was learnt from the stream).
+    pub fn value(&self) -> Value {
+        match &self.raw {
+            Some(r) => serde_json::from_slice(r).unwrap_or(Value::Null),
+            None => self.message.clone(),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -101,6 +115,14 @@ impl History {
         }
     }
 
+    /// Would a message with this id be the channel's newest (ids increase)?
+    pub fn is_newest(&self, channel: u64, id: u64) -> bool {
+        self.channels
+            .get(&channel)
+            .and_then(|c| c.messages.back())
+            .is_none_or(|m| m.id < id)
+    }
+
     pub fn get(&self, channel: u64, id: u64) -> Option<&Stored> {
         let c = self.channels.get(&channel)?;
         let i = c.messages.binary_search_by_key(&id, |m| m.id).ok()?;
@@ -166,6 +188,7 @@ mod tests {
             id,
             author_id: 1,
             message: Value::Null,
+            raw: None,
             reactions: Vec::new(),
             bytes,
         }

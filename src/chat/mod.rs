@@ -32,6 +32,7 @@ use serde_json::{json, Value};
 
 use crate::api::body::{codes, ApiError};
 use crate::api::permit::{may_delete, Target};
+use crate::delivery::batch::Batch;
 use crate::ingest::pipeline::Pipeline;
 use crate::worker::mail::{ChatAction, ChatRequest, ToWorker, WorkerHandle};
 use history::{History, Reaction, Stored, MAX_REACTIONS, MAX_REACTORS};
@@ -39,6 +40,9 @@ use history::{History, Reaction, Stored, MAX_REACTIONS, MAX_REACTORS};
 pub const QUEUE: usize = 4096;
 /// Requests handled per turn before their events are flushed and answered.
 pub const BATCH: usize = 256;
+/// Batches of other sources waiting to be read into the history; past it
+/// the pipeline skips the tap (`gatewayd_chat_tap_skipped_total`).
+pub const TAP_QUEUE: usize = 16;
 /// Bulk delete refuses messages older than this (the platform's 14 days).
 const BULK_MAX_AGE_MS: u64 = 14 * 24 * 3600 * 1000;
 
@@ -70,6 +74,7 @@ type Answer = Result<(u16, Vec<u8>), ApiError>;
 pub fn start(
     pipeline: Pipeline,
     rx: Receiver<ChatRequest>,
+    mut tap: Receiver<Arc<Batch>>,
     workers: Arc<[WorkerHandle]>,
     stats: Arc<ChatStats>,
     stop: Arc<AtomicBool>,
@@ -88,8 +93,20 @@ pub fn start(
             };
             let mut answers = Vec::with_capacity(BATCH);
             while !stop.load(Relaxed) {
-                let Ok(first) = rx.recv_timeout(Duration::from_millis(100)) else {
-                    continue;
+                let first = crossbeam_channel::select! {
+                    recv(rx) -> r => match r {
+                        Ok(r) => r,
+                        Err(_) => break,
+                    },
+                    recv(tap) -> b => {
+                        match b {
+                            Ok(b) => chat.learn(&b),
+                            // Every source has stopped: stop listening to them.
+                            Err(_) => tap = crossbeam_channel::never(),
+                        }
+                        continue;
+                    }
+                    default(Duration::from_millis(100)) => continue,
                 };
                 let mut next = Some(first);
                 while let Some(req) = next.take() {
@@ -129,6 +146,73 @@ fn now_ms() -> u64 {
 }
 
 impl Chat {
+    /// Keep the messages another source committed (a person's, say), so
+    /// bots can reply to, react to and read them. Only MESSAGE_CREATE,
+    /// MESSAGE_UPDATE and MESSAGE_DELETE matter; the JSON is kept as bytes
+    /// and parsed when a request needs it.
+    fn learn(&mut self, batch: &Batch) {
+        #[derive(serde::Deserialize)]
+        struct Author {
+            id: String,
+        }
+        #[derive(serde::Deserialize)]
+        struct Head {
+            id: String,
+            author: Option<Author>,
+        }
+        for body in batch.bodies() {
+            // SAFETY: the ingest pipeline accepted exactly these bytes.
+            let rec = unsafe { ingest::access_trusted(body) };
+            let t = rec.event_type();
+            if !matches!(t, "MESSAGE_CREATE" | "MESSAGE_UPDATE" | "MESSAGE_DELETE") {
+                continue;
+            }
+            let Ok(h) = serde_json::from_slice::<Head>(rec.d()) else {
+                continue;
+            };
+            let Ok(id) = h.id.parse::<u64>() else {
+                continue;
+            };
+            let channel = rec.channel_id();
+            match t {
+                "MESSAGE_DELETE" => {
+                    self.history.remove(channel, id);
+                }
+                _ => {
+                    let author_id = h.author.and_then(|a| a.id.parse().ok()).unwrap_or(0);
+                    let raw: Box<[u8]> = rec.d().into();
+                    let newest = self.history.is_newest(channel, id);
+                    match self.history.get_mut(channel, id) {
+                        Some(s) if t == "MESSAGE_UPDATE" => {
+                            let old = s.bytes;
+                            s.bytes = raw.len();
+                            s.message = Value::Null;
+                            s.raw = Some(raw);
+                            let new = s.bytes;
+                            self.history.resize(old, new);
+                        }
+                        Some(_) => {} // ours, already kept
+                        None if t == "MESSAGE_CREATE" && newest => {
+                            self.history.push(
+                                channel,
+                                Stored {
+                                    id,
+                                    author_id,
+                                    bytes: raw.len(),
+                                    message: Value::Null,
+                                    raw: Some(raw),
+                                    reactions: Vec::new(),
+                                },
+                            );
+                        }
+                        None => {}
+                    }
+                }
+            }
+        }
+        self.publish_stats();
+    }
+
     /// The acting bot's user object, parsed once per bot.
     fn user_json(&mut self, id: u64, json: &str) -> Value {
         if let Some(v) = self.users.get(&id) {
@@ -235,7 +319,7 @@ impl Chat {
                         mid,
                         self.history
                             .get(channel, mid)
-                            .map_or(Value::Null, |s| s.message.clone()),
+                            .map_or(Value::Null, Stored::value),
                     )),
                     Some(_) => {
                         return Err(ApiError::form(
@@ -276,6 +360,7 @@ impl Chat {
                         author_id: me,
                         bytes: body.len(),
                         message: m,
+                        raw: None,
                         reactions: Vec::new(),
                     },
                 );
@@ -291,7 +376,7 @@ impl Chat {
                     .history
                     .list(channel, limit, before, after, around)
                     .into_iter()
-                    .map(|s| objects::with_reactions(&s.message, &s.reactions, me))
+                    .map(|s| objects::with_reactions(&s.value(), &s.reactions, me))
                     .collect();
                 Ok((200, serde_json::to_vec(&list).expect("json")))
             }
@@ -299,7 +384,7 @@ impl Chat {
                 let s = self.history.get(channel, mid).ok_or_else(unknown_message)?;
                 Ok((
                     200,
-                    serde_json::to_vec(&objects::with_reactions(&s.message, &s.reactions, me))
+                    serde_json::to_vec(&objects::with_reactions(&s.value(), &s.reactions, me))
                         .expect("json"),
                 ))
             }
@@ -312,7 +397,7 @@ impl Chat {
                         "Cannot edit a message authored by another user",
                     ));
                 }
-                let mut m = s.message.clone();
+                let mut m = s.value();
                 if let Some(c) = &draft.content {
                     m["content"] = c.clone().into();
                 }
@@ -344,6 +429,7 @@ impl Chat {
                 let s = self.history.get_mut(channel, mid).expect("checked");
                 let old = s.bytes;
                 s.message = m;
+                s.raw = None;
                 s.bytes = body.len();
                 let reactions = s.reactions.clone();
                 self.history.resize(old, body.len());

@@ -136,6 +136,7 @@ pub fn start(
     workers: Arc<[WorkerHandle]>,
     sidecar: crossbeam_channel::Sender<SidecarRequest>,
     stats: Arc<IngestStats>,
+    tap: crate::ingest::pipeline::Tap,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     let session_ms = cfg.session_timeout_ms.max(1);
@@ -166,7 +167,7 @@ pub fn start(
         .spawn(move || {
             let mut link = Link {
                 topic: cfg.topic,
-                pipeline: Pipeline::new(workers, sidecar, stats),
+                pipeline: Pipeline::new(workers, sidecar, stats, tap),
                 pending: VecDeque::new(),
                 open: Offsets::new(),
                 to_commit: Offsets::new(),

@@ -21,6 +21,7 @@ pub fn start(
     workers: Arc<[WorkerHandle]>,
     sidecar: crossbeam_channel::Sender<SidecarRequest>,
     stats: Arc<IngestStats>,
+    tap: crate::ingest::pipeline::Tap,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<(SocketAddr, std::thread::JoinHandle<()>)> {
     let listener = TcpListener::bind(addr)
@@ -37,9 +38,9 @@ pub fn start(
                         continue;
                     }
                     stats.connections.fetch_add(1, Relaxed);
-                    let (workers, conn_stats, stop, sidecar) = (workers.clone(), stats.clone(), stop.clone(), sidecar.clone());
+                    let (workers, conn_stats, stop, sidecar, tap) = (workers.clone(), stats.clone(), stop.clone(), sidecar.clone(), tap.clone());
                     let spawned = std::thread::Builder::new().name("ingest-conn".into()).spawn(move || {
-                        let pipeline = Pipeline::new(workers, sidecar, conn_stats.clone());
+                        let pipeline = Pipeline::new(workers, sidecar, conn_stats.clone(), tap);
                         if let Err(e) = serve(stream, pipeline, &stop) {
                             tracing::debug!(%peer, error = %e, "ingest connection ended");
                         }

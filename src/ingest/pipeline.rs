@@ -22,6 +22,11 @@ use ingest::DecodeError;
 
 use crate::worker::mail::{Batch, SidecarRequest, ToWorker, WorkerHandle};
 
+/// Where a copy of every batch goes besides the workers (the chat service
+/// learns the messages other producers committed): tried once per batch,
+/// skipped when full, so it never slows the stream.
+pub type Tap = Option<Sender<Arc<Batch>>>;
+
 /// Records per batch and bytes per batch before it is sent on.
 pub const BATCH_RECORDS: usize = 256;
 pub const BATCH_BYTES: usize = 1 << 20;
@@ -42,6 +47,8 @@ pub struct IngestStats {
     pub dropped_batches: AtomicU64,
     pub state_changes: AtomicU64,
     pub state_changes_failed: AtomicU64,
+    /// Batches the chat service's tap was too busy to take.
+    pub tap_skipped: AtomicU64,
 }
 
 /// The GUILD_STATE change a record carries, if it is one the registry
@@ -64,6 +71,7 @@ pub struct Pipeline {
     /// The batch being filled: always `Some` outside `flush`.
     batch: Option<Arc<Batch>>,
     since: Option<Instant>,
+    tap: Tap,
 }
 
 impl Pipeline {
@@ -71,6 +79,7 @@ impl Pipeline {
         workers: Arc<[WorkerHandle]>,
         sidecar: Sender<SidecarRequest>,
         stats: Arc<IngestStats>,
+        tap: Tap,
     ) -> Pipeline {
         Pipeline {
             workers,
@@ -79,6 +88,7 @@ impl Pipeline {
             out: VecDeque::with_capacity(BATCHES_IN_FLIGHT + 1),
             batch: Some(new_batch()),
             since: None,
+            tap,
         }
     }
 
@@ -118,6 +128,11 @@ impl Pipeline {
             return false;
         }
         let full = self.batch.take().expect("batch");
+        if let Some(tap) = &self.tap {
+            if tap.try_send(full.clone()).is_err() {
+                self.stats.tap_skipped.fetch_add(1, Relaxed);
+            }
+        }
         self.batch = Some(send(full, &self.workers, &self.stats, &mut self.out));
         self.since = None;
         true

@@ -122,7 +122,7 @@ fn serve(mut s: TcpStream, views: &Views) -> std::io::Result<()> {
             render_ingest(&views.ingest, &mut out);
             render_link(&views.link, &shared.metrics, &mut out);
             crate::ops::metrics::render_ops(&shared.metrics, &views.ingest, &views.link, &mut out);
-            crate::ops::rest_metrics::render(&shared.metrics, &views.chat, &mut out);
+            crate::ops::rest_metrics::render(&shared.metrics, &views.chat, &views.ingest, &mut out);
             (200, "text/plain; version=0.0.4; charset=utf-8", out)
         }
         "/healthz" => (200, "text/plain", "ok\n".to_string()),

@@ -7,13 +7,14 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use crate::api::route::ROUTE_NAMES;
 use crate::chat::ChatStats;
+use crate::ingest::pipeline::IngestStats;
 use crate::worker::metrics::{WorkerMetrics, REST_STATUSES};
 
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
 
-pub fn render(workers: &[WorkerMetrics], chat: &ChatStats, out: &mut String) {
+pub fn render(workers: &[WorkerMetrics], chat: &ChatStats, ingest: &IngestStats, out: &mut String) {
     family(
         out,
         "gatewayd_rest_responses_total",
@@ -106,6 +107,17 @@ pub fn render(workers: &[WorkerMetrics], chat: &ChatStats, out: &mut String) {
         out,
         "gatewayd_chat_history_messages {}",
         chat.history_messages.load(Relaxed)
+    );
+    family(
+        out,
+        "gatewayd_chat_tap_skipped_total",
+        "counter",
+        "Batches of other sources the chat service was too busy to read into its history (those messages cannot be replied to or reacted to).",
+    );
+    let _ = writeln!(
+        out,
+        "gatewayd_chat_tap_skipped_total {}",
+        ingest.tap_skipped.load(Relaxed)
     );
     family(
         out,

@@ -8,7 +8,8 @@ sees, it:
 
   1. answers `await message.channel.send("pong")`,
   2. replies to the person (`message.reply`),
-  3. edits its pong, reacts to it with a thumbs-up, deletes its reply,
+  3. reacts to the person's message with eyes, edits its pong, reacts to
+     it with a thumbs-up, deletes its reply,
   4. sends 30 messages one after the other (a burst at the 5 per 5 s
      channel limit: discord.py must read the rate-limit headers and wait,
      so no request of it ever gets a 429),
@@ -77,6 +78,9 @@ class PingBot(discord.Client):
             pong = await message.channel.send("pong")
             self.sent_ids.add(pong.id)
             self.s["pong"] = {"id": str(pong.id), "content": pong.content, "author_is_me": pong.author.id == self.user.id}
+            # React to the person's message (it reached the node from another
+            # producer: the chat service learnt it from the stream).
+            await message.add_reaction("\N{EYES}")
             reply = await message.reply("pong, as a reply")
             self.sent_ids.add(reply.id)
             self.s["reply"] = {"id": str(reply.id), "type": str(reply.type), "ref": str(reply.reference.message_id) if reply.reference else None}
@@ -117,7 +121,7 @@ class PingBot(discord.Client):
             s.get("actions_done")
             and all(str(i) in own for i in self.sent_ids)
             and s.get("pong", {}).get("id") in s["updated"]
-            and s["reactions"]
+            and len(s["reactions"]) >= 2
             and s.get("deleted_id") in s["deleted"]
         ):
             self.done.set()

@@ -262,11 +262,11 @@ impl Limiter {
         };
         if st.banned_until_ms > now {
             let until = st.banned_until_ms;
-            return self.user_limited(app, b, limit, until, now);
+            return self.user_limited(b, limit, until, now);
         }
         if st.invalid.used >= invalid_limit && st.invalid.open(now) {
             let until = st.invalid.reset_ms();
-            return self.user_limited(app, b, limit, until, now);
+            return self.user_limited(b, limit, until, now);
         }
         // The global window: `global_per_s` per second per application.
         let g = &mut st.global;
@@ -386,9 +386,10 @@ impl Limiter {
         Some(self.apps.entry(app).or_default())
     }
 
-    fn user_limited(&mut self, app: u64, b: Bucket, limit: u32, until: u64, now: u64) -> Decision {
+    /// A 429 of scope user until `until` (a ban or a restriction): the
+    /// window shown is the time left, with nothing remaining.
+    fn user_limited(&mut self, b: Bucket, limit: u32, until: u64, now: u64) -> Decision {
         self.counts.limited_user += 1;
-        let _ = app;
         let w = Window {
             start_ms: now,
             per_ms: until - now,

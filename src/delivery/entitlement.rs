@@ -88,6 +88,7 @@ pub enum Denied {
 /// VIEW_CHANNEL and every bit of `need` in `channel`? Answers the bot's
 /// permissions there. The bits come from `channel_permissions` (granted
 /// bitset, roles, overwrites), computed once per lease into `guild`.
+#[inline]
 pub fn channel_allows(guild: &GuildAccess, channel: ChannelId, need: u64) -> Result<u64, Denied> {
     let p = guild
         .channel_permissions(channel)

@@ -232,14 +232,22 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     // it is a source of it, like a producer connection (its own batches are
     // not tapped: it knows them).
     drop(tap_tx);
-    let chat_pipeline = crate::ingest::pipeline::Pipeline::new(
-        handles.clone(),
-        shared.sidecar.clone(),
-        ingest_stats.clone(),
-        None,
-    );
+    let chat_sink = if cfg.events.kafka_brokers.is_empty() {
+        crate::chat::Sink::Local(crate::ingest::pipeline::Pipeline::new(
+            handles.clone(),
+            shared.sidecar.clone(),
+            ingest_stats.clone(),
+            None,
+        ))
+    } else {
+        // Several nodes: every one (this one too) gets the commit from the topic.
+        crate::chat::Sink::Kafka(Box::new(crate::chat::sink::KafkaSink::new(
+            &cfg.events.kafka_brokers,
+            &cfg.events.kafka_topic,
+        )?))
+    };
     let chat_thread = crate::chat::start(
-        chat_pipeline,
+        chat_sink,
         chat_rx,
         tap_rx,
         handles.clone(),

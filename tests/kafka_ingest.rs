@@ -367,3 +367,85 @@ fn offsets_are_committed_after_delivery_and_a_restarted_node_goes_on_from_them()
     );
     assert_eq!(metric(&node3, "gatewayd_ingest_records_total"), 1.0);
 }
+
+/// With Kafka ingest, the REST edge's commits go to the topic (not only to
+/// the node that took the request), so a bot connected to ANOTHER node sees
+/// a message posted through this one, and so does the poster.
+#[test]
+#[ignore = "needs a Kafka-protocol broker: run scripts/test-all.sh, or set GATEWAYD_TEST_KAFKA_BROKERS"]
+fn a_message_posted_through_one_node_reaches_a_bot_on_another() {
+    let brokers = brokers();
+    let topic = create_topic(&brokers);
+    let a = start_node(&brokers, &topic, &unique("a"));
+    // A bot and a server of its own (node B's start re-issues the demo
+    // bot's token, which it does not have).
+    let reg = support::registry::Registry::new(a.dir.path());
+    let app = reg.add_app("kafka-rest", support::intent::MESSAGE_CONTENT);
+    let (server, general) = reg.add_server("kafka-rest");
+    reg.install(app.id, server, None);
+    // Node B shares A's registry file (SQLite, two processes), consumes the
+    // same topic in its own group.
+    let registry = a.dir.path().join("registry.sqlite");
+    let b = Node::start(&[
+        "--no-demo",
+        "--registry-path",
+        registry.to_str().unwrap(),
+        "--kafka-brokers",
+        &brokers,
+        "--kafka-topic",
+        &topic,
+        "--kafka-group",
+        &unique("b"),
+        "--kafka-session-timeout-ms",
+        "6000",
+    ]);
+    let mut s_a = support::bot::identify(a.gateway, "on-a", &app.token, BOT_INTENTS, None)
+        .expect("identify on A");
+    let mut s_b = support::bot::identify(b.gateway, "on-b", &app.token, BOT_INTENTS, None)
+        .expect("identify on B");
+    let post = |content: &str| {
+        support::http::json_request(
+            a.gateway,
+            "POST",
+            &format!("/api/v10/channels/{general}/messages"),
+            Some(&format!("Bot {}", app.token)),
+            Some(&json!({ "content": content })),
+        )
+    };
+    // The consumers join their groups first: post until B sees one.
+    let deadline = Instant::now() + FIRST_EVENT;
+    let mut posted = Vec::new();
+    let seen_on_b = loop {
+        assert!(
+            Instant::now() < deadline,
+            "no REST commit reached node B through the topic"
+        );
+        let r = post("through the topic");
+        assert_eq!(r.status, 200, "{}", r.body);
+        posted.push(r.json()["id"].as_str().unwrap().to_string());
+        match support::bot::read_next(&mut s_b.ws, Duration::from_secs(3)) {
+            Next::Json(v) if v["t"] == "MESSAGE_CREATE" => break v,
+            Next::Json(_) | Next::Timeout => {}
+            other => panic!("session on B ended: {other:?}"),
+        }
+    };
+    let id = seen_on_b["d"]["id"].as_str().unwrap().to_string();
+    assert!(
+        posted.contains(&id),
+        "B got a message posted through A: {id} in {posted:?}"
+    );
+    assert_eq!(seen_on_b["d"]["content"], "through the topic");
+    // The poster's own node got it from the topic too.
+    let until = Instant::now() + Duration::from_secs(20);
+    let mut on_a = false;
+    while !on_a && Instant::now() < until {
+        if let Next::Json(v) = support::bot::read_next(&mut s_a.ws, Duration::from_secs(5)) {
+            on_a = v["t"] == "MESSAGE_CREATE" && v["d"]["id"] == id.as_str();
+        }
+    }
+    assert!(
+        on_a,
+        "the posting node delivered its own commit from the topic"
+    );
+    assert!(metric(&a, "gatewayd_chat_commits_total") >= 1.0);
+}

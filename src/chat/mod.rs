@@ -21,6 +21,7 @@
 
 pub mod history;
 pub mod objects;
+pub mod sink;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -33,9 +34,9 @@ use serde_json::{json, Value};
 use crate::api::body::{codes, ApiError};
 use crate::api::permit::{may_delete, Target};
 use crate::delivery::batch::Batch;
-use crate::ingest::pipeline::Pipeline;
 use crate::worker::mail::{ChatAction, ChatRequest, ToWorker, WorkerHandle};
 use history::{History, Reaction, Stored, MAX_REACTIONS, MAX_REACTORS};
+pub use sink::Sink;
 
 pub const QUEUE: usize = 4096;
 /// Requests handled per turn before their events are flushed and answered.
@@ -58,8 +59,10 @@ pub struct ChatStats {
 struct Chat {
     ids: registry::snowflake::SnowflakeGenerator,
     history: History,
-    /// The stream the commits go into (batched, handed to every worker).
-    pipeline: Pipeline,
+    /// Where the commits go (`sink.rs`): this node's pipeline, or Kafka.
+    sink: Sink,
+    /// The index in this turn of the request being handled.
+    index: usize,
     frame: Vec<u8>,
     reader: ingest::FrameReader,
     stats: Arc<ChatStats>,
@@ -72,7 +75,7 @@ const MAX_USERS: usize = 4096;
 type Answer = Result<(u16, Vec<u8>), ApiError>;
 
 pub fn start(
-    pipeline: Pipeline,
+    sink: Sink,
     rx: Receiver<ChatRequest>,
     mut tap: Receiver<Arc<Batch>>,
     workers: Arc<[WorkerHandle]>,
@@ -85,7 +88,8 @@ pub fn start(
             let mut chat = Chat {
                 ids: registry::snowflake::SnowflakeGenerator::new(1023),
                 history: History::new(),
-                pipeline,
+                sink,
+                index: 0,
                 frame: Vec::with_capacity(64 * 1024),
                 reader: ingest::FrameReader::new(),
                 stats,
@@ -111,6 +115,7 @@ pub fn start(
                 let mut next = Some(first);
                 while let Some(req) = next.take() {
                     let (worker, conn) = (req.worker, req.conn);
+                    chat.index = answers.len();
                     let (status, body) = match chat.handle(req) {
                         Ok(a) => a,
                         Err(e) => (e.status, e.to_bytes()),
@@ -121,8 +126,18 @@ pub fn start(
                     }
                 }
                 // The events first, then the answers: a bot never hears "done"
-                // before its workers have the event.
-                chat.pipeline.flush();
+                // before the stream has its event.
+                for i in chat.sink.finish() {
+                    let e = ApiError::new(
+                        503,
+                        0,
+                        "the chat service could not commit the action in time; try again",
+                    );
+                    chat.stats.commit_failed.fetch_add(1, Relaxed);
+                    chat.stats.committed.fetch_sub(1, Relaxed);
+                    let a = &mut answers[i];
+                    (a.2, a.3) = (e.status, e.to_bytes());
+                }
                 chat.publish_stats();
                 for (worker, conn, status, body) in answers.drain(..) {
                     if let Some(w) = workers.get(worker) {
@@ -276,10 +291,14 @@ impl Chat {
         let outcome = self.reader.next().map(|r| r.map(|_| ()));
         match outcome {
             Some(Ok(())) => {
-                self.pipeline.stats().records.fetch_add(1, Relaxed);
-                self.pipeline.push(self.reader.last_body());
-                if self.pipeline.is_full() {
-                    self.pipeline.flush();
+                let body = self.reader.last_body();
+                if !self.sink.commit(server, &self.frame, body, self.index) {
+                    self.stats.commit_failed.fetch_add(1, Relaxed);
+                    return Err(ApiError::new(
+                        503,
+                        0,
+                        "the chat service could not commit the action; try again",
+                    ));
                 }
                 self.stats.committed.fetch_add(1, Relaxed);
                 Ok(())

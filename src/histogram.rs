@@ -30,19 +30,45 @@ impl Histogram {
 
     pub fn render(&self, name: &str, help: &str, out: &mut String) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+        Histogram::render_series(&[self], name, "", out);
+    }
+
+    /// The series of one labelled member of a family (its `# HELP` and
+    /// `# TYPE` written by the caller), summed over `parts` (e.g. workers);
+    /// `labels` is `k="v",...` or empty.
+    pub fn render_series(parts: &[&Histogram], name: &str, labels: &str, out: &mut String) {
+        let sep = if labels.is_empty() { "" } else { "," };
+        let load = |f: &dyn Fn(&Histogram) -> u64| -> u64 { parts.iter().map(|h| f(h)).sum() };
         let mut cum = 0;
         for (i, b) in BOUNDS_MS.iter().enumerate() {
-            cum += self.buckets[i].load(Relaxed);
-            let _ = writeln!(out, "{name}_bucket{{le=\"{}\"}} {cum}", *b as f64 / 1000.0);
+            cum += load(&|h| h.buckets[i].load(Relaxed));
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{{labels}{sep}le=\"{}\"}} {cum}",
+                *b as f64 / 1000.0
+            );
         }
-        cum += self.buckets[BOUNDS_MS.len()].load(Relaxed);
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {cum}");
+        cum += load(&|h| h.buckets[BOUNDS_MS.len()].load(Relaxed));
+        let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {cum}");
+        let braces = |s: &str| {
+            if s.is_empty() {
+                String::new()
+            } else {
+                format!("{{{s}}}")
+            }
+        };
         let _ = writeln!(
             out,
-            "{name}_sum {:.6}",
-            self.sum_us.load(Relaxed) as f64 / 1e6
+            "{name}_sum{} {:.6}",
+            braces(labels),
+            load(&|h| h.sum_us.load(Relaxed)) as f64 / 1e6
         );
-        let _ = writeln!(out, "{name}_count {}", self.count.load(Relaxed));
+        let _ = writeln!(
+            out,
+            "{name}_count{} {}",
+            braces(labels),
+            load(&|h| h.count.load(Relaxed))
+        );
     }
 }
 

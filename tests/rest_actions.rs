@@ -781,3 +781,80 @@ fn a_persons_message_from_another_producer_can_be_acted_on() {
         "editing another's message",
     );
 }
+
+/// One token floods (ignoring every 429) from several connections; another
+/// bot's requests in the meantime are all served, none refused, and the
+/// flooder is banned, never answered 401.
+#[test]
+fn a_flood_from_one_token_hurts_nobody_else() {
+    let f = fixture(&[]);
+    let reg = Registry::new(f.node.dir.path());
+    let other = reg.add_app("bystander", 0);
+    reg.install(other.id, f.server, None);
+    let g = f.node.gateway;
+    let flood_path = format!("/api/v10/channels/{}/messages", f.general);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let statuses = std::sync::Arc::new(std::sync::Mutex::new(
+        std::collections::BTreeMap::<u16, u64>::new(),
+    ));
+    let flooders: Vec<_> = (0..4)
+        .map(|_| {
+            let (stop, statuses, auth, path) = (
+                stop.clone(),
+                statuses.clone(),
+                f.auth.clone(),
+                flood_path.clone(),
+            );
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let r = json_request(
+                        g,
+                        "POST",
+                        &path,
+                        Some(&auth),
+                        Some(&json!({"content": "flood"})),
+                    );
+                    *statuses.lock().unwrap().entry(r.status).or_default() += 1;
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let auth_b = format!("Bot {}", other.token);
+    let mut served = 0;
+    for i in 0..20 {
+        let r = json_request(
+            g,
+            "GET",
+            &format!("/api/v10/channels/{}/messages?limit=1", f.general),
+            Some(&auth_b),
+            None,
+        );
+        assert_eq!(
+            r.status, 200,
+            "the bystander's request {i} during the flood: {}\n{}",
+            r.head, r.body
+        );
+        served += 1;
+        std::thread::sleep(Duration::from_millis(120)); // 10 per second: its own limit, unhurried
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in flooders {
+        t.join().unwrap();
+    }
+    let st = statuses.lock().unwrap().clone();
+    assert_eq!(served, 20);
+    assert!(
+        st.get(&429).copied().unwrap_or(0) > 0,
+        "the flooder was limited: {st:?}"
+    );
+    assert!(
+        !st.contains_key(&401),
+        "a flood is never answered 401: {st:?}"
+    );
+    let m = support::metrics::metrics(f.node.admin);
+    assert!(
+        support::metrics::metric_sum(&m, "gatewayd_rest_bans_total", &[]) >= 1.0,
+        "the flooder was banned: {st:?}"
+    );
+}

@@ -133,6 +133,15 @@ pub const ROUTE_NAMES: [&str; 27] = [
     "POST /users/@me/channels",
 ];
 
+/// Latency classes of routes, as metric labels (`ApiRoute::class`).
+pub const ROUTE_CLASSES: [&str; 5] = [
+    "connect",
+    "message_write",
+    "message_read",
+    "server_read",
+    "members",
+];
+
 /// Why a request has no route.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RouteError {
@@ -170,6 +179,25 @@ impl ApiRoute {
             Ban { guild, .. } | Unban { guild, .. } => (Bucket::Ban, guild),
             CreateDm => (Bucket::Dm, 0),
         })
+    }
+
+    /// The route's latency class (`ROUTE_CLASSES`): 0 connect-time, 1 message
+    /// writes, 2 message reads, 3 server reads, 4 members and moderation.
+    pub fn class(&self) -> usize {
+        use ApiRoute::*;
+        match self {
+            Gateway | GatewayBot | UsersMe | ApplicationsMe => 0,
+            CreateMessage { .. }
+            | EditMessage { .. }
+            | DeleteMessage { .. }
+            | BulkDelete { .. }
+            | AddReaction { .. }
+            | RemoveOwnReaction { .. }
+            | Typing { .. } => 1,
+            ListMessages { .. } | GetMessage { .. } | ListReactions { .. } => 2,
+            GetChannel { .. } | GetGuild { .. } | GuildChannels { .. } | GuildRoles { .. } => 3,
+            _ => 4,
+        }
     }
 
     /// The route's position in `ROUTE_NAMES` (0 is "no route").

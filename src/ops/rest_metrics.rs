@@ -5,7 +5,7 @@
 use std::fmt::Write;
 use std::sync::atomic::Ordering::Relaxed;
 
-use crate::api::route::ROUTE_NAMES;
+use crate::api::route::{ROUTE_CLASSES, ROUTE_NAMES};
 use crate::chat::ChatStats;
 use crate::ingest::pipeline::IngestStats;
 use crate::worker::metrics::{WorkerMetrics, REST_STATUSES};
@@ -38,6 +38,22 @@ pub fn render(workers: &[WorkerMetrics], chat: &ChatStats, ingest: &IngestStats,
                 "gatewayd_rest_responses_total{{route=\"{route}\",status=\"{status}\"}} {v}"
             );
         }
+    }
+    family(
+        out,
+        "gatewayd_rest_request_duration_seconds",
+        "histogram",
+        "REST latency on the node, from the request read to its answer written, by route class.",
+    );
+    for (c, class) in ROUTE_CLASSES.iter().enumerate() {
+        let parts: Vec<&crate::histogram::Histogram> =
+            workers.iter().map(|w| &w.rest_latency[c]).collect();
+        crate::histogram::Histogram::render_series(
+            &parts,
+            "gatewayd_rest_request_duration_seconds",
+            &format!("class=\"{class}\""),
+            out,
+        );
     }
     family(
         out,

@@ -344,6 +344,31 @@ pub fn render(admin: &str, prev: &Scrape, cur: &Scrape) -> String {
         rate("gatewayd_resumes_total"),
         rate("gatewayd_resumes_refused_total"),
     );
+    // REST: requests by status class per second, 429s, and the p99 of writes.
+    let by_status = |sc: &Scrape| sc.by("gatewayd_rest_responses_total", "status");
+    let (now_s, before_s) = (by_status(cur), by_status(prev));
+    let class_rate = |first: char| -> f64 {
+        let sum = |m: &BTreeMap<String, f64>| -> f64 {
+            m.iter()
+                .filter(|(k, _)| k.starts_with(first))
+                .map(|(_, v)| v)
+                .sum()
+        };
+        ((sum(&now_s) - sum(&before_s)) / dt).max(0.0)
+    };
+    let rest_p99 = quantile(prev, cur, "gatewayd_rest_request_duration_seconds", 0.99)
+        .map_or("-".to_string(), fmt_secs);
+    let _ = writeln!(
+        o,
+        "rest        {:>10.1}/s   2xx {:>8.1}/s   4xx {:>6.1}/s   429 {:>6.1}/s   5xx {:>6.1}/s   p99 {}   bans {}",
+        class_rate('2') + class_rate('4') + class_rate('5'),
+        class_rate('2'),
+        class_rate('4'),
+        rate("gatewayd_rest_limited_total"),
+        class_rate('5'),
+        rest_p99,
+        cur.sum("gatewayd_rest_bans_total").unwrap_or(0.0),
+    );
     let p99 = |name: &str| quantile(prev, cur, name, 0.99).map_or("-".to_string(), fmt_secs);
     let brownout = cur.sum("gatewayd_registry_brownout").unwrap_or(0.0) > 0.0;
     let _ = writeln!(

@@ -135,6 +135,9 @@ pub struct Conn {
     pub(super) rest_headers: Vec<(&'static str, String)>,
     /// The request's `api::route::ROUTE_NAMES` index, for its metrics.
     pub(super) rest_route: u8,
+    /// The request's latency class and when it was read (µs since the worker started).
+    pub(super) rest_class: u8,
+    pub(super) rest_started_us: u64,
     /// A REST request waiting for its token's lookup (see `worker/rest.rs`).
     pub(super) api_wait: Option<Box<crate::api::Pending>>,
     pub(super) keep_alive: bool,
@@ -190,6 +193,8 @@ impl Conn {
             rest_pending: false,
             rest_headers: Vec::new(),
             rest_route: 0,
+            rest_class: 0,
+            rest_started_us: 0,
             api_wait: None,
             keep_alive: true,
             handover: None,

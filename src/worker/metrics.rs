@@ -40,6 +40,8 @@ pub struct WorkerMetrics {
     /// REST responses by route (`api::route::ROUTE_NAMES`) and status
     /// (`REST_STATUSES`; the last column counts any other).
     pub rest_responses: [[AtomicU64; REST_STATUSES.len() + 1]; ROUTE_NAMES.len()],
+    /// REST latency (request read to answer written) by `ROUTE_CLASSES`.
+    pub rest_latency: [crate::histogram::Histogram; crate::api::route::ROUTE_CLASSES.len()],
     /// REST 429s by scope: user, global, shared.
     pub rest_limited: [AtomicU64; 3],
     /// Tokens banned for hammering after 429s, and restricted for too many

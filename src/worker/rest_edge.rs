@@ -67,8 +67,13 @@ impl Worker {
         let ct = if body.is_empty() { "" } else { rest::JSON };
         http::write_response(status, ct, body, keep, &hv, &mut conn.out);
         let route = std::mem::take(&mut conn.rest_route);
+        let (class, started) = (conn.rest_class, std::mem::take(&mut conn.rest_started_us));
         conn.deadline_ms = idle_until;
         self.metrics().rest_response(route as usize, status);
+        if started > 0 {
+            let us = (self.started.elapsed().as_micros() as u64).saturating_sub(started);
+            self.metrics().rest_latency[class as usize].record_us(us);
+        }
         self.queue_flush(key);
         if !keep {
             self.close_after_flush(key);
@@ -85,8 +90,11 @@ impl Worker {
                 return self.rest_answer(key, 405, rest::METHOD_NOT_ALLOWED, &[])
             }
         };
+        let started_us = (self.started.elapsed().as_micros() as u64).max(1);
         if let Some(conn) = self.conn(key) {
             conn.rest_route = route.index() as u8;
+            conn.rest_class = route.class() as u8;
+            conn.rest_started_us = started_us;
         }
         let connect_time = match route {
             ApiRoute::Gateway => {

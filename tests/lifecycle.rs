@@ -305,6 +305,62 @@ fn wss_with_a_rustls_certificate() {
     let text = String::from_utf8_lossy(&body);
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     assert!(text.contains(r#"{"url":"wss://localhost"}"#), "{text}");
+
+    // A bot acts over https too: a message with a body, through TLS (and
+    // the handover to the token's worker, TLS state and all).
+    let general = {
+        let tcp = TcpStream::connect(node.gateway).unwrap();
+        let conn = rustls::ClientConnection::new(
+            Arc::new(config_for(&cert)),
+            "localhost".try_into().unwrap(),
+        )
+        .unwrap();
+        let mut tls = rustls::StreamOwned::new(conn, tcp);
+        let (mut ws, _) =
+            tungstenite::client("wss://localhost/?v=10&encoding=json", &mut tls).unwrap();
+        let (_, guilds) = login(&mut ws, &node.token, BOT_INTENTS);
+        guilds[0]["channels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == "general")
+            .unwrap()["id"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    let tcp = TcpStream::connect(node.gateway).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let conn =
+        rustls::ClientConnection::new(Arc::new(config_for(&cert)), "localhost".try_into().unwrap())
+            .unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    let body = r#"{"content":"over https"}"#;
+    let req = format!(
+        "POST /api/v10/channels/{general}/messages HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bot {}\r\n\
+         Content-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        node.token,
+        body.len()
+    );
+    tls.write_all(req.as_bytes()).unwrap();
+    let mut out = Vec::new();
+    let _ = tls.read_to_end(&mut out);
+    let text = String::from_utf8_lossy(&out);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains(r#""content":"over https""#), "{text}");
+    assert!(text.contains("X-RateLimit-Bucket:"), "{text}");
+}
+
+fn config_for(cert: &rcgen::CertifiedKey) -> rustls::ClientConfig {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(cert.cert.der().clone()).unwrap();
+    rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(roots)
+    .with_no_client_auth()
 }
 
 #[test]

@@ -858,3 +858,77 @@ fn a_flood_from_one_token_hurts_nobody_else() {
         "the flooder was banned: {st:?}"
     );
 }
+
+/// Read one HTTP response (head and Content-Length body) from a stream.
+fn read_response(s: &mut impl std::io::Read, buf: &mut Vec<u8>) -> Resp {
+    let mut tmp = [0u8; 8192];
+    loop {
+        if let Some(end) = support::http::head_end(buf) {
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
+            let len: usize = support::http::header(&head, "content-length")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            if buf.len() >= end + len {
+                let body = String::from_utf8_lossy(&buf[end..end + len]).into_owned();
+                buf.drain(..end + len);
+                return Resp {
+                    status: support::http::status_of(&head),
+                    head,
+                    body,
+                };
+            }
+        }
+        let n = s.read(&mut tmp).expect("read");
+        assert!(
+            n > 0,
+            "EOF before a whole response: {:?}",
+            String::from_utf8_lossy(buf)
+        );
+        buf.extend_from_slice(&tmp[..n]);
+    }
+}
+
+/// Keep-alive and pipelining on one connection, on a node with 4 workers
+/// (so the connection is usually handed to its token's worker first, with
+/// both requests still unread in its buffer): answered in order.
+#[test]
+fn pipelined_requests_on_one_keep_alive_connection_are_answered_in_order() {
+    use std::io::Write;
+    let f = fixture(&["--workers", "4"]);
+    for round in 0..3 {
+        let mut s = std::net::TcpStream::connect(f.node.gateway).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let body = format!(r#"{{"content":"pipelined {round}"}}"#);
+        let mut req = String::new();
+        req.push_str(&format!(
+            "POST /api/v10/channels/{}/messages HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            f.general,
+            f.auth,
+            body.len()
+        ));
+        req.push_str(&format!(
+            "GET /api/v10/channels/{}/messages?limit=1 HTTP/1.1\r\nHost: x\r\nAuthorization: {}\r\n\r\n",
+            f.general, f.auth
+        ));
+        req.push_str("GET /api/v10/gateway HTTP/1.1\r\nHost: x\r\n\r\n");
+        s.write_all(req.as_bytes()).unwrap();
+        let mut buf = Vec::new();
+        let created = read_response(&mut s, &mut buf);
+        assert_eq!(created.status, 200, "{}\n{}", created.head, created.body);
+        assert!(
+            created.head.contains("Connection: keep-alive"),
+            "{}",
+            created.head
+        );
+        let listed = read_response(&mut s, &mut buf);
+        assert_eq!(listed.status, 200, "{}", listed.body);
+        assert_eq!(
+            listed.json()[0]["id"],
+            created.json()["id"],
+            "the read saw the write before it"
+        );
+        let gw = read_response(&mut s, &mut buf);
+        assert_eq!(gw.status, 200, "{}", gw.body);
+        assert!(gw.json()["url"].is_string());
+    }
+}

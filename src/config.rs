@@ -56,6 +56,9 @@ pub struct Rest {
     /// 429s within 10 s after which a token is banned for `ban_seconds`.
     pub ban_after_429s: u32,
     pub ban_seconds: u64,
+    /// How often a worker rebuilds an application's REST view from the
+    /// registry (new installations become visible).
+    pub view_refresh_ms: u64,
 }
 
 impl Default for Rest {
@@ -66,6 +69,7 @@ impl Default for Rest {
             invalid_per_10_minutes: 10_000,
             ban_after_429s: 100,
             ban_seconds: 60,
+            view_refresh_ms: 60_000,
         }
     }
 }
@@ -388,6 +392,9 @@ pub struct RunArgs {
     /// REST: how long such a ban lasts.
     #[arg(long)]
     pub rest_ban_seconds: Option<u64>,
+    /// REST: how often an application's view is rebuilt (new installations).
+    #[arg(long)]
+    pub rest_view_refresh_ms: Option<u64>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -449,6 +456,7 @@ impl Config {
         set!(args.rest_global_per_second => cfg.rest.global_per_second);
         set!(args.rest_ban_after_429s => cfg.rest.ban_after_429s);
         set!(args.rest_ban_seconds => cfg.rest.ban_seconds);
+        set!(args.rest_view_refresh_ms => cfg.rest.view_refresh_ms);
         set!(args.max_unsent => cfg.events.max_unsent);
         set!(args.arena_bytes => cfg.events.arena_bytes);
         if args.tls_cert.is_some() {

@@ -932,3 +932,34 @@ fn pipelined_requests_on_one_keep_alive_connection_are_answered_in_order() {
         assert!(gw.json()["url"].is_string());
     }
 }
+
+/// A server the bot is installed in after its first request becomes
+/// visible to its REST requests when its view is next rebuilt
+/// (`--rest-view-refresh-ms`).
+#[test]
+fn a_new_installation_becomes_visible_to_rest() {
+    let f = fixture(&["--rest-view-refresh-ms", "300"]);
+    let reg = Registry::new(f.node.dir.path());
+    let (server, channel) = reg.add_server("later");
+    let path = format!("/channels/{channel}/messages");
+    assert_error(
+        &f.call("GET", &path, None),
+        404,
+        10003,
+        "not installed there yet",
+    );
+    let app = f.session.ready["d"]["application"]["id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    reg.install(app, server, None);
+    let visible = support::wait_until(Duration::from_secs(10), || {
+        std::thread::sleep(Duration::from_millis(100));
+        f.call("GET", &path, None).status == 200
+    });
+    assert!(
+        visible.is_some(),
+        "the new installation never became visible to REST"
+    );
+}

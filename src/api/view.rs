@@ -4,7 +4,8 @@
 //! application's leased view of its servers: the same `GuildAccess`
 //! (per-channel permission bits from `entitlement::channel_permissions`)
 //! that its gateway sessions filter events with, updated by the same inbox
-//! messages at the same moment.
+//! messages at the same moment, and rebuilt every `REFRESH_MS` (new
+//! installations have no message of their own).
 //!
 //! Bounds: `MAX_TOKENS` cached tokens and `MAX_VIEWS` views per worker
 //! (the least recently used known token, or any bad one, is forgotten
@@ -24,6 +25,12 @@ pub const MAX_VIEWS: usize = 4096;
 pub const MAX_WAITERS: usize = 256;
 /// A token the registry refused is refused from the cache for this long.
 pub const BAD_TOKEN_MS: u64 = 10_000;
+/// A view is rebuilt from the registry this often by default
+/// (`rest.view_refresh_ms`), so an installation made since (a new server)
+/// becomes visible to the application's REST requests.
+pub const REFRESH_MS: u64 = 60_000;
+/// Refreshes a worker asks for per housekeeping tick, at most.
+pub const REFRESHES_PER_TICK: usize = 16;
 /// A lookup the registry has not answered in this long is given up (its
 /// waiters get 503) so a new request can ask again.
 pub const LOOKUP_TIMEOUT_MS: u64 = 10_000;
@@ -158,17 +165,28 @@ pub enum Lookup {
     Busy,
 }
 
-#[derive(Default)]
 pub struct Views {
     tokens: HashMap<[u8; 32], Auth>,
     pub apps: HashMap<AppId, AppView>,
+    refresh_ms: u64,
+}
+
+impl Default for Views {
+    fn default() -> Self {
+        Views::new()
+    }
 }
 
 impl Views {
     pub fn new() -> Views {
+        Views::with_refresh(REFRESH_MS)
+    }
+
+    pub fn with_refresh(refresh_ms: u64) -> Views {
         Views {
             tokens: HashMap::with_capacity(MAX_TOKENS),
             apps: HashMap::with_capacity(MAX_VIEWS),
+            refresh_ms: refresh_ms.max(1),
         }
     }
 
@@ -337,9 +355,28 @@ impl Views {
     }
 
     /// A refreshed view replaces the old one (tokens keep pointing at it).
-    pub fn refreshed(&mut self, view: AppView) {
+    pub fn refreshed(&mut self, mut view: AppView) {
         if let Some(v) = self.apps.get_mut(&view.app) {
+            view.refresh_asked_ms = v.refresh_asked_ms;
             *v = view;
+        }
+    }
+
+    /// The views due for a refresh at `now_ms` (every `refresh_ms`; at most
+    /// `REFRESHES_PER_TICK`),
+    /// marked as asked.
+    pub fn due_for_refresh(&mut self, now_ms: u64, out: &mut Vec<AppId>) {
+        out.clear();
+        for v in self.apps.values_mut() {
+            if out.len() == REFRESHES_PER_TICK {
+                break;
+            }
+            if v.refresh_asked_ms == 0 {
+                v.refresh_asked_ms = now_ms; // fetched just now
+            } else if now_ms >= v.refresh_asked_ms + self.refresh_ms {
+                v.refresh_asked_ms = now_ms;
+                out.push(v.app);
+            }
         }
     }
 }
@@ -417,6 +454,37 @@ mod tests {
         assert!(a.guild_of_channel(ChannelId(11), 1_001).is_some());
         a.revoke_server(ServerId(1));
         assert!(a.guild_of_channel(ChannelId(10), 0).is_none());
+    }
+
+    #[test]
+    fn views_are_refreshed_every_refresh_ms() {
+        let mut v = Views::new();
+        let d = [1u8; 32];
+        v.lookup(&d, key(1), 0);
+        v.resolved(&d, Some(view(9)), 0);
+        let mut due = Vec::new();
+        v.due_for_refresh(1_000, &mut due);
+        assert!(due.is_empty(), "just fetched");
+        v.due_for_refresh(1_000 + REFRESH_MS - 1, &mut due);
+        assert!(due.is_empty());
+        v.due_for_refresh(1_000 + REFRESH_MS, &mut due);
+        assert_eq!(due, vec![AppId(9)]);
+        v.due_for_refresh(1_000 + REFRESH_MS + 1, &mut due);
+        assert!(due.is_empty(), "asked once per period");
+        let mut wider = view(9);
+        wider.guilds.push(GuildAccess {
+            id: ServerId(2),
+            channels: vec![(ChannelId(20), 1)],
+            lease_until_ms: 5_000,
+        });
+        let wider = AppView::new(wider.app, 50, "bot".into(), "{}".into(), 0, wider.guilds);
+        v.refreshed(wider);
+        assert!(
+            v.apps[&AppId(9)]
+                .guild_of_channel(ChannelId(20), 0)
+                .is_some(),
+            "a new server is visible"
+        );
     }
 
     #[test]

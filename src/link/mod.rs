@@ -307,6 +307,10 @@ impl Sidecar {
                 let view = self.api_auth(&token).map(|v| v.map(Box::new));
                 self.reply(worker, ToWorker::ApiAuthed { digest, view });
             }
+            SidecarRequest::ApiRefresh { worker, app } => {
+                let view = self.api_refresh(app).map(|v| v.map(Box::new));
+                self.reply(worker, ToWorker::ApiRefreshed { app, view });
+            }
             SidecarRequest::ApiRead {
                 worker,
                 conn,

@@ -106,6 +106,20 @@ impl Sidecar {
                 return Err(());
             }
         };
+        self.view_of(&app).map(Some)
+    }
+
+    /// A worker's periodic refresh of an application's view (new
+    /// installations become visible): `Ok(None)` if the application is gone.
+    pub(super) fn api_refresh(&mut self, app: AppId) -> Result<Option<AppView>, ()> {
+        match self.call(|r| r.application(app.0)) {
+            Ok(Some(a)) => self.view_of(&a).map(Some),
+            Ok(None) => Ok(None),
+            Err(_) => Err(()),
+        }
+    }
+
+    fn view_of(&mut self, app: &registry::model::Application) -> Result<AppView, ()> {
         let installs = self
             .call(|r| r.installations_of_app(app.id))
             .map_err(|_| ())?;
@@ -122,14 +136,14 @@ impl Sidecar {
             a.lease_until_ms = until;
             guilds.push(a);
         }
-        Ok(Some(AppView::new(
+        Ok(AppView::new(
             AppId(app.id),
             app.bot_user_id,
             app.bot_username.clone(),
-            bot_user(&app).to_string().into(),
+            bot_user(app).to_string().into(),
             app.approved_intents,
             guilds,
-        )))
+        ))
     }
 
     /// A permitted read of server data.

@@ -137,6 +137,9 @@ pub struct Conn {
     pub(super) rest_route: u8,
     /// The request's latency class and when it was read (µs since the worker started).
     pub(super) rest_class: u8,
+    /// The token's worker refused this connection (its table was full): its
+    /// REST requests are served here from now on, not handed over again.
+    pub(super) rest_here: bool,
     pub(super) rest_started_us: u64,
     /// A REST request waiting for its token's lookup (see `worker/rest.rs`).
     pub(super) api_wait: Option<Box<crate::api::Pending>>,
@@ -194,6 +197,7 @@ impl Conn {
             rest_headers: Vec::new(),
             rest_route: 0,
             rest_class: 0,
+            rest_here: false,
             rest_started_us: 0,
             api_wait: None,
             keep_alive: true,

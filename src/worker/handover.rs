@@ -94,6 +94,9 @@ impl Worker {
             let Some(mut h) = conn.handover.take() else {
                 return;
             };
+            if matches!(conn.state, ConnState::Http) {
+                conn.rest_here = true; // a REST connection: serve it here, do not ask again
+            }
             WorkerMetrics::inc(&self.metrics().handover_fallbacks);
             self.rings[r]
                 .ring

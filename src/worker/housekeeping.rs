@@ -27,6 +27,15 @@ impl Worker {
             }
             self.lease_pairs = pairs;
         }
+        // REST views are rebuilt now and then (new installations).
+        let mut due = Vec::new();
+        self.api.views.due_for_refresh(self.unix_ms, &mut due);
+        for app in due {
+            let _ = self.shared.sidecar.try_send(SidecarRequest::ApiRefresh {
+                worker: self.id,
+                app,
+            });
+        }
         let now = self.now_ms();
         let mut to_close: Vec<(ConnKey, Option<Close>, bool)> = Vec::new();
         let mut handshaking = 0u64;

@@ -10,6 +10,11 @@ impl Worker {
             ToWorker::Identified { conn, result } => self.on_identified(conn, result),
             ToWorker::RestReply { conn, status, body } => self.on_rest_reply(conn, status, body),
             ToWorker::ApiAuthed { digest, view } => self.on_api_authed(digest, view),
+            ToWorker::ApiRefreshed { app, view } => match view {
+                Ok(Some(v)) => self.api.views.refreshed(*v),
+                Ok(None) => self.api.views.forget_app(app),
+                Err(()) => {} // the old view stands; its leases lapse as usual
+            },
             ToWorker::Batch(batch) => self.deliver_batch(&batch),
             // Sessions and REST views take every change at the same moment.
             ToWorker::Leases { pairs, until_ms } => {

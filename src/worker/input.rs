@@ -166,7 +166,12 @@ impl Worker {
                             if conn.inbuf.len() < total {
                                 return; // the body is still coming
                             }
-                            if let Some(to) = self.rest_owner_elsewhere(&head) {
+                            let elsewhere = if conn.rest_here {
+                                None
+                            } else {
+                                self.rest_owner_elsewhere(&head)
+                            };
+                            if let Some(to) = elsewhere {
                                 // Its token's worker parses it again from the same bytes.
                                 self.start_handover(key, to, Action::None);
                                 return;

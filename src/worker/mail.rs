@@ -37,6 +37,9 @@ pub enum SidecarRequest {
         digest: [u8; 32],
         token: String,
     },
+    /// Rebuild an application's REST view (every `api::view::REFRESH_MS`):
+    /// answered with `ToWorker::ApiRefreshed`.
+    ApiRefresh { worker: usize, app: AppId },
     /// A permitted read of server data (channel, server, channels, roles),
     /// answered from the registry with `ToWorker::RestReply`.
     ApiRead {
@@ -116,6 +119,12 @@ pub enum ToWorker {
     /// `Err(())` the registry could not answer.
     ApiAuthed {
         digest: [u8; 32],
+        view: Result<Option<Box<AppView>>, ()>,
+    },
+    /// A rebuilt view (`Ok(None)`: the application is gone; `Err`: the
+    /// registry could not answer, keep the old one).
+    ApiRefreshed {
+        app: AppId,
         view: Result<Option<Box<AppView>>, ()>,
     },
     /// These leases (sorted pairs) are valid until `until_ms` (Unix ms).

@@ -27,10 +27,10 @@ pub(super) struct ApiState {
 }
 
 impl ApiState {
-    pub(super) fn new(cfg: limit::LimitConfig) -> ApiState {
+    pub(super) fn new(rest: &crate::config::Rest) -> ApiState {
         ApiState {
-            views: Views::new(),
-            limiter: Limiter::new(cfg),
+            views: Views::with_refresh(rest.view_refresh_ms),
+            limiter: Limiter::new(rest.into()),
         }
     }
 }

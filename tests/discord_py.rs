@@ -41,59 +41,97 @@ impl BotRun {
     }
 }
 
-fn run_bot(python: &str, node: &Node, mode: &str) -> BotRun {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/bot.py");
-    let out_path: PathBuf = node.dir.path().join(format!("bot-{mode}.stdout"));
-    let err_path: PathBuf = node.dir.path().join(format!("bot-{mode}.stderr"));
-    let mut child = Command::new(python)
-        .arg(&script)
-        .args([
-            "--addr",
-            &node.gateway.to_string(),
-            "--mode",
-            mode,
-            "--want",
-            "2",
-            "--timeout",
-            "60",
-        ])
-        .env("GATEWAYD_TOKEN", &node.token)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("PYTHONUNBUFFERED", "1")
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out_path).unwrap())
-        .stderr(std::fs::File::create(&err_path).unwrap())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {python} {}: {e}", script.display()));
-    let deadline = Instant::now() + PROCESS_TIMEOUT;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
+/// A script of tests/py running against `node` (its token in
+/// GATEWAYD_TOKEN), stdout and stderr into the node's directory.
+struct Script {
+    name: String,
+    child: std::process::Child,
+    out_path: PathBuf,
+    err_path: PathBuf,
+}
+
+impl Script {
+    fn spawn(python: &str, node: &Node, file: &str, tag: &str, args: &[&str]) -> Script {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/py")
+            .join(file);
+        let out_path: PathBuf = node.dir.path().join(format!("{tag}.stdout"));
+        let err_path: PathBuf = node.dir.path().join(format!("{tag}.stderr"));
+        let child = Command::new(python)
+            .arg(&script)
+            .args(args)
+            .env("GATEWAYD_TOKEN", &node.token)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .env("PYTHONUNBUFFERED", "1")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out_path).unwrap())
+            .stderr(std::fs::File::create(&err_path).unwrap())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {python} {}: {e}", script.display()));
+        Script {
+            name: file.to_string(),
+            child,
+            out_path,
+            err_path,
         }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
-            panic!(
-                "bot.py still running after {PROCESS_TIMEOUT:?}\n--- stderr ---\n{}",
-                std::fs::read_to_string(&err_path).unwrap_or_default()
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
-    let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
-    let summary = stdout
-        .lines()
-        .rev()
-        .find(|l| !l.trim().is_empty())
-        .and_then(|l| serde_json::from_str(l).ok())
-        .unwrap_or(serde_json::Value::Null);
-    BotRun {
-        status,
-        summary,
-        stdout,
-        stderr,
     }
+
+    fn stdout(&self) -> String {
+        std::fs::read_to_string(&self.out_path).unwrap_or_default()
+    }
+
+    fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.err_path).unwrap_or_default()
+    }
+
+    /// Wait for it to exit (at most PROCESS_TIMEOUT): its status, stdout,
+    /// stderr and the last non-empty stdout line as JSON.
+    fn wait(mut self) -> BotRun {
+        let deadline = Instant::now() + PROCESS_TIMEOUT;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "{} still running after {PROCESS_TIMEOUT:?}\n--- stderr ---\n{}",
+                    self.name,
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let (stdout, stderr) = (self.stdout(), self.stderr());
+        let summary = stdout
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .and_then(|l| serde_json::from_str(l).ok())
+            .unwrap_or(serde_json::Value::Null);
+        BotRun {
+            status,
+            summary,
+            stdout,
+            stderr,
+        }
+    }
+}
+
+fn run_bot(python: &str, node: &Node, mode: &str) -> BotRun {
+    let addr = node.gateway.to_string();
+    let args = [
+        "--addr",
+        &addr,
+        "--mode",
+        mode,
+        "--want",
+        "2",
+        "--timeout",
+        "60",
+    ];
+    Script::spawn(python, node, "bot.py", &format!("bot-{mode}"), &args).wait()
 }
 
 #[test]
@@ -231,27 +269,18 @@ fn discord_py_ping_bot_acts_through_the_rest_edge() {
     let (server, general) = support::bot::server_and_general(&probe.guild_creates[0]);
     probe.close_politely();
 
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/ping_bot.py");
-    let out_path = node.dir.path().join("ping-bot.stdout");
-    let err_path = node.dir.path().join("ping-bot.stderr");
-    let mut child = Command::new(&python)
-        .arg(&script)
-        .args(["--addr", &node.gateway.to_string(), "--timeout", "90"])
-        .env("GATEWAYD_TOKEN", &node.token)
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .env("PYTHONUNBUFFERED", "1")
-        .stdin(Stdio::null())
-        .stdout(std::fs::File::create(&out_path).unwrap())
-        .stderr(std::fs::File::create(&err_path).unwrap())
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn {python}: {e}"));
-    let stderr = || std::fs::read_to_string(&err_path).unwrap_or_default();
-    let ready = support::wait_until(Duration::from_secs(30), || {
-        std::fs::read_to_string(&out_path).is_ok_and(|s| s.contains("READY"))
-    });
+    let addr = node.gateway.to_string();
+    let mut bot = Script::spawn(
+        &python,
+        &node,
+        "ping_bot.py",
+        "ping-bot",
+        &["--addr", &addr, "--timeout", "90"],
+    );
+    let ready = support::wait_until(Duration::from_secs(30), || bot.stdout().contains("READY"));
     if ready.is_none() {
-        let _ = child.kill();
-        panic!("ping_bot.py never reached on_ready\n{}", stderr());
+        let _ = bot.child.kill();
+        panic!("ping_bot.py never reached on_ready\n{}", bot.stderr());
     }
     // A person writes "!ping" in #general.
     Producer::connect(node.ingest).send(&message_event(
@@ -261,28 +290,12 @@ fn discord_py_ping_bot_acts_through_the_rest_edge() {
         "!ping",
         &[],
     ));
-    let deadline = Instant::now() + PROCESS_TIMEOUT;
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            panic!("ping_bot.py still running\n{}", stderr());
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let stdout = std::fs::read_to_string(&out_path).unwrap_or_default();
-    let s: serde_json::Value = stdout
-        .lines()
-        .rev()
-        .find(|l| l.starts_with('{'))
-        .and_then(|l| serde_json::from_str(l).ok())
-        .unwrap_or(serde_json::Value::Null);
+    let run = bot.wait();
+    let (status, s) = (run.status, &run.summary);
     let explain = || {
         format!(
             "ping_bot.py exited {status}\n--- summary ---\n{s:#}\n--- stderr ---\n{}",
-            stderr()
+            run.stderr
         )
     };
     assert!(status.success() && s["ok"] == true, "{}", explain());

@@ -397,6 +397,17 @@ fn bad_input_gets_the_documented_error() {
     let g = f.node.gateway;
     let ch = f.general;
     let msgs = format!("/channels/{ch}/messages");
+    // A POST to the channel's messages with this Content-Type and raw body.
+    let post_raw = |content_type: &str, body: &[u8]| {
+        request_with_body(
+            g,
+            "POST",
+            &format!("/api/v10{msgs}"),
+            &[("Authorization", &f.auth), ("Content-Type", content_type)],
+            Some(body),
+        )
+        .unwrap()
+    };
     assert_error(
         &f.call("GET", "/nope/at/all", None),
         404,
@@ -449,39 +460,12 @@ fn bad_input_gets_the_documented_error() {
         50035,
         "11 embeds",
     );
-    let bad_json = request_with_body(
-        g,
-        "POST",
-        &format!("/api/v10{msgs}"),
-        &[
-            ("Authorization", &f.auth),
-            ("Content-Type", "application/json"),
-        ],
-        Some(b"{nope"),
-    )
-    .unwrap();
+    let bad_json = post_raw("application/json", b"{nope");
     assert_error(&bad_json, 400, 50035, "malformed JSON");
-    let text = request_with_body(
-        g,
-        "POST",
-        &format!("/api/v10{msgs}"),
-        &[("Authorization", &f.auth), ("Content-Type", "text/plain")],
-        Some(b"hi"),
-    )
-    .unwrap();
+    let text = post_raw("text/plain", b"hi");
     assert_error(&text, 400, 50035, "wrong content type");
     let file = b"--b\r\nContent-Disposition: form-data; name=\"payload_json\"\r\n\r\n{\"content\":\"x\"}\r\n--b\r\nContent-Disposition: form-data; name=\"files[0]\"; filename=\"a.txt\"\r\n\r\nhello\r\n--b--\r\n";
-    let r = request_with_body(
-        g,
-        "POST",
-        &format!("/api/v10{msgs}"),
-        &[
-            ("Authorization", &f.auth),
-            ("Content-Type", "multipart/form-data; boundary=b"),
-        ],
-        Some(file),
-    )
-    .unwrap();
+    let r = post_raw("multipart/form-data; boundary=b", file);
     assert_error(&r, 400, 50035, "an attachment");
     assert!(
         r.json()["errors"]["files[0]"].is_object(),
@@ -489,17 +473,7 @@ fn bad_input_gets_the_documented_error() {
         r.body
     );
     let mp = b"--b\r\nContent-Disposition: form-data; name=\"payload_json\"\r\n\r\n{\"content\":\"via multipart\"}\r\n--b--\r\n";
-    let r = request_with_body(
-        g,
-        "POST",
-        &format!("/api/v10{msgs}"),
-        &[
-            ("Authorization", &f.auth),
-            ("Content-Type", "multipart/form-data; boundary=b"),
-        ],
-        Some(mp),
-    )
-    .unwrap();
+    let r = post_raw("multipart/form-data; boundary=b", mp);
     assert_eq!(
         (r.status, r.json()["content"].clone()),
         (200, json!("via multipart")),

@@ -80,6 +80,16 @@ fn assert_error(r: &Resp, status: u16, code: u64, what: &str) {
     assert!(v["message"].is_string(), "{what}: {v}");
 }
 
+/// Repeat `request` every 100 ms, for up to 10 s, until it is answered
+/// `status` (a registry change reaching the node's views).
+fn eventually(status: u16, mut request: impl FnMut() -> Resp) -> bool {
+    support::wait_until(Duration::from_secs(10), || {
+        std::thread::sleep(Duration::from_millis(100));
+        request().status == status
+    })
+    .is_some()
+}
+
 const SIX: [&str; 6] = [
     "X-RateLimit-Limit",
     "X-RateLimit-Remaining",
@@ -567,6 +577,16 @@ fn permissions_bite_rest_as_they_bite_events() {
     reg.set_overwrite(read_only, server, "role", 0, SEND);
     reg.install(app.id, server, Some(VIEW | SEND | HISTORY));
     let auth = format!("Bot {}", app.token);
+    // A request to #general's messages as the bot.
+    let rest = |method: &str, body: Option<Value>| {
+        json_request(
+            node.gateway,
+            method,
+            &format!("/api/v10/channels/{general}/messages"),
+            Some(&auth),
+            body.as_ref(),
+        )
+    };
     let mut s = bot::identify(
         node.gateway,
         "perm-bot",
@@ -624,19 +644,11 @@ fn permissions_bite_rest_as_they_bite_events() {
 
     // A narrowed grant (VIEW_CHANNEL only) bites both at the same moment.
     reg.install(app.id, server, Some(VIEW | HISTORY));
-    let narrowed = support::wait_until(Duration::from_secs(10), || {
-        std::thread::sleep(Duration::from_millis(100));
-        json_request(
-            node.gateway,
-            "POST",
-            &format!("/api/v10/channels/{general}/messages"),
-            Some(&auth),
-            Some(&json!({"content": "probe"})),
-        )
-        .status
-            == 403
-    });
-    assert!(narrowed.is_some(), "a narrowed grant must stop REST sends");
+    let send = || rest("POST", Some(json!({"content": "probe"})));
+    assert!(
+        eventually(403, send),
+        "a narrowed grant must stop REST sends"
+    );
     check(
         "after a narrowed grant",
         general,
@@ -646,20 +658,8 @@ fn permissions_bite_rest_as_they_bite_events() {
     );
     // Withdrawn VIEW_CHANNEL: neither half sees the channel.
     reg.install(app.id, server, Some(SEND));
-    let hidden_now = support::wait_until(Duration::from_secs(10), || {
-        std::thread::sleep(Duration::from_millis(100));
-        json_request(
-            node.gateway,
-            "GET",
-            &format!("/api/v10/channels/{general}/messages"),
-            Some(&auth),
-            None,
-        )
-        .status
-            == 403
-    });
     assert!(
-        hidden_now.is_some(),
+        eventually(403, || rest("GET", None)),
         "a grant without VIEW_CHANNEL hides the channel from REST"
     );
     check(
@@ -671,19 +671,10 @@ fn permissions_bite_rest_as_they_bite_events() {
     );
     // Uninstalled: REST does not know the channel; no events.
     reg.uninstall(app.id, server);
-    let gone = support::wait_until(Duration::from_secs(10), || {
-        std::thread::sleep(Duration::from_millis(100));
-        json_request(
-            node.gateway,
-            "GET",
-            &format!("/api/v10/channels/{general}/messages"),
-            Some(&auth),
-            None,
-        )
-        .status
-            == 404
-    });
-    assert!(gone.is_some(), "an uninstall must stop REST reads");
+    assert!(
+        eventually(404, || rest("GET", None)),
+        "an uninstall must stop REST reads"
+    );
 }
 
 /// A person's message reached the node from another producer: the chat
@@ -928,12 +919,8 @@ fn a_new_installation_becomes_visible_to_rest() {
         .parse()
         .unwrap();
     reg.install(app, server, None);
-    let visible = support::wait_until(Duration::from_secs(10), || {
-        std::thread::sleep(Duration::from_millis(100));
-        f.call("GET", &path, None).status == 200
-    });
     assert!(
-        visible.is_some(),
+        eventually(200, || f.call("GET", &path, None)),
         "the new installation never became visible to REST"
     );
 }

@@ -10,6 +10,12 @@ use crate::chat::ChatStats;
 use crate::ingest::pipeline::IngestStats;
 use crate::worker::metrics::{WorkerMetrics, REST_STATUSES};
 
+/// A family of one unlabelled series.
+fn scalar(out: &mut String, name: &str, kind: &str, help: &str, value: u64) {
+    family(out, name, kind, help);
+    let _ = writeln!(out, "{name} {value}");
+}
+
 fn family(out: &mut String, name: &str, kind: &str, help: &str) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
 }
@@ -69,81 +75,47 @@ pub fn render(workers: &[WorkerMetrics], chat: &ChatStats, ingest: &IngestStats,
         let _ = writeln!(out, "gatewayd_rest_limited_total{{scope=\"{scope}\"}} {v}");
     }
     let sum = |f: fn(&WorkerMetrics) -> u64| -> u64 { workers.iter().map(f).sum() };
-    family(
+    scalar(
         out,
         "gatewayd_rest_bans_total",
         "counter",
         "Bot tokens banned for a while for sending on after 429s.",
+        sum(|w| w.rest_bans.load(Relaxed)),
     );
-    let _ = writeln!(
-        out,
-        "gatewayd_rest_bans_total {}",
-        sum(|w| w.rest_bans.load(Relaxed))
-    );
-    family(
+    scalar(
         out,
         "gatewayd_rest_restrictions_total",
         "counter",
         "Bot tokens restricted for too many invalid requests (401, 403, 429) in 10 minutes.",
+        sum(|w| w.rest_restrictions.load(Relaxed)),
     );
-    let _ = writeln!(
-        out,
-        "gatewayd_rest_restrictions_total {}",
-        sum(|w| w.rest_restrictions.load(Relaxed))
-    );
-    family(
+    scalar(
         out,
         "gatewayd_chat_commits_total",
         "counter",
         "Actions the embedded chat service committed as events.",
+        chat.committed.load(Relaxed),
     );
-    let _ = writeln!(
-        out,
-        "gatewayd_chat_commits_total {}",
-        chat.committed.load(Relaxed)
-    );
-    family(
+    scalar(
         out,
         "gatewayd_chat_commit_failures_total",
         "counter",
-        "Actions refused with 503 because the event stream did not take the commit.",
+        "Actions answered 503 (or 500) because their commit did not reach the event stream.",
+        chat.commit_failed.load(Relaxed),
     );
-    let _ = writeln!(
-        out,
-        "gatewayd_chat_commit_failures_total {}",
-        chat.commit_failed.load(Relaxed)
-    );
-    family(
+    scalar(
         out,
         "gatewayd_chat_history_messages",
         "gauge",
         "Messages the embedded chat service keeps for reads and edits.",
+        chat.history_messages.load(Relaxed),
     );
-    let _ = writeln!(
-        out,
-        "gatewayd_chat_history_messages {}",
-        chat.history_messages.load(Relaxed)
-    );
-    family(
-        out,
-        "gatewayd_chat_tap_skipped_total",
-        "counter",
-        "Batches of other sources the chat service was too busy to read into its history (those messages cannot be replied to or reacted to).",
-    );
-    let _ = writeln!(
-        out,
-        "gatewayd_chat_tap_skipped_total {}",
-        ingest.tap_skipped.load(Relaxed)
-    );
-    family(
+    scalar(out, "gatewayd_chat_tap_skipped_total", "counter", "Batches of other sources the chat service was too busy to read into its history (those messages cannot be replied to or reacted to).", ingest.tap_skipped.load(Relaxed));
+    scalar(
         out,
         "gatewayd_chat_history_bytes",
         "gauge",
         "Bytes of message JSON in that history (bounded by chat::history::MAX_BYTES).",
-    );
-    let _ = writeln!(
-        out,
-        "gatewayd_chat_history_bytes {}",
-        chat.history_bytes.load(Relaxed)
+        chat.history_bytes.load(Relaxed),
     );
 }

@@ -6,6 +6,7 @@
 //! embedded backend; [`PostgresRegistry`] is the scale-out one (several
 //! nodes on one database, revocations pushed with LISTEN/NOTIFY).
 
+mod members;
 pub mod model;
 mod ops;
 pub mod postgres;
@@ -149,6 +150,34 @@ pub trait Registry: Send + Sync {
     /// Lease renewal in one round trip: for each (application, server) pair,
     /// whether the installation still exists (same order as `pairs`).
     fn installed(&self, pairs: &[(u64, u64)]) -> Result<Vec<bool>>;
+
+    // People (`crate::members` has the rules).
+    fn create_user(&self, username: &str) -> Result<User>;
+    fn user(&self, id: u64) -> Result<Option<User>>;
+    /// Adds a user to a server (nothing if already a member); refused for
+    /// a banned user.
+    fn add_member(&self, server_id: u64, user_id: u64) -> Result<Member>;
+    fn member(&self, server_id: u64, user_id: u64) -> Result<Option<Member>>;
+    /// Members with user id > `after`, ascending, at most `limit`
+    /// (clamped to 1..=[`MAX_MEMBERS_PAGE`]).
+    fn list_members(&self, server_id: u64, after: u64, limit: u32) -> Result<Vec<Member>>;
+    /// Replaces the member's roles (each of the server, not `@everyone`,
+    /// not managed).
+    fn set_member_roles(&self, server_id: u64, user_id: u64, role_ids: &[u64]) -> Result<Member>;
+    /// False if the member already had the role.
+    fn add_member_role(&self, server_id: u64, user_id: u64, role_id: u64) -> Result<bool>;
+    /// False if the member did not have it.
+    fn remove_member_role(&self, server_id: u64, user_id: u64, role_id: u64) -> Result<bool>;
+    /// Kick: false if not a member.
+    fn remove_member(&self, server_id: u64, user_id: u64) -> Result<bool>;
+    /// Bans a known user (member or not) and ends the membership.
+    fn ban(&self, server_id: u64, user_id: u64, reason: Option<&str>) -> Result<BanOutcome>;
+    /// False if the user was not banned.
+    fn unban(&self, server_id: u64, user_id: u64) -> Result<bool>;
+    /// The direct-message channel between two users (created on first use).
+    fn open_dm(&self, user_a: u64, user_b: u64) -> Result<u64>;
+    /// (channel id, the other user) of every DM channel of `user_id`.
+    fn dm_channels_of(&self, user_id: u64) -> Result<Vec<(u64, u64)>>;
 }
 
 /// Something taken away from a bot, as written to the outbox.

@@ -176,3 +176,36 @@ pub struct DemoSeed {
     pub server_id: u64,
     pub general_channel_id: u64,
 }
+
+/// A person (or any non-bot account) of the chat service. Bots are not
+/// users here: a bot's user is its application's (`bot_user_id`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct User {
+    pub id: u64,
+    pub username: String,
+    pub global_name: Option<String>,
+}
+
+/// A user's membership of a server (bots are members through their
+/// installation, not here).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    pub server_id: u64,
+    pub user: User,
+    pub nick: Option<String>,
+    /// Ascending; never `@everyone` (every member has it).
+    pub role_ids: Vec<u64>,
+    pub joined_at_ms: u64,
+}
+
+/// What a ban changed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BanOutcome {
+    /// False if the user was already banned (nothing changed).
+    pub new: bool,
+    /// The user was a member, and is no longer.
+    pub was_member: bool,
+}
+
+/// Members answered per `list_members` call, at most (the platform's).
+pub const MAX_MEMBERS_PAGE: u32 = 1000;

@@ -93,3 +93,18 @@ pub const DEMO_APP: &str = "demo-bot";
 pub const DEMO_SERVER: &str = "Demo Server";
 pub const DEMO_CATEGORY: &str = "Text Channels";
 pub const DEMO_CHANNEL: &str = "general";
+/// The demo server's roles for people: below the bot, and above it.
+pub const DEMO_MEMBER_ROLE: &str = "Member";
+pub const DEMO_MODERATOR_ROLE: &str = "Moderator";
+/// What the demo bot is granted in the demo server.
+pub const DEMO_GRANT: u64 = {
+    use crate::model::permissions::*;
+    VIEW_CHANNEL
+        | SEND_MESSAGES
+        | READ_MESSAGE_HISTORY
+        | EMBED_LINKS
+        | ADD_REACTIONS
+        | MANAGE_ROLES
+        | KICK_MEMBERS
+        | BAN_MEMBERS
+};

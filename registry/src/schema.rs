@@ -143,6 +143,53 @@ const MIGRATIONS: &[&str] = &[
     r#"
     CREATE INDEX installation_roles_server ON installation_roles(server_id);
     "#,
+    // 5: people. Users, their memberships of servers with their roles (what
+    // the REST edge's member routes read and its moderation routes change,
+    // ranked by role position), bans, and direct-message channels between
+    // two users (a bot's user is its application's `bot_user_id`; the pair
+    // is stored low id first, so one pair has one channel).
+    r#"
+    CREATE TABLE users (
+        id            {i64} PRIMARY KEY,
+        username      TEXT NOT NULL,
+        global_name   TEXT,
+        created_at_ms {i64} NOT NULL
+    );
+
+    CREATE TABLE members (
+        server_id    {i64} NOT NULL REFERENCES servers(id) ON DELETE CASCADE,
+        user_id      {i64} NOT NULL REFERENCES users(id) ON DELETE CASCADE,
+        nick         TEXT,
+        joined_at_ms {i64} NOT NULL,
+        PRIMARY KEY (server_id, user_id)
+    );
+
+    CREATE TABLE member_roles (
+        server_id {i64} NOT NULL,
+        user_id   {i64} NOT NULL,
+        role_id   {i64} NOT NULL REFERENCES roles(id) ON DELETE CASCADE,
+        PRIMARY KEY (server_id, user_id, role_id),
+        FOREIGN KEY (server_id, user_id)
+            REFERENCES members(server_id, user_id) ON DELETE CASCADE
+    );
+    CREATE INDEX member_roles_role ON member_roles(role_id);
+
+    CREATE TABLE bans (
+        server_id     {i64} NOT NULL REFERENCES servers(id) ON DELETE CASCADE,
+        user_id       {i64} NOT NULL,
+        reason        TEXT,
+        created_at_ms {i64} NOT NULL,
+        PRIMARY KEY (server_id, user_id)
+    );
+
+    CREATE TABLE dm_channels (
+        id        {i64} PRIMARY KEY,
+        user_low  {i64} NOT NULL,
+        user_high {i64} NOT NULL,
+        UNIQUE (user_low, user_high)
+    );
+    CREATE INDEX dm_channels_high ON dm_channels(user_high);
+    "#,
 ];
 
 /// Where the schema version and the revision counter live (created before
@@ -227,12 +274,14 @@ mod tests {
             "ce545b5b27ee827cc6bf8320571d11bb7b63340f8e157afaa84d24391947a187",
             "c1027b795e29f4f3a64c49dee64a7c03827141796587643fd41828a80b349279",
             "297443eb983d66bf21595d95478d6d3c449d090683d00446f71989acae15e637",
+            "c651bd6a8e160a5fa40852ab2adf459ff98795cf969d9d9e8613345264ee215d",
         ];
         let postgres = [
             "1a3cb466e916e54db1de963200edb5cc45643a0fd53b9acfb3007df2d641032a",
             "df17ceb77ce05b551a975eca24dec691a72cf361c4a23c3ebc8ad546d9edbc73",
             "649d47fd83918c53fe456dd3a09eebde6e14bbde887719577fa7b1e4e9cc91c0",
             "297443eb983d66bf21595d95478d6d3c449d090683d00446f71989acae15e637",
+            "6e3b5ac838dca8b12441074dae0a83876cb98ac87111ff72b6d0a6f07af350e3",
         ];
         for (dialect, pinned) in [(&SQLITE, sqlite), (&POSTGRES, postgres)] {
             let got: Vec<String> = dialect.migrations_after(0).map(|m| sha256(&m)).collect();

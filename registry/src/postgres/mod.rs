@@ -47,6 +47,7 @@
 
 mod apps;
 mod installs;
+mod people;
 mod schema;
 mod servers;
 
@@ -62,6 +63,7 @@ use tokio_postgres::tls::NoTlsStream;
 use tokio_postgres::types::{FromSql, ToSql, Type};
 use tokio_postgres::{AsyncMessage, Client, Connection, NoTls, Row, Socket, Statement};
 
+use crate::members::{self, MemberStore};
 use crate::model::*;
 use crate::rows::{self, to_i, to_u};
 use crate::{ops, Registry, RegistryError, Result, Revocation, RevocationRecord, StateChange};
@@ -967,6 +969,70 @@ impl Registry for PostgresRegistry {
             )?;
             rows.iter().map(|r| col::<bool>(r, 0)).collect()
         })
+    }
+
+    fn create_user(&self, username: &str) -> Result<User> {
+        self.run(WriteKind::Write, |t| members::create_user(t, username))
+    }
+
+    fn user(&self, id: u64) -> Result<Option<User>> {
+        self.run(WriteKind::Read, |t| t.user(id))
+    }
+
+    fn add_member(&self, server_id: u64, user_id: u64) -> Result<Member> {
+        self.run(WriteKind::Write, |t| {
+            members::add_member(t, server_id, user_id)
+        })
+    }
+
+    fn member(&self, server_id: u64, user_id: u64) -> Result<Option<Member>> {
+        self.run(WriteKind::Read, |t| members::member(t, server_id, user_id))
+    }
+
+    fn list_members(&self, server_id: u64, after: u64, limit: u32) -> Result<Vec<Member>> {
+        self.run(WriteKind::Read, |t| {
+            members::list_members(t, server_id, after, limit)
+        })
+    }
+
+    fn set_member_roles(&self, server_id: u64, user_id: u64, role_ids: &[u64]) -> Result<Member> {
+        self.run(WriteKind::Write, |t| {
+            members::set_member_roles(t, server_id, user_id, role_ids)
+        })
+    }
+
+    fn add_member_role(&self, server_id: u64, user_id: u64, role_id: u64) -> Result<bool> {
+        self.run(WriteKind::Write, |t| {
+            members::add_member_role(t, server_id, user_id, role_id)
+        })
+    }
+
+    fn remove_member_role(&self, server_id: u64, user_id: u64, role_id: u64) -> Result<bool> {
+        self.run(WriteKind::Write, |t| {
+            members::remove_member_role(t, server_id, user_id, role_id)
+        })
+    }
+
+    fn remove_member(&self, server_id: u64, user_id: u64) -> Result<bool> {
+        self.run(WriteKind::Write, |t| t.delete_member(server_id, user_id))
+    }
+
+    fn ban(&self, server_id: u64, user_id: u64, reason: Option<&str>) -> Result<BanOutcome> {
+        self.run(WriteKind::Write, |t| {
+            members::ban(t, server_id, user_id, reason)
+        })
+    }
+
+    fn unban(&self, server_id: u64, user_id: u64) -> Result<bool> {
+        self.run(WriteKind::Write, |t| t.delete_ban(server_id, user_id))
+    }
+
+    fn open_dm(&self, user_a: u64, user_b: u64) -> Result<u64> {
+        self.run(WriteKind::Write, |t| members::open_dm(t, user_a, user_b))
+    }
+
+    fn dm_channels_of(&self, user_id: u64) -> Result<Vec<(u64, u64)>> {
+        self.run(WriteKind::Read, |t| t.dm_channels_of(user_id))
     }
 }
 

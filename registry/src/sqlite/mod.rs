@@ -3,6 +3,7 @@
 
 mod apps;
 mod installs;
+mod people;
 mod schema;
 mod servers;
 
@@ -12,6 +13,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, TransactionBehavior};
 
+use crate::members::{self, MemberStore};
 use crate::model::*;
 use crate::rows::{self, to_i, to_u};
 use crate::{ops, Registry, Result, Revocation, RevocationRecord, StateChange};
@@ -377,6 +379,58 @@ impl Registry for SqliteRegistry {
                 .map(|&(a, s)| Ok(st.exists(rusqlite::params![to_i(a), to_i(s)])?))
                 .collect()
         })
+    }
+
+    fn create_user(&self, username: &str) -> Result<User> {
+        self.write(|mut c| members::create_user(&mut c, username))
+    }
+
+    fn user(&self, id: u64) -> Result<Option<User>> {
+        self.read(|mut c| c.user(id))
+    }
+
+    fn add_member(&self, server_id: u64, user_id: u64) -> Result<Member> {
+        self.write(|mut c| members::add_member(&mut c, server_id, user_id))
+    }
+
+    fn member(&self, server_id: u64, user_id: u64) -> Result<Option<Member>> {
+        self.read(|mut c| members::member(&mut c, server_id, user_id))
+    }
+
+    fn list_members(&self, server_id: u64, after: u64, limit: u32) -> Result<Vec<Member>> {
+        self.read(|mut c| members::list_members(&mut c, server_id, after, limit))
+    }
+
+    fn set_member_roles(&self, server_id: u64, user_id: u64, role_ids: &[u64]) -> Result<Member> {
+        self.write(|mut c| members::set_member_roles(&mut c, server_id, user_id, role_ids))
+    }
+
+    fn add_member_role(&self, server_id: u64, user_id: u64, role_id: u64) -> Result<bool> {
+        self.write(|mut c| members::add_member_role(&mut c, server_id, user_id, role_id))
+    }
+
+    fn remove_member_role(&self, server_id: u64, user_id: u64, role_id: u64) -> Result<bool> {
+        self.write(|mut c| members::remove_member_role(&mut c, server_id, user_id, role_id))
+    }
+
+    fn remove_member(&self, server_id: u64, user_id: u64) -> Result<bool> {
+        self.write(|mut c| c.delete_member(server_id, user_id))
+    }
+
+    fn ban(&self, server_id: u64, user_id: u64, reason: Option<&str>) -> Result<BanOutcome> {
+        self.write(|mut c| members::ban(&mut c, server_id, user_id, reason))
+    }
+
+    fn unban(&self, server_id: u64, user_id: u64) -> Result<bool> {
+        self.write(|mut c| c.delete_ban(server_id, user_id))
+    }
+
+    fn open_dm(&self, user_a: u64, user_b: u64) -> Result<u64> {
+        self.write(|mut c| members::open_dm(&mut c, user_a, user_b))
+    }
+
+    fn dm_channels_of(&self, user_id: u64) -> Result<Vec<(u64, u64)>> {
+        self.read(|mut c| c.dm_channels_of(user_id))
     }
 }
 

@@ -11,6 +11,9 @@
 use registry::permissions::*;
 use registry::*;
 
+mod people;
+pub use people::*;
+
 /// What the suite needs beyond the trait.
 pub trait Backend: Registry {
     fn create_server_with_id(&self, id: u64, name: &str, owner_id: u64) -> Result<Server>;
@@ -53,6 +56,10 @@ macro_rules! behaviour_tests {
             session_start_limit_window,
             state_changes_from_the_event_stream_update_the_snapshot,
             revocations_are_written_to_the_outbox_with_the_change,
+            members_roles_and_their_rules,
+            bans_end_membership_and_block_rejoining,
+            member_pages_and_dm_channels,
+            demo_server_has_people_ranked_around_the_bot,
         );
     };
     // One test per name, recursively (the attributes repeat per test).
@@ -640,7 +647,14 @@ pub fn seed_demo_idempotent_and_reopen_keeps_data(store: &dyn Store) {
             .unwrap();
         assert_eq!(
             inst.permissions,
-            VIEW_CHANNEL | SEND_MESSAGES | READ_MESSAGE_HISTORY | EMBED_LINKS | ADD_REACTIONS
+            VIEW_CHANNEL
+                | SEND_MESSAGES
+                | READ_MESSAGE_HISTORY
+                | EMBED_LINKS
+                | ADD_REACTIONS
+                | MANAGE_ROLES
+                | KICK_MEMBERS
+                | BAN_MEMBERS
         );
         let snap = reg.server_snapshot(seed.server_id).unwrap().unwrap();
         assert_eq!(snap.server.name, "Demo Server");

@@ -143,13 +143,14 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
             stop.clone(),
         );
     }
-    let sidecar = crate::link::Sidecar::new(
+    let mut sidecar = crate::link::Sidecar::new(
         registry,
         handles.clone(),
         gateway_url.clone(),
         cfg.registry.clone(),
         link_stats.clone(),
     );
+    sidecar.chat = Some(shared.chat.clone());
     let sidecar_stop = stop.clone();
     let sidecar_thread = std::thread::Builder::new()
         .name("sidecar".into())

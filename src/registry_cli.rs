@@ -117,6 +117,35 @@ enum RegistryCmd {
         #[arg(long)]
         server: u64,
     },
+    /// Create a user (a person of the chat service); prints its id.
+    AddUser {
+        #[arg(long)]
+        name: String,
+    },
+    /// Add a user to a server as a member, optionally with roles.
+    AddMember {
+        #[arg(long)]
+        server: u64,
+        #[arg(long)]
+        user: u64,
+        /// Role ids, comma-separated (not @everyone, not a bot's managed role).
+        #[arg(long, value_delimiter = ',')]
+        roles: Vec<u64>,
+    },
+    /// Replace a member's roles (an empty --roles removes them all).
+    SetMemberRoles {
+        #[arg(long)]
+        server: u64,
+        #[arg(long)]
+        user: u64,
+        #[arg(long, value_delimiter = ',')]
+        roles: Vec<u64>,
+    },
+    /// List a server's members (people) with their roles.
+    Members {
+        #[arg(long)]
+        server: u64,
+    },
     /// List applications, servers and installations.
     List,
 }
@@ -237,6 +266,52 @@ pub fn run(args: RegistryArgs) -> Result<(), String> {
         }
         RegistryCmd::Uninstall { app, server } => {
             println!("uninstalled={}", reg.uninstall(app, server).map_err(e)?)
+        }
+        RegistryCmd::AddUser { name } => {
+            println!("user_id={}", reg.create_user(&name).map_err(e)?.id)
+        }
+        RegistryCmd::AddMember {
+            server,
+            user,
+            roles,
+        } => {
+            reg.add_member(server, user).map_err(e)?;
+            let m = reg.set_member_roles(server, user, &roles).map_err(e)?;
+            println!(
+                "member server_id={server} user_id={user} roles={:?}",
+                m.role_ids
+            );
+        }
+        RegistryCmd::SetMemberRoles {
+            server,
+            user,
+            roles,
+        } => {
+            let m = reg.set_member_roles(server, user, &roles).map_err(e)?;
+            println!(
+                "member server_id={server} user_id={user} roles={:?}",
+                m.role_ids
+            );
+        }
+        RegistryCmd::Members { server } => {
+            let mut after = 0;
+            loop {
+                let page = reg
+                    .list_members(server, after, registry::MAX_MEMBERS_PAGE)
+                    .map_err(e)?;
+                for m in &page {
+                    println!(
+                        "member {} name={:?} roles={:?}",
+                        m.user.id, m.user.username, m.role_ids
+                    );
+                }
+                match page.last() {
+                    Some(m) if page.len() == registry::MAX_MEMBERS_PAGE as usize => {
+                        after = m.user.id
+                    }
+                    _ => break,
+                }
+            }
         }
         RegistryCmd::List => {
             for a in reg.list_applications().map_err(e)? {

@@ -573,10 +573,35 @@ fn permissions_bite_rest_as_they_bite_events() {
     let (server, general) = reg.add_server("perm-server");
     let hidden = reg.add_channel(server, "hidden");
     let read_only = reg.add_channel(server, "read-only");
+    let role_denied = reg.add_channel(server, "role-denied");
     reg.set_overwrite(hidden, server, "role", 0, VIEW);
     reg.set_overwrite(read_only, server, "role", 0, SEND);
     reg.install(app.id, server, Some(VIEW | SEND | HISTORY));
     let auth = format!("Bot {}", app.token);
+    // The bot's own role (its installation's managed role, read through
+    // another bot so perm-bot's view is first built after the change) is
+    // denied VIEW_CHANNEL in #role-denied: denied by role, not @everyone.
+    let other = reg.add_app("role-reader", 0);
+    reg.install(other.id, server, None);
+    let roles = json_request(
+        node.gateway,
+        "GET",
+        &format!("/api/v10/guilds/{server}/roles"),
+        Some(&format!("Bot {}", other.token)),
+        None,
+    )
+    .json();
+    let bot_role: u64 = roles
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["tags"]["bot_id"].as_str().and_then(|s| s.parse().ok()) == Some(app.id))
+        .unwrap_or_else(|| panic!("no managed role of perm-bot: {roles}"))["id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    reg.set_overwrite(role_denied, bot_role, "role", 0, VIEW);
     // A request to #general's messages as the bot.
     let rest = |method: &str, body: Option<Value>| {
         json_request(
@@ -630,6 +655,13 @@ fn permissions_bite_rest_as_they_bite_events() {
     check(
         "denied by overwrite: no VIEW_CHANNEL",
         hidden,
+        (403, 50001),
+        false,
+        &mut s,
+    );
+    check(
+        "denied by role: the bot's role may not view",
+        role_denied,
         (403, 50001),
         false,
         &mut s,

@@ -27,6 +27,14 @@ pub struct Target {
     pub perms: u64,
 }
 
+/// What a bot may do in a DM channel: read, write, react, embed (never
+/// manage others' messages or bulk delete).
+pub const DM_PERMISSIONS: u64 = perm::VIEW_CHANNEL
+    | perm::SEND_MESSAGES
+    | perm::READ_MESSAGE_HISTORY
+    | perm::ADD_REACTIONS
+    | perm::EMBED_LINKS;
+
 /// The channel bits a channel route needs (VIEW_CHANNEL is always needed).
 pub fn channel_need(route: &ApiRoute) -> Option<(u64, u64)> {
     use ApiRoute::*;
@@ -50,6 +58,17 @@ pub fn channel_need(route: &ApiRoute) -> Option<(u64, u64)> {
 pub fn permit(view: &AppView, route: &ApiRoute, now_ms: u64) -> Result<Target, ApiError> {
     if let Some((channel, need)) = channel_need(route) {
         let channel = ChannelId(channel);
+        if view.dm_peer(channel).is_some() {
+            // A DM: the bot and one person, no roles or overwrites.
+            return match need & !DM_PERMISSIONS {
+                0 => Ok(Target {
+                    server: ServerId::NONE,
+                    channel,
+                    perms: DM_PERMISSIONS,
+                }),
+                missing => Err(denied(Denied::Missing(missing))),
+            };
+        }
         let Some(g) = view.guild_of_channel(channel, now_ms) else {
             return Err(ApiError::new(
                 404,
@@ -68,7 +87,24 @@ pub fn permit(view: &AppView, route: &ApiRoute, now_ms: u64) -> Result<Target, A
     }
     use ApiRoute::*;
     match route {
-        GetGuild { guild } | GuildChannels { guild } | GuildRoles { guild } => {
+        CreateDm => Ok(Target {
+            server: ServerId::NONE,
+            channel: ChannelId::NONE,
+            perms: 0,
+        }),
+        // Member routes: the server must be one the bot is installed in;
+        // the bits and the hierarchy need the member, so the sidecar
+        // decides them (`link::members`).
+        GetGuild { guild }
+        | GuildChannels { guild }
+        | GuildRoles { guild }
+        | GetMember { guild, .. }
+        | ListMembers { guild }
+        | AddMemberRole { guild, .. }
+        | RemoveMemberRole { guild, .. }
+        | Kick { guild, .. }
+        | Ban { guild, .. }
+        | Unban { guild, .. } => {
             let Some(g) = view.guild(ServerId(*guild), now_ms) else {
                 return Err(ApiError::new(404, codes::UNKNOWN_GUILD, "Unknown Guild"));
             };

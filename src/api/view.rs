@@ -50,7 +50,15 @@ pub struct AppView {
     channels: Vec<(ChannelId, u32)>,
     /// When a refresh was last asked for (Unix ms).
     pub refresh_asked_ms: u64,
+    /// The bot's direct-message channels and the person in each, sorted by
+    /// channel, at most `MAX_DMS` (the registry's, as of the last refresh,
+    /// plus those opened through this worker since).
+    dms: Vec<(ChannelId, u64)>,
 }
+
+/// DM channels a view holds; past it the oldest-id channels are forgotten
+/// (a bot reopens them with `POST /users/@me/channels`).
+pub const MAX_DMS: usize = 10_000;
 
 impl AppView {
     pub fn new(
@@ -71,6 +79,7 @@ impl AppView {
             guilds,
             channels: Vec::new(),
             refresh_asked_ms: 0,
+            dms: Vec::new(),
         };
         v.reindex();
         v
@@ -97,6 +106,22 @@ impl AppView {
         let i = self.guilds.binary_search_by_key(&id, |g| g.id).ok()?;
         let g = &self.guilds[i];
         (g.lease_until_ms >= now_ms).then_some(g)
+    }
+
+    /// The person at the other end of a DM channel of the bot.
+    pub fn dm_peer(&self, channel: ChannelId) -> Option<u64> {
+        let i = self.dms.binary_search_by_key(&channel, |d| d.0).ok()?;
+        Some(self.dms[i].1)
+    }
+
+    /// Learn a DM channel (idempotent; bounded by `MAX_DMS`).
+    pub fn add_dm(&mut self, channel: ChannelId, peer: u64) {
+        if let Err(i) = self.dms.binary_search_by_key(&channel, |d| d.0) {
+            self.dms.insert(i, (channel, peer));
+            if self.dms.len() > MAX_DMS {
+                self.dms.remove(0);
+            }
+        }
     }
 
     /// The earliest lease among the view's servers (u64::MAX: none).

@@ -47,6 +47,16 @@ pub const TAP_QUEUE: usize = 16;
 /// Bulk delete refuses messages older than this (the platform's 14 days).
 const BULK_MAX_AGE_MS: u64 = 14 * 24 * 3600 * 1000;
 
+/// The direct-message intent of a server event's intent.
+fn dm_intent(intent: u64) -> u64 {
+    match intent {
+        intents::GUILD_MESSAGES => intents::DIRECT_MESSAGES,
+        intents::GUILD_MESSAGE_REACTIONS => intents::DIRECT_MESSAGE_REACTIONS,
+        intents::GUILD_MESSAGE_TYPING => intents::DIRECT_MESSAGE_TYPING,
+        other => other,
+    }
+}
+
 #[derive(Default)]
 pub struct ChatStats {
     pub committed: AtomicU64,
@@ -68,6 +78,8 @@ struct Chat {
     stats: Arc<ChatStats>,
     /// Parsed bot user objects by user id (at most `MAX_USERS`).
     users: std::collections::HashMap<u64, Value>,
+    /// The bot whose request is being handled.
+    actor: u64,
 }
 
 const MAX_USERS: usize = 4096;
@@ -86,6 +98,7 @@ pub fn start(
         .name("chat".into())
         .spawn(move || {
             let mut chat = Chat {
+                actor: 0,
                 ids: registry::snowflake::SnowflakeGenerator::new(1023),
                 history: History::new(),
                 sink,
@@ -264,6 +277,15 @@ impl Chat {
         d: &[u8],
     ) -> Result<(), ApiError> {
         let (server, channel) = (at.server.0, at.channel.0);
+        // A direct message's events carry the DM intents and name their
+        // recipient bot (the acting one) in `mentions`, as the fan-out
+        // delivers DMs (`FanOut::deliver`).
+        let dm = [self.actor];
+        let (intent, mentions) = if server == 0 {
+            (dm_intent(intent), &dm[..])
+        } else {
+            (intent, mentions)
+        };
         self.frame.clear();
         let ns = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -325,6 +347,7 @@ impl Chat {
         let t = req.target;
         let (server, channel) = (t.server.0, t.channel.0);
         let me = req.bot_user_id;
+        self.actor = me;
         let me_json = self.user_json(me, &req.bot_user_json);
         let now = now_ms();
         match req.action {
@@ -614,6 +637,12 @@ impl Chat {
                     })
                     .collect();
                 Ok((200, serde_json::to_vec(&list).expect("json")))
+            }
+            ChatAction::Commit(events) => {
+                for (name, intent, d) in &events {
+                    self.commit(name, t, *intent, false, &[], d)?;
+                }
+                Ok((204, Vec::new()))
             }
             ChatAction::Typing => {
                 let d = objects::typing_event(me, &me_json, channel, server, now);

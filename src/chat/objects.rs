@@ -128,8 +128,12 @@ pub fn message(m: &NewMessage) -> Value {
 /// The `d` of MESSAGE_CREATE / MESSAGE_UPDATE from the message's JSON: the
 /// same object with the server and the author's member object spliced in
 /// before its closing brace (no second serialisation of the message).
+/// A direct message (`guild` 0) has neither: it is the message as is.
 pub fn message_event(message: &[u8], guild: u64, now_ms: u64) -> Vec<u8> {
     debug_assert!(message.starts_with(b"{") && message.ends_with(b"}"));
+    if guild == 0 {
+        return message.to_vec();
+    }
     let member = serde_json::to_string(&bot_member(now_ms)).expect("json");
     let mut d = Vec::with_capacity(message.len() + member.len() + 48);
     d.extend_from_slice(&message[..message.len() - 1]);

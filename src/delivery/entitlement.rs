@@ -37,12 +37,7 @@ pub fn channel_permissions(
     overwrites: &[Overwrite],
     granted: u64,
 ) -> u64 {
-    // A grant that includes ADMINISTRATOR bounds nothing (an admin bot).
-    let bound = if granted & perm::ADMINISTRATOR != 0 {
-        perm::ALL
-    } else {
-        granted
-    };
+    let bound = grant_bound(granted);
     let base = everyone | role_perms;
     if base & perm::ADMINISTRATOR != 0 {
         return perm::ALL & bound;
@@ -71,6 +66,70 @@ pub fn channel_permissions(
         p = (p & !o.deny) | o.allow;
     }
     p & bound
+}
+
+/// What an installation's granted bitset lets through: a grant that
+/// includes ADMINISTRATOR bounds nothing (an admin bot).
+fn grant_bound(granted: u64) -> u64 {
+    if granted & perm::ADMINISTRATOR != 0 {
+        perm::ALL
+    } else {
+        granted
+    }
+}
+
+/// The bot member's server-wide permissions (`channel_permissions` before
+/// any overwrite): what the moderation routes need (MANAGE_ROLES,
+/// KICK_MEMBERS, BAN_MEMBERS), from the same roles and granted bitset.
+pub fn guild_permissions(everyone: u64, role_perms: u64, granted: u64) -> u64 {
+    let base = everyone | role_perms;
+    if base & perm::ADMINISTRATOR != 0 {
+        perm::ALL & grant_bound(granted)
+    } else {
+        base & grant_bound(granted)
+    }
+}
+
+/// The highest position among a member's roles (0: only `@everyone`).
+pub fn top_position(snap: &ServerSnapshot, role_ids: &[u64]) -> i32 {
+    snap.roles
+        .iter()
+        .filter(|r| role_ids.contains(&r.id))
+        .map(|r| r.position)
+        .max()
+        .unwrap_or(0)
+}
+
+/// The role hierarchy: a bot acts on a member (kick, ban) or a role
+/// (give, take) only if its own highest role is strictly above. The
+/// server's owner is above everyone (and a bot never owns a server).
+pub fn outranks(bot_top: i32, target_top: i32) -> bool {
+    bot_top > target_top
+}
+
+/// The @everyone permissions and the union of `role_ids`' permissions.
+fn role_bits(snap: &ServerSnapshot, role_ids: &[u64]) -> (u64, u64) {
+    let everyone = snap
+        .roles
+        .iter()
+        .find(|r| r.id == snap.server.id)
+        .map(|r| r.permissions)
+        .unwrap_or(0);
+    let roles = snap
+        .roles
+        .iter()
+        .filter(|r| role_ids.contains(&r.id))
+        .fold(0, |acc, r| acc | r.permissions);
+    (everyone, roles)
+}
+
+/// An installed bot's server-wide permissions and rank in a server.
+pub fn bot_standing(snap: &ServerSnapshot, inst: &Installation) -> (u64, i32) {
+    let (everyone, roles) = role_bits(snap, &inst.role_ids);
+    (
+        guild_permissions(everyone, roles, inst.permissions),
+        top_position(snap, &inst.role_ids),
+    )
 }
 
 /// Why a bot may not act in (or see) a channel.
@@ -162,17 +221,7 @@ pub fn decide(id: &Identity, req: &Requirement) -> Option<Variant> {
 /// changes and lease renewals use.
 pub fn guild_access(snap: &ServerSnapshot, inst: &Installation, bot_user_id: u64) -> GuildAccess {
     let server_id = snap.server.id;
-    let everyone = snap
-        .roles
-        .iter()
-        .find(|r| r.id == server_id)
-        .map(|r| r.permissions)
-        .unwrap_or(0);
-    let role_perms = snap
-        .roles
-        .iter()
-        .filter(|r| inst.role_ids.contains(&r.id))
-        .fold(0, |acc, r| acc | r.permissions);
+    let (everyone, role_perms) = role_bits(snap, &inst.role_ids);
     let mut channels: Vec<(ChannelId, u64)> = snap
         .channels
         .iter()

@@ -22,6 +22,7 @@ use crate::protocol::intents;
 use crate::protocol::{Close, CloseCode};
 use crate::worker::mail::*;
 
+mod members;
 mod rest;
 
 /// Identify buckets remembered before stale ones are pruned.
@@ -52,6 +53,8 @@ pub struct Sidecar {
     pub last_revocation: u64,
     pub pending: HashMap<u64, (u64, usize, u64)>,
     pub next_poll: Instant,
+    /// Where moderation changes are committed as events (set by the node).
+    pub chat: Option<crossbeam_channel::Sender<ChatRequest>>,
 }
 
 /// What the registry link does, for metrics (shared with the admin port).
@@ -148,6 +151,7 @@ impl Sidecar {
             last_revocation,
             pending: HashMap::new(),
             next_poll: Instant::now(),
+            chat: None,
         }
     }
 
@@ -320,6 +324,17 @@ impl Sidecar {
             } => {
                 let (status, body) = self.api_read(app, &route, target);
                 self.reply(worker, ToWorker::RestReply { conn, status, body });
+            }
+            SidecarRequest::ApiMember(req) => self.api_member(*req),
+            SidecarRequest::ApiDm {
+                worker,
+                conn,
+                app,
+                bot_user_id,
+                recipient,
+            } => {
+                let opened = self.api_dm(bot_user_id, recipient);
+                self.reply(worker, ToWorker::DmOpened { conn, app, opened });
             }
             SidecarRequest::RenewLeases { worker, pairs } => {
                 let reply = self.renew_leases(pairs);

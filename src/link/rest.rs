@@ -136,14 +136,22 @@ impl Sidecar {
             a.lease_until_ms = until;
             guilds.push(a);
         }
-        Ok(AppView::new(
+        let dms = self
+            .call(|r| r.dm_channels_of(app.bot_user_id))
+            .map_err(|_| ())?;
+        let mut view = AppView::new(
             AppId(app.id),
             app.bot_user_id,
             app.bot_username.clone(),
             bot_user(app).to_string().into(),
             app.approved_intents,
             guilds,
-        ))
+        );
+        // Ascending ids: the newest `MAX_DMS` are kept.
+        for (channel, peer) in dms {
+            view.add_dm(proto::ChannelId(channel), peer);
+        }
+        Ok(view)
     }
 
     /// A permitted read of server data.

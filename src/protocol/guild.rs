@@ -78,19 +78,7 @@ pub fn guild_create(
         "roles": roles,
         "channels": channels,
         "threads": [],
-        "members": [{
-            "user": bot_user(app),
-            "nick": null,
-            "avatar": null,
-            "roles": inst.role_ids.iter().map(|r| r.to_string()).collect::<Vec<_>>(),
-            "joined_at": joined,
-            "premium_since": null,
-            "deaf": false,
-            "mute": false,
-            "pending": false,
-            "flags": 0,
-            "communication_disabled_until": null,
-        }],
+        "members": [member_object(bot_user(app), None, &inst.role_ids, inst.installed_at_ms)],
         "member_count": 2,
         "presences": [],
         "voice_states": [],
@@ -103,6 +91,47 @@ pub fn guild_create(
         "joined_at": joined,
         "incidents_data": null,
     })
+}
+
+/// A person's user object.
+pub fn person(u: &registry::model::User) -> Value {
+    json!({
+        "id": u.id.to_string(),
+        "username": u.username,
+        "discriminator": "0",
+        "global_name": u.global_name,
+        "avatar": null,
+        "bot": false,
+        "flags": 0,
+        "public_flags": 0,
+    })
+}
+
+/// A guild member object around a user object (a person's or a bot's).
+pub fn member_object(user: Value, nick: Option<&str>, role_ids: &[u64], joined_ms: u64) -> Value {
+    json!({
+        "user": user,
+        "nick": nick,
+        "avatar": null,
+        "roles": role_ids.iter().map(|r| r.to_string()).collect::<Vec<_>>(),
+        "joined_at": iso8601(joined_ms),
+        "premium_since": null,
+        "deaf": false,
+        "mute": false,
+        "pending": false,
+        "flags": 0,
+        "communication_disabled_until": null,
+    })
+}
+
+/// A person's member object.
+pub fn member(m: &registry::model::Member) -> Value {
+    member_object(
+        person(&m.user),
+        m.nick.as_deref(),
+        &m.role_ids,
+        m.joined_at_ms,
+    )
 }
 
 /// A role object; `managed` maps each managed role to its bot user.

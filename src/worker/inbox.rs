@@ -10,6 +10,7 @@ impl Worker {
             ToWorker::Identified { conn, result } => self.on_identified(conn, result),
             ToWorker::RestReply { conn, status, body } => self.on_rest_reply(conn, status, body),
             ToWorker::ApiAuthed { digest, view } => self.on_api_authed(digest, view),
+            ToWorker::DmOpened { conn, app, opened } => self.on_dm_opened(conn, app, opened),
             ToWorker::ApiRefreshed { app, view } => match view {
                 Ok(Some(v)) => self.api.views.refreshed(*v),
                 Ok(None) => self.api.views.forget_app(app),

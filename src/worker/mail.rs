@@ -7,7 +7,7 @@ use std::sync::Arc;
 use crate::protocol::identify::Identify;
 use crate::protocol::session::GuildAccess;
 use crate::protocol::Close;
-use proto::{AppId, ServerId};
+use proto::{AppId, ChannelId, ServerId};
 
 use crate::api::body::MessageDraft;
 use crate::api::permit::Target;
@@ -48,6 +48,17 @@ pub enum SidecarRequest {
         app: AppId,
         route: ApiRoute,
         target: Target,
+    },
+    /// A permitted member, moderation route (`link::members`): answered
+    /// from the registry, or committed through the chat service.
+    ApiMember(Box<MemberRequest>),
+    /// `POST /users/@me/channels`: answered with `ToWorker::DmOpened`.
+    ApiDm {
+        worker: usize,
+        conn: ConnKey,
+        app: AppId,
+        bot_user_id: u64,
+        recipient: u64,
     },
     /// A server changed (from the event stream): apply it and answer with
     /// the bots' recomputed permissions, before later events are delivered.
@@ -114,6 +125,12 @@ pub enum ToWorker {
         conn: ConnKey,
         status: u16,
         body: Vec<u8>,
+    },
+    /// The answer to `SidecarRequest::ApiDm` (the view learns the channel).
+    DmOpened {
+        conn: ConnKey,
+        app: AppId,
+        opened: DmOpened,
     },
     /// The registry's answer to `ApiAuth`: `Ok(None)` is a bad token,
     /// `Err(())` the registry could not answer.
@@ -192,6 +209,29 @@ impl WorkerHandle {
     }
 }
 
+/// A member route the worker permitted (the bot is installed in
+/// `target.server` and its lease holds).
+pub struct MemberRequest {
+    pub worker: usize,
+    pub conn: ConnKey,
+    pub app: AppId,
+    pub bot_user_id: u64,
+    pub bot_user_json: Arc<str>,
+    pub route: ApiRoute,
+    pub target: Target,
+    /// `GET .../members`: (limit, after).
+    pub page: (u32, u64),
+}
+
+/// The answer to `SidecarRequest::ApiDm`.
+#[derive(Debug)]
+pub struct DmOpened {
+    pub status: u16,
+    pub body: Vec<u8>,
+    /// The channel and the person, for the application's view.
+    pub channel: Option<(ChannelId, u64)>,
+}
+
 /// The commit step of a permitted REST request, for the chat service.
 pub struct ChatRequest {
     pub worker: usize,
@@ -226,4 +266,7 @@ pub enum ChatAction {
         after: Option<u64>,
     },
     Typing,
+    /// Events a change made elsewhere (the registry: moderation) results
+    /// in, as (name, intent, `d`), committed in order; then 204.
+    Commit(Vec<(&'static str, u64, Vec<u8>)>),
 }

@@ -267,6 +267,29 @@ impl Worker {
         let (bot_user_id, bot_user_json) = (view.bot_user_id, view.user_json.clone());
         let action = match next {
             Next::Chat(a) => a,
+            Next::Members(page) => {
+                let req = SidecarRequest::ApiMember(Box::new(MemberRequest {
+                    worker: self.id,
+                    conn: key,
+                    app,
+                    bot_user_id,
+                    bot_user_json,
+                    route: p.route,
+                    target,
+                    page,
+                }));
+                return self.hand_to_sidecar(key, req, hv);
+            }
+            Next::Dm(recipient) => {
+                let req = SidecarRequest::ApiDm {
+                    worker: self.id,
+                    conn: key,
+                    app,
+                    bot_user_id,
+                    recipient,
+                };
+                return self.hand_to_sidecar(key, req, hv);
+            }
             Next::Read => {
                 let req = SidecarRequest::ApiRead {
                     worker: self.id,
@@ -323,6 +346,17 @@ impl Worker {
         }
     }
 
+    /// A DM channel was opened: the view learns it before the bot, so the
+    /// bot's next request can send there.
+    pub(super) fn on_dm_opened(&mut self, key: ConnKey, app: AppId, opened: DmOpened) {
+        if let (Some((channel, peer)), Some(view)) =
+            (opened.channel, self.api.views.apps.get_mut(&app))
+        {
+            view.add_dm(channel, peer);
+        }
+        self.on_rest_reply(key, opened.status, opened.body);
+    }
+
     /// The answer to a request handed off (sidecar or chat service).
     pub(super) fn on_rest_reply(&mut self, key: ConnKey, status: u16, body: Vec<u8>) {
         let Some(conn) = self.conn(key) else { return };
@@ -334,6 +368,10 @@ impl Worker {
 }
 
 enum Next {
+    /// A member route, with `GET .../members`'s (limit, after).
+    Members((u32, u64)),
+    /// `POST /users/@me/channels` to this person.
+    Dm(u64),
     Chat(ChatAction),
     /// A read of server data, answered by the registry sidecar.
     Read,
@@ -388,12 +426,31 @@ fn chat_action(p: &Parked) -> Result<Next, ApiError> {
             after: query_id(&p.query, "after")?,
         },
         Typing { .. } => ChatAction::Typing,
-        GetChannel { .. } | GetGuild { .. } | GuildChannels { .. } | GuildRoles { .. } => return Ok(Next::Read),
-        _ => {
+        GetChannel { .. } | GetGuild { .. } | GuildChannels { .. } | GuildRoles { .. } => {
+            return Ok(Next::Read)
+        }
+        ListMembers { .. } => {
+            let limit = query_limit(&p.query, 1, registry::MAX_MEMBERS_PAGE as usize)?;
+            let after = query_id(&p.query, "after")?.unwrap_or(0);
+            return Ok(Next::Members((limit as u32, after)));
+        }
+        Ban { .. } => {
+            if !p.body.is_empty() {
+                body::ban(&json()?)?;
+            }
+            return Ok(Next::Members((0, 0)));
+        }
+        GetMember { .. }
+        | AddMemberRole { .. }
+        | RemoveMemberRole { .. }
+        | Kick { .. }
+        | Unban { .. } => return Ok(Next::Members((0, 0))),
+        CreateDm => return Ok(Next::Dm(body::create_dm(&json()?)?)),
+        Gateway | GatewayBot | UsersMe | ApplicationsMe => {
             return Err(ApiError::new(
-                501,
+                500,
                 0,
-                "this route is not served by this node yet (members, moderation and DMs: see docs/rest.md)",
+                "a connect-time route reached the action path",
             ))
         }
     }))

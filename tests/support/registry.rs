@@ -174,6 +174,19 @@ impl Registry {
         self.run(&args);
     }
 
+    /// A person: `add-user`, then `add-member` with these roles.
+    pub fn add_member(&self, server: u64, name: &str, roles: &[u64]) -> u64 {
+        let user = Self::id(&self.run(&["add-user", "--name", name]), "user_id");
+        let roles: Vec<String> = roles.iter().map(u64::to_string).collect();
+        let (s, u, r) = (server.to_string(), user.to_string(), roles.join(","));
+        let mut args = vec!["add-member", "--server", &s, "--user", &u];
+        if !roles.is_empty() {
+            args.extend(["--roles", r.as_str()]);
+        }
+        self.run(&args);
+        user
+    }
+
     pub fn uninstall(&self, app: u64, server: u64) {
         self.run(&[
             "uninstall",

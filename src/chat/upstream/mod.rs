@@ -37,7 +37,7 @@
 //!
 //! Any other answer is relayed as it came: its status (a 5xx too) and its
 //! body bytes. Its headers are not: the node writes its own (the rate-limit
-//! headers, `Content-Type: application/json`, `Via`).
+//! headers, `Content-Type: application/json`).
 //!
 //! Who commits: the upstream. Producing the resulting event into the stream
 //! the nodes consume (a node's ingest listener, the Kafka topic) is its job;

@@ -41,6 +41,32 @@ pub struct Config {
     pub registry: RegistryLink,
     pub demo: Demo,
     pub rest: Rest,
+    pub chat: Chat,
+}
+
+/// The chat service behind the REST edge: embedded, or an upstream one
+/// (docs/chat-upstream.md).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Chat {
+    /// `http://host:port/path` of the chat service every validated,
+    /// permitted action is POSTed to (its answer is relayed; it commits).
+    /// Empty: the embedded chat service. http only for now.
+    pub upstream_url: String,
+    /// Keep-alive connections to it, one call at a time on each (1-64).
+    pub upstream_connections: usize,
+    /// Each call's deadline (waiting for a connection, connect, send, answer).
+    pub upstream_timeout_ms: u64,
+}
+
+impl Default for Chat {
+    fn default() -> Self {
+        Chat {
+            upstream_url: String::new(),
+            upstream_connections: 4,
+            upstream_timeout_ms: 2_000,
+        }
+    }
 }
 
 /// The REST edge's rate limits (docs/rate-limits.md).
@@ -247,6 +273,7 @@ impl Default for Config {
             registry: RegistryLink::default(),
             demo: Demo::default(),
             rest: Rest::default(),
+            chat: Chat::default(),
         }
     }
 }
@@ -395,6 +422,12 @@ pub struct RunArgs {
     /// REST: how often an application's view is rebuilt (new installations).
     #[arg(long)]
     pub rest_view_refresh_ms: Option<u64>,
+    /// Forward REST actions to this chat service (http://host:port/path) instead of the embedded one.
+    #[arg(long)]
+    pub chat_upstream_url: Option<String>,
+    /// Deadline of each call to that chat service.
+    #[arg(long)]
+    pub chat_upstream_timeout_ms: Option<u64>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -457,6 +490,8 @@ impl Config {
         set!(args.rest_ban_after_429s => cfg.rest.ban_after_429s);
         set!(args.rest_ban_seconds => cfg.rest.ban_seconds);
         set!(args.rest_view_refresh_ms => cfg.rest.view_refresh_ms);
+        set!(args.chat_upstream_url => cfg.chat.upstream_url);
+        set!(args.chat_upstream_timeout_ms => cfg.chat.upstream_timeout_ms);
         set!(args.max_unsent => cfg.events.max_unsent);
         set!(args.arena_bytes => cfg.events.arena_bytes);
         if args.tls_cert.is_some() {
@@ -520,6 +555,13 @@ impl Config {
         }
         if self.registry.lease_ttl_ms < 100 {
             return Err("registry.lease_ttl_ms must be at least 100".into());
+        }
+        // The URL itself is checked where it is used (`chat::upstream::Url`).
+        if !(1..=64).contains(&self.chat.upstream_connections) {
+            return Err("chat.upstream_connections must be 1-64".into());
+        }
+        if !(10..=60_000).contains(&self.chat.upstream_timeout_ms) {
+            return Err("chat.upstream_timeout_ms must be 10-60000".into());
         }
         if self.demo.interval_ms == 0 {
             return Err("demo.interval_ms must be positive".into());
@@ -608,6 +650,31 @@ mod tests {
         // Loopback needs none (but may have one).
         assert!(load("127.0.0.1:9090", None).is_ok());
         assert!(load("[::1]:9090", None).is_ok());
+    }
+
+    #[test]
+    fn the_chat_upstream_from_file_and_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("g.toml");
+        let write = |t: &str| std::fs::write(&path, t).unwrap();
+        let load = |timeout| {
+            Config::load(&RunArgs {
+                config: Some(path.clone()),
+                chat_upstream_timeout_ms: timeout,
+                ..Default::default()
+            })
+        };
+        write("[chat]\nupstream_url = \"http://127.0.0.1:9/c\"\nupstream_connections = 2\n");
+        let c = load(Some(500)).unwrap().chat;
+        let got = (
+            c.upstream_url.as_str(),
+            c.upstream_connections,
+            c.upstream_timeout_ms,
+        );
+        assert_eq!(got, ("http://127.0.0.1:9/c", 2, 500), "the flag wins");
+        assert!(load(Some(0)).is_err());
+        write("[chat]\nupstream_connections = 0\n");
+        assert!(load(None).unwrap_err().contains("upstream_connections"));
     }
 
     #[test]

@@ -42,6 +42,11 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     // `--no-demo` only stops the traffic source.
     let demo_target = seed_demo(&cfg, &*registry)?;
 
+    // The chat service: embedded (None), or the upstream one at this URL.
+    let upstream = (!cfg.chat.upstream_url.is_empty())
+        .then(|| crate::chat::upstream::Url::parse(&cfg.chat.upstream_url))
+        .transpose()?;
+
     let tls = match (&cfg.tls.cert, &cfg.tls.key) {
         (Some(c), Some(k)) => {
             Some(net::tls::load_server_config(c, k).map_err(|e| format!("TLS: {e}"))?)
@@ -189,16 +194,18 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         },
     )
     .map_err(|e| format!("admin {}: {e}", cfg.admin_addr))?;
-    // Every other source's batches are also offered to the chat service, so
-    // its window holds the messages people (other producers) committed.
+    // Every other source's batches are also offered to the embedded chat
+    // service, so its window holds the messages people (other producers)
+    // committed. An upstream chat service keeps its own: no tap.
     let (tap_tx, tap_rx) = crossbeam_channel::bounded(crate::chat::TAP_QUEUE);
+    let tap = upstream.is_none().then_some(tap_tx);
     let (ingest_addr, ingest_thread) = crate::ingest::listener::start(
         cfg.events.ingest_addr,
         cfg.events.ingest_max_connections,
         handles.clone(),
         shared.sidecar.clone(),
         ingest_stats.clone(),
-        Some(tap_tx.clone()),
+        tap.clone(),
         stop.clone(),
     )
     .map_err(|e| e.to_string())?;
@@ -223,38 +230,38 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
                 handles.clone(),
                 shared.sidecar.clone(),
                 ingest_stats.clone(),
-                Some(tap_tx.clone()),
+                tap.clone(),
                 stop.clone(),
             )
             .map_err(|e| format!("kafka ingest: {e}"))?,
         )
     };
-    // The chat service commits REST actions as events into the same stream:
-    // it is a source of it, like a producer connection (its own batches are
-    // not tapped: it knows them).
-    drop(tap_tx);
-    let chat_sink = if cfg.events.kafka_brokers.is_empty() {
-        crate::chat::Sink::Local(crate::ingest::pipeline::Pipeline::new(
+    drop(tap);
+    let chat_thread = match upstream {
+        // The upstream chat service commits; the node relays its answers.
+        Some(url) => crate::chat::upstream::start(
+            crate::chat::upstream::Settings {
+                url,
+                connections: cfg.chat.upstream_connections,
+                timeout: Duration::from_millis(cfg.chat.upstream_timeout_ms),
+            },
+            chat_rx,
             handles.clone(),
-            shared.sidecar.clone(),
-            ingest_stats.clone(),
-            None,
-        ))
-    } else {
-        // Several nodes: every one (this one too) gets the commit from the topic.
-        crate::chat::Sink::Kafka(Box::new(crate::chat::sink::KafkaSink::new(
-            &cfg.events.kafka_brokers,
-            &cfg.events.kafka_topic,
-        )?))
-    };
-    let chat_thread = crate::chat::start(
-        chat_sink,
-        chat_rx,
-        tap_rx,
-        handles.clone(),
-        chat_stats.clone(),
-        stop.clone(),
-    )
+            chat_stats.upstream.clone(),
+            stop.clone(),
+        ),
+        // The embedded one commits REST actions as events into the same
+        // stream: it is a source of it, like a producer connection (its own
+        // batches are not tapped: it knows them).
+        None => crate::chat::start(
+            embedded_sink(&cfg, &handles, &shared, &ingest_stats)?,
+            chat_rx,
+            tap_rx,
+            handles.clone(),
+            chat_stats.clone(),
+            stop.clone(),
+        ),
+    }
     .map_err(|e| format!("starting the chat service: {e}"))?;
     // The demo source is a producer like any other: it writes records to the ingest listener.
     let demo_thread = cfg.demo.enabled.then(|| {
@@ -320,6 +327,30 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     drop(admin);
     tracing::info!("stopped");
     Ok(())
+}
+
+/// Where the embedded chat service's commits go: this node's pipeline, or
+/// the Kafka topic when the node ingests from Kafka (several nodes: every
+/// one, this one too, gets the commit from the topic).
+fn embedded_sink(
+    cfg: &Config,
+    handles: &Arc<[WorkerHandle]>,
+    shared: &Shared,
+    ingest_stats: &Arc<crate::ingest::pipeline::IngestStats>,
+) -> Result<crate::chat::Sink, String> {
+    Ok(if cfg.events.kafka_brokers.is_empty() {
+        crate::chat::Sink::Local(crate::ingest::pipeline::Pipeline::new(
+            handles.clone(),
+            shared.sidecar.clone(),
+            ingest_stats.clone(),
+            None,
+        ))
+    } else {
+        crate::chat::Sink::Kafka(Box::new(crate::chat::sink::KafkaSink::new(
+            &cfg.events.kafka_brokers,
+            &cfg.events.kafka_topic,
+        )?))
+    })
 }
 
 /// Seed the demo application on first start and publish its token.

@@ -18,10 +18,14 @@
 //! Bounds: the request queue holds `QUEUE` requests (a full queue is 503 at
 //! the worker); at most `BATCH` requests per turn; the history's bounds are
 //! in `history.rs`.
+//!
+//! With `chat.upstream_url` set, `upstream::start` serves the same queue
+//! instead: each action is forwarded to that chat service, which commits.
 
 pub mod history;
 pub mod objects;
 pub mod sink;
+pub mod upstream;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -64,6 +68,8 @@ pub struct ChatStats {
     pub history_messages: AtomicU64,
     pub history_bytes: AtomicU64,
     pub history_evicted: AtomicU64,
+    /// The upstream option's calls (`upstream.rs`).
+    pub upstream: Arc<upstream::UpstreamStats>,
 }
 
 struct Chat {

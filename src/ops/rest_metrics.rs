@@ -1,11 +1,12 @@
 //! The REST edge's families: responses by route and status, 429s by
 //! scope, bans and restrictions (summed over workers), and the chat
-//! service's commits and history.
+//! service's commits and history (embedded) or calls (upstream).
 
 use std::fmt::Write;
 use std::sync::atomic::Ordering::Relaxed;
 
 use crate::api::route::{ROUTE_CLASSES, ROUTE_NAMES};
+use crate::chat::upstream::REASONS;
 use crate::chat::ChatStats;
 use crate::ingest::pipeline::IngestStats;
 use crate::worker::metrics::{WorkerMetrics, REST_STATUSES};
@@ -117,5 +118,25 @@ pub fn render(workers: &[WorkerMetrics], chat: &ChatStats, ingest: &IngestStats,
         "gauge",
         "Bytes of message JSON in that history (bounded by chat::history::MAX_BYTES).",
         chat.history_bytes.load(Relaxed),
+    );
+    family(
+        out,
+        "gatewayd_chat_upstream_failures_total",
+        "counter",
+        "Calls to the upstream chat service with no answer to relay, by reason (malformed: 502; the others 503).",
+    );
+    for (i, reason) in REASONS.iter().enumerate() {
+        let v = chat.upstream.failures[i].load(Relaxed);
+        let _ = writeln!(
+            out,
+            "gatewayd_chat_upstream_failures_total{{reason=\"{reason}\"}} {v}"
+        );
+    }
+    scalar(
+        out,
+        "gatewayd_chat_upstream_relayed_total",
+        "counter",
+        "Answers of the upstream chat service relayed to bots as they came (status and body).",
+        chat.upstream.relayed.load(Relaxed),
     );
 }

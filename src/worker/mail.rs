@@ -236,6 +236,8 @@ pub struct DmOpened {
 pub struct ChatRequest {
     pub worker: usize,
     pub conn: ConnKey,
+    /// The acting bot's application (the upstream chat service is told it).
+    pub app: AppId,
     /// The acting bot's user id and user object (JSON).
     pub bot_user_id: u64,
     pub bot_user_json: Arc<str>,

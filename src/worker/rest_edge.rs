@@ -304,6 +304,7 @@ impl Worker {
         let req = ChatRequest {
             worker: self.id,
             conn: key,
+            app,
             bot_user_id,
             bot_user_json,
             target,

@@ -644,7 +644,7 @@ impl Chat {
                     .collect();
                 Ok((200, serde_json::to_vec(&list).expect("json")))
             }
-            ChatAction::Commit(events) => {
+            ChatAction::Commit { events, .. } => {
                 for (name, intent, d) in &events {
                     self.commit(name, t, *intent, false, &[], d)?;
                 }

@@ -86,10 +86,14 @@ impl Sidecar {
         let commit = ChatRequest {
             worker,
             conn,
+            app: req.app,
             bot_user_id: req.bot_user_id,
             bot_user_json: req.bot_user_json,
             target: req.target,
-            action: ChatAction::Commit(events),
+            action: ChatAction::Commit {
+                route: req.route,
+                events,
+            },
         };
         if chat.send_timeout(commit, COMMIT_HANDOFF).is_err() {
             tracing::warn!("chat service busy: a moderation change was written without its events");

@@ -268,7 +268,11 @@ pub enum ChatAction {
         after: Option<u64>,
     },
     Typing,
-    /// Events a change made elsewhere (the registry: moderation) results
-    /// in, as (name, intent, `d`), committed in order; then 204.
-    Commit(Vec<(&'static str, u64, Vec<u8>)>),
+    /// Events a change made elsewhere (the registry, by the member route
+    /// `route`) results in, as (name, intent, `d`), committed in order;
+    /// then 204.
+    Commit {
+        route: ApiRoute,
+        events: Vec<(&'static str, u64, Vec<u8>)>,
+    },
 }

@@ -290,6 +290,18 @@ pub fn envelope(req: &ChatRequest) -> Value {
             None,
         ),
         ChatAction::Typing => (ApiRoute::Typing { channel }, None, None, None, None),
+        // A member route: the node's registry holds the change (it is the
+        // record of who is a member); the upstream produces its events.
+        ChatAction::Commit { route, events } => (
+            route.clone(),
+            None,
+            None,
+            None,
+            Some(json!({"events": events.iter().map(|(t, _, d)| json!({
+                "t": t,
+                "d": serde_json::from_slice::<Value>(d).unwrap_or(Value::Null),
+            })).collect::<Vec<_>>()})),
+        ),
     };
     let name = route.name();
     let mut e = Map::new();

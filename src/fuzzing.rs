@@ -470,6 +470,9 @@ fn check_body(content_type: Option<&str>, body: &[u8]) {
             if let Err(e) = body::create_dm(&m) {
                 check_err(&e);
             }
+            if let Err(e) = body::ban(&m) {
+                check_err(&e);
+            }
         }
     }
 }

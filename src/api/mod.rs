@@ -4,6 +4,7 @@
 //! ```text
 //!   route.rs   METHOD /api/vN/... -> ApiRoute (ids, bucket, top-level resource)
 //!   view.rs    token -> application (cached), its leased view of its servers
+//!   buckets.rs the route buckets and their published limits
 //!   limit.rs   where a request is LIMITED: bucket and global windows, 429s, bans
 //!   headers.rs what a client reads of it: the six headers, Retry-After, the 429 body
 //!   permit.rs  where it is PERMITTED: entitlement::channel_allows, the event filter's check
@@ -15,6 +16,7 @@
 //! socket or a thread: the worker that owns the token runs these steps.
 
 pub mod body;
+pub mod buckets;
 pub mod headers;
 pub mod limit;
 pub mod permit;

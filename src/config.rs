@@ -59,6 +59,19 @@ pub struct Rest {
     /// How often a worker rebuilds an application's REST view from the
     /// registry (new installations become visible).
     pub view_refresh_ms: u64,
+    /// Share the rate-limit counters with other nodes through Redis
+    /// (`redis://[:password@]host[:port][/db]`); empty: each node alone.
+    pub redis_url: String,
+    /// Every admission reaches every other node's limiter within this
+    /// (plus two Redis round trips): the counters thread runs a round every
+    /// half of it. 2..=100.
+    pub redis_sync_ms: u64,
+    /// Deadline of each Redis connect and round; past it the node falls
+    /// back to its local share of each limit.
+    pub redis_timeout_ms: u64,
+    /// How many nodes share the limits, for the fallback share; 0: learn
+    /// it from the nodes' heartbeats in Redis.
+    pub nodes: u32,
 }
 
 impl Default for Rest {
@@ -70,6 +83,10 @@ impl Default for Rest {
             ban_after_429s: 100,
             ban_seconds: 60,
             view_refresh_ms: 60_000,
+            redis_url: String::new(),
+            redis_sync_ms: 100,
+            redis_timeout_ms: 50,
+            nodes: 0,
         }
     }
 }
@@ -395,6 +412,18 @@ pub struct RunArgs {
     /// REST: how often an application's view is rebuilt (new installations).
     #[arg(long)]
     pub rest_view_refresh_ms: Option<u64>,
+    /// REST: share the rate-limit counters with other nodes through this Redis (redis://host:port).
+    #[arg(long, env = "GATEWAYD_REST_REDIS_URL")]
+    pub rest_redis_url: Option<String>,
+    /// REST: how soon an admission is counted on every other node (ms, at most 100).
+    #[arg(long)]
+    pub rest_redis_sync_ms: Option<u64>,
+    /// REST: deadline of each Redis connect and round (ms).
+    #[arg(long)]
+    pub rest_redis_timeout_ms: Option<u64>,
+    /// REST: nodes sharing the limits, for the fallback share (0: from Redis heartbeats).
+    #[arg(long)]
+    pub rest_nodes: Option<u32>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -457,6 +486,10 @@ impl Config {
         set!(args.rest_ban_after_429s => cfg.rest.ban_after_429s);
         set!(args.rest_ban_seconds => cfg.rest.ban_seconds);
         set!(args.rest_view_refresh_ms => cfg.rest.view_refresh_ms);
+        set!(args.rest_redis_url => cfg.rest.redis_url);
+        set!(args.rest_redis_sync_ms => cfg.rest.redis_sync_ms);
+        set!(args.rest_redis_timeout_ms => cfg.rest.redis_timeout_ms);
+        set!(args.rest_nodes => cfg.rest.nodes);
         set!(args.max_unsent => cfg.events.max_unsent);
         set!(args.arena_bytes => cfg.events.arena_bytes);
         if args.tls_cert.is_some() {
@@ -520,6 +553,18 @@ impl Config {
         }
         if self.registry.lease_ttl_ms < 100 {
             return Err("registry.lease_ttl_ms must be at least 100".into());
+        }
+        if !self.rest.redis_url.is_empty() && !self.rest.redis_url.starts_with("redis://") {
+            return Err(format!(
+                "rest.redis_url {:?}: expected redis://[:password@]host[:port][/db]",
+                self.rest.redis_url
+            ));
+        }
+        if !(2..=100).contains(&self.rest.redis_sync_ms) {
+            return Err("rest.redis_sync_ms must be 2..=100 (counters are reconciled at least every 100 ms)".into());
+        }
+        if !(1..=5_000).contains(&self.rest.redis_timeout_ms) {
+            return Err("rest.redis_timeout_ms must be 1..=5000".into());
         }
         if self.demo.interval_ms == 0 {
             return Err("demo.interval_ms must be positive".into());

@@ -22,6 +22,8 @@ use crate::protocol::intents;
 use crate::protocol::{Close, CloseCode};
 use crate::worker::mail::*;
 
+pub mod counters;
+pub mod resp;
 mod rest;
 
 /// Identify buckets remembered before stale ones are pruned.

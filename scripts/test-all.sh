@@ -13,19 +13,23 @@
 #      clone under $CACHE/venv                            -> GATEWAYD_PYTHON
 #   2. PostgreSQL (Debian's package, apt-get if missing; a throwaway cluster
 #      in a temp dir, loopback only)                      -> GATEWAYD_TEST_DATABASE_URL
-#   3. Tansu, a Kafka-protocol broker (built from crates.io once per machine
+#   3. Redis (Debian's redis-server, apt-get if missing; loopback, no
+#      persistence, a temp dir)                            -> GATEWAYD_TEST_REDIS_URL
+#      tests/rest_redis.rs starts and kills its own from the same binary
+#                                                          -> GATEWAYD_TEST_REDIS_SERVER
+#   4. Tansu, a Kafka-protocol broker (built from crates.io once per machine
 #      into $CACHE: ~15-30 min the first time; in-memory storage)
 #                                                          -> GATEWAYD_TEST_KAFKA_BROKERS
 #      The fault drills (tests/drills.rs) start, stop, freeze and kill their
 #      own PostgreSQL and Tansu from the same binaries  -> GATEWAYD_TEST_PG_BIN,
 #      GATEWAYD_TEST_TANSU
-#   4. the ops kit: promtool (Debian's prometheus package) on the alert rules
+#   5. the ops kit: promtool (Debian's prometheus package) on the alert rules
 #      and their tests, the dashboard's metric names      (scripts/check-ops.sh)
-#   5. cargo fmt --check and cargo clippy -D warnings (workspace and fuzz/),
+#   6. cargo fmt --check and cargo clippy -D warnings (workspace and fuzz/),
 #      cargo build --workspace --all-targets, then
 #      cargo test --workspace --no-fail-fast -- --include-ignored, skipping
 #      only the measurements that are run by hand (HEAVY below)
-#   6. every fuzz target for FUZZ_SECONDS each               (scripts/fuzz.sh)
+#   7. every fuzz target for FUZZ_SECONDS each               (scripts/fuzz.sh)
 #
 # Needs root the first time (apt-get, the PostgreSQL system user); later runs
 # reuse the cache. Settings: GATEWAYD_CI_CACHE (default /var/cache/gatewayd-ci),
@@ -156,6 +160,27 @@ bash "$PG_SCRIPT" create-db "$PG_PORT"
 export GATEWAYD_TEST_DATABASE_URL
 GATEWAYD_TEST_DATABASE_URL="$(bash "$PG_SCRIPT" url "$PG_PORT")"
 echo "GATEWAYD_TEST_DATABASE_URL=$GATEWAYD_TEST_DATABASE_URL (ready in $((SECONDS - pg_t0)) s)"
+
+# Redis: Debian's package (installed if missing: apt-get; its own service is
+# kept from starting and disabled), one server on a free loopback port, no
+# persistence. `redis-test-server.sh run` execs the server: the PID is its own.
+log "redis"
+redis_t0=$SECONDS
+REDIS_SCRIPT="$ROOT/scripts/redis-test-server.sh"
+REDIS_BIN="$(bash "$REDIS_SCRIPT" install)"
+"$REDIS_BIN" --version
+export GATEWAYD_TEST_REDIS_SERVER="$REDIS_BIN"
+REDIS_DIR="$(mktemp -d -t gatewayd-test-redis.XXXXXX)"
+SERVICE_DIRS+=("$REDIS_DIR")
+REDIS_PORT="$(bash "$REDIS_SCRIPT" free-port 16379)"
+start_service redis bash "$REDIS_SCRIPT" run "$REDIS_DIR" "$REDIS_PORT"
+bash "$REDIS_SCRIPT" wait-ready "$REDIS_PORT" 30 "${SERVICE_PIDS[-1]}" || {
+    echo "error: redis not ready; its log:" >&2
+    cat "$SERVICE_LOG_DIR/redis.log" >&2
+    exit 1
+}
+export GATEWAYD_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
+echo "GATEWAYD_TEST_REDIS_URL=$GATEWAYD_TEST_REDIS_URL (ready in $((SECONDS - redis_t0)) s)"
 
 # Tansu: built once per machine into the cache (see tansu-test-broker.sh),
 # in-memory storage (an empty cluster per run); the tests create their own

@@ -85,6 +85,19 @@ pub struct Rest {
     /// How often a worker rebuilds an application's REST view from the
     /// registry (new installations become visible).
     pub view_refresh_ms: u64,
+    /// Share the rate-limit counters with other nodes through Redis
+    /// (`redis://[:password@]host[:port][/db]`); empty: each node alone.
+    pub redis_url: String,
+    /// Every admission reaches every other node's limiter within this
+    /// (plus two Redis round trips): the counters thread runs a round every
+    /// half of it. 2..=100.
+    pub redis_sync_ms: u64,
+    /// Deadline of each Redis connect and round; past it the node falls
+    /// back to its local share of each limit.
+    pub redis_timeout_ms: u64,
+    /// How many nodes share the limits, for the fallback share; 0: learn
+    /// it from the nodes' heartbeats in Redis.
+    pub nodes: u32,
 }
 
 impl Default for Rest {
@@ -96,6 +109,10 @@ impl Default for Rest {
             ban_after_429s: 100,
             ban_seconds: 60,
             view_refresh_ms: 60_000,
+            redis_url: String::new(),
+            redis_sync_ms: 100,
+            redis_timeout_ms: 50,
+            nodes: 0,
         }
     }
 }
@@ -428,6 +445,18 @@ pub struct RunArgs {
     /// Deadline of each call to that chat service.
     #[arg(long)]
     pub chat_upstream_timeout_ms: Option<u64>,
+    /// REST: share the rate-limit counters with other nodes through this Redis (redis://host:port).
+    #[arg(long, env = "GATEWAYD_REST_REDIS_URL")]
+    pub rest_redis_url: Option<String>,
+    /// REST: how soon an admission is counted on every other node (ms, at most 100).
+    #[arg(long)]
+    pub rest_redis_sync_ms: Option<u64>,
+    /// REST: deadline of each Redis connect and round (ms).
+    #[arg(long)]
+    pub rest_redis_timeout_ms: Option<u64>,
+    /// REST: nodes sharing the limits, for the fallback share (0: from Redis heartbeats).
+    #[arg(long)]
+    pub rest_nodes: Option<u32>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -492,6 +521,10 @@ impl Config {
         set!(args.rest_view_refresh_ms => cfg.rest.view_refresh_ms);
         set!(args.chat_upstream_url => cfg.chat.upstream_url);
         set!(args.chat_upstream_timeout_ms => cfg.chat.upstream_timeout_ms);
+        set!(args.rest_redis_url => cfg.rest.redis_url);
+        set!(args.rest_redis_sync_ms => cfg.rest.redis_sync_ms);
+        set!(args.rest_redis_timeout_ms => cfg.rest.redis_timeout_ms);
+        set!(args.rest_nodes => cfg.rest.nodes);
         set!(args.max_unsent => cfg.events.max_unsent);
         set!(args.arena_bytes => cfg.events.arena_bytes);
         if args.tls_cert.is_some() {
@@ -563,6 +596,18 @@ impl Config {
         if !(10..=60_000).contains(&self.chat.upstream_timeout_ms) {
             return Err("chat.upstream_timeout_ms must be 10-60000".into());
         }
+        if !self.rest.redis_url.is_empty() && !self.rest.redis_url.starts_with("redis://") {
+            return Err(format!(
+                "rest.redis_url {:?}: expected redis://[:password@]host[:port][/db]",
+                self.rest.redis_url
+            ));
+        }
+        if !(2..=100).contains(&self.rest.redis_sync_ms) {
+            return Err("rest.redis_sync_ms must be 2..=100 (counters are reconciled at least every 100 ms)".into());
+        }
+        if !(1..=5_000).contains(&self.rest.redis_timeout_ms) {
+            return Err("rest.redis_timeout_ms must be 1..=5000".into());
+        }
         if self.demo.interval_ms == 0 {
             return Err("demo.interval_ms must be positive".into());
         }
@@ -604,89 +649,4 @@ impl Config {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn file_then_flags() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("g.toml");
-        std::fs::write(
-            &path,
-            "workers = 3\n[limits]\nheartbeat_interval_ms = 5000\n[demo]\ninterval_ms = 250\n",
-        )
-        .unwrap();
-        let args = RunArgs {
-            config: Some(path),
-            heartbeat_interval_ms: Some(2000),
-            ..Default::default()
-        };
-        let cfg = Config::load(&args).unwrap();
-        assert_eq!(cfg.workers, 3);
-        assert_eq!(cfg.limits.heartbeat_interval_ms, 2000, "flag wins");
-        assert_eq!(cfg.demo.interval_ms, 250);
-        assert_eq!(cfg.limits.inbound_message_bytes, 4096);
-    }
-
-    #[test]
-    fn a_non_loopback_admin_port_needs_a_token() {
-        let load = |addr: &str, token: Option<&str>| {
-            Config::load(&RunArgs {
-                admin_addr: Some(addr.parse().unwrap()),
-                admin_token: token.map(str::to_string),
-                ..Default::default()
-            })
-        };
-        let err = load("0.0.0.0:9090", None).unwrap_err();
-        assert!(err.contains("admin_token"), "{err}");
-        assert!(load("10.1.2.3:9090", None).is_err());
-        assert!(load("[::]:9090", None).is_err());
-        assert!(load("0.0.0.0:9090", Some("short"))
-            .unwrap_err()
-            .contains("16"));
-        assert!(load("0.0.0.0:9090", Some("has a space in it!!")).is_err());
-        let cfg = load("0.0.0.0:9090", Some("0123456789abcdef")).unwrap();
-        assert_eq!(cfg.admin_token, "0123456789abcdef");
-        // Loopback needs none (but may have one).
-        assert!(load("127.0.0.1:9090", None).is_ok());
-        assert!(load("[::1]:9090", None).is_ok());
-    }
-
-    #[test]
-    fn the_chat_upstream_from_file_and_flags() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("g.toml");
-        let write = |t: &str| std::fs::write(&path, t).unwrap();
-        let load = |timeout| {
-            Config::load(&RunArgs {
-                config: Some(path.clone()),
-                chat_upstream_timeout_ms: timeout,
-                ..Default::default()
-            })
-        };
-        write("[chat]\nupstream_url = \"http://127.0.0.1:9/c\"\nupstream_connections = 2\n");
-        let c = load(Some(500)).unwrap().chat;
-        let got = (
-            c.upstream_url.as_str(),
-            c.upstream_connections,
-            c.upstream_timeout_ms,
-        );
-        assert_eq!(got, ("http://127.0.0.1:9/c", 2, 500), "the flag wins");
-        assert!(load(Some(0)).is_err());
-        write("[chat]\nupstream_connections = 0\n");
-        assert!(load(None).unwrap_err().contains("upstream_connections"));
-    }
-
-    #[test]
-    fn unknown_keys_are_errors() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("g.toml");
-        std::fs::write(&path, "wrokers = 3\n").unwrap();
-        let err = Config::load(&RunArgs {
-            config: Some(path),
-            ..Default::default()
-        })
-        .unwrap_err();
-        assert!(err.contains("wrokers"), "{err}");
-    }
-}
+mod tests;

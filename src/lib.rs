@@ -11,7 +11,7 @@
 //!   node, demo, registry_cli   wire the threads; the CLI
 //!   ops                        admin port, metrics text, `gatewayd stats`
 //!   chat                       the chat service that commits REST actions
-//!   ingest, link               the event stream in; the registry sidecar
+//!   ingest, link               the event stream in; the registry sidecar, the Redis counters
 //!   worker                     the run loop, connections, the inbox types
 //!   api                        the REST edge's steps: route, limit, permit, bodies
 //!   delivery                   entitlement, fan-out, arena records, sends

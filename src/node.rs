@@ -106,10 +106,25 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     let gateway_url = cfg.gateway_url();
     let ingest_stats: Arc<crate::ingest::pipeline::IngestStats> = Arc::new(Default::default());
     let link_stats: Arc<crate::link::LinkStats> = Arc::new(Default::default());
+    // REST limits shared with other nodes through Redis: the workers' queue
+    // to the counters thread (started below, once the inboxes exist).
+    let (counters, counter_deltas) = if cfg.rest.redis_url.is_empty() {
+        (None, None)
+    } else {
+        let (outbox, rx) = crate::api::shared::Outbox::new(crate::api::shared::OUTBOX);
+        (Some(outbox), Some(rx))
+    };
+    let redis_stats = Arc::new(crate::link::counters::RedisStats {
+        unshared: counters
+            .as_ref()
+            .map_or_else(Default::default, |o| o.unshared.clone()),
+        ..Default::default()
+    });
     let shared = Arc::new(Shared {
         gateway_url: gateway_url.clone(),
         tls,
         sidecar: sidecar_tx,
+        counters,
         chat: chat_tx,
         workers: handles.clone(),
         ring_fds: setups
@@ -162,6 +177,34 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         .spawn(move || sidecar.run(sidecar_rx, sidecar_stop))
         .map_err(|e| e.to_string())?;
 
+    let counters_thread = match counter_deltas {
+        None => None,
+        Some(rx) => {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+            let node_id = format!(
+                "{}:{}:{}",
+                host.trim(),
+                cfg.gateway_addr.port(),
+                std::process::id()
+            );
+            let c = crate::link::counters::CountersConfig {
+                url: cfg.rest.redis_url.clone(),
+                sync_ms: cfg.rest.redis_sync_ms,
+                timeout_ms: cfg.rest.redis_timeout_ms,
+                nodes: cfg.rest.nodes,
+                node_id,
+            };
+            let t = crate::link::counters::start(
+                c,
+                rx,
+                handles.clone(),
+                redis_stats.clone(),
+                stop.clone(),
+            )?;
+            Some(t)
+        }
+    };
+
     let cores = shards::worker_cores(workers);
     let mut worker_threads = Vec::with_capacity(workers);
     for (w, (setup, inbox)) in setups.into_iter().zip(inboxes).enumerate() {
@@ -191,6 +234,7 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
             ingest: ingest_stats.clone(),
             link: link_stats.clone(),
             chat: chat_stats.clone(),
+            redis: redis_stats.clone(),
         },
     )
     .map_err(|e| format!("admin {}: {e}", cfg.admin_addr))?;
@@ -317,6 +361,9 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     stop.store(true, Ordering::SeqCst);
     let _ = sidecar_thread.join();
     let _ = chat_thread.join();
+    if let Some(t) = counters_thread {
+        let _ = t.join();
+    }
     if let Some(t) = demo_thread {
         let _ = t.join();
     }

@@ -4,8 +4,11 @@
 //! ```text
 //!   route.rs   METHOD /api/vN/... -> ApiRoute (ids, bucket, top-level resource)
 //!   view.rs    token -> application (cached), its leased view of its servers
+//!   buckets.rs the route buckets and their published limits
 //!   limit.rs   where a request is LIMITED: bucket and global windows, 429s, bans
+//!   headers.rs what a client reads of it: the six headers, Retry-After, the 429 body
 //!   permit.rs  where it is PERMITTED: entitlement::channel_allows, the event filter's check
+//!   shared.rs  the windows' counts shared between nodes (Redis: link::counters)
 //!   body.rs    JSON / multipart bodies, validated; error bodies (50035 trees)
 //! ```
 //!
@@ -14,9 +17,12 @@
 //! socket or a thread: the worker that owns the token runs these steps.
 
 pub mod body;
+pub mod buckets;
+pub mod headers;
 pub mod limit;
 pub mod permit;
 pub mod route;
+pub mod shared;
 pub mod view;
 
 /// Which worker serves a token's REST requests (its limiter windows and

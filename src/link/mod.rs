@@ -1,6 +1,7 @@
 //! The registry sidecar: one thread per node owns the registry link. Workers
 //! ask it for Identify and authenticated REST answers by message; it never
-//! sits on the event path (Resume and dispatch never reach it).
+//! sits on the event path (Resume and dispatch never reach it). The REST
+//! limits' Redis link is a thread of its own (`counters`, over `resp`).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -22,7 +23,9 @@ use crate::protocol::intents;
 use crate::protocol::{Close, CloseCode};
 use crate::worker::mail::*;
 
+pub mod counters;
 mod members;
+pub mod resp;
 mod rest;
 
 /// Identify buckets remembered before stale ones are pruned.

@@ -18,6 +18,8 @@ pub struct Views {
     pub ingest: Arc<IngestStats>,
     pub link: Arc<LinkStats>,
     pub chat: Arc<crate::chat::ChatStats>,
+    /// The counters thread (REST limits shared through Redis).
+    pub redis: Arc<crate::link::counters::RedisStats>,
 }
 
 pub struct Admin {
@@ -123,6 +125,7 @@ fn serve(mut s: TcpStream, views: &Views) -> std::io::Result<()> {
             render_link(&views.link, &shared.metrics, &mut out);
             crate::ops::metrics::render_ops(&shared.metrics, &views.ingest, &views.link, &mut out);
             crate::ops::rest_metrics::render(&shared.metrics, &views.chat, &views.ingest, &mut out);
+            crate::ops::rest_metrics::render_redis(&views.redis, &mut out);
             (200, "text/plain; version=0.0.4; charset=utf-8", out)
         }
         "/healthz" => (200, "text/plain", "ok\n".to_string()),

@@ -1,6 +1,7 @@
 //! The REST edge's families: responses by route and status, 429s by
-//! scope, bans and restrictions (summed over workers), and the chat
-//! service's commits and history (embedded) or calls (upstream).
+//! scope, bans and restrictions (summed over workers), the chat service's
+//! commits and history (embedded) or calls (upstream), and the counters
+//! shared through Redis.
 
 use std::fmt::Write;
 use std::sync::atomic::Ordering::Relaxed;
@@ -139,4 +140,19 @@ pub fn render(workers: &[WorkerMetrics], chat: &ChatStats, ingest: &IngestStats,
         "Answers of the upstream chat service relayed to bots as they came (status and body).",
         chat.upstream.relayed.load(Relaxed),
     );
+}
+
+/// The counters thread (`link::counters`); all zero when `rest.redis_url` is empty.
+pub fn render_redis(r: &crate::link::counters::RedisStats, out: &mut String) {
+    let fams: [(&str, &str, &str, u64); 6] = [
+        ("gatewayd_rest_redis_up", "gauge", "1 while the last round with Redis succeeded (REST limits shared between nodes); 0 when it failed, or no Redis is configured.", r.up.load(Relaxed)),
+        ("gatewayd_rest_redis_nodes", "gauge", "Nodes sharing the REST limits as last known (live heartbeats in Redis, or rest.nodes): N of the fallback share.", r.nodes.load(Relaxed)),
+        ("gatewayd_rest_redis_rounds_total", "counter", "Rounds with Redis that succeeded (pushed this node's admissions, read the others').", r.rounds.load(Relaxed)),
+        ("gatewayd_rest_redis_errors_total", "counter", "Redis connects and rounds that failed or passed rest.redis_timeout_ms.", r.errors.load(Relaxed)),
+        ("gatewayd_rest_redis_fallback_total", "counter", "Times the node fell back to local REST limits (its 1/N share) because Redis was unreachable.", r.fallbacks.load(Relaxed)),
+        ("gatewayd_rest_redis_unshared_total", "counter", "Admissions not shared with the other nodes (the counters queue or table was full).", r.unshared.load(Relaxed) + r.untracked.load(Relaxed)),
+    ];
+    for (name, kind, help, v) in fams {
+        scalar(out, name, kind, help, v);
+    }
 }

@@ -42,6 +42,7 @@ impl Worker {
                 a.conn = Some((conn, action));
                 self.try_adopt(token);
             }
+            ToWorker::RestCounters(answer) => self.api.limiter.apply(&answer),
             ToWorker::Shutdown { spread_ms } => self.drain(spread_ms),
         }
     }

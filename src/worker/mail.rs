@@ -161,6 +161,9 @@ pub enum ToWorker {
         conn: Box<crate::worker::conn::Conn>,
         action: crate::protocol::session::Action,
     },
+    /// A round of the counters thread (Redis): the node's sharing mode
+    /// and the other nodes' counts of this worker's windows.
+    RestCounters(Box<crate::api::shared::Answer>),
     /// Drain: op 7 to every session, spread over `spread_ms`, then close.
     Shutdown {
         spread_ms: u64,

@@ -232,7 +232,7 @@ impl Worker {
     ) -> Worker {
         let send_slots = shared.cfg.events.send_slots;
         let cfg = &shared.cfg;
-        let api = rest_edge::ApiState::new(&cfg.rest);
+        let api = rest_edge::ApiState::new(&shared, id);
         let limits = Limits {
             heartbeat_interval_ms: cfg.limits.heartbeat_interval_ms,
             commands_per_window: cfg.limits.commands_per_window,

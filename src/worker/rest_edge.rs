@@ -27,10 +27,21 @@ pub(super) struct ApiState {
 }
 
 impl ApiState {
-    pub(super) fn new(rest: &crate::config::Rest) -> ApiState {
+    /// With `shared.counters` (Redis configured), the limiter's windows are
+    /// shared with the other nodes (`api::shared`).
+    pub(super) fn new(shared: &Shared, worker: usize) -> ApiState {
+        let rest = &shared.cfg.rest;
+        let link = shared
+            .counters
+            .clone()
+            .map(|outbox| crate::api::shared::Link {
+                outbox,
+                worker: worker as u16,
+                sharing: Default::default(),
+            });
         ApiState {
             views: Views::with_refresh(rest.view_refresh_ms),
-            limiter: Limiter::new(rest.into()),
+            limiter: Limiter::new(rest.into()).with_link(link),
         }
     }
 }

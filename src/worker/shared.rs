@@ -20,6 +20,9 @@ pub struct Shared {
     pub gateway_url: String,
     pub tls: Option<Arc<rustls::ServerConfig>>,
     pub sidecar: Sender<SidecarRequest>,
+    /// The counters thread's queue, when the REST limits are shared
+    /// between nodes through Redis (`rest.redis_url`).
+    pub counters: Option<crate::api::shared::Outbox>,
     /// The chat service (the commit step of REST actions).
     pub chat: Sender<crate::worker::mail::ChatRequest>,
     /// Every worker's inbox, for handing connections over.

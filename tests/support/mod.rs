@@ -10,7 +10,7 @@
 //! - `registry`: the registry CLI, and databases on the test PostgreSQL server;
 //! - `events`: the chat service's events and the ingest producer;
 //! - `kafka`: a Kafka-protocol topic and its producer;
-//! - `services`: PostgreSQL and Tansu servers a test owns (to freeze, kill);
+//! - `services`: PostgreSQL, Tansu and Redis servers a test owns (to freeze, kill);
 //! - `python`: the discord.py interpreter.
 //!
 //! Tests name items by their module (`support::node::Node`,

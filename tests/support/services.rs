@@ -1,8 +1,9 @@
 //! Real servers a test owns outright, so it may freeze (SIGSTOP), thaw,
 //! kill -9 and restart them without disturbing the shared ones other tests
-//! use: a PostgreSQL cluster and a Tansu broker, started from the binaries
-//! scripts/test-all.sh installed (`GATEWAYD_TEST_PG_BIN`,
-//! `GATEWAYD_TEST_TANSU`) through the same scripts it uses.
+//! use: a PostgreSQL cluster, a Tansu broker and a Redis server, started
+//! from the binaries scripts/test-all.sh installed (`GATEWAYD_TEST_PG_BIN`,
+//! `GATEWAYD_TEST_TANSU`, `GATEWAYD_TEST_REDIS_SERVER`) through the same
+//! scripts it uses.
 //!
 //! Each server's processes are found from the PID of the process the
 //! script execs into (the postmaster, the broker) and its descendants; a
@@ -359,6 +360,92 @@ impl Server for TansuServer {
 }
 
 impl Drop for TansuServer {
+    fn drop(&mut self) {
+        if let Some(mut p) = self.proc.take() {
+            p.stop(libc::SIGTERM);
+        }
+    }
+}
+
+/// A Redis server of the test's own (scripts/redis-test-server.sh run: a
+/// temp dir, loopback, no persistence), from `GATEWAYD_TEST_REDIS_SERVER`.
+pub struct RedisServer {
+    pub port: u16,
+    dir: tempfile::TempDir,
+    proc: Option<Proc>,
+}
+
+impl RedisServer {
+    pub fn start() -> RedisServer {
+        required_env("GATEWAYD_TEST_REDIS_SERVER", "Redis server (redis-server)");
+        let dir = tempfile::tempdir().unwrap();
+        let out = Command::new("bash")
+            .arg(script("redis-test-server.sh"))
+            .args(["free-port", "16500"])
+            .output()
+            .expect("run redis-test-server.sh");
+        assert!(out.status.success(), "redis-test-server.sh free-port");
+        let port = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+        let mut r = RedisServer {
+            port,
+            dir,
+            proc: None,
+        };
+        r.launch();
+        r
+    }
+
+    fn launch(&mut self) {
+        let log = std::fs::File::create(self.dir.path().join("server.log")).unwrap();
+        // The binary itself (not the script), so the PID is the server's.
+        let child = Command::new(required_env("GATEWAYD_TEST_REDIS_SERVER", "Redis server"))
+            .args(["--bind", "127.0.0.1", "--port", &self.port.to_string()])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .expect("start redis-server");
+        let pid = child.id();
+        self.proc = Some(Proc {
+            child,
+            frozen: Vec::new(),
+        });
+        let out = Command::new("bash")
+            .arg(script("redis-test-server.sh"))
+            .args(["wait-ready", &self.port.to_string(), "30", &pid.to_string()])
+            .output()
+            .expect("wait for redis");
+        assert!(
+            out.status.success(),
+            "redis not ready: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            self.log()
+        );
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+}
+
+impl Server for RedisServer {
+    fn slot(&mut self) -> &mut Option<Proc> {
+        &mut self.proc
+    }
+
+    fn launch(&mut self) {
+        RedisServer::launch(self)
+    }
+}
+
+impl Drop for RedisServer {
     fn drop(&mut self) {
         if let Some(mut p) = self.proc.take() {
             p.stop(libc::SIGTERM);

@@ -1,0 +1,86 @@
+//! The configuration's tests: file, flags, defaults and refusals.
+
+use super::*;
+
+#[test]
+fn file_then_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("g.toml");
+    std::fs::write(
+        &path,
+        "workers = 3\n[limits]\nheartbeat_interval_ms = 5000\n[demo]\ninterval_ms = 250\n",
+    )
+    .unwrap();
+    let args = RunArgs {
+        config: Some(path),
+        heartbeat_interval_ms: Some(2000),
+        ..Default::default()
+    };
+    let cfg = Config::load(&args).unwrap();
+    assert_eq!(cfg.workers, 3);
+    assert_eq!(cfg.limits.heartbeat_interval_ms, 2000, "flag wins");
+    assert_eq!(cfg.demo.interval_ms, 250);
+    assert_eq!(cfg.limits.inbound_message_bytes, 4096);
+}
+
+#[test]
+fn a_non_loopback_admin_port_needs_a_token() {
+    let load = |addr: &str, token: Option<&str>| {
+        Config::load(&RunArgs {
+            admin_addr: Some(addr.parse().unwrap()),
+            admin_token: token.map(str::to_string),
+            ..Default::default()
+        })
+    };
+    let err = load("0.0.0.0:9090", None).unwrap_err();
+    assert!(err.contains("admin_token"), "{err}");
+    assert!(load("10.1.2.3:9090", None).is_err());
+    assert!(load("[::]:9090", None).is_err());
+    assert!(load("0.0.0.0:9090", Some("short"))
+        .unwrap_err()
+        .contains("16"));
+    assert!(load("0.0.0.0:9090", Some("has a space in it!!")).is_err());
+    let cfg = load("0.0.0.0:9090", Some("0123456789abcdef")).unwrap();
+    assert_eq!(cfg.admin_token, "0123456789abcdef");
+    // Loopback needs none (but may have one).
+    assert!(load("127.0.0.1:9090", None).is_ok());
+    assert!(load("[::1]:9090", None).is_ok());
+}
+
+#[test]
+fn the_chat_upstream_from_file_and_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("g.toml");
+    let write = |t: &str| std::fs::write(&path, t).unwrap();
+    let load = |timeout| {
+        Config::load(&RunArgs {
+            config: Some(path.clone()),
+            chat_upstream_timeout_ms: timeout,
+            ..Default::default()
+        })
+    };
+    write("[chat]\nupstream_url = \"http://127.0.0.1:9/c\"\nupstream_connections = 2\n");
+    let c = load(Some(500)).unwrap().chat;
+    let got = (
+        c.upstream_url.as_str(),
+        c.upstream_connections,
+        c.upstream_timeout_ms,
+    );
+    assert_eq!(got, ("http://127.0.0.1:9/c", 2, 500), "the flag wins");
+    assert!(load(Some(0)).is_err());
+    write("[chat]\nupstream_connections = 0\n");
+    assert!(load(None).unwrap_err().contains("upstream_connections"));
+}
+
+#[test]
+fn unknown_keys_are_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("g.toml");
+    std::fs::write(&path, "wrokers = 3\n").unwrap();
+    let err = Config::load(&RunArgs {
+        config: Some(path),
+        ..Default::default()
+    })
+    .unwrap_err();
+    assert!(err.contains("wrokers"), "{err}");
+}

@@ -1,0 +1,364 @@
+//! A minimal RESP2 client for the counters thread (`link::counters`): one
+//! blocking TCP connection, pipelined commands, and a deadline on every
+//! call. Hand-written rather than a crate because the node needs five
+//! commands' worth of protocol (integers, bulk strings, simple strings,
+//! errors) and a deadline per *round* (connect, write, every read), which
+//! client crates express per socket operation at best.
+//!
+//! - Deadline: `connect` and `pipeline` take an `Instant`; each socket
+//!   operation's timeout is the time left, and a call that reaches it
+//!   fails with `TimedOut`. After any error the connection is dropped (a
+//!   reply may be half read).
+//! - Bounds: a reply line or bulk string over `MAX_REPLY` bytes, and any
+//!   array reply (no command we send answers one), are protocol errors.
+//! - Address resolution (a host name in the URL) goes through the system
+//!   resolver, which the deadline does not bound: use an IP address where
+//!   that matters.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::{Duration, Instant};
+
+/// The longest reply line or bulk string accepted.
+const MAX_REPLY: usize = 64 << 10;
+
+/// Where the counters live: `redis://[[user]:password@]host[:port][/db]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Target {
+    pub host: String,
+    pub port: u16,
+    pub user: Option<String>,
+    pub password: Option<String>,
+    pub db: u32,
+}
+
+impl Target {
+    pub fn parse(url: &str) -> Result<Target, String> {
+        let bad = |why: &str| {
+            format!("redis URL {url:?}: {why} (expected redis://[:password@]host[:port][/db])")
+        };
+        let rest = url
+            .strip_prefix("redis://")
+            .ok_or_else(|| bad("not redis://"))?;
+        let (auth, rest) = match rest.rsplit_once('@') {
+            Some((a, r)) => (Some(a), r),
+            None => (None, rest),
+        };
+        let (hostport, db) = match rest.split_once('/') {
+            Some((h, "")) => (h, 0),
+            Some((h, d)) => (h, d.parse().map_err(|_| bad("the db is not a number"))?),
+            None => (rest, 0),
+        };
+        let bracketed = hostport.starts_with('[') && hostport.ends_with(']');
+        let (host, port) = match hostport.rsplit_once(':') {
+            Some((h, p)) if !bracketed => {
+                (h, p.parse().map_err(|_| bad("the port is not a number"))?)
+            }
+            _ => (hostport, 6379),
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        if host.is_empty() {
+            return Err(bad("no host"));
+        }
+        let (user, password) = match auth {
+            None => (None, None),
+            Some(a) => match a.split_once(':') {
+                Some(("", p)) => (None, Some(p.to_string())),
+                Some((u, p)) => (Some(u.to_string()), Some(p.to_string())),
+                None => return Err(bad("credentials are user:password or :password")),
+            },
+        };
+        Ok(Target {
+            host: host.to_string(),
+            port,
+            user,
+            password,
+            db,
+        })
+    }
+}
+
+/// One reply.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    Int(i64),
+    Simple(String),
+    /// `None`: the nil bulk string (a missing key).
+    Bulk(Option<Vec<u8>>),
+    Error(String),
+}
+
+impl Reply {
+    /// An integer reply, or a bulk string holding one (GET), nil as 0.
+    pub fn as_count(&self) -> Option<u64> {
+        match self {
+            Reply::Int(n) => u64::try_from(*n).ok(),
+            Reply::Bulk(None) => Some(0),
+            Reply::Bulk(Some(b)) => std::str::from_utf8(b).ok()?.parse().ok(),
+            _ => None,
+        }
+    }
+}
+
+/// Append one command (RESP array of bulk strings) to `out`.
+pub fn command(out: &mut Vec<u8>, args: &[&[u8]]) {
+    out.extend_from_slice(format!("*{}\r\n", args.len()).as_bytes());
+    for a in args {
+        out.extend_from_slice(format!("${}\r\n", a.len()).as_bytes());
+        out.extend_from_slice(a);
+        out.extend_from_slice(b"\r\n");
+    }
+}
+
+pub struct Conn {
+    stream: TcpStream,
+    buf: Vec<u8>,
+    pos: usize,
+}
+
+fn left(deadline: Instant) -> io::Result<Duration> {
+    let d = deadline.saturating_duration_since(Instant::now());
+    if d.is_zero() {
+        return Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "redis: deadline passed",
+        ));
+    }
+    Ok(d)
+}
+
+fn protocol(what: String) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, format!("redis: {what}"))
+}
+
+impl Conn {
+    /// Connect, authenticate and select the database, all by `deadline`.
+    pub fn connect(t: &Target, deadline: Instant) -> io::Result<Conn> {
+        let addrs: Vec<SocketAddr> = (t.host.as_str(), t.port).to_socket_addrs()?.collect();
+        let mut last = io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("redis: {} resolves to nothing", t.host),
+        );
+        for a in addrs {
+            match TcpStream::connect_timeout(&a, left(deadline)?) {
+                Ok(stream) => {
+                    stream.set_nodelay(true)?;
+                    let mut c = Conn {
+                        stream,
+                        buf: Vec::with_capacity(16 << 10),
+                        pos: 0,
+                    };
+                    let mut hello = Vec::new();
+                    let mut n = 0;
+                    if let Some(p) = &t.password {
+                        match &t.user {
+                            Some(u) => command(&mut hello, &[b"AUTH", u.as_bytes(), p.as_bytes()]),
+                            None => command(&mut hello, &[b"AUTH", p.as_bytes()]),
+                        }
+                        n += 1;
+                    }
+                    if t.db != 0 {
+                        command(&mut hello, &[b"SELECT", t.db.to_string().as_bytes()]);
+                        n += 1;
+                    }
+                    command(&mut hello, &[b"PING"]);
+                    for r in c.pipeline(&hello, n + 1, deadline)? {
+                        if let Reply::Error(e) = r {
+                            return Err(protocol(format!("connecting: {e}")));
+                        }
+                    }
+                    return Ok(c);
+                }
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+
+    /// Send `commands` (already encoded, `count` of them) and read their
+    /// `count` replies, all by `deadline`. A Redis error is a `Reply`;
+    /// I/O, protocol and deadline failures are `Err`.
+    pub fn pipeline(
+        &mut self,
+        commands: &[u8],
+        count: usize,
+        deadline: Instant,
+    ) -> io::Result<Vec<Reply>> {
+        self.stream.set_write_timeout(Some(left(deadline)?))?;
+        let mut sent = 0;
+        while sent < commands.len() {
+            self.stream.set_write_timeout(Some(left(deadline)?))?;
+            match self.stream.write(&commands[sent..]) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(n) => sent += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(timed_out(e)),
+            }
+        }
+        (0..count).map(|_| self.reply(deadline)).collect()
+    }
+
+    fn reply(&mut self, deadline: Instant) -> io::Result<Reply> {
+        let line = self.line(deadline)?;
+        let (kind, rest) = line
+            .split_first()
+            .ok_or_else(|| protocol("empty reply line".into()))?;
+        let text = || String::from_utf8_lossy(rest).into_owned();
+        Ok(match kind {
+            b':' => Reply::Int(
+                text()
+                    .parse()
+                    .map_err(|_| protocol(format!("bad integer {:?}", text())))?,
+            ),
+            b'+' => Reply::Simple(text()),
+            b'-' => Reply::Error(text()),
+            b'$' => {
+                let n: i64 = text()
+                    .parse()
+                    .map_err(|_| protocol(format!("bad length {:?}", text())))?;
+                if n < 0 {
+                    return Ok(Reply::Bulk(None));
+                }
+                let n = n as usize;
+                if n > MAX_REPLY {
+                    return Err(protocol(format!("a {n}-byte bulk reply")));
+                }
+                while self.buf.len() - self.pos < n + 2 {
+                    self.fill(deadline)?;
+                }
+                let b = self.buf[self.pos..self.pos + n].to_vec();
+                self.pos += n + 2;
+                Reply::Bulk(Some(b))
+            }
+            k => return Err(protocol(format!("unexpected reply type {:?}", *k as char))),
+        })
+    }
+
+    /// The next line, without its CRLF.
+    fn line(&mut self, deadline: Instant) -> io::Result<Vec<u8>> {
+        loop {
+            if let Some(i) = self.buf[self.pos..].windows(2).position(|w| w == b"\r\n") {
+                let l = self.buf[self.pos..self.pos + i].to_vec();
+                self.pos += i + 2;
+                return Ok(l);
+            }
+            if self.buf.len() - self.pos > MAX_REPLY {
+                return Err(protocol("a reply line over 64 KiB".into()));
+            }
+            self.fill(deadline)?;
+        }
+    }
+
+    fn fill(&mut self, deadline: Instant) -> io::Result<()> {
+        if self.pos > 0 {
+            self.buf.drain(..self.pos);
+            self.pos = 0;
+        }
+        self.stream.set_read_timeout(Some(left(deadline)?))?;
+        let mut tmp = [0u8; 16 << 10];
+        match self.stream.read(&mut tmp) {
+            Ok(0) => Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "redis closed the connection",
+            )),
+            Ok(n) => {
+                self.buf.extend_from_slice(&tmp[..n]);
+                Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
+            Err(e) => Err(timed_out(e)),
+        }
+    }
+}
+
+/// A socket timeout reads as WouldBlock on Linux: say what it is.
+fn timed_out(e: io::Error) -> io::Error {
+    if e.kind() == io::ErrorKind::WouldBlock {
+        io::Error::new(io::ErrorKind::TimedOut, "redis: deadline passed")
+    } else {
+        e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls() {
+        let t = Target::parse("redis://127.0.0.1:6380/2").unwrap();
+        assert_eq!((t.host.as_str(), t.port, t.db), ("127.0.0.1", 6380, 2));
+        let t = Target::parse("redis://:s3cret@cache").unwrap();
+        assert_eq!(
+            (t.port, t.password.as_deref(), t.user),
+            (6379, Some("s3cret"), None)
+        );
+        let t = Target::parse("redis://u:p@[::1]:7000/").unwrap();
+        assert_eq!(
+            (t.host.as_str(), t.port, t.user.as_deref()),
+            ("::1", 7000, Some("u"))
+        );
+        assert_eq!(Target::parse("redis://[::1]").unwrap().port, 6379);
+        for bad in [
+            "http://x",
+            "redis://",
+            "redis://h:port",
+            "redis://h/db",
+            "redis://nopass@h",
+        ] {
+            assert!(Target::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn replies_are_parsed_within_bounds() {
+        // A loopback peer that answers a canned byte string.
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let canned: &'static [u8] = b"+PONG\r\n:42\r\n$2\r\n17\r\n$-1\r\n-ERR wrong\r\n*1\r\n";
+        let peer = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut b = [0u8; 256];
+            let _ = s.read(&mut b);
+            s.write_all(canned).unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+        });
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let stream = TcpStream::connect(addr).unwrap();
+        let mut c = Conn {
+            stream,
+            buf: Vec::new(),
+            pos: 0,
+        };
+        let mut cmds = Vec::new();
+        command(&mut cmds, &[b"PING"]);
+        let r = c.pipeline(&cmds, 5, deadline).unwrap();
+        assert_eq!(r[0], Reply::Simple("PONG".into()));
+        assert_eq!(r[1].as_count(), Some(42));
+        assert_eq!(r[2].as_count(), Some(17), "GET's bulk string");
+        assert_eq!(r[3].as_count(), Some(0), "nil: a missing key");
+        assert_eq!(r[4], Reply::Error("ERR wrong".into()));
+        assert!(r[4].as_count().is_none());
+        let e = c.pipeline(&[], 1, deadline).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "an array: {e}");
+        // Nothing more comes: the deadline ends the wait.
+        let e = c
+            .pipeline(&[], 1, Instant::now() + Duration::from_millis(50))
+            .unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}");
+        peer.join().unwrap();
+    }
+
+    #[test]
+    fn nothing_listening_fails_fast() {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let t = Target::parse(&format!("redis://127.0.0.1:{port}")).unwrap();
+        let started = Instant::now();
+        assert!(Conn::connect(&t, Instant::now() + Duration::from_millis(200)).is_err());
+        assert!(started.elapsed() < Duration::from_secs(5));
+    }
+}

@@ -79,6 +79,9 @@ pub struct Rest {
     pub global_per_second: u32,
     /// Invalid requests (401, 403, 429) per token per 10 minutes before a restriction.
     pub invalid_per_10_minutes: u32,
+    /// Invalid requests per source address per 10 minutes (across its
+    /// tokens) before the address is restricted; 0: never.
+    pub invalid_per_address: u32,
     /// 429s within 10 s after which a token is banned for `ban_seconds`.
     pub ban_after_429s: u32,
     pub ban_seconds: u64,
@@ -106,6 +109,7 @@ impl Default for Rest {
             limit_scale: 1,
             global_per_second: 50,
             invalid_per_10_minutes: 10_000,
+            invalid_per_address: 10_000,
             ban_after_429s: 100,
             ban_seconds: 60,
             view_refresh_ms: 60_000,
@@ -430,6 +434,9 @@ pub struct RunArgs {
     /// REST: requests per second per bot token across all routes.
     #[arg(long)]
     pub rest_global_per_second: Option<u32>,
+    /// REST: invalid requests per source address per 10 minutes before it is restricted (0: never).
+    #[arg(long)]
+    pub rest_invalid_per_address: Option<u32>,
     /// REST: 429s within 10 s before a token is banned.
     #[arg(long)]
     pub rest_ban_after_429s: Option<u32>,
@@ -518,6 +525,7 @@ impl Config {
         set!(args.rest_global_per_second => cfg.rest.global_per_second);
         set!(args.rest_ban_after_429s => cfg.rest.ban_after_429s);
         set!(args.rest_ban_seconds => cfg.rest.ban_seconds);
+        set!(args.rest_invalid_per_address => cfg.rest.invalid_per_address);
         set!(args.rest_view_refresh_ms => cfg.rest.view_refresh_ms);
         set!(args.chat_upstream_url => cfg.chat.upstream_url);
         set!(args.chat_upstream_timeout_ms => cfg.chat.upstream_timeout_ms);

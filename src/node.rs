@@ -125,6 +125,7 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         tls,
         sidecar: sidecar_tx,
         counters,
+        rest_addrs: crate::api::addr::AddressTable::new(cfg.rest.invalid_per_address),
         chat: chat_tx,
         workers: handles.clone(),
         ring_fds: setups

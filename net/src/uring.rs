@@ -532,6 +532,27 @@ impl Ring {
         self.push(e);
     }
 
+    /// Read a socket option of a fixed socket into `value` (`len` bytes;
+    /// kernel 6.7+, level SOL_SOCKET only); the completion's result is the
+    /// length written, or -errno.
+    ///
+    /// # Safety
+    /// `value` must stay valid for `len` bytes until the completion.
+    pub unsafe fn getsockopt(
+        &mut self,
+        slot: u32,
+        level: i32,
+        name: i32,
+        value: *mut u8,
+        len: u32,
+        user_data: u64,
+    ) {
+        let e = opcode::GetSockOpt::new(Fixed(slot), level as u32, name as u32, value.cast(), len)
+            .build()
+            .user_data(user_data);
+        self.push(e);
+    }
+
     /// A timeout that fires every `every`, forever (multishot), so the owner
     /// gets a tick through the same completion queue as its sockets.
     pub fn tick(&mut self, every: std::time::Duration, user_data: u64) {

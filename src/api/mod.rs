@@ -16,6 +16,7 @@
 //! result comes back to every entitled bot as an event. Nothing here owns a
 //! socket or a thread: the worker that owns the token runs these steps.
 
+pub mod addr;
 pub mod body;
 pub mod buckets;
 pub mod headers;

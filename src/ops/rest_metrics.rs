@@ -93,6 +93,20 @@ pub fn render(workers: &[WorkerMetrics], chat: &ChatStats, ingest: &IngestStats,
     );
     scalar(
         out,
+        "gatewayd_rest_address_restrictions_total",
+        "counter",
+        "Source addresses restricted for too many invalid requests (across their tokens) in 10 minutes.",
+        sum(|w| w.rest_address_restrictions.load(Relaxed)),
+    );
+    scalar(
+        out,
+        "gatewayd_rest_address_refused_total",
+        "counter",
+        "REST requests answered 429 because their source address was restricted.",
+        sum(|w| w.rest_address_refused.load(Relaxed)),
+    );
+    scalar(
+        out,
         "gatewayd_chat_commits_total",
         "counter",
         "Actions the embedded chat service committed as events.",

@@ -141,6 +141,10 @@ pub struct Conn {
     /// REST requests are served here from now on, not handed over again.
     pub(super) rest_here: bool,
     pub(super) rest_started_us: u64,
+    /// The source address, for invalid requests counted per address.
+    pub(super) peer: Peer,
+    /// The first REST request, waiting for `peer`.
+    pub(super) peer_wait: Option<Box<ApiRequest>>,
     /// A REST request waiting for its token's lookup (see `worker/rest.rs`).
     pub(super) api_wait: Option<Box<crate::api::Pending>>,
     pub(super) keep_alive: bool,
@@ -156,6 +160,24 @@ pub struct Conn {
     /// With `compress`: bytes at the front of `out` already in wire form
     /// (the 101 response); the frames after them are compressed at flush.
     pub(super) out_raw: usize,
+}
+
+/// A REST request read off a connection: its head and body.
+pub(super) struct ApiRequest {
+    pub(super) head: net::http::RequestHead,
+    pub(super) body: Vec<u8>,
+}
+
+/// What a connection knows of its source address (looked up on its first
+/// REST request: a direct descriptor comes with no address).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Peer {
+    Unknown,
+    /// Looked up; the invalid requests answered meanwhile.
+    Pending(u32),
+    Known(u128),
+    /// The kernel could not say (not counted per address).
+    Failed,
 }
 
 /// Moving a connection to the worker that owns its session (a Resume) or
@@ -199,6 +221,8 @@ impl Conn {
             rest_class: 0,
             rest_here: false,
             rest_started_us: 0,
+            peer: Peer::Unknown,
+            peer_wait: None,
             api_wait: None,
             keep_alive: true,
             handover: None,

@@ -5,6 +5,29 @@
 use super::*;
 
 impl Worker {
+    /// A socket passed to us landed in ring `r`'s table (or failed to).
+    pub(super) fn on_adopt(&mut self, r: usize, c: Completion) {
+        let token = c.user_data & 0xFFFF_FFFF_FFFF;
+        let now = self.now_ms();
+        if c.result >= 0 {
+            self.add_used(r, 1);
+            self.admission(r);
+        }
+        let a = self.adopting.entry(token).or_insert_with(|| Adoption {
+            since_ms: now,
+            ..Default::default()
+        });
+        a.slot = Some((
+            r,
+            if c.result >= 0 {
+                Ok(c.result as u32)
+            } else {
+                Err(c.result)
+            },
+        ));
+        self.try_adopt(token);
+    }
+
     /// Begin moving a connection to worker `to`; `action` runs there.
     pub(super) fn start_handover(&mut self, key: ConnKey, to: usize, action: Action) {
         let Some(conn) = self.conn(key) else { return };
@@ -150,6 +173,10 @@ impl Worker {
         rs.gens[slot as usize] = gen;
         conn.gen = gen;
         conn.queued = false;
+        // A peer lookup still running on the old worker answers there.
+        if let Peer::Pending(_) = conn.peer {
+            conn.peer = Peer::Unknown;
+        }
         debug_assert!(rs.conns[slot as usize].is_none());
         rs.conns[slot as usize] = Some(conn);
         rs.ring.recv_multi(slot, ud(Op::Recv, r as u8, gen, slot));

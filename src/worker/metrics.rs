@@ -48,6 +48,10 @@ pub struct WorkerMetrics {
     /// invalid requests (the worker's limiter counts, copied after each request).
     pub rest_bans: AtomicU64,
     pub rest_restrictions: AtomicU64,
+    /// Source addresses this worker saw reach the invalid-request limit,
+    /// and requests it refused because their address was restricted.
+    pub rest_address_restrictions: AtomicU64,
+    pub rest_address_refused: AtomicU64,
     pub handshake_timeouts: AtomicU64,
     pub inbox_full_drops: AtomicU64,
     pub handovers_out: AtomicU64,

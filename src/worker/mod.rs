@@ -31,7 +31,9 @@ mod sessions;
 pub mod shared;
 mod upgrade;
 
-use conn::{Adoption, Conn, ConnState, DeferredClose, Handover, Lifecycle, SendState, WsConn};
+use conn::{
+    Adoption, Conn, ConnState, DeferredClose, Handover, Lifecycle, Peer, SendState, WsConn,
+};
 use op::{ud, ud_adopt, ud_parts, Op};
 
 use crossbeam_channel::Receiver;
@@ -108,6 +110,9 @@ struct RingState {
     /// Stop accepting into the table at this many: the rest is headroom for
     /// connections handed over from other workers.
     admit_limit: u32,
+    /// Per slot, where the kernel writes a REST connection's peer address
+    /// (`rest_edge::lookup_peer`): allocated with the table, never moved.
+    peer_bufs: Box<[[u8; 28]]>,
 }
 
 pub struct Worker {
@@ -254,6 +259,7 @@ impl Worker {
                     cancelling_reject: false,
                     used: 0,
                     admit_limit: admit_limit(n as u32),
+                    peer_bufs: vec![[0u8; 28]; n].into_boxed_slice(),
                 }
             })
             .collect();
@@ -541,27 +547,8 @@ impl Worker {
                 }
             }
             Some(Op::Pass) => self.on_passed(r, key, c),
-            Some(Op::Adopt) => {
-                let token = c.user_data & 0xFFFF_FFFF_FFFF;
-                let now = self.now_ms();
-                if c.result >= 0 {
-                    self.add_used(r, 1);
-                    self.admission(r);
-                }
-                let a = self.adopting.entry(token).or_insert_with(|| Adoption {
-                    since_ms: now,
-                    ..Default::default()
-                });
-                a.slot = Some((
-                    r,
-                    if c.result >= 0 {
-                        Ok(c.result as u32)
-                    } else {
-                        Err(c.result)
-                    },
-                ));
-                self.try_adopt(token);
-            }
+            Some(Op::Adopt) => self.on_adopt(r, c),
+            Some(Op::PeerName) => self.on_peer_name(r, key, c),
             None => tracing::error!(kind = c.user_data >> 56, "completion of unknown kind"),
         }
     }

@@ -39,10 +39,12 @@ pub enum Op {
     /// A connection accepted (as an ordinary fd) only to be turned away:
     /// the ring's fixed table is full.
     Reject = 12,
+    /// A REST connection's peer address (`getsockopt(SO_PEERNAME)`).
+    PeerName = 13,
 }
 
 impl Op {
-    const ALL: [Op; 12] = [
+    const ALL: [Op; 13] = [
         Op::Accept,
         Op::Recv,
         Op::Send,
@@ -55,6 +57,7 @@ impl Op {
         Op::Adopt,
         Op::Writable,
         Op::Reject,
+        Op::PeerName,
     ];
 
     pub fn from_u8(b: u8) -> Option<Op> {
@@ -98,7 +101,7 @@ mod tests {
             assert_eq!((key.ring, key.gen, key.slot), (3, 0xBEEF, 0x1234_5678));
         }
         assert_eq!(ud_parts(0).0, None);
-        assert_eq!(ud_parts(13 << 56).0, None);
+        assert_eq!(ud_parts(14 << 56).0, None);
         assert_eq!(ud_adopt(2, 77) & 0xFFFF_FFFF_FFFF, 77);
         assert_eq!(ud_parts(ud_adopt(2, 77)).0, Some(Op::Adopt));
     }

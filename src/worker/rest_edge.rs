@@ -46,10 +46,7 @@ impl ApiState {
     }
 }
 
-pub(super) struct ApiRequest {
-    pub(super) head: RequestHead,
-    pub(super) body: Vec<u8>,
-}
+pub(super) use super::conn::ApiRequest;
 
 impl Worker {
     /// The worker a request's token belongs on, if it is not this one.
@@ -72,6 +69,14 @@ impl Worker {
         headers: &[(&'static str, String)],
     ) {
         let idle_until = self.now_ms() + REST_IDLE_MS;
+        let invalid = matches!(status, 401 | 403)
+            || (status == 429
+                && !headers
+                    .iter()
+                    .any(|(k, v)| *k == "X-RateLimit-Scope" && v == "shared"));
+        if invalid {
+            self.count_invalid(key);
+        }
         let Some(conn) = self.conn(key) else { return };
         let keep = conn.keep_alive;
         let hv: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
@@ -91,8 +96,112 @@ impl Worker {
         }
     }
 
+    /// An invalid request (401, 403, 429 not `shared`) from the
+    /// connection's address: counted once the address is known.
+    fn count_invalid(&mut self, key: ConnKey) {
+        let now = self.unix_ms;
+        let Some(conn) = self.conn(key) else { return };
+        match conn.peer {
+            Peer::Known(ip) => {
+                if self.shared.rest_addrs.invalid(ip, now) {
+                    WorkerMetrics::inc(&self.metrics().rest_address_restrictions);
+                }
+            }
+            Peer::Pending(n) => conn.peer = Peer::Pending(n.saturating_add(1)),
+            Peer::Unknown | Peer::Failed => {}
+        }
+    }
+
+    /// Ask the kernel for a REST connection's source address (a direct
+    /// descriptor has none of its own): `getsockopt(SO_PEERNAME)` into the
+    /// slot's buffer, once per connection.
+    fn lookup_peer(&mut self, key: ConnKey) {
+        let r = key.ring as usize;
+        let v4 = self.rings[r]
+            .listener
+            .local_addr()
+            .map_or(true, |a| a.is_ipv4());
+        let Some(conn) = self.conn(key) else { return };
+        conn.peer = Peer::Pending(0);
+        let rs = &mut self.rings[r];
+        let buf = rs.peer_bufs[key.slot as usize].as_mut_ptr();
+        // The kernel refuses a length above the address's (SO_PEERNAME).
+        let len = if v4 { 16 } else { 28 };
+        // SAFETY: `peer_bufs` is allocated with the ring's table and never
+        // resized or freed while the ring runs, so the 28-byte buffer of
+        // this slot outlives the operation; a late completion for a closed
+        // connection only rewrites that slot's buffer (read only on a
+        // completion whose generation matches).
+        unsafe {
+            rs.ring.getsockopt(
+                key.slot,
+                libc::SOL_SOCKET,
+                libc::SO_PEERNAME,
+                buf,
+                len,
+                ud(Op::PeerName, key.ring, key.gen, key.slot),
+            )
+        };
+    }
+
+    /// The kernel answered `lookup_peer`.
+    pub(super) fn on_peer_name(&mut self, r: usize, key: ConnKey, c: Completion) {
+        let now = self.unix_ms;
+        let ip = (c.result > 0)
+            .then(|| {
+                crate::api::addr::from_sockaddr(
+                    &self.rings[r].peer_bufs[key.slot as usize],
+                    c.result as usize,
+                )
+            })
+            .flatten();
+        let Some(conn) = self.conn(key) else { return };
+        let Peer::Pending(n) = conn.peer else { return };
+        conn.peer = ip.map_or(Peer::Failed, Peer::Known);
+        let waiting = conn.peer_wait.take();
+        if let Some(ip) = ip {
+            for _ in 0..n {
+                if self.shared.rest_addrs.invalid(ip, now) {
+                    WorkerMetrics::inc(&self.metrics().rest_address_restrictions);
+                }
+            }
+        }
+        if let Some(req) = waiting {
+            if let Some(conn) = self.conn(key) {
+                conn.rest_pending = false;
+            }
+            self.on_api_request(key, *req);
+            self.process_input(key);
+        }
+    }
+
     pub(super) fn on_api_request(&mut self, key: ConnKey, req: ApiRequest) {
+        // A connection's first request waits for its address (one ring
+        // round trip), so a restricted address is refused from its first
+        // request on.
+        if let Some(conn) = self.conn(key) {
+            if conn.peer == Peer::Unknown {
+                conn.peer_wait = Some(Box::new(req));
+                conn.rest_pending = true;
+                return self.lookup_peer(key);
+            }
+        }
         WorkerMetrics::inc(&self.metrics().rest_requests);
+        let now = self.unix_ms;
+        let peer = self.conn(key).map(|c| c.peer);
+        if let Some(Peer::Known(ip)) = peer {
+            if let Some(until) = self.shared.rest_addrs.restricted_until(ip, now) {
+                WorkerMetrics::inc(&self.metrics().rest_address_refused);
+                let retry_ms = until.saturating_sub(now).max(1);
+                let body = limit::body_429(retry_ms, false);
+                let headers = [
+                    ("Retry-After", retry_ms.div_ceil(1000).to_string()),
+                    ("X-RateLimit-Scope", "user".to_string()),
+                    ("Via", "1.1 gatewayd".to_string()),
+                ];
+                return self.rest_answer(key, 429, &body, &headers);
+            }
+        }
         let head = req.head;
         let route = match api_route::route(&head.method, &head.path) {
             Ok(r) => r,

@@ -23,6 +23,8 @@ pub struct Shared {
     /// The counters thread's queue, when the REST limits are shared
     /// between nodes through Redis (`rest.redis_url`).
     pub counters: Option<crate::api::shared::Outbox>,
+    /// Invalid REST requests per source address, across workers.
+    pub rest_addrs: crate::api::addr::AddressTable,
     /// The chat service (the commit step of REST actions).
     pub chat: Sender<crate::worker::mail::ChatRequest>,
     /// Every worker's inbox, for handing connections over.

@@ -73,6 +73,64 @@ pub fn json_request(
         .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
 }
 
+/// `json_request` from the source address `from` (e.g. 127.0.0.2: the
+/// node counts invalid requests per source address).
+pub fn json_request_from(
+    from: std::net::Ipv4Addr,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    auth: Option<&str>,
+) -> Resp {
+    let mut h = vec![];
+    if let Some(a) = auth {
+        h.push(("Authorization", a));
+    }
+    send_request(
+        connect_from(from, addr).expect("connect"),
+        addr,
+        method,
+        path,
+        &h,
+        None,
+    )
+    .unwrap_or_else(|e| panic!("{method} {path} from {from}: {e}"))
+}
+
+/// A TCP connection to `addr` (IPv4) bound to the source address `from`.
+fn connect_from(from: std::net::Ipv4Addr, addr: SocketAddr) -> io::Result<TcpStream> {
+    use std::os::fd::FromRawFd;
+    let SocketAddr::V4(to) = addr else {
+        return Err(io::Error::other("IPv4 only"));
+    };
+    let sin = |ip: std::net::Ipv4Addr, port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(ip).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: a fresh socket, owned by the TcpStream once connected (or
+    // closed here on failure); the sockaddrs live across the calls.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let (src, dst) = (sin(from, 0), sin(*to.ip(), to.port()));
+        if libc::bind(fd, (&src as *const libc::sockaddr_in).cast(), len) != 0
+            || libc::connect(fd, (&dst as *const libc::sockaddr_in).cast(), len) != 0
+        {
+            let e = io::Error::last_os_error();
+            libc::close(fd);
+            return Err(e);
+        }
+        Ok(TcpStream::from_raw_fd(fd))
+    }
+}
+
 /// Like `request`, with a body (and its `Content-Length`).
 pub fn request_with_body(
     addr: SocketAddr,
@@ -81,7 +139,18 @@ pub fn request_with_body(
     headers: &[(&str, &str)],
     body: Option<&[u8]>,
 ) -> io::Result<Resp> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    send_request(s, addr, method, path, headers, body)
+}
+
+fn send_request(
+    mut s: TcpStream,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> io::Result<Resp> {
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     let mut req = format!(
         "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nUser-Agent: gatewayd-tests\r\nAccept: */*\r\n\

@@ -30,6 +30,8 @@ die() {
     echo "pg-test-server: $*" >&2
     exit 1
 }
+# shellcheck source=free-port.sh
+. "$(dirname "${BASH_SOURCE[0]}")/free-port.sh"
 
 bindir() { # newest /usr/lib/postgresql/*/bin with initdb and postgres
     local d best=""
@@ -103,18 +105,7 @@ cmd_init() {
         }
 }
 
-cmd_free_port() {
-    local p="${1:-54329}" last
-    last=$((p + 100))
-    while ((p <= last)); do
-        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-            echo "$p"
-            return 0
-        fi
-        p=$((p + 1))
-    done
-    die "no free port in ${1:-54329}..$last"
-}
+cmd_free_port() { free_port_from "${1:-54329}"; }
 
 cmd_run() {
     local dir="${1:?run DIR PORT}" port="${2:?run DIR PORT}" bin

@@ -42,6 +42,8 @@ die() {
     echo "tansu-test-broker: $*" >&2
     exit 1
 }
+# shellcheck source=free-port.sh
+. "$(dirname "${BASH_SOURCE[0]}")/free-port.sh"
 
 tansu_bin() {
     if [[ -n "${GATEWAYD_TANSU:-}" ]]; then
@@ -74,18 +76,7 @@ cmd_install() {
     echo "$bin"
 }
 
-cmd_free_port() {
-    local p="${1:-19092}" last
-    last=$((p + 100))
-    while ((p <= last)); do
-        if ! (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-            echo "$p"
-            return 0
-        fi
-        p=$((p + 1))
-    done
-    die "no free port in ${1:-19092}..$last"
-}
+cmd_free_port() { free_port_from "${1:-19092}"; }
 
 cmd_run() {
     local dir="${1:?run DIR PORT [STORAGE]}" port="${2:?run DIR PORT [STORAGE]}" bin

@@ -276,23 +276,13 @@ pub fn run(args: RegistryArgs) -> Result<(), String> {
             roles,
         } => {
             reg.add_member(server, user).map_err(e)?;
-            let m = reg.set_member_roles(server, user, &roles).map_err(e)?;
-            println!(
-                "member server_id={server} user_id={user} roles={:?}",
-                m.role_ids
-            );
+            set_member_roles(&*reg, server, user, &roles)?;
         }
         RegistryCmd::SetMemberRoles {
             server,
             user,
             roles,
-        } => {
-            let m = reg.set_member_roles(server, user, &roles).map_err(e)?;
-            println!(
-                "member server_id={server} user_id={user} roles={:?}",
-                m.role_ids
-            );
-        }
+        } => set_member_roles(&*reg, server, user, &roles)?,
         RegistryCmd::Members { server } => {
             let mut after = 0;
             loop {
@@ -331,5 +321,21 @@ pub fn run(args: RegistryArgs) -> Result<(), String> {
             }
         }
     }
+    Ok(())
+}
+
+fn set_member_roles(
+    reg: &dyn Registry,
+    server: u64,
+    user: u64,
+    roles: &[u64],
+) -> Result<(), String> {
+    let m = reg
+        .set_member_roles(server, user, roles)
+        .map_err(|err| err.to_string())?;
+    println!(
+        "member server_id={server} user_id={user} roles={:?}",
+        m.role_ids
+    );
     Ok(())
 }

@@ -15,19 +15,9 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
-use support::bot::{self, Session};
-use support::http::{json_request, Resp};
+use support::http::Resp;
 use support::metrics::{metric_sum, metrics};
-use support::node::Node;
-
-const SIX: [&str; 6] = [
-    "X-RateLimit-Limit",
-    "X-RateLimit-Remaining",
-    "X-RateLimit-Reset",
-    "X-RateLimit-Reset-After",
-    "X-RateLimit-Bucket",
-    "X-RateLimit-Scope",
-];
+use support::rest::{assert_error, Fixture, SIX};
 
 /// One call as the upstream received it.
 #[derive(Clone, Debug)]
@@ -154,46 +144,18 @@ fn http(status: u16, body: &Value) -> Vec<u8> {
 
 const INTENTS: u64 = support::BOT_INTENTS;
 
-struct Fixture {
-    node: Node,
-    auth: String,
-    server: u64,
-    general: u64,
-    session: Session,
-}
-
 fn fixture(upstream_url: &str, extra: &[&str]) -> Fixture {
     let mut args = vec![
-        "--no-demo",
         "--rest-limit-scale",
         "100",
         "--chat-upstream-url",
         upstream_url,
     ];
     args.extend_from_slice(extra);
-    let node = Node::start(&args);
-    let session = bot::identify(node.gateway, "bot", &node.token, INTENTS, None).expect("identify");
-    let (server, general) = bot::server_and_general(&session.guild_creates[0]);
-    Fixture {
-        auth: format!("Bot {}", node.token),
-        node,
-        server,
-        general,
-        session,
-    }
+    Fixture::start(&args, INTENTS)
 }
 
 impl Fixture {
-    fn call(&self, method: &str, path: &str, body: Option<Value>) -> Resp {
-        json_request(
-            self.node.gateway,
-            method,
-            &format!("/api/v10{path}"),
-            Some(&self.auth),
-            body.as_ref(),
-        )
-    }
-
     fn failures(&self, reason: &str) -> f64 {
         metric_sum(
             &metrics(self.node.admin),
@@ -201,14 +163,6 @@ impl Fixture {
             &[("reason", reason)],
         )
     }
-}
-
-fn assert_error(r: &Resp, status: u16, code: u64, what: &str) {
-    assert_eq!(r.status, status, "{what}: {}\n{}", r.head, r.body);
-    r.assert_json_type(what);
-    let v = r.json();
-    assert_eq!(v["code"].as_u64(), Some(code), "{what}: {v}");
-    assert!(v["message"].is_string(), "{what}: {v}");
 }
 
 const MESSAGE_ID: u64 = 1_180_000_000_000_900_001;

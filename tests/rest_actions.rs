@@ -13,71 +13,18 @@ use support::bot::{self, Session};
 use support::http::{json_request, json_request_from, request_with_body, Resp};
 use support::node::Node;
 use support::registry::Registry;
+use support::rest::{assert_error, Fixture, SIX};
 
 const INTENTS: u64 = support::BOT_INTENTS | (1 << 10) | (1 << 11); // + reactions, typing
 
-struct Fixture {
-    node: Node,
-    auth: String,
-    server: u64,
-    general: u64,
-    session: Session,
-}
-
 fn fixture(extra: &[&str]) -> Fixture {
-    let mut args = vec!["--no-demo"];
-    args.extend_from_slice(extra);
-    let node = Node::start(&args);
-    let session = bot::identify(node.gateway, "bot", &node.token, INTENTS, None).expect("identify");
-    let (server, general) = bot::server_and_general(&session.guild_creates[0]);
-    Fixture {
-        auth: format!("Bot {}", node.token),
-        node,
-        server,
-        general,
-        session,
-    }
-}
-
-impl Fixture {
-    fn call(&self, method: &str, path: &str, body: Option<Value>) -> Resp {
-        json_request(
-            self.node.gateway,
-            method,
-            &format!("/api/v10{path}"),
-            Some(&self.auth),
-            body.as_ref(),
-        )
-    }
-
-    /// The next dispatch of type `t`, skipping others (demo traffic is off).
-    fn expect_event(&mut self, t: &str) -> Value {
-        for _ in 0..20 {
-            let v = self.session.next_dispatch(Duration::from_secs(10));
-            if v["t"] == t {
-                return v["d"].clone();
-            }
-        }
-        panic!("no {t} within 20 dispatches");
-    }
+    Fixture::start(extra, INTENTS)
 }
 
 fn snowflake_of(v: &Value) -> u64 {
     let s = v.as_str().unwrap_or_else(|| panic!("not a string id: {v}"));
     assert!((17..=20).contains(&s.len()), "a 17-20 digit snowflake: {s}");
     s.parse().unwrap()
-}
-
-fn assert_error(r: &Resp, status: u16, code: u64, what: &str) {
-    assert_eq!(r.status, status, "{what}: {}\n{}", r.head, r.body);
-    r.assert_json_type(what);
-    let v = r.json();
-    assert_eq!(
-        v["code"].as_u64(),
-        Some(code),
-        "{what}: an integer code: {v}"
-    );
-    assert!(v["message"].is_string(), "{what}: {v}");
 }
 
 /// Repeat `request` every 100 ms, for up to 10 s, until it is answered
@@ -89,15 +36,6 @@ fn eventually(status: u16, mut request: impl FnMut() -> Resp) -> bool {
     })
     .is_some()
 }
-
-const SIX: [&str; 6] = [
-    "X-RateLimit-Limit",
-    "X-RateLimit-Remaining",
-    "X-RateLimit-Reset",
-    "X-RateLimit-Reset-After",
-    "X-RateLimit-Bucket",
-    "X-RateLimit-Scope",
-];
 
 #[test]
 fn a_bot_sends_edits_reacts_replies_and_deletes_and_sees_each_as_an_event() {

@@ -61,6 +61,20 @@ pub fn json_request(
     auth: Option<&str>,
     body: Option<&Value>,
 ) -> Resp {
+    let s = TcpStream::connect_timeout(&addr, Duration::from_secs(2))
+        .unwrap_or_else(|e| panic!("{method} {path}: {e}"));
+    send_json(s, addr, method, path, auth, body)
+}
+
+/// A JSON request on `s` (see `json_request`).
+fn send_json(
+    s: TcpStream,
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    auth: Option<&str>,
+    body: Option<&Value>,
+) -> Resp {
     let mut h = vec![];
     if let Some(a) = auth {
         h.push(("Authorization", a));
@@ -69,7 +83,7 @@ pub fn json_request(
     if bytes.is_some() {
         h.push(("Content-Type", "application/json"));
     }
-    request_with_body(addr, method, path, &h, bytes.as_deref())
+    send_request(s, addr, method, path, &h, bytes.as_deref())
         .unwrap_or_else(|e| panic!("{method} {path}: {e}"))
 }
 
@@ -82,19 +96,8 @@ pub fn json_request_from(
     path: &str,
     auth: Option<&str>,
 ) -> Resp {
-    let mut h = vec![];
-    if let Some(a) = auth {
-        h.push(("Authorization", a));
-    }
-    send_request(
-        connect_from(from, addr).expect("connect"),
-        addr,
-        method,
-        path,
-        &h,
-        None,
-    )
-    .unwrap_or_else(|e| panic!("{method} {path} from {from}: {e}"))
+    let s = connect_from(from, addr).unwrap_or_else(|e| panic!("connect from {from}: {e}"));
+    send_json(s, addr, method, path, auth, None)
 }
 
 /// A TCP connection to `addr` (IPv4) bound to the source address `from`.

@@ -8,6 +8,7 @@
 //! - `bot`: a well-behaved bot over tungstenite (Identify, sessions);
 //! - `raw`: a raw WebSocket client on `net::ws` framing, for hostile input;
 //! - `registry`: the registry CLI, and databases on the test PostgreSQL server;
+//! - `rest`: a node with its bot connected, acting through the REST edge;
 //! - `events`: the chat service's events and the ingest producer;
 //! - `kafka`: a Kafka-protocol topic and its producer;
 //! - `services`: PostgreSQL, Tansu and Redis servers a test owns (to freeze, kill);
@@ -29,6 +30,7 @@ pub mod node;
 pub mod python;
 pub mod raw;
 pub mod registry;
+pub mod rest;
 pub mod services;
 
 use std::time::{Duration, Instant};

@@ -57,6 +57,9 @@ pub struct Chat {
     pub upstream_connections: usize,
     /// Each call's deadline (waiting for a connection, connect, send, answer).
     pub upstream_timeout_ms: u64,
+    /// How long an interaction's token works for follow-ups (the
+    /// platform's 15 minutes; shortened in tests).
+    pub interaction_token_ttl_ms: u64,
 }
 
 impl Default for Chat {
@@ -65,6 +68,7 @@ impl Default for Chat {
             upstream_url: String::new(),
             upstream_connections: 4,
             upstream_timeout_ms: 2_000,
+            interaction_token_ttl_ms: 15 * 60 * 1000,
         }
     }
 }
@@ -452,6 +456,9 @@ pub struct RunArgs {
     /// Deadline of each call to that chat service.
     #[arg(long)]
     pub chat_upstream_timeout_ms: Option<u64>,
+    /// How long an interaction's token works for follow-ups (ms; 15 minutes).
+    #[arg(long)]
+    pub interaction_token_ttl_ms: Option<u64>,
     /// REST: share the rate-limit counters with other nodes through this Redis (redis://host:port).
     #[arg(long, env = "GATEWAYD_REST_REDIS_URL")]
     pub rest_redis_url: Option<String>,
@@ -529,6 +536,7 @@ impl Config {
         set!(args.rest_view_refresh_ms => cfg.rest.view_refresh_ms);
         set!(args.chat_upstream_url => cfg.chat.upstream_url);
         set!(args.chat_upstream_timeout_ms => cfg.chat.upstream_timeout_ms);
+        set!(args.interaction_token_ttl_ms => cfg.chat.interaction_token_ttl_ms);
         set!(args.rest_redis_url => cfg.rest.redis_url);
         set!(args.rest_redis_sync_ms => cfg.rest.redis_sync_ms);
         set!(args.rest_redis_timeout_ms => cfg.rest.redis_timeout_ms);

@@ -8,7 +8,7 @@
 //! floor (tests/layout.rs checks it):
 //!
 //! ```text
-//!   node, demo, registry_cli   wire the threads; the CLI
+//!   node, demo, registry_cli, interact_cli   wire the threads; the CLI
 //!   ops                        admin port, metrics text, `gatewayd stats`
 //!   chat                       the chat service that commits REST actions
 //!   ingest, link               the event stream in; the registry sidecar, the Redis counters
@@ -27,6 +27,7 @@ pub mod delivery;
 pub mod fuzzing;
 pub mod histogram;
 pub mod ingest;
+pub mod interact_cli;
 pub mod link;
 pub mod node;
 pub mod ops;

@@ -38,6 +38,9 @@ enum Command {
     Registry(registry_cli::RegistryArgs),
     /// A live one-screen view of a running node, read from its admin /metrics.
     Stats(gatewayd::ops::stats::StatsArgs),
+    /// Use a bot's slash command (or click its button) as a person would,
+    /// and print what the person sees.
+    Interact(gatewayd::interact_cli::InteractArgs),
 }
 
 fn main() {
@@ -58,6 +61,10 @@ fn main() {
             registry_cli::run(args)
         }
         Some(Command::Stats(args)) => gatewayd::ops::stats::run(args),
+        Some(Command::Interact(args)) => match gatewayd::interact_cli::run(args) {
+            Ok(code) => std::process::exit(code),
+            Err(e) => Err(e),
+        },
         Some(Command::Run(args)) => config::Config::load(&args).and_then(node::run),
         None => config::Config::load(&cli.run).and_then(node::run),
     };

@@ -149,6 +149,7 @@ mod tests {
                     intent: rec.intent(),
                     permissions: rec.permissions(),
                     has_content: rec.has_content(),
+                    addressed: rec.is_addressed(),
                     mentions: &mentions,
                     d: rec.d(),
                 };

@@ -228,6 +228,9 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     }
 
     let chat_stats: Arc<crate::chat::ChatStats> = Arc::new(Default::default());
+    let interaction_board: Arc<crate::chat::interactions::Board> = Arc::new(Default::default());
+    let interaction_stats: Arc<crate::chat::interactions::InteractionStats> =
+        Arc::new(Default::default());
     let admin = crate::ops::admin::start(
         cfg.admin_addr,
         crate::ops::admin::Views {
@@ -236,6 +239,8 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
             link: link_stats.clone(),
             chat: chat_stats.clone(),
             redis: redis_stats.clone(),
+            board: interaction_board.clone(),
+            interactions: interaction_stats.clone(),
         },
     )
     .map_err(|e| format!("admin {}: {e}", cfg.admin_addr))?;
@@ -304,6 +309,11 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
             tap_rx,
             handles.clone(),
             chat_stats.clone(),
+            crate::chat::interactions::Interactions::new(
+                cfg.chat.interaction_token_ttl_ms,
+                interaction_board.clone(),
+                interaction_stats.clone(),
+            ),
             stop.clone(),
         ),
     }

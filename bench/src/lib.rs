@@ -115,6 +115,7 @@ pub fn message_requirement(mentions: &[u64]) -> gatewayd::delivery::entitlement:
         intent: intents::GUILD_MESSAGES,
         permissions: 0,
         has_content: true,
+        addressed: false,
         mentions,
         now_ms: 1_700_000_000_000,
     }

@@ -47,7 +47,7 @@
 //! | 32 | 8 | `intent: u64` |
 //! | 40 | 8 | `permissions: u64` |
 //! | 48 | 8 | `commit_unix_ns: u64` |
-//! | 56 | 4 | `flags: u32` ([`FLAG_HAS_CONTENT`], [`FLAG_GUILD_STATE`]) |
+//! | 56 | 4 | `flags: u32` ([`FLAG_HAS_CONTENT`], [`FLAG_GUILD_STATE`], [`FLAG_INTERACTION`], [`FLAG_ADDRESSED`]) |
 //! | 60 | 8 | `mentions`: `ArchivedVec<u64>` (relptr + len) |
 //! | 68 | 8 | `d`: `ArchivedVec<u8>` (relptr + len) |
 //! | 76 | 4 | padding (0) |
@@ -89,8 +89,8 @@ pub use json::{
     redact_message_content, validate_json_object, RedactError, MAX_DEPTH, MAX_REDACT_NESTING,
 };
 pub use record::{
-    check_fields, ArchivedRecord, Record, RecordRef, RecordRefResolver, FLAG_GUILD_STATE,
-    FLAG_HAS_CONTENT, KNOWN_FLAGS, MAX_EVENT_TYPE_LEN, VERSION,
+    check_fields, ArchivedRecord, Record, RecordRef, RecordRefResolver, FLAG_ADDRESSED,
+    FLAG_GUILD_STATE, FLAG_HAS_CONTENT, FLAG_INTERACTION, KNOWN_FLAGS, MAX_EVENT_TYPE_LEN, VERSION,
 };
 
 /// Frame header length: `u32` body length, `u16` version, `u16` reserved.

@@ -22,8 +22,19 @@ pub const FLAG_HAS_CONTENT: u32 = 1 << 0;
 /// its server snapshot (and recomputes effective permissions) before fanning
 /// the event out.
 pub const FLAG_GUILD_STATE: u32 = 1 << 1;
+/// `flags` bit 2: a person's interaction (a slash command, a button, an
+/// autocomplete, a modal submit) addressed to one application, whose bot
+/// user id is `mentions[0]`; `d` is the interaction as the person made it
+/// (docs/interactions.md). The node turns it into one INTERACTION_CREATE
+/// (with its token) for that bot; it is not fanned out as it is.
+pub const FLAG_INTERACTION: u32 = 1 << 2;
+/// `flags` bit 3: only the bots named in `mentions` may receive the event,
+/// whatever their intents (the INTERACTION_CREATE the node makes of a
+/// [`FLAG_INTERACTION`] record; entitlement to the channel still applies).
+pub const FLAG_ADDRESSED: u32 = 1 << 3;
 /// Every defined flag; any other bit set makes a record malformed.
-pub const KNOWN_FLAGS: u32 = FLAG_HAS_CONTENT | FLAG_GUILD_STATE;
+pub const KNOWN_FLAGS: u32 =
+    FLAG_HAS_CONTENT | FLAG_GUILD_STATE | FLAG_INTERACTION | FLAG_ADDRESSED;
 
 /// Longest accepted `event_type`, in bytes.
 pub const MAX_EVENT_TYPE_LEN: usize = 64;
@@ -292,6 +303,15 @@ impl ArchivedRecord {
     #[inline]
     pub fn is_guild_state(&self) -> bool {
         self.flags() & FLAG_GUILD_STATE != 0
+    }
+    /// Only the bots in `mentions` may receive it.
+    #[inline]
+    pub fn is_addressed(&self) -> bool {
+        self.flags() & FLAG_ADDRESSED != 0
+    }
+    /// A person's interaction for the application `mentions[0]` names.
+    pub fn is_interaction(&self) -> bool {
+        self.flags() & FLAG_INTERACTION != 0
     }
     /// Mentioned user ids, in the archive's little-endian representation
     /// (`.to_native()` each, or use [`mentions_user`](Self::mentions_user)).

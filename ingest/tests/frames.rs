@@ -182,7 +182,7 @@ fn unsupported_version() {
 
 #[test]
 fn reserved_flags() {
-    for flags in [1 << 2, 1 << 31, FLAG_HAS_CONTENT | 1 << 7] {
+    for flags in [1 << 4, 1 << 31, FLAG_HAS_CONTENT | 1 << 7] {
         let mut r = small("MESSAGE_CREATE");
         r.flags = flags;
         assert_eq!(r.check(), Err(DecodeError::ReservedFlags(flags)));

@@ -10,6 +10,8 @@ use serde_json::{json, Map, Value};
 /// Largest request body the edge reads (413 code 40005 beyond).
 pub const MAX_BODY: usize = 64 * 1024;
 pub const MAX_CONTENT_CHARS: usize = 2_000;
+/// Action rows a message holds, at most.
+pub const MAX_ACTION_ROWS: usize = 5;
 pub const MAX_EMBEDS: usize = 10;
 pub const MAX_EMBED_CHARS: usize = 6_000;
 pub const MAX_BULK_DELETE: usize = 100;
@@ -188,6 +190,11 @@ pub struct MessageDraft {
     pub fail_if_not_exists: bool,
     pub nonce: Option<Value>,
     pub flags: u64,
+    /// Action rows (at most 5) of buttons and select menus, as sent.
+    pub components: Option<Vec<Value>>,
+    /// Set by the chat service (never from a body) for a message that
+    /// answers an interaction: `(interaction_metadata, application id)`.
+    pub interaction: Option<(Value, u64)>,
 }
 
 /// Validate a create (`create`: content or embeds required) or an edit.
@@ -323,8 +330,36 @@ pub fn message(m: &Map<String, Value>, create: bool) -> Result<MessageDraft, Api
         }
     }
     d.flags = m.get("flags").and_then(Value::as_u64).unwrap_or(0);
+    match m.get("components") {
+        None | Some(Value::Null) => {}
+        Some(Value::Array(a)) if a.len() <= MAX_ACTION_ROWS => {
+            for (i, row) in a.iter().enumerate() {
+                let ok = row.get("type").and_then(Value::as_u64) == Some(1)
+                    && row
+                        .get("components")
+                        .and_then(Value::as_array)
+                        .is_some_and(|c| !c.is_empty() && c.len() <= 5);
+                if !ok {
+                    return Err(ApiError::form(
+                        &format!("components.{i}"),
+                        "COMPONENT_LAYOUT_WIDTH_EXCEEDED",
+                        "An action row (type 1) holds 1 to 5 components",
+                    ));
+                }
+            }
+            d.components = Some(a.clone());
+        }
+        Some(_) => {
+            return Err(ApiError::form(
+                "components",
+                "BASE_TYPE_MAX_LENGTH",
+                "Must be an array of 5 or fewer in length.",
+            ))
+        }
+    }
     let empty = d.content.as_deref().is_none_or(str::is_empty)
-        && d.embeds.as_ref().is_none_or(Vec::is_empty);
+        && d.embeds.as_ref().is_none_or(Vec::is_empty)
+        && d.components.as_ref().is_none_or(Vec::is_empty);
     if create && empty {
         return Err(ApiError::new(
             400,

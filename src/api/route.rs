@@ -99,11 +99,42 @@ pub enum ApiRoute {
         user: u64,
     },
     CreateDm,
+    // Interactions: the interaction's token in the path is the credential
+    // (no Authorization header: discord.js sends none).
+    InteractionCallback {
+        id: u64,
+        token: String,
+    },
+    /// `POST /webhooks/{app}/{token}`: a follow-up message.
+    WebhookExecute {
+        app: u64,
+        token: String,
+    },
+    /// `GET/PATCH/DELETE /webhooks/{app}/{token}/messages/{id|@original}`
+    /// (`message` 0: `@original`).
+    WebhookMessage {
+        app: u64,
+        token: String,
+        message: u64,
+        method: WebhookMethod,
+    },
 }
+
+/// The methods of a webhook message route.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WebhookMethod {
+    Get,
+    Post,
+    Patch,
+    Delete,
+}
+
+/// The longest interaction token a path may carry.
+pub const MAX_TOKEN_LEN: usize = 128;
 
 /// Every route's metrics name, in a fixed order; index 0 counts requests
 /// that matched no route.
-pub const ROUTE_NAMES: [&str; 27] = [
+pub const ROUTE_NAMES: [&str; 32] = [
     "unrouted",
     "GET /gateway",
     "GET /gateway/bot",
@@ -131,15 +162,21 @@ pub const ROUTE_NAMES: [&str; 27] = [
     "PUT /guilds/{id}/bans/{id}",
     "DELETE /guilds/{id}/bans/{id}",
     "POST /users/@me/channels",
+    "POST /interactions/{id}/{token}/callback",
+    "POST /webhooks/{id}/{token}",
+    "GET /webhooks/{id}/{token}/messages/{id}",
+    "PATCH /webhooks/{id}/{token}/messages/{id}",
+    "DELETE /webhooks/{id}/{token}/messages/{id}",
 ];
 
 /// Latency classes of routes, as metric labels (`ApiRoute::class`).
-pub const ROUTE_CLASSES: [&str; 5] = [
+pub const ROUTE_CLASSES: [&str; 6] = [
     "connect",
     "message_write",
     "message_read",
     "server_read",
     "members",
+    "interactions",
 ];
 
 /// Why a request has no route.
@@ -157,6 +194,11 @@ impl ApiRoute {
         use ApiRoute::*;
         Some(match *self {
             Gateway | GatewayBot | UsersMe | ApplicationsMe => return None,
+            // Not limited per bot token (REST.md: callbacks are exempt; a
+            // token is good for one interaction's 15 minutes).
+            InteractionCallback { .. } | WebhookExecute { .. } | WebhookMessage { .. } => {
+                return None
+            }
             CreateMessage { channel } => (Bucket::MessageCreate, channel),
             ListMessages { channel } | GetMessage { channel, .. } => (Bucket::MessageRead, channel),
             EditMessage { channel, .. } => (Bucket::MessageEdit, channel),
@@ -196,6 +238,7 @@ impl ApiRoute {
             | Typing { .. } => 1,
             ListMessages { .. } | GetMessage { .. } | ListReactions { .. } => 2,
             GetChannel { .. } | GetGuild { .. } | GuildChannels { .. } | GuildRoles { .. } => 3,
+            InteractionCallback { .. } | WebhookExecute { .. } | WebhookMessage { .. } => 5,
             _ => 4,
         }
     }
@@ -239,6 +282,13 @@ impl ApiRoute {
             Ban { .. } => "PUT /guilds/{id}/bans/{id}",
             Unban { .. } => "DELETE /guilds/{id}/bans/{id}",
             CreateDm => "POST /users/@me/channels",
+            InteractionCallback { .. } => "POST /interactions/{id}/{token}/callback",
+            WebhookExecute { .. } => "POST /webhooks/{id}/{token}",
+            WebhookMessage { method, .. } => match method {
+                WebhookMethod::Get => "GET /webhooks/{id}/{token}/messages/{id}",
+                WebhookMethod::Patch => "PATCH /webhooks/{id}/{token}/messages/{id}",
+                _ => "DELETE /webhooks/{id}/{token}/messages/{id}",
+            },
         }
     }
 
@@ -252,6 +302,15 @@ impl ApiRoute {
                 | ApiRoute::CreateDm
         )
     }
+}
+
+/// An interaction token in a path: URL-safe, at most `MAX_TOKEN_LEN`.
+fn token(t: &str) -> Result<String, RouteError> {
+    let ok = !t.is_empty()
+        && t.len() <= MAX_TOKEN_LEN
+        && t.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'.');
+    ok.then(|| t.to_owned()).ok_or(RouteError::NotFound)
 }
 
 /// Route `METHOD /api[/vN]/...`, tolerant of a trailing slash. `HEAD` is
@@ -285,6 +344,33 @@ pub fn route(method: &str, path: &str) -> Result<ApiRoute, RouteError> {
             (&["GET"], Some(ApiRoute::ApplicationsMe))
         }
         ["users", "@me", "channels"] => (&["POST"], Some(ApiRoute::CreateDm)),
+        ["interactions", i, t, "callback"] => {
+            let (id, token) = (id(i)?, token(t)?);
+            (&["POST"], Some(ApiRoute::InteractionCallback { id, token }))
+        }
+        ["webhooks", a, t] => {
+            let (app, token) = (id(a)?, token(t)?);
+            (&["POST"], Some(ApiRoute::WebhookExecute { app, token }))
+        }
+        ["webhooks", a, t, "messages", mid] => {
+            let (app, token) = (id(a)?, token(t)?);
+            let message = if *mid == "@original" { 0 } else { id(mid)? };
+            let method = match m {
+                "GET" => Some(WebhookMethod::Get),
+                "PATCH" => Some(WebhookMethod::Patch),
+                "DELETE" => Some(WebhookMethod::Delete),
+                _ => None,
+            };
+            (
+                &["GET", "PATCH", "DELETE"],
+                method.map(|method| ApiRoute::WebhookMessage {
+                    app,
+                    token,
+                    message,
+                    method,
+                }),
+            )
+        }
         ["channels", c] => {
             let channel = id(c)?;
             (&["GET"], Some(ApiRoute::GetChannel { channel }))

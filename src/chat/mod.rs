@@ -23,8 +23,10 @@
 //! instead: each action is forwarded to that chat service, which commits.
 
 pub mod history;
+pub mod interactions;
 pub mod objects;
 pub mod sink;
+mod tap;
 pub mod upstream;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -86,6 +88,10 @@ struct Chat {
     users: std::collections::HashMap<u64, Value>,
     /// The bot whose request is being handled.
     actor: u64,
+    /// Open interactions (`interactions.rs`).
+    ix: interactions::Interactions,
+    /// The next commit is for the bots in its mentions only.
+    addressed: bool,
 }
 
 const MAX_USERS: usize = 4096;
@@ -98,6 +104,7 @@ pub fn start(
     mut tap: Receiver<Arc<Batch>>,
     workers: Arc<[WorkerHandle]>,
     stats: Arc<ChatStats>,
+    ix: interactions::Interactions,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
@@ -105,6 +112,8 @@ pub fn start(
         .spawn(move || {
             let mut chat = Chat {
                 actor: 0,
+                ix,
+                addressed: false,
                 ids: registry::snowflake::SnowflakeGenerator::new(1023),
                 history: History::new(),
                 sink,
@@ -116,6 +125,13 @@ pub fn start(
             };
             let mut answers = Vec::with_capacity(BATCH);
             while !stop.load(Relaxed) {
+                let now = now_ms();
+                chat.ix.tick(now);
+                // Wake for the next interaction deadline, at least every 100 ms.
+                let wait = chat
+                    .ix
+                    .next_deadline()
+                    .map_or(100, |d| d.saturating_sub(now).clamp(1, 100));
                 let first = crossbeam_channel::select! {
                     recv(rx) -> r => match r {
                         Ok(r) => r,
@@ -129,7 +145,7 @@ pub fn start(
                         }
                         continue;
                     }
-                    default(Duration::from_millis(100)) => continue,
+                    default(Duration::from_millis(wait)) => continue,
                 };
                 let mut next = Some(first);
                 while let Some(req) = next.take() {
@@ -180,73 +196,6 @@ fn now_ms() -> u64 {
 }
 
 impl Chat {
-    /// Keep the messages another source committed (a person's, say), so
-    /// bots can reply to, react to and read them. Only MESSAGE_CREATE,
-    /// MESSAGE_UPDATE and MESSAGE_DELETE matter; the JSON is kept as bytes
-    /// and parsed when a request needs it.
-    fn learn(&mut self, batch: &Batch) {
-        #[derive(serde::Deserialize)]
-        struct Author {
-            id: String,
-        }
-        #[derive(serde::Deserialize)]
-        struct Head {
-            id: String,
-            author: Option<Author>,
-        }
-        for body in batch.bodies() {
-            // SAFETY: the ingest pipeline accepted exactly these bytes.
-            let rec = unsafe { ingest::access_trusted(body) };
-            let t = rec.event_type();
-            if !matches!(t, "MESSAGE_CREATE" | "MESSAGE_UPDATE" | "MESSAGE_DELETE") {
-                continue;
-            }
-            let Ok(h) = serde_json::from_slice::<Head>(rec.d()) else {
-                continue;
-            };
-            let Ok(id) = h.id.parse::<u64>() else {
-                continue;
-            };
-            let channel = rec.channel_id();
-            match t {
-                "MESSAGE_DELETE" => {
-                    self.history.remove(channel, id);
-                }
-                _ => {
-                    let author_id = h.author.and_then(|a| a.id.parse().ok()).unwrap_or(0);
-                    let raw: Box<[u8]> = rec.d().into();
-                    let newest = self.history.is_newest(channel, id);
-                    match self.history.get_mut(channel, id) {
-                        Some(s) if t == "MESSAGE_UPDATE" => {
-                            let old = s.bytes;
-                            s.bytes = raw.len();
-                            s.message = Value::Null;
-                            s.raw = Some(raw);
-                            let new = s.bytes;
-                            self.history.resize(old, new);
-                        }
-                        Some(_) => {} // ours, already kept
-                        None if t == "MESSAGE_CREATE" && newest => {
-                            self.history.push(
-                                channel,
-                                Stored {
-                                    id,
-                                    author_id,
-                                    bytes: raw.len(),
-                                    message: Value::Null,
-                                    raw: Some(raw),
-                                    reactions: Vec::new(),
-                                },
-                            );
-                        }
-                        None => {}
-                    }
-                }
-            }
-        }
-        self.publish_stats();
-    }
-
     /// The acting bot's user object, parsed once per bot.
     fn user_json(&mut self, id: u64, json: &str) -> Value {
         if let Some(v) = self.users.get(&id) {
@@ -299,6 +248,10 @@ impl Chat {
             .unwrap_or(0);
         let flags = if has_content {
             ingest::FLAG_HAS_CONTENT
+        } else {
+            0
+        } | if self.addressed {
+            ingest::FLAG_ADDRESSED
         } else {
             0
         };
@@ -393,12 +346,16 @@ impl Chat {
                 });
                 let body = serde_json::to_vec(&m).expect("json");
                 let d = objects::message_event(&body, server, now);
+                // The author sees its own message's content (as on the
+                // platform), like those it mentions.
+                let mut full = mentions;
+                full.push(me);
                 self.commit(
                     "MESSAGE_CREATE",
                     t,
                     intents::GUILD_MESSAGES,
                     true,
-                    &mentions,
+                    &full,
                     &d,
                 )?;
                 self.history.push(
@@ -644,6 +601,41 @@ impl Chat {
                     .collect();
                 Ok((200, serde_json::to_vec(&list).expect("json")))
             }
+            ChatAction::Interaction(n) => {
+                let a = self.open_interaction(req.app, me, req.bot_user_json.clone(), t, *n, now);
+                self.actor = me;
+                a
+            }
+            ChatAction::Callback {
+                id,
+                token,
+                with_response,
+                body,
+                content_type,
+            } => self.callback(
+                id,
+                &token,
+                with_response,
+                &body,
+                content_type.as_deref(),
+                now,
+            ),
+            ChatAction::Webhook {
+                app,
+                token,
+                method,
+                message,
+                body,
+                content_type,
+            } => self.webhook(
+                app,
+                &token,
+                method,
+                message,
+                &body,
+                content_type.as_deref(),
+                now,
+            ),
             ChatAction::Commit { events, .. } => {
                 for (name, intent, d) in &events {
                     self.commit(name, t, *intent, false, &[], d)?;

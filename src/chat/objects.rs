@@ -9,6 +9,8 @@ use crate::protocol::payload::iso8601;
 
 pub const MESSAGE_DEFAULT: u8 = 0;
 pub const MESSAGE_REPLY: u8 = 19;
+/// A message answering a slash command.
+pub const MESSAGE_CHAT_INPUT_COMMAND: u8 = 20;
 
 /// A user known only by id (a mention, a reactor that is not the caller).
 pub fn user_stub(id: u64) -> Value {
@@ -81,13 +83,23 @@ pub fn message(m: &NewMessage) -> Value {
     o.insert("id".into(), m.id.to_string().into());
     o.insert(
         "type".into(),
-        if m.reply_to.is_some() {
+        if m.draft.interaction.is_some() {
+            MESSAGE_CHAT_INPUT_COMMAND
+        } else if m.reply_to.is_some() {
             MESSAGE_REPLY
         } else {
             MESSAGE_DEFAULT
         }
         .into(),
     );
+    if let Some((meta, app)) = &m.draft.interaction {
+        // `interaction_metadata` and the older `interaction` object.
+        if let Some(fields) = meta.as_object() {
+            o.extend(fields.iter().map(|(k, v)| (k.clone(), v.clone())));
+        }
+        o.insert("application_id".into(), app.to_string().into());
+        o.insert("webhook_id".into(), app.to_string().into());
+    }
     o.insert("channel_id".into(), m.channel.to_string().into());
     o.insert("author".into(), m.author.clone());
     o.insert(
@@ -109,7 +121,10 @@ pub fn message(m: &NewMessage) -> Value {
         "embeds".into(),
         m.draft.embeds.clone().unwrap_or_default().into(),
     );
-    o.insert("components".into(), json!([]));
+    o.insert(
+        "components".into(),
+        m.draft.components.clone().unwrap_or_default().into(),
+    );
     o.insert("pinned".into(), false.into());
     o.insert("flags".into(), m.draft.flags.into());
     if let Some(n) = &m.draft.nonce {

@@ -123,6 +123,44 @@ fn role_bits(snap: &ServerSnapshot, role_ids: &[u64]) -> (u64, u64) {
     (everyone, roles)
 }
 
+/// A person's permissions in a channel (an interaction's
+/// `member.permissions`): their roles and the channel's overwrites, no
+/// grant bounding them; the owner has every permission.
+pub fn person_permissions(
+    snap: &ServerSnapshot,
+    ch: &registry::model::ChannelWithOverwrites,
+    user_id: u64,
+    role_ids: &[u64],
+) -> u64 {
+    if user_id == snap.server.owner_id {
+        return perm::ALL;
+    }
+    let (everyone, roles) = role_bits(snap, role_ids);
+    let ows: Vec<Overwrite> = ch.overwrites.iter().map(overwrite).collect();
+    channel_permissions(
+        snap.server.id,
+        user_id,
+        role_ids,
+        everyone,
+        roles,
+        &ows,
+        perm::ALL,
+    )
+}
+
+fn overwrite(o: &registry::Overwrite) -> Overwrite {
+    Overwrite {
+        id: o.target_id,
+        target: if o.kind == OverwriteKind::Member {
+            Target::Member
+        } else {
+            Target::Role
+        },
+        allow: o.allow,
+        deny: o.deny,
+    }
+}
+
 /// An installed bot's server-wide permissions and rank in a server.
 pub fn bot_standing(snap: &ServerSnapshot, inst: &Installation) -> (u64, i32) {
     let (everyone, roles) = role_bits(snap, &inst.role_ids);
@@ -180,6 +218,9 @@ pub struct Requirement<'a> {
     pub permissions: u64,
     /// The event has message content subject to the MESSAGE_CONTENT rule.
     pub has_content: bool,
+    /// Only the bots named in `mentions` may get the event (an
+    /// interaction is addressed to one application; intents do not gate it).
+    pub addressed: bool,
     /// User ids mentioned by the message (they see full content).
     pub mentions: &'a [u64],
     /// Now (Unix ms), to check the (application, server) lease.
@@ -189,6 +230,9 @@ pub struct Requirement<'a> {
 /// Decide for one session: `None` if it must not get the event.
 pub fn decide(id: &Identity, req: &Requirement) -> Option<Variant> {
     if id.intents & req.intent != req.intent {
+        return None;
+    }
+    if req.addressed && !req.mentions.contains(&id.bot_user_id) {
         return None;
     }
     if req.server_id == ServerId::NONE {
@@ -226,20 +270,7 @@ pub fn guild_access(snap: &ServerSnapshot, inst: &Installation, bot_user_id: u64
         .channels
         .iter()
         .map(|c| {
-            let ows: Vec<Overwrite> = c
-                .overwrites
-                .iter()
-                .map(|o| Overwrite {
-                    id: o.target_id,
-                    target: if o.kind == OverwriteKind::Member {
-                        Target::Member
-                    } else {
-                        Target::Role
-                    },
-                    allow: o.allow,
-                    deny: o.deny,
-                })
-                .collect();
+            let ows: Vec<Overwrite> = c.overwrites.iter().map(overwrite).collect();
             let p = channel_permissions(
                 server_id,
                 bot_user_id,
@@ -350,6 +381,7 @@ mod tests {
             intent: intents::GUILD_MESSAGES,
             permissions: 0,
             has_content: true,
+            addressed: false,
             mentions,
             now_ms: 500,
         }
@@ -386,6 +418,7 @@ mod tests {
             intent: intents::DIRECT_MESSAGES,
             permissions: 0,
             has_content: true,
+            addressed: false,
             mentions,
             now_ms: 500,
         };

@@ -41,6 +41,8 @@ pub struct EventIn<'a> {
     pub intent: u64,
     pub permissions: u64,
     pub has_content: bool,
+    /// Only the bots named in `mentions` may get it (an INTERACTION_CREATE).
+    pub addressed: bool,
     pub mentions: &'a [u64],
     pub d: &'a [u8],
 }
@@ -382,6 +384,7 @@ impl FanOut {
             intent: ev.intent,
             permissions: ev.permissions,
             has_content: ev.has_content,
+            addressed: ev.addressed,
             mentions: ev.mentions,
             now_ms: unix_ms,
         };
@@ -601,6 +604,7 @@ mod tests {
             intent: intents::GUILD_MESSAGES,
             permissions: 0,
             has_content: false,
+            addressed: false,
             mentions: &[],
             d: b"{}",
         };

@@ -248,11 +248,14 @@ impl Link {
             .bytes
             .fetch_add(value.len() as u64, Relaxed);
         let mut change = None;
+        let mut taken = false;
         read_value(reader, value, |item| match item {
             ValueItem::Record(rec) => {
                 self.pipeline.stats().records.fetch_add(1, Relaxed);
+                taken = self.pipeline.interaction(rec);
                 change = state_change(rec);
             }
+            ValueItem::Body(_) if taken => {}
             ValueItem::Body(body) => {
                 if let Some((server_id, change)) = change.take() {
                     // Our flush first: the batch before the change takes

@@ -88,6 +88,9 @@ fn serve(mut stream: TcpStream, mut p: Pipeline, stop: &AtomicBool) -> std::io::
                 None => break,
                 Some(Ok(rec)) => {
                     p.stats().records.fetch_add(1, Relaxed);
+                    if p.interaction(rec) {
+                        continue;
+                    }
                     if let Some((server_id, change)) = state_change(rec) {
                         p.apply_state(server_id, change);
                     }

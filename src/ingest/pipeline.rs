@@ -49,6 +49,10 @@ pub struct IngestStats {
     pub state_changes_failed: AtomicU64,
     /// Batches the chat service's tap was too busy to take.
     pub tap_skipped: AtomicU64,
+    /// Interaction records handed to the registry link, and those dropped
+    /// because its queue was full (the person sees the failure at 3 s).
+    pub interactions: AtomicU64,
+    pub interactions_dropped: AtomicU64,
 }
 
 /// The GUILD_STATE change a record carries, if it is one the registry
@@ -135,6 +139,32 @@ impl Pipeline {
         }
         self.batch = Some(send(full, &self.workers, &self.stats, &mut self.out));
         self.since = None;
+        true
+    }
+
+    /// A person's interaction record: to the registry link, which checks
+    /// the application and enriches it for the chat service (never fanned
+    /// out as it is). True if `rec` was one (the caller skips `push`).
+    pub fn interaction(&mut self, rec: &ingest::ArchivedRecord) -> bool {
+        if !rec.is_interaction() {
+            return false;
+        }
+        let Some(app_user) = rec.mentions().first().map(|m| m.to_native()) else {
+            self.stats.interactions_dropped.fetch_add(1, Relaxed);
+            return true;
+        };
+        let req = SidecarRequest::Interaction(Box::new(crate::worker::mail::RawInteraction {
+            server: rec.server_id(),
+            channel: rec.channel_id(),
+            app_user,
+            permissions: rec.permissions(),
+            d: rec.d().to_vec(),
+        }));
+        if self.sidecar.try_send(req).is_ok() {
+            self.stats.interactions.fetch_add(1, Relaxed);
+        } else {
+            self.stats.interactions_dropped.fetch_add(1, Relaxed);
+        }
         true
     }
 

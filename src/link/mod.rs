@@ -24,6 +24,7 @@ use crate::protocol::{Close, CloseCode};
 use crate::worker::mail::*;
 
 pub mod counters;
+mod interactions;
 mod members;
 pub mod resp;
 mod rest;
@@ -329,6 +330,7 @@ impl Sidecar {
                 self.reply(worker, ToWorker::RestReply { conn, status, body });
             }
             SidecarRequest::ApiMember(req) => self.api_member(*req),
+            SidecarRequest::Interaction(raw) => self.interaction(*raw),
             SidecarRequest::ApiDm {
                 worker,
                 conn,

@@ -20,6 +20,9 @@ pub struct Views {
     pub chat: Arc<crate::chat::ChatStats>,
     /// The counters thread (REST limits shared through Redis).
     pub redis: Arc<crate::link::counters::RedisStats>,
+    /// What people see of their interactions, and the interactions' counters.
+    pub board: Arc<crate::chat::interactions::Board>,
+    pub interactions: Arc<crate::chat::interactions::InteractionStats>,
 }
 
 pub struct Admin {
@@ -102,7 +105,7 @@ fn serve(mut s: TcpStream, views: &Views) -> std::io::Result<()> {
     let protected = match path.as_str() {
         "/drain" | "/fault/registry" => method == "POST",
         "/metrics" => cfg.admin_metrics_auth,
-        _ => false,
+        p => p.starts_with("/interactions/"),
     };
     let (status, ctype, body) = match path.as_str() {
         _ if protected && !allowed => {
@@ -126,9 +129,23 @@ fn serve(mut s: TcpStream, views: &Views) -> std::io::Result<()> {
             crate::ops::metrics::render_ops(&shared.metrics, &views.ingest, &views.link, &mut out);
             crate::ops::rest_metrics::render(&shared.metrics, &views.chat, &views.ingest, &mut out);
             crate::ops::rest_metrics::render_redis(&views.redis, &mut out);
+            crate::ops::rest_metrics::render_interactions(&views.interactions, &mut out);
             (200, "text/plain; version=0.0.4; charset=utf-8", out)
         }
         "/healthz" => (200, "text/plain", "ok\n".to_string()),
+        // What the person sees of an interaction (the `gatewayd interact` CLI).
+        p if p.starts_with("/interactions/") => match p["/interactions/".len()..]
+            .parse::<u64>()
+            .ok()
+            .and_then(|id| views.board.get(id))
+        {
+            Some(v) => (200, "application/json", v.to_string()),
+            None => (
+                404,
+                "application/json",
+                r#"{"state": "unknown"}"#.to_string(),
+            ),
+        },
         "/fault/registry" if method == "POST" && shared.cfg.registry.fault_injection => {
             // A drill: every registry call fails until cleared (?down=0).
             let down = !query.contains("down=0");

@@ -170,3 +170,25 @@ pub fn render_redis(r: &crate::link::counters::RedisStats, out: &mut String) {
         scalar(out, name, kind, help, v);
     }
 }
+
+/// The interactions of the embedded chat service (node-wide).
+pub fn render_interactions(st: &crate::chat::interactions::InteractionStats, out: &mut String) {
+    let fams: [(&str, &str, u64); 8] = [
+        ("gatewayd_interactions_opened_total", "Interactions delivered to their bot (INTERACTION_CREATE), each with its 3-second timer.", st.opened.load(Relaxed)),
+        ("gatewayd_interactions_refused_total", "Interactions not opened (application not installed or not entitled, unknown command, registry or table full): the person saw the failure at once.", st.refused.load(Relaxed)),
+        ("gatewayd_interactions_acks_total", "First responses (callbacks) within 3 s.", st.acked.load(Relaxed)),
+        ("gatewayd_interactions_deferrals_total", "First responses that deferred (types 5 and 6).", st.deferred.load(Relaxed)),
+        ("gatewayd_interactions_misses_total", "Interactions with no first response within 3 s: the person saw the failure.", st.missed.load(Relaxed)),
+        ("gatewayd_interactions_late_callbacks_total", "Callbacks after the 3 s (answered 404 code 10062).", st.late.load(Relaxed)),
+        ("gatewayd_interactions_double_acks_total", "Second first-responses (answered 400 code 40060).", st.double.load(Relaxed)),
+        ("gatewayd_interactions_followups_total", "Follow-up messages sent with an interaction's token.", st.followups.load(Relaxed)),
+    ];
+    for (name, help, v) in fams {
+        scalar(out, name, "counter", help, v);
+    }
+    st.ack_latency.render(
+        "gatewayd_interaction_ack_seconds",
+        "Time from an interaction's opening to its first response.",
+        out,
+    );
+}

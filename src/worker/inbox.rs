@@ -104,6 +104,7 @@ impl Worker {
                 intent: rec.intent(),
                 permissions: rec.permissions(),
                 has_content: rec.has_content(),
+                addressed: rec.is_addressed(),
                 mentions: &mentions,
                 d: rec.d(),
             };

@@ -60,6 +60,9 @@ pub enum SidecarRequest {
         bot_user_id: u64,
         recipient: u64,
     },
+    /// A person's interaction from the event stream (`link::interactions`
+    /// checks and enriches it, then hands it to the chat service).
+    Interaction(Box<RawInteraction>),
     /// A server changed (from the event stream): apply it and answer with
     /// the bots' recomputed permissions, before later events are delivered.
     /// Confirm these (application, server) leases in one registry call.
@@ -226,6 +229,30 @@ pub struct MemberRequest {
     pub page: (u32, u64),
 }
 
+/// An interaction record as the chat service produced it
+/// (`ingest::FLAG_INTERACTION`): the bot it is for, where, and `d`.
+#[derive(Debug)]
+pub struct RawInteraction {
+    pub server: u64,
+    pub channel: u64,
+    pub app_user: u64,
+    /// The bot's permissions in the channel, if the producer computed them.
+    pub permissions: u64,
+    pub d: Vec<u8>,
+}
+
+/// A person's interaction, completed from the registry (`d` is the
+/// INTERACTION_CREATE without its token), or refused (the person is shown
+/// the failure at once).
+#[derive(Debug)]
+pub struct NewInteraction {
+    pub id: u64,
+    pub d: serde_json::Value,
+    pub refused: Option<&'static str>,
+}
+
+pub use crate::api::route::WebhookMethod;
+
 /// The answer to `SidecarRequest::ApiDm`.
 #[derive(Debug)]
 pub struct DmOpened {
@@ -271,6 +298,29 @@ pub enum ChatAction {
         after: Option<u64>,
     },
     Typing,
+    /// Open a person's interaction (from `link::interactions`): deliver its
+    /// INTERACTION_CREATE and start its 3-second timer. No answer.
+    Interaction(Box<NewInteraction>),
+    /// `POST /interactions/{id}/{token}/callback` (no bot token: the
+    /// interaction's token is the credential).
+    Callback {
+        id: u64,
+        token: String,
+        with_response: bool,
+        body: Vec<u8>,
+        content_type: Option<String>,
+    },
+    /// `/webhooks/{app}/{token}[/messages/{id|@original}]`: follow-ups
+    /// with an interaction's token. `message`: None for `POST` (a new
+    /// follow-up), `Some(0)` for `@original`.
+    Webhook {
+        app: u64,
+        token: String,
+        method: WebhookMethod,
+        message: Option<u64>,
+        body: Vec<u8>,
+        content_type: Option<String>,
+    },
     /// Events a change made elsewhere (the registry, by the member route
     /// `route`) results in, as (name, intent, `d`), committed in order;
     /// then 204.

@@ -236,6 +236,30 @@ impl Worker {
             };
             return self.hand_to_sidecar(key, req, Vec::new());
         }
+        if let Some(action) =
+            interaction_action(&route, &head.query, head.content_type.as_deref(), &req.body)
+        {
+            // The interaction's token is the credential: straight to the chat
+            // service, which holds the interaction.
+            let req = ChatRequest {
+                worker: self.id,
+                conn: key,
+                app: AppId(0),
+                bot_user_id: 0,
+                bot_user_json: Arc::from(""),
+                target: permit::Target {
+                    server: proto::ServerId::NONE,
+                    channel: proto::ChannelId::NONE,
+                    perms: 0,
+                },
+                action,
+            };
+            if req_too_large(&req) {
+                let e = ApiError::new(413, codes::REQUEST_TOO_LARGE, "Request entity too large");
+                return self.rest_answer(key, 413, &e.to_bytes(), &[]);
+            }
+            return self.hand_to_chat(key, req, Vec::new());
+        }
         let Some(token) = token else {
             return self.rest_answer(
                 key,
@@ -430,6 +454,10 @@ impl Worker {
             target,
             action,
         };
+        self.hand_to_chat(key, req, hv);
+    }
+
+    fn hand_to_chat(&mut self, key: ConnKey, req: ChatRequest, hv: Vec<(&'static str, String)>) {
         if self.shared.chat.try_send(req).is_err() {
             return self.rest_answer(
                 key,
@@ -488,6 +516,9 @@ impl Worker {
     }
 }
 
+// Transient (one per request, on the stack): boxing `Chat` would cost an
+// allocation per request for no saving.
+#[allow(clippy::large_enum_variant)]
 enum Next {
     /// A member route, with `GET .../members`'s (limit, after).
     Members((u32, u64)),
@@ -567,6 +598,13 @@ fn chat_action(p: &Parked) -> Result<Next, ApiError> {
         | Kick { .. }
         | Unban { .. } => return Ok(Next::Members((0, 0))),
         CreateDm => return Ok(Next::Dm(body::create_dm(&json()?)?)),
+        InteractionCallback { .. } | WebhookExecute { .. } | WebhookMessage { .. } => {
+            return Err(ApiError::new(
+                500,
+                0,
+                "an interaction route reached the bot-token path",
+            ))
+        }
         Gateway | GatewayBot | UsersMe | ApplicationsMe => {
             return Err(ApiError::new(
                 500,
@@ -575,4 +613,65 @@ fn chat_action(p: &Parked) -> Result<Next, ApiError> {
             ))
         }
     }))
+}
+
+/// The chat service's action for an interaction route (None: not one).
+fn interaction_action(
+    route: &ApiRoute,
+    query: &str,
+    content_type: Option<&str>,
+    body: &[u8],
+) -> Option<ChatAction> {
+    use ApiRoute::*;
+    if !matches!(
+        route,
+        InteractionCallback { .. } | WebhookExecute { .. } | WebhookMessage { .. }
+    ) {
+        return None;
+    }
+    let content_type = content_type.map(str::to_owned);
+    let body = body.to_vec();
+    Some(match route {
+        ApiRoute::InteractionCallback { id, token } => ChatAction::Callback {
+            id: *id,
+            token: token.clone(),
+            with_response: query
+                .split('&')
+                .any(|kv| kv == "with_response=true" || kv == "with_response=True"),
+            body,
+            content_type,
+        },
+        ApiRoute::WebhookExecute { app, token } => ChatAction::Webhook {
+            app: *app,
+            token: token.clone(),
+            method: crate::api::route::WebhookMethod::Post,
+            message: None,
+            body,
+            content_type,
+        },
+        ApiRoute::WebhookMessage {
+            app,
+            token,
+            message,
+            method,
+        } => ChatAction::Webhook {
+            app: *app,
+            token: token.clone(),
+            method: *method,
+            message: Some(*message),
+            body,
+            content_type,
+        },
+        _ => return None,
+    })
+}
+
+/// An interaction route's body over the limit (`body::MAX_BODY`).
+fn req_too_large(req: &ChatRequest) -> bool {
+    match &req.action {
+        ChatAction::Callback { body, .. } | ChatAction::Webhook { body, .. } => {
+            body.len() > body::MAX_BODY
+        }
+        _ => false,
+    }
 }

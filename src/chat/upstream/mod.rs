@@ -197,6 +197,34 @@ fn reply(
 pub fn envelope(req: &ChatRequest) -> Value {
     let channel = req.target.channel.0;
     let q_id = |v: Option<u64>| v.map_or(Value::Null, |id| id.to_string().into());
+    // Interactions are the chat service's own (docs/chat-upstream.md): the
+    // person's interaction and the bot's answers go to it as they are.
+    match &req.action {
+        ChatAction::Interaction(n) => {
+            return json!({"version": ENVELOPE_VERSION, "route": "INTERACTION_CREATE",
+                "application_id": req.app.0.to_string(), "interaction": n.d, "refused": n.refused})
+        }
+        ChatAction::Callback {
+            id, token, body, ..
+        } => {
+            return json!({"version": ENVELOPE_VERSION, "route": "POST /interactions/{id}/{token}/callback",
+                "interaction_id": id.to_string(), "token": token,
+                "body": serde_json::from_slice::<Value>(body).unwrap_or(Value::Null)})
+        }
+        ChatAction::Webhook {
+            app,
+            token,
+            method,
+            message,
+            body,
+            ..
+        } => {
+            return json!({"version": ENVELOPE_VERSION, "route": "webhook", "method": format!("{method:?}").to_uppercase(),
+                "application_id": app.to_string(), "token": token, "message_id": message.map(|m| m.to_string()),
+                "body": serde_json::from_slice::<Value>(body).unwrap_or(Value::Null)})
+        }
+        _ => {}
+    }
     let (route, message, emoji, query, body) = match &req.action {
         ChatAction::Create(d) => (
             ApiRoute::CreateMessage { channel },
@@ -290,6 +318,9 @@ pub fn envelope(req: &ChatRequest) -> Value {
             None,
         ),
         ChatAction::Typing => (ApiRoute::Typing { channel }, None, None, None, None),
+        ChatAction::Interaction(_) | ChatAction::Callback { .. } | ChatAction::Webhook { .. } => {
+            unreachable!("answered above")
+        }
         // A member route: the node's registry holds the change (it is the
         // record of who is a member); the upstream produces its events.
         ChatAction::Commit { route, events } => (

@@ -1,0 +1,605 @@
+//! Interactions in the chat service: where a person's slash command,
+//! button, autocomplete or modal submit is OPENED (its INTERACTION_CREATE
+//! delivered to the one bot it is for), held to the 3-second rule, answered
+//! (the callback), and followed up (the interaction's webhook) — REST.md,
+//! "Interactions"; docs/interactions.md.
+//!
+//! ```text
+//!  record (FLAG_INTERACTION) ─► link::interactions (checked, completed) ─► open: token, INTERACTION_CREATE (FLAG_ADDRESSED)
+//!      Waiting ──callback 4/7/8/9──► Answered           ──3.0 s──► Failed (the person sees the failure; 10062 after)
+//!              ──callback 5/6─────► Deferred ─► follow-ups with the token for `token_ttl_ms` (15 min), then 50027
+//! ```
+//!
+//! - One table on the chat thread: at most `MAX_OPEN` interactions held
+//!   (from their opening until their token expires); a full table refuses
+//!   new ones (the person sees the failure at once, counted). Deadlines are
+//!   FIFO queues (every interaction has the same 3 s and the same token
+//!   life), so a timer is a `VecDeque` push and the tick pops the front.
+//! - The timer's precision: the chat thread wakes at the earliest deadline
+//!   (and at least every 100 ms), so a miss is declared within a few ms of
+//!   3.0 s after the interaction was opened; a callback answered before the
+//!   tick saw the deadline still counts if it arrived before 3.0 s.
+//! - Tokens: 32 random bytes as 64 hex characters (URL-safe), kept only as
+//!   their SHA-256; compared by digest lookup.
+//! - What the person sees is published to `Board` (read by the admin port,
+//!   `GET /admin/interactions/{id}`, which the `gatewayd interact` CLI polls).
+//!
+//! Not yet: the table lives in this node's memory (a restart forgets open
+//! interactions; a callback must reach the node that opened it).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+
+use super::*;
+use crate::api::body;
+use crate::worker::mail::{NewInteraction, WebhookMethod};
+
+/// The first response must come within this of the interaction's opening.
+pub const RESPONSE_MS: u64 = 3_000;
+/// Interactions held at once (open, or answered within their token's life).
+pub const MAX_OPEN: usize = 65_536;
+/// Follow-ups per interaction remembered for `/messages/{id}`.
+const MAX_FOLLOWUPS: usize = 32;
+const EPHEMERAL: u64 = 1 << 6;
+const LOADING: u64 = 1 << 7;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum State {
+    Waiting,
+    Answered,
+    Deferred,
+    Failed,
+}
+
+struct Open {
+    app: u64,
+    bot: u64,
+    bot_json: Arc<str>,
+    target: Target,
+    kind: u8,
+    name: String,
+    user: Value,
+    opened_ms: u64,
+    state: State,
+    digest: [u8; 32],
+    /// The message a component is on (type 3).
+    message: Option<u64>,
+    /// The original response: in the history, or held here if ephemeral.
+    original: Option<u64>,
+    ephemeral: HashMap<u64, Value>,
+    followups: Vec<u64>,
+}
+
+/// What each person sees of their interactions, for the admin port (the
+/// CLI). Bounded with the table (entries leave with their interaction).
+#[derive(Default)]
+pub struct Board(Mutex<HashMap<u64, Value>>);
+
+impl Board {
+    pub fn get(&self, id: u64) -> Option<Value> {
+        self.0.lock().expect("board").get(&id).cloned()
+    }
+    fn set(&self, id: u64, v: Value) {
+        self.0.lock().expect("board").insert(id, v);
+    }
+    fn merge(&self, id: u64, f: impl FnOnce(&mut Map<String, Value>)) {
+        if let Some(Value::Object(m)) = self.0.lock().expect("board").get_mut(&id) {
+            f(m)
+        }
+    }
+    fn remove(&self, id: u64) {
+        self.0.lock().expect("board").remove(&id);
+    }
+}
+
+#[derive(Default)]
+pub struct InteractionStats {
+    pub opened: AtomicU64,
+    pub refused: AtomicU64,
+    pub acked: AtomicU64,
+    pub deferred: AtomicU64,
+    pub missed: AtomicU64,
+    pub late: AtomicU64,
+    pub double: AtomicU64,
+    pub followups: AtomicU64,
+    /// Time from opening to the first response.
+    pub ack_latency: crate::histogram::Histogram,
+}
+
+pub struct Interactions {
+    open: HashMap<u64, Open>,
+    by_digest: HashMap<[u8; 32], u64>,
+    deadlines: VecDeque<(u64, u64)>,
+    expiries: VecDeque<(u64, u64)>,
+    token_ttl_ms: u64,
+    pub board: Arc<Board>,
+    pub stats: Arc<InteractionStats>,
+}
+
+impl Interactions {
+    pub fn new(token_ttl_ms: u64, board: Arc<Board>, stats: Arc<InteractionStats>) -> Interactions {
+        Interactions {
+            open: HashMap::new(),
+            by_digest: HashMap::new(),
+            deadlines: VecDeque::new(),
+            expiries: VecDeque::new(),
+            token_ttl_ms,
+            board,
+            stats,
+        }
+    }
+
+    /// When the chat thread must next wake for a deadline (Unix ms).
+    pub fn next_deadline(&self) -> Option<u64> {
+        let a = self.deadlines.front().map(|d| d.0);
+        let b = self.expiries.front().map(|d| d.0);
+        a.into_iter().chain(b).min()
+    }
+
+    /// Declare the misses (3 s passed without a response) and forget the
+    /// interactions whose token expired.
+    pub fn tick(&mut self, now: u64) {
+        while let Some(&(at, id)) = self.deadlines.front() {
+            if at > now {
+                break;
+            }
+            self.deadlines.pop_front();
+            if let Some(o) = self.open.get_mut(&id) {
+                if o.state == State::Waiting {
+                    o.state = State::Failed;
+                    self.stats.missed.fetch_add(1, Relaxed);
+                    self.board.merge(id, |m| {
+                        m.insert("state".into(), "failed".into());
+                        m.insert("failure".into(), "The application did not respond".into());
+                        m.insert(
+                            "failed_after_ms".into(),
+                            now.saturating_sub(o.opened_ms).into(),
+                        );
+                    });
+                }
+            }
+        }
+        while let Some(&(at, id)) = self.expiries.front() {
+            if at > now {
+                break;
+            }
+            self.expiries.pop_front();
+            if let Some(o) = self.open.remove(&id) {
+                self.by_digest.remove(&o.digest);
+            }
+            self.board.remove(id);
+        }
+    }
+}
+
+fn digest(token: &str) -> [u8; 32] {
+    Sha256::digest(token.as_bytes()).into()
+}
+
+fn new_token() -> String {
+    let mut b = [0u8; 32];
+    getrandom::fill(&mut b).expect("the OS random source");
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unknown_interaction() -> ApiError {
+    ApiError::new(404, 10062, "Unknown interaction")
+}
+
+fn bad_webhook_token() -> ApiError {
+    ApiError::new(401, 50027, "Invalid Webhook Token")
+}
+
+impl Chat {
+    /// Open a person's interaction: its token, its INTERACTION_CREATE to
+    /// the one bot, its timer.
+    pub(super) fn open_interaction(
+        &mut self,
+        app: proto::AppId,
+        bot: u64,
+        bot_json: Arc<str>,
+        target: Target,
+        n: NewInteraction,
+        now: u64,
+    ) -> Answer {
+        let ix = &mut self.ix;
+        if let Some(reason) = n.refused {
+            ix.stats.refused.fetch_add(1, Relaxed);
+            ix.board.set(
+                n.id,
+                json!({"state": "failed", "failure": format!("refused: {reason}")}),
+            );
+            return Ok((204, Vec::new()));
+        }
+        if ix.open.len() >= MAX_OPEN || ix.open.contains_key(&n.id) {
+            ix.stats.refused.fetch_add(1, Relaxed);
+            ix.board.set(
+                n.id,
+                json!({"state": "failed", "failure": "refused: busy or duplicate"}),
+            );
+            return Ok((204, Vec::new()));
+        }
+        let token = new_token();
+        let mut d = n.d;
+        d["token"] = token.clone().into();
+        let kind = d["type"].as_u64().unwrap_or(2) as u8;
+        let name = d["data"]["name"]
+            .as_str()
+            .or_else(|| d["data"]["custom_id"].as_str())
+            .unwrap_or("")
+            .to_owned();
+        let message = d["message"]["id"].as_str().and_then(|s| s.parse().ok());
+        let user = d["member"]["user"].clone();
+        let bytes = serde_json::to_vec(&d).expect("json");
+        self.addressed = true;
+        let sent = self.commit("INTERACTION_CREATE", target, 0, false, &[bot], &bytes);
+        self.addressed = false;
+        sent?;
+        let ix = &mut self.ix;
+        let dg = digest(&token);
+        ix.by_digest.insert(dg, n.id);
+        ix.open.insert(
+            n.id,
+            Open {
+                app: app.0,
+                bot,
+                bot_json,
+                target,
+                kind,
+                name,
+                user,
+                opened_ms: now,
+                state: State::Waiting,
+                digest: dg,
+                message,
+                original: None,
+                ephemeral: HashMap::new(),
+                followups: Vec::new(),
+            },
+        );
+        ix.deadlines.push_back((now + RESPONSE_MS, n.id));
+        ix.expiries
+            .push_back((now + ix.token_ttl_ms.max(RESPONSE_MS), n.id));
+        ix.stats.opened.fetch_add(1, Relaxed);
+        ix.board
+            .set(n.id, json!({"state": "waiting", "opened_ms": now}));
+        Ok((204, Vec::new()))
+    }
+
+    /// `POST /interactions/{id}/{token}/callback`.
+    pub(super) fn callback(
+        &mut self,
+        id: u64,
+        token: &str,
+        with_response: bool,
+        raw: &[u8],
+        content_type: Option<&str>,
+        now: u64,
+    ) -> Answer {
+        let ix = &mut self.ix;
+        let o = match ix.open.get(&id) {
+            Some(o) if o.digest == digest(token) => o,
+            _ => return Err(unknown_interaction()),
+        };
+        match o.state {
+            State::Failed => {
+                ix.stats.late.fetch_add(1, Relaxed);
+                return Err(unknown_interaction());
+            }
+            State::Answered | State::Deferred => {
+                ix.stats.double.fetch_add(1, Relaxed);
+                return Err(ApiError::new(
+                    400,
+                    40060,
+                    "Interaction has already been acknowledged.",
+                ));
+            }
+            State::Waiting => {}
+        }
+        // Late by the clock even if the tick has not run yet.
+        if now >= o.opened_ms + RESPONSE_MS {
+            ix.stats.late.fetch_add(1, Relaxed);
+            return Err(unknown_interaction());
+        }
+        let m = body::parse(content_type, raw)?;
+        let rtype = match m.get("type").and_then(Value::as_u64) {
+            Some(t @ (4..=9)) => t as u8,
+            _ => {
+                return Err(ApiError::form(
+                    "type",
+                    "BASE_TYPE_CHOICES",
+                    "Value must be one of {4, 5, 6, 7, 8, 9}.",
+                ))
+            }
+        };
+        let (kind, opened) = (o.kind, o.opened_ms);
+        let valid = match rtype {
+            4 | 5 => kind != 4,
+            6 | 7 => kind == 3 || kind == 5,
+            8 => kind == 4,
+            9 => kind != 4 && kind != 5,
+            _ => false,
+        };
+        if !valid {
+            return Err(ApiError::new(
+                400,
+                50035,
+                "Interaction response type is not valid for this interaction type",
+            ));
+        }
+        let empty = Map::new();
+        let data = m.get("data").and_then(Value::as_object).unwrap_or(&empty);
+        let mut seen = json!({"state": "answered", "response_type": rtype});
+        let mut resource = json!({"type": rtype});
+        let (mut message_id, mut loading, mut ephemeral) = (None, false, false);
+        match rtype {
+            4 | 5 => {
+                let mut draft = if rtype == 4 {
+                    body::message(data, true)?
+                } else {
+                    body::MessageDraft {
+                        flags: data.get("flags").and_then(Value::as_u64).unwrap_or(0) & EPHEMERAL
+                            | LOADING,
+                        ..Default::default()
+                    }
+                };
+                ephemeral = draft.flags & EPHEMERAL != 0;
+                loading = rtype == 5;
+                draft.interaction = Some((self.metadata(id), self.ix.open[&id].app));
+                let msg = self.respond(id, draft, now)?;
+                message_id = msg["id"].as_str().map(str::to_owned);
+                if rtype == 4 {
+                    seen["message"] = msg.clone();
+                }
+                resource["message"] = msg;
+            }
+            7 => {
+                let msg = self.update_component_message(id, data, now)?;
+                seen["message"] = msg.clone();
+                message_id = msg["id"].as_str().map(str::to_owned);
+                resource["message"] = msg;
+            }
+            8 => seen["choices"] = data.get("choices").cloned().unwrap_or(json!([])),
+            9 => seen["modal"] = Value::Object(data.clone()),
+            _ => {} // 6: nothing changes yet
+        }
+        let o = self.ix.open.get_mut(&id).expect("checked");
+        o.state = if matches!(rtype, 5 | 6) {
+            State::Deferred
+        } else {
+            State::Answered
+        };
+        let ix = &self.ix;
+        ix.stats.acked.fetch_add(1, Relaxed);
+        if matches!(rtype, 5 | 6) {
+            ix.stats.deferred.fetch_add(1, Relaxed);
+            seen["state"] = "deferred".into();
+        }
+        ix.stats
+            .ack_latency
+            .record_us(now.saturating_sub(opened) * 1000);
+        seen["latency_ms"] = now.saturating_sub(opened).into();
+        ix.board.set(id, seen);
+        if !with_response {
+            return Ok((204, Vec::new()));
+        }
+        let body = json!({
+            "interaction": {
+                "id": id.to_string(),
+                "type": kind,
+                "activity_instance_id": null,
+                "response_message_id": message_id,
+                "response_message_loading": loading,
+                "response_message_ephemeral": ephemeral,
+            },
+            "resource": resource,
+        });
+        Ok((200, json_bytes(&body)))
+    }
+
+    /// `interaction_metadata` of the messages answering interaction `id`.
+    fn metadata(&self, id: u64) -> Value {
+        let o = &self.ix.open[&id];
+        let server = o.target.server.0.to_string();
+        let user = o.user.clone();
+        json!({
+            "interaction_metadata": {
+                "id": id.to_string(), "type": o.kind, "user": user,
+                "authorizing_integration_owners": {"0": server}, "name": o.name,
+            },
+            "interaction": {"id": id.to_string(), "type": o.kind, "name": o.name, "user": o.user},
+        })
+    }
+
+    /// A message answering interaction `id` (the original or a follow-up):
+    /// committed like any message, or, if ephemeral, held for the person
+    /// alone (no bot sees it).
+    fn respond(&mut self, id: u64, draft: body::MessageDraft, now: u64) -> Result<Value, ApiError> {
+        let o = &self.ix.open[&id];
+        let (t, bot, bot_json) = (o.target, o.bot, o.bot_json.clone());
+        let first = o.original.is_none();
+        let msg = if draft.flags & EPHEMERAL != 0 {
+            let me = self.user_json(bot, &bot_json);
+            let mid = self.ids.next_id();
+            let m = objects::message(&objects::NewMessage {
+                id: mid,
+                channel: t.channel.0,
+                author: &me,
+                draft: &draft,
+                now_ms: now,
+                mentions: &[],
+                reply_to: None,
+                guild: t.server.0,
+            });
+            self.ix
+                .open
+                .get_mut(&id)
+                .expect("open")
+                .ephemeral
+                .insert(mid, m.clone());
+            m
+        } else {
+            let req = self.as_bot(id, ChatAction::Create(draft));
+            let (_, b) = self.handle(req)?;
+            serde_json::from_slice(&b).unwrap_or(Value::Null)
+        };
+        let mid: u64 = msg["id"].as_str().and_then(|s| s.parse().ok()).unwrap_or(0);
+        let o = self.ix.open.get_mut(&id).expect("open");
+        if first {
+            o.original = Some(mid);
+        } else if o.followups.len() < MAX_FOLLOWUPS {
+            o.followups.push(mid);
+        }
+        Ok(msg)
+    }
+
+    /// A request acting as interaction `id`'s bot.
+    fn as_bot(&self, id: u64, action: ChatAction) -> ChatRequest {
+        let o = &self.ix.open[&id];
+        ChatRequest {
+            worker: usize::MAX,
+            conn: crate::delivery::ConnKey {
+                ring: 0,
+                gen: 0,
+                slot: 0,
+            },
+            app: proto::AppId(o.app),
+            bot_user_id: o.bot,
+            bot_user_json: o.bot_json.clone(),
+            target: o.target,
+            action,
+        }
+    }
+
+    /// Response 7: edit the message the component is on.
+    fn update_component_message(
+        &mut self,
+        id: u64,
+        data: &Map<String, Value>,
+        _now: u64,
+    ) -> Result<Value, ApiError> {
+        let Some(mid) = self.ix.open[&id].message else {
+            return Err(unknown_message());
+        };
+        let draft = body::message(data, false)?;
+        let req = self.as_bot(id, ChatAction::Edit(mid, draft));
+        let (_, b) = self.handle(req)?;
+        Ok(serde_json::from_slice(&b).unwrap_or(Value::Null))
+    }
+
+    /// `/webhooks/{app}/{token}...`: follow-ups and the original response.
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn webhook(
+        &mut self,
+        app: u64,
+        token: &str,
+        method: WebhookMethod,
+        message: Option<u64>,
+        raw: &[u8],
+        content_type: Option<&str>,
+        now: u64,
+    ) -> Answer {
+        let id = match self.ix.by_digest.get(&digest(token)) {
+            Some(&id) if self.ix.open.get(&id).is_some_and(|o| o.app == app) => id,
+            _ => return Err(bad_webhook_token()),
+        };
+        let o = &self.ix.open[&id];
+        if o.state == State::Failed || o.state == State::Waiting && method != WebhookMethod::Post {
+            // Nothing to follow up: the interaction was never answered.
+            return Err(unknown_interaction());
+        }
+        let mid = match message {
+            Some(0) => o.original,
+            other => other,
+        };
+        match method {
+            WebhookMethod::Post => {
+                let mut draft = body::message(&body::parse(content_type, raw)?, true)?;
+                draft.interaction = Some((self.metadata(id), app));
+                let msg = self.respond(id, draft, now)?;
+                self.ix.stats.followups.fetch_add(1, Relaxed);
+                self.ix.board.merge(id, |m| {
+                    let list = m.entry("followups").or_insert_with(|| json!([]));
+                    if let Some(a) = list.as_array_mut() {
+                        if a.len() < MAX_FOLLOWUPS {
+                            a.push(msg.clone());
+                        }
+                    }
+                });
+                Ok((200, json_bytes(&msg)))
+            }
+            _ => {
+                let Some(mid) = mid.filter(|m| o.original == Some(*m) || o.followups.contains(m))
+                else {
+                    return Err(unknown_message());
+                };
+                if let Some(e) = o.ephemeral.get(&mid).cloned() {
+                    return self.ephemeral_op(id, mid, e, method, raw, content_type);
+                }
+                let action = match method {
+                    WebhookMethod::Get => ChatAction::Get(mid),
+                    WebhookMethod::Delete => ChatAction::Delete(mid),
+                    _ => ChatAction::Edit(
+                        mid,
+                        body::message(&body::parse(content_type, raw)?, false)?,
+                    ),
+                };
+                let req = self.as_bot(id, action);
+                let (status, b) = self.handle(req)?;
+                if method == WebhookMethod::Patch && Some(mid) == self.ix.open[&id].original {
+                    let msg: Value = serde_json::from_slice(&b).unwrap_or(Value::Null);
+                    self.ix.board.merge(id, |m| {
+                        m.insert("message".into(), msg);
+                        m.insert("state".into(), "answered".into());
+                    });
+                }
+                Ok((status, b))
+            }
+        }
+    }
+
+    /// GET/PATCH/DELETE of an ephemeral message (the person's copy only).
+    fn ephemeral_op(
+        &mut self,
+        id: u64,
+        mid: u64,
+        mut msg: Value,
+        method: WebhookMethod,
+        raw: &[u8],
+        content_type: Option<&str>,
+    ) -> Answer {
+        let o = self.ix.open.get_mut(&id).expect("open");
+        match method {
+            WebhookMethod::Delete => {
+                o.ephemeral.remove(&mid);
+                Ok((204, Vec::new()))
+            }
+            WebhookMethod::Patch => {
+                let d = body::message(&body::parse(content_type, raw)?, false)?;
+                if let Some(c) = d.content {
+                    msg["content"] = c.into();
+                }
+                if let Some(e) = d.embeds {
+                    msg["embeds"] = e.into();
+                }
+                if let Some(c) = d.components {
+                    msg["components"] = c.into();
+                }
+                msg["edited_timestamp"] = crate::protocol::payload::iso8601(now_ms()).into();
+                o.ephemeral.insert(mid, msg.clone());
+                if o.original == Some(mid) {
+                    let shown = msg.clone();
+                    self.ix.board.merge(id, |m| {
+                        m.insert("message".into(), shown);
+                        m.insert("state".into(), "answered".into());
+                    });
+                }
+                Ok((200, json_bytes(&msg)))
+            }
+            _ => Ok((200, json_bytes(&msg))),
+        }
+    }
+}

@@ -1,0 +1,370 @@
+//! Interactions against a real node, driven as a person would drive them
+//! (`gatewayd interact`, which writes the interaction record to the ingest
+//! listener and prints what the person sees) and answered by a bot over
+//! its gateway session and the callback route (REST.md "Interactions").
+
+mod support;
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::bot::{self, Session};
+use support::http::{json_request, request_with_body, Resp};
+use support::intent;
+use support::node::Node;
+use support::registry::{App, Registry};
+
+struct World {
+    node: Node,
+    app: App,
+    server: u64,
+    general: u64,
+    session: Session,
+}
+
+fn world(extra: &[&str]) -> World {
+    let mut args = vec!["--no-demo"];
+    args.extend_from_slice(extra);
+    let node = Node::start(&args);
+    let reg = Registry::new(node.dir.path());
+    let app = reg.add_app("slash-bot", 0);
+    let (server, general) = reg.add_server("slash-server");
+    reg.install(app.id, server, None);
+    reg.add_member(server, "alice", &[]);
+    // Interactions are not intent-gated: GUILDS | GUILD_MESSAGES to see the answers.
+    let session = bot::identify(
+        node.gateway,
+        "slash-bot",
+        &app.token,
+        intent::GUILDS | intent::GUILD_MESSAGES,
+        None,
+    )
+    .expect("identify");
+    World {
+        node,
+        app,
+        server,
+        general,
+        session,
+    }
+}
+
+/// `gatewayd interact ...` running in the background: what it printed.
+struct Click(std::thread::JoinHandle<(i32, BTreeMap<String, String>)>);
+
+impl Click {
+    fn wait(self) -> (i32, BTreeMap<String, String>) {
+        self.0.join().unwrap()
+    }
+}
+
+impl World {
+    fn click(&self, what: &[&str]) -> Click {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gatewayd"));
+        cmd.arg("interact")
+            .arg("--data-dir")
+            .arg(self.node.dir.path())
+            .args(["--ingest", &self.node.ingest.to_string()])
+            .args(["--admin", &self.node.admin.to_string()])
+            .args(["--app", &self.app.id.to_string()])
+            .args(["--server", &self.server.to_string()])
+            .args(["--channel", &self.general.to_string()])
+            .args(what);
+        Click(std::thread::spawn(move || {
+            let out = cmd.output().expect("run gatewayd interact");
+            let text = String::from_utf8_lossy(&out.stdout).to_string();
+            let kv = text
+                .lines()
+                .filter_map(|l| l.split_once('='))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect();
+            (out.status.code().unwrap_or(-1), kv)
+        }))
+    }
+
+    /// The next INTERACTION_CREATE the bot gets.
+    fn next_interaction(&mut self) -> Value {
+        for _ in 0..50 {
+            let v = self.session.next_dispatch(Duration::from_secs(10));
+            if v["t"] == "INTERACTION_CREATE" {
+                return v["d"].clone();
+            }
+        }
+        panic!("no INTERACTION_CREATE");
+    }
+
+    fn callback(&self, i: &Value, body: Value, query: &str) -> Resp {
+        // No Authorization header, as discord.js sends it.
+        let path = format!(
+            "/api/v10/interactions/{}/{}/callback{query}",
+            i["id"].as_str().unwrap(),
+            i["token"].as_str().unwrap()
+        );
+        let bytes = serde_json::to_vec(&body).unwrap();
+        request_with_body(
+            self.node.gateway,
+            "POST",
+            &path,
+            &[("Content-Type", "application/json")],
+            Some(&bytes),
+        )
+        .unwrap()
+    }
+
+    fn webhook(&self, method: &str, i: &Value, tail: &str, body: Option<Value>) -> Resp {
+        json_request(
+            self.node.gateway,
+            method,
+            &format!(
+                "/api/v10/webhooks/{}/{}{tail}",
+                self.app.id,
+                i["token"].as_str().unwrap()
+            ),
+            None,
+            body.as_ref(),
+        )
+    }
+}
+
+fn code(r: &Resp) -> (u16, u64) {
+    let c = if r.status < 300 {
+        0
+    } else {
+        r.json()["code"].as_u64().unwrap_or(u64::MAX)
+    };
+    (r.status, c)
+}
+
+#[test]
+fn a_slash_command_is_delivered_answered_and_shown() {
+    let mut w = world(&[]);
+    let click = w.click(&["--command", "ping", "--option", "text=hi"]);
+    let i = w.next_interaction();
+    // What the libraries require of an interaction (REST.md).
+    for f in [
+        "id",
+        "type",
+        "token",
+        "version",
+        "application_id",
+        "attachment_size_limit",
+        "entitlements",
+        "authorizing_integration_owners",
+        "locale",
+        "channel_id",
+        "channel",
+        "guild_id",
+        "member",
+        "app_permissions",
+        "data",
+    ] {
+        assert!(i.get(f).is_some(), "missing {f}: {i}");
+    }
+    assert_eq!(i["type"], 2);
+    assert_eq!(i["version"], 1);
+    assert_eq!(i["application_id"], w.app.id.to_string());
+    assert_eq!(i["guild_id"], w.server.to_string());
+    assert_eq!(i["channel_id"], w.general.to_string());
+    assert_eq!(i["channel"]["id"], w.general.to_string());
+    assert_eq!(i["data"]["name"], "ping");
+    assert_eq!(i["data"]["type"], 1);
+    assert!(
+        i["data"]["id"].as_str().is_some_and(|s| s.len() >= 17),
+        "{i}"
+    );
+    assert_eq!(i["data"]["options"][0]["value"], "hi");
+    assert_eq!(i["member"]["user"]["username"], "alice");
+    assert!(i["member"]["permissions"].as_str().is_some());
+    assert!(i["member"]["joined_at"].is_string());
+    let token = i["token"].as_str().unwrap();
+    assert!(
+        token.len() >= 32 && token.bytes().all(|b| b.is_ascii_alphanumeric()),
+        "a URL-safe token: {token}"
+    );
+    let r = w.callback(
+        &i,
+        json!({"type": 4, "data": {"content": "pong"}}),
+        "?with_response=true",
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    r.assert_json_type("callback with_response");
+    let cb = r.json();
+    assert_eq!(cb["interaction"]["id"], i["id"]);
+    assert_eq!(cb["resource"]["type"], 4);
+    assert_eq!(cb["resource"]["message"]["content"], "pong");
+    let (status, seen) = click.wait();
+    assert_eq!(status, 0, "{seen:?}");
+    assert_eq!(seen["state"], "answered");
+    assert_eq!(seen["content"], "pong", "what the person sees");
+    // Every entitled bot sees the answer as a message (this one too).
+    let m = loop {
+        let v = w.session.next_dispatch(Duration::from_secs(10));
+        if v["t"] == "MESSAGE_CREATE" {
+            break v["d"].clone();
+        }
+    };
+    assert_eq!(m["content"], "pong");
+    assert_eq!(m["type"], 20);
+    assert_eq!(m["interaction_metadata"]["id"], i["id"]);
+    assert_eq!(m["application_id"], w.app.id.to_string());
+    // A second first response.
+    assert_eq!(
+        code(&w.callback(&i, json!({"type": 4, "data": {"content": "again"}}), "")),
+        (400, 40060)
+    );
+    // A forged token.
+    let mut forged = i.clone();
+    forged["token"] = "0".repeat(64).into();
+    assert_eq!(
+        code(&w.callback(&forged, json!({"type": 4, "data": {"content": "x"}}), "")),
+        (404, 10062)
+    );
+    // A body that is not a response.
+    let click = w.click(&["--command", "ping"]);
+    let j = w.next_interaction();
+    assert_eq!(code(&w.callback(&j, json!({"type": 42}), "")), (400, 50035));
+    assert_eq!(
+        code(&w.callback(&j, json!({"type": 4, "data": {"content": ""}}), "")),
+        (400, 50006)
+    );
+    assert_eq!(
+        code(&w.callback(&j, json!({"type": 4, "data": {"content": "ok"}}), "")),
+        (204, 0)
+    );
+    assert_eq!(click.wait().1["content"], "ok");
+}
+
+#[test]
+fn the_three_second_rule_both_ways() {
+    let mut w = world(&[]);
+    // Answered at 2.5 s: shown.
+    let click = w.click(&["--command", "slow"]);
+    let i = w.next_interaction();
+    std::thread::sleep(Duration::from_millis(2_500));
+    let r = w.callback(&i, json!({"type": 4, "data": {"content": "in time"}}), "");
+    assert_eq!(r.status, 204, "{}", r.body);
+    let (_, seen) = click.wait();
+    assert_eq!(seen["state"], "answered", "{seen:?}");
+    assert_eq!(seen["content"], "in time");
+    // Answered at 3.5 s: the person saw the failure at 3.0 s; the callback is 10062.
+    let t0 = Instant::now();
+    let click = w.click(&["--command", "slow"]);
+    let i = w.next_interaction();
+    let (status, seen) = click.wait();
+    let shown_after = t0.elapsed();
+    assert_eq!(status, 2, "{seen:?}");
+    assert_eq!(seen["state"], "failed");
+    assert_eq!(seen["failure"], "The application did not respond");
+    let failed_after: u64 = serde_json::from_str::<Value>(&seen["seen"]).unwrap()
+        ["failed_after_ms"]
+        .as_u64()
+        .unwrap();
+    assert!(
+        (3_000..3_250).contains(&failed_after),
+        "the failure is declared at 3.0 s (timer precision: within 250 ms), not at {failed_after} ms"
+    );
+    assert!(shown_after >= Duration::from_secs(3));
+    std::thread::sleep(Duration::from_millis(500));
+    let r = w.callback(&i, json!({"type": 4, "data": {"content": "too late"}}), "");
+    assert_eq!(code(&r), (404, 10062), "{}", r.body);
+    let m = support::metrics::metrics(w.node.admin);
+    assert!(support::metrics::metric_sum(&m, "gatewayd_interactions_misses_total", &[]) >= 1.0);
+    assert!(
+        support::metrics::metric_sum(&m, "gatewayd_interactions_late_callbacks_total", &[]) >= 1.0
+    );
+}
+
+#[test]
+fn a_deferred_answer_is_followed_up_until_the_token_expires() {
+    // Tokens live 6 s here (15 minutes on the platform).
+    let mut w = world(&["--interaction-token-ttl-ms", "6000"]);
+    let click = w.click(&["--command", "think", "--wait-ms", "8000"]);
+    let i = w.next_interaction();
+    let r = w.callback(&i, json!({"type": 5}), "?with_response=true");
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["interaction"]["response_message_loading"], true);
+    // Past the 3 s: the deferral holds.
+    std::thread::sleep(Duration::from_millis(3_200));
+    let r = w.webhook(
+        "PATCH",
+        &i,
+        "/messages/@original",
+        Some(json!({"content": "thought about it"})),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(r.json()["content"], "thought about it");
+    let r = w.webhook(
+        "POST",
+        &i,
+        "?wait=true",
+        Some(json!({"content": "and one more thing"})),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let f = r.json();
+    assert_eq!(f["content"], "and one more thing");
+    let fid = f["id"].as_str().unwrap().to_string();
+    let r = w.webhook("GET", &i, &format!("/messages/{fid}"), None);
+    assert_eq!(r.json()["content"], "and one more thing");
+    let (_, seen) = click.wait();
+    assert_eq!(seen["content"], "and one more thing", "{seen:?}");
+    // An ephemeral follow-up reaches no bot.
+    let r = w.webhook(
+        "POST",
+        &i,
+        "?wait=true",
+        Some(json!({"content": "just you", "flags": 64})),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let until = Instant::now() + Duration::from_millis(1_500);
+    while let Some(left) = until.checked_duration_since(Instant::now()) {
+        if let bot::Next::Json(v) = bot::read_next(&mut w.session.ws, left) {
+            assert!(
+                !(v["t"] == "MESSAGE_CREATE" && v["d"]["content"] == "just you"),
+                "an ephemeral message was delivered to a bot"
+            );
+        }
+    }
+    // After the token's life: 401 code 50027.
+    std::thread::sleep(Duration::from_millis(3_000));
+    let r = w.webhook("POST", &i, "", Some(json!({"content": "too late"})));
+    assert_eq!(code(&r), (401, 50027), "{}", r.body);
+}
+
+#[test]
+fn only_the_addressed_bot_gets_the_interaction() {
+    let mut w = world(&[]);
+    let reg = Registry::new(w.node.dir.path());
+    let other = reg.add_app("other-bot", 0);
+    reg.install(other.id, w.server, None);
+    let mut s2 = bot::identify(w.node.gateway, "other", &other.token, intent::GUILDS, None)
+        .expect("identify");
+    let click = w.click(&["--command", "ping"]);
+    let i = w.next_interaction();
+    let until = Instant::now() + Duration::from_millis(1_000);
+    while let Some(left) = until.checked_duration_since(Instant::now()) {
+        if let bot::Next::Json(v) = bot::read_next(&mut s2.ws, left) {
+            assert_ne!(v["t"], "INTERACTION_CREATE", "another bot got it");
+        }
+    }
+    w.callback(&i, json!({"type": 4, "data": {"content": "mine"}}), "");
+    assert_eq!(click.wait().1["content"], "mine");
+    // A bot not installed in the server: the person sees the failure at once.
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gatewayd"));
+    let out = cmd
+        .arg("interact")
+        .arg("--data-dir")
+        .arg(w.node.dir.path())
+        .args(["--ingest", &w.node.ingest.to_string()])
+        .args(["--admin", &w.node.admin.to_string()])
+        .args(["--app", "1180000000000000001"])
+        .args(["--server", &w.server.to_string()])
+        .args(["--channel", &w.general.to_string()])
+        .args(["--command", "ping", "--wait-ms", "2000"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(2), "{text}");
+    assert!(text.contains("state=failed"), "{text}");
+}

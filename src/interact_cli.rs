@@ -50,9 +50,18 @@ pub struct InteractArgs {
     /// `name=value` options of the command (strings).
     #[arg(long = "option")]
     options: Vec<String>,
+    /// With --command: ask for autocomplete choices (the last option is
+    /// the focused one) instead of running the command.
+    #[arg(long, requires = "command")]
+    autocomplete: bool,
     /// Click the button with this custom_id on message `--message`.
-    #[arg(long, requires = "message")]
+    #[arg(long, requires = "message", conflicts_with = "modal")]
     button: Option<String>,
+    /// Submit the modal with this custom_id, its text inputs as `--field id=value`.
+    #[arg(long)]
+    modal: Option<String>,
+    #[arg(long = "field")]
+    fields: Vec<String>,
     #[arg(long)]
     message: Option<u64>,
     /// The person (default: the server's first member in the registry).
@@ -71,22 +80,48 @@ pub fn run(a: InteractArgs) -> Result<i32, String> {
         None => first_member(&a.data_dir, a.server)?,
     };
     let id = registry::snowflake::global().next_id();
-    let data = match (&a.command, &a.button) {
-        (Some(name), _) => {
-            let options: Vec<Value> = a
-                .options
-                .iter()
-                .map(|kv| {
-                    let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-                    json!({"name": k, "type": 3, "value": v})
+    let pairs = |list: &[String]| -> Vec<(String, String)> {
+        list.iter()
+            .map(|kv| {
+                let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+                (k.to_owned(), v.to_owned())
+            })
+            .collect()
+    };
+    // The interaction's type: 2 command, 3 component, 4 autocomplete, 5 modal submit.
+    let (kind, data) = match (&a.command, &a.button, &a.modal) {
+        (Some(name), _, _) => {
+            let n = a.options.len();
+            let options: Vec<Value> = pairs(&a.options)
+                .into_iter()
+                .enumerate()
+                .map(|(i, (k, v))| {
+                    let mut o = json!({"name": k, "type": 3, "value": v});
+                    if a.autocomplete && i + 1 == n {
+                        o["focused"] = true.into();
+                    }
+                    o
                 })
                 .collect();
-            json!({"name": name, "type": 1, "options": options})
+            let kind = if a.autocomplete { 4 } else { 2 };
+            (kind, json!({"name": name, "type": 1, "options": options}))
         }
-        (None, Some(custom_id)) => json!({"custom_id": custom_id, "component_type": 2}),
-        (None, None) => return Err("give --command NAME or --button CUSTOM_ID --message ID".into()),
+        (None, Some(custom_id), _) => (3, json!({"custom_id": custom_id, "component_type": 2})),
+        (None, None, Some(custom_id)) => {
+            let rows: Vec<Value> = pairs(&a.fields)
+                .into_iter()
+                .map(|(k, v)| json!({"type": 1, "components": [{"type": 4, "custom_id": k, "value": v}]}))
+                .collect();
+            (5, json!({"custom_id": custom_id, "components": rows}))
+        }
+        _ => {
+            return Err(
+                "give --command NAME, --button CUSTOM_ID --message ID, or --modal CUSTOM_ID".into(),
+            )
+        }
     };
-    let mut d = json!({"id": id.to_string(), "type": if a.command.is_some() { 2 } else { 3 }, "user": user, "data": data, "locale": "en-US"});
+    let mut d =
+        json!({"id": id.to_string(), "type": kind, "user": user, "data": data, "locale": "en-US"});
     if let Some(m) = a.message {
         d["message"] = json!({"id": m.to_string(), "channel_id": a.channel.to_string()});
     }
@@ -131,6 +166,12 @@ fn print_seen(seen: &Value) {
     }
     if let Some(f) = seen["failure"].as_str() {
         println!("failure={f}");
+    }
+    if let Some(c) = seen.get("choices") {
+        println!("choices={c}");
+    }
+    if let Some(m) = seen.get("modal") {
+        println!("modal_title={}", m["title"].as_str().unwrap_or(""));
     }
     let shown = seen
         .get("followups")

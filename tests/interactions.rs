@@ -368,3 +368,112 @@ fn only_the_addressed_bot_gets_the_interaction() {
     assert_eq!(out.status.code(), Some(2), "{text}");
     assert!(text.contains("state=failed"), "{text}");
 }
+
+/// A button on the answer, clicked by the person: the bot updates the
+/// message (response 7); autocomplete gets choices (8); a modal is shown
+/// (9) and submitted (type 5).
+#[test]
+fn buttons_autocomplete_and_modals() {
+    let mut w = world(&[]);
+    let click = w.click(&["--command", "menu"]);
+    let i = w.next_interaction();
+    let button = json!([{"type": 1, "components": [{"type": 2, "style": 1, "label": "Yes", "custom_id": "yes"}]}]);
+    let r = w.callback(
+        &i,
+        json!({"type": 4, "data": {"content": "Pick one", "components": button}}),
+        "?with_response=true",
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let msg = r.json()["resource"]["message"].clone();
+    assert_eq!(msg["components"], button);
+    let mid = msg["id"].as_str().unwrap().to_string();
+    assert_eq!(click.wait().1["content"], "Pick one");
+
+    let click = w.click(&["--button", "yes", "--message", &mid]);
+    let b = w.next_interaction();
+    assert_eq!(b["type"], 3);
+    assert_eq!(b["data"]["custom_id"], "yes");
+    assert_eq!(b["message"]["id"], mid.as_str());
+    // A component interaction cannot get autocomplete choices.
+    assert_eq!(
+        code(&w.callback(&b, json!({"type": 8, "data": {"choices": []}}), "")),
+        (400, 50035)
+    );
+    let r = w.callback(
+        &b,
+        json!({"type": 7, "data": {"content": "You said yes", "components": []}}),
+        "",
+    );
+    assert_eq!(r.status, 204, "{}", r.body);
+    let (_, seen) = click.wait();
+    assert_eq!(seen["content"], "You said yes");
+    assert_eq!(seen["message_id"], mid, "the same message, updated");
+    let upd = loop {
+        let v = w.session.next_dispatch(Duration::from_secs(10));
+        if v["t"] == "MESSAGE_UPDATE" {
+            break v["d"].clone();
+        }
+    };
+    assert_eq!(upd["id"], mid.as_str());
+
+    let click = w.click(&[
+        "--command",
+        "pick",
+        "--option",
+        "fruit=ap",
+        "--autocomplete",
+    ]);
+    let a = w.next_interaction();
+    assert_eq!(a["type"], 4);
+    assert_eq!(a["data"]["options"][0]["focused"], true);
+    assert_eq!(
+        code(&w.callback(&a, json!({"type": 4, "data": {"content": "no"}}), "")),
+        (400, 50035)
+    );
+    let choices =
+        json!([{"name": "apple", "value": "apple"}, {"name": "apricot", "value": "apricot"}]);
+    assert_eq!(
+        code(&w.callback(&a, json!({"type": 8, "data": {"choices": choices}}), "")),
+        (204, 0)
+    );
+    let (_, seen) = click.wait();
+    assert_eq!(
+        serde_json::from_str::<Value>(&seen["choices"]).unwrap(),
+        choices
+    );
+
+    let click = w.click(&["--command", "feedback"]);
+    let f = w.next_interaction();
+    let modal = json!({"custom_id": "fb", "title": "Feedback", "components": [{"type": 1, "components": [{"type": 4, "custom_id": "text", "label": "Say", "style": 1}]}]});
+    assert_eq!(
+        code(&w.callback(&f, json!({"type": 9, "data": modal}), "")),
+        (204, 0)
+    );
+    assert_eq!(click.wait().1["modal_title"], "Feedback");
+    let click = w.click(&["--modal", "fb", "--field", "text=great"]);
+    let s = w.next_interaction();
+    assert_eq!(s["type"], 5);
+    assert_eq!(s["data"]["custom_id"], "fb");
+    assert_eq!(
+        s["data"]["components"][0]["components"][0]["value"],
+        "great"
+    );
+    assert_eq!(
+        code(&w.callback(&s, json!({"type": 9, "data": modal}), "")),
+        (400, 50035),
+        "no modal from a modal"
+    );
+    assert_eq!(
+        code(&w.callback(
+            &s,
+            json!({"type": 4, "data": {"content": "thanks", "flags": 64}}),
+            ""
+        )),
+        (204, 0)
+    );
+    let (_, seen) = click.wait();
+    assert_eq!(
+        seen["content"], "thanks",
+        "an ephemeral answer is shown to the person"
+    );
+}

@@ -452,9 +452,19 @@ fn seed_demo(
             }
         }
     }
+    let owner = registry
+        .server_snapshot(seed.server_id)
+        .ok()
+        .flatten()
+        .map(|s| s.server.owner_id);
+    let person = owner
+        .and_then(|o| registry.user(o).ok().flatten())
+        .map(|u| crate::protocol::guild::person(&u));
     Ok(crate::ingest::demo::DemoTarget {
         server_id: seed.server_id,
         channel_id: seed.general_channel_id,
+        bot_user_id: seed.app.bot_user_id,
+        person,
     })
 }
 

@@ -16,7 +16,16 @@ use crate::protocol::payload::iso8601;
 pub struct DemoTarget {
     pub server_id: u64,
     pub channel_id: u64,
+    /// The demo bot's user id: every `PING_EVERY`th tick a person uses its
+    /// `/ping` command (an interaction record; the person sees a failure
+    /// unless the bot registered `ping` and answers it).
+    pub bot_user_id: u64,
+    /// The person who uses it (alice, the demo server's owner).
+    pub person: Option<serde_json::Value>,
 }
+
+/// Ticks between two demo `/ping`s.
+pub const PING_EVERY: u64 = 5;
 
 /// The demo author: a user, not a bot.
 const AUTHOR_ID: u64 = 1_180_000_000_000_000_001;
@@ -39,6 +48,9 @@ pub fn start(
                 n += 1;
                 frame.clear();
                 encode_message_create(&target, ids.next_id(), n, &mut frame);
+                if n % PING_EVERY == 0 {
+                    encode_ping(&target, ids.next_id(), &mut frame);
+                }
                 if conn.is_none() {
                     conn = TcpStream::connect(ingest).ok();
                 }
@@ -91,6 +103,25 @@ pub fn encode_message_create(target: &DemoTarget, id: u64, n: u64, out: &mut Vec
         commit_ns,
         ingest::FLAG_HAS_CONTENT,
         &[],
+        &d,
+        out,
+    );
+}
+
+/// A person using the demo bot's `/ping` (an interaction record).
+pub fn encode_ping(target: &DemoTarget, id: u64, out: &mut Vec<u8>) {
+    let Some(person) = &target.person else { return };
+    let d = json!({"id": id.to_string(), "type": 2, "user": person, "data": {"name": "ping", "type": 1}, "locale": "en-US"});
+    let d = serde_json::to_vec(&d).expect("json");
+    ingest::encode_parts(
+        "INTERACTION_CREATE",
+        target.server_id,
+        target.channel_id,
+        0,
+        0,
+        registry::snowflake::unix_ms_now() * 1_000_000,
+        ingest::FLAG_INTERACTION,
+        &[target.bot_user_id],
         &d,
         out,
     );

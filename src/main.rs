@@ -36,6 +36,9 @@ enum Command {
     Run(config::RunArgs),
     /// Manage applications, servers and installations in the registry.
     Registry(registry_cli::RegistryArgs),
+    /// The egress: makes outbound calls to bot-supplied URLs for a node
+    /// (started by the node itself unless `egress.remote` names one).
+    Egress(gatewayd::egress::server::EgressArgs),
     /// A live one-screen view of a running node, read from its admin /metrics.
     Stats(gatewayd::ops::stats::StatsArgs),
 }
@@ -57,6 +60,7 @@ fn main() {
             unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
             registry_cli::run(args)
         }
+        Some(Command::Egress(args)) => gatewayd::egress::server::run(args),
         Some(Command::Stats(args)) => gatewayd::ops::stats::run(args),
         Some(Command::Run(args)) => config::Config::load(&args).and_then(node::run),
         None => config::Config::load(&cli.run).and_then(node::run),

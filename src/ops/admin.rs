@@ -20,6 +20,8 @@ pub struct Views {
     pub chat: Arc<crate::chat::ChatStats>,
     /// The counters thread (REST limits shared through Redis).
     pub redis: Arc<crate::link::counters::RedisStats>,
+    /// The egress client's outcome counters.
+    pub egress: Arc<crate::egress::EgressStats>,
 }
 
 pub struct Admin {
@@ -126,6 +128,7 @@ fn serve(mut s: TcpStream, views: &Views) -> std::io::Result<()> {
             crate::ops::metrics::render_ops(&shared.metrics, &views.ingest, &views.link, &mut out);
             crate::ops::rest_metrics::render(&shared.metrics, &views.chat, &views.ingest, &mut out);
             crate::ops::rest_metrics::render_redis(&views.redis, &mut out);
+            crate::ops::rest_metrics::render_egress(&views.egress, &mut out);
             (200, "text/plain; version=0.0.4; charset=utf-8", out)
         }
         "/healthz" => (200, "text/plain", "ok\n".to_string()),

@@ -6,6 +6,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+mod egress;
+pub use egress::Egress;
+
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct Config {
@@ -42,6 +45,7 @@ pub struct Config {
     pub demo: Demo,
     pub rest: Rest,
     pub chat: Chat,
+    pub egress: Egress,
 }
 
 /// The chat service behind the REST edge: embedded, or an upstream one
@@ -299,6 +303,7 @@ impl Default for Config {
             demo: Demo::default(),
             rest: Rest::default(),
             chat: Chat::default(),
+            egress: Egress::default(),
         }
     }
 }
@@ -471,6 +476,15 @@ pub struct RunArgs {
     /// REST: nodes sharing the limits, for the fallback share (0: from Redis heartbeats).
     #[arg(long)]
     pub rest_nodes: Option<u32>,
+    /// Where the node's child egress listens (Unix socket path or host:port).
+    #[arg(long)]
+    pub egress_addr: Option<String>,
+    /// Use the egress at host:port instead of starting one.
+    #[arg(long)]
+    pub egress_remote: Option<String>,
+    /// Ranges the child egress may reach anyway (development, tests), comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub egress_allow_private_cidrs: Option<Vec<String>>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -541,6 +555,9 @@ impl Config {
         set!(args.rest_redis_sync_ms => cfg.rest.redis_sync_ms);
         set!(args.rest_redis_timeout_ms => cfg.rest.redis_timeout_ms);
         set!(args.rest_nodes => cfg.rest.nodes);
+        set!(args.egress_addr => cfg.egress.addr);
+        set!(args.egress_remote => cfg.egress.remote);
+        set!(args.egress_allow_private_cidrs => cfg.egress.allow_private_cidrs);
         set!(args.max_unsent => cfg.events.max_unsent);
         set!(args.arena_bytes => cfg.events.arena_bytes);
         if args.tls_cert.is_some() {
@@ -624,6 +641,7 @@ impl Config {
         if !(1..=5_000).contains(&self.rest.redis_timeout_ms) {
             return Err("rest.redis_timeout_ms must be 1..=5000".into());
         }
+        self.egress.validate()?;
         if self.demo.interval_ms == 0 {
             return Err("demo.interval_ms must be positive".into());
         }

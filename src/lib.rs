@@ -15,7 +15,7 @@
 //!   worker                     the run loop, connections, the inbox types
 //!   api                        the REST edge's steps: route, limit, permit, bodies
 //!   delivery                   entitlement, fan-out, arena records, sends
-//!   protocol                   Gateway v10 as a state machine; payloads
+//!   protocol, egress           Gateway v10 as a state machine; payloads; outbound calls, signing
 //!   config, histogram          leaves
 //! ```
 
@@ -23,6 +23,7 @@ pub mod api;
 pub mod chat;
 pub mod config;
 pub mod delivery;
+pub mod egress;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod histogram;

@@ -36,6 +36,9 @@ enum Command {
     Run(config::RunArgs),
     /// Manage applications, servers and installations in the registry.
     Registry(registry_cli::RegistryArgs),
+    /// The egress: makes outbound calls to bot-supplied URLs for a node
+    /// (started by the node itself unless `egress.remote` names one).
+    Egress(gatewayd::egress::server::EgressArgs),
     /// A live one-screen view of a running node, read from its admin /metrics.
     Stats(gatewayd::ops::stats::StatsArgs),
     /// Use a bot's slash command (or click its button) as a person would,
@@ -60,6 +63,7 @@ fn main() {
             unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
             registry_cli::run(args)
         }
+        Some(Command::Egress(args)) => gatewayd::egress::server::run(args),
         Some(Command::Stats(args)) => gatewayd::ops::stats::run(args),
         Some(Command::Interact(args)) => match gatewayd::interact_cli::run(args) {
             Ok(code) => std::process::exit(code),

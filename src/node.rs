@@ -41,6 +41,9 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     // The demo data is always seeded (it is how a fresh node is usable);
     // `--no-demo` only stops the traffic source.
     let demo_target = seed_demo(&cfg, &*registry)?;
+    // Outbound calls to bot-supplied URLs go through the egress process
+    // (ADR-11): the node's own child, or a remote one.
+    let (egress, egress_child) = start_egress(&cfg)?;
 
     // The chat service: embedded (None), or the upstream one at this URL.
     let upstream = (!cfg.chat.upstream_url.is_empty())
@@ -241,6 +244,7 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
             redis: redis_stats.clone(),
             board: interaction_board.clone(),
             interactions: interaction_stats.clone(),
+            egress: egress.stats.clone(),
         },
     )
     .map_err(|e| format!("admin {}: {e}", cfg.admin_addr))?;
@@ -383,8 +387,49 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         let _ = t.join();
     }
     drop(admin);
+    drop(egress);
+    drop(egress_child);
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The egress client, and the child egress it talks to unless
+/// `egress.remote` names one (stopped when dropped, at shutdown).
+fn start_egress(
+    cfg: &Config,
+) -> Result<
+    (
+        Arc<crate::egress::EgressClient>,
+        Option<crate::egress::client::EgressChild>,
+    ),
+    String,
+> {
+    use crate::egress::client::{Addr, Defaults, EgressChild};
+    let e = &cfg.egress;
+    let defaults = Defaults {
+        connect: Duration::from_millis(e.connect_timeout_ms),
+        max_response_bytes: e.max_response_bytes,
+    };
+    if !e.remote.is_empty() {
+        let addr = Addr::parse(&e.remote)?;
+        tracing::info!(%addr, "using a remote egress");
+        return Ok((
+            Arc::new(crate::egress::EgressClient::new(addr, defaults)),
+            None,
+        ));
+    }
+    let addr = if e.addr.is_empty() {
+        Addr::Unix(cfg.data_path("egress.sock"))
+    } else {
+        Addr::parse(&e.addr)?
+    };
+    let exe = std::env::current_exe().map_err(|err| format!("egress: own executable: {err}"))?;
+    let child = EgressChild::spawn(&exe, &addr, &e.allow_private_cidrs, e.max_in_flight)?;
+    tracing::info!(%addr, pid = child.id(), "egress started");
+    Ok((
+        Arc::new(crate::egress::EgressClient::new(addr, defaults)),
+        Some(child),
+    ))
 }
 
 /// Where the embedded chat service's commits go: this node's pipeline, or

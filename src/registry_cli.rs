@@ -146,6 +146,35 @@ enum RegistryCmd {
         #[arg(long)]
         server: u64,
     },
+    /// Show one application: its verify_key (the Ed25519 public key bots
+    /// check interaction signatures with) and its interactions endpoint.
+    ShowApp {
+        #[arg(long)]
+        app: u64,
+    },
+    /// Set the interactions endpoint URL after checking it as the platform
+    /// does: a signed PING must get 200 {"type":1} and a PING with a bad
+    /// signature must get 401, both sent through an egress.
+    SetEndpoint {
+        #[arg(long)]
+        app: u64,
+        #[arg(long, required_unless_present = "clear")]
+        url: Option<String>,
+        /// Remove the endpoint (interactions go over the gateway again).
+        #[arg(long, conflicts_with = "url")]
+        clear: bool,
+        /// The egress to call through (Unix socket path or host:port);
+        /// default: start one for this command.
+        #[arg(long)]
+        egress: Option<String>,
+        /// For the egress this command starts: ranges it may reach anyway
+        /// (development and tests), comma-separated.
+        #[arg(long, value_delimiter = ',')]
+        egress_allow_private_cidrs: Vec<String>,
+        /// Time each of the two checks has.
+        #[arg(long, default_value_t = 3_000)]
+        timeout_ms: u64,
+    },
     /// List applications, servers and installations.
     List,
 }
@@ -303,6 +332,47 @@ pub fn run(args: RegistryArgs) -> Result<(), String> {
                 }
             }
         }
+        RegistryCmd::ShowApp { app } => {
+            let a = reg
+                .application(app)
+                .map_err(e)?
+                .ok_or(format!("no application {app}"))?;
+            let seed = reg.signing_seed(app).map_err(e)?;
+            println!("application_id={} name={:?}", a.id, a.name);
+            println!("verify_key={}", crate::egress::sign::public_key_hex(&seed));
+            println!(
+                "interactions_endpoint_url={}",
+                reg.interactions_endpoint(app)
+                    .map_err(e)?
+                    .unwrap_or_default()
+            );
+        }
+        RegistryCmd::SetEndpoint {
+            app,
+            url,
+            clear,
+            egress,
+            egress_allow_private_cidrs,
+            timeout_ms,
+        } => match url.filter(|_| !clear) {
+            None => {
+                reg.set_interactions_endpoint(app, None).map_err(e)?;
+                println!("interactions_endpoint_url=");
+            }
+            Some(url) => {
+                let seed = reg.signing_seed(app).map_err(e)?;
+                verify_endpoint(
+                    &url,
+                    &seed,
+                    egress.as_deref(),
+                    &egress_allow_private_cidrs,
+                    std::time::Duration::from_millis(timeout_ms),
+                )?;
+                reg.set_interactions_endpoint(app, Some(&url)).map_err(e)?;
+                println!("verified: signed PING answered, bad signature refused");
+                println!("interactions_endpoint_url={url}");
+            }
+        },
         RegistryCmd::List => {
             for a in reg.list_applications().map_err(e)? {
                 println!(
@@ -322,6 +392,36 @@ pub fn run(args: RegistryArgs) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The endpoint check through an egress: the one named, or a child
+/// started for this command (with an empty environment: the registry URL
+/// does not reach it).
+fn verify_endpoint(
+    url: &str,
+    seed: &[u8; 32],
+    egress: Option<&str>,
+    allow: &[String],
+    each: std::time::Duration,
+) -> Result<(), String> {
+    use crate::egress::client::{Addr, Defaults, EgressChild};
+    let (addr, _child) = match egress {
+        Some(a) => (Addr::parse(a)?, None),
+        None => {
+            let addr = Addr::Unix(std::env::temp_dir().join(format!(
+                "gatewayd-egress-{}-{:08x}.sock",
+                std::process::id(),
+                getrandom::u32().unwrap_or(0)
+            )));
+            let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
+            let child = EgressChild::spawn(&exe, &addr, allow, 4)?;
+            (addr, Some(child))
+        }
+    };
+    let client = crate::egress::EgressClient::new(addr, Defaults::default());
+    client
+        .verify_endpoint(url, seed, each)
+        .map_err(|why| format!("endpoint {url} not accepted: {why}"))
 }
 
 fn set_member_roles(

@@ -22,7 +22,7 @@ const FLOORS: &[&[&str]] = &[
     &["worker"],
     &["api"],
     &["delivery"],
-    &["protocol"],
+    &["protocol", "egress"],
     &["config", "histogram"],
 ];
 

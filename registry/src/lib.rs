@@ -13,6 +13,7 @@ pub mod postgres;
 mod rows;
 mod rules;
 mod schema;
+mod signing;
 pub mod snowflake;
 mod sqlite;
 pub mod token;
@@ -20,6 +21,7 @@ mod validate;
 
 pub use self::postgres::{PostgresRegistry, RevocationListener};
 pub use model::*;
+pub use signing::MAX_ENDPOINT_URL;
 pub use sqlite::{SqliteRegistry, BUSY_TIMEOUT};
 
 pub type Result<T, E = RegistryError> = std::result::Result<T, E>;
@@ -178,6 +180,14 @@ pub trait Registry: Send + Sync {
     fn open_dm(&self, user_a: u64, user_b: u64) -> Result<u64>;
     /// (channel id, the other user) of every DM channel of `user_id`.
     fn dm_channels_of(&self, user_id: u64) -> Result<Vec<(u64, u64)>>;
+
+    // Interaction signing (ADR-12; `crate::signing` has the rules).
+    /// The application's Ed25519 seed, created on first use.
+    fn signing_seed(&self, app_id: u64) -> Result<[u8; 32]>;
+    /// Sets (or with None clears) the interactions endpoint URL. The
+    /// caller verifies the endpoint first (signed PING, bad signature).
+    fn set_interactions_endpoint(&self, app_id: u64, url: Option<&str>) -> Result<()>;
+    fn interactions_endpoint(&self, app_id: u64) -> Result<Option<String>>;
 }
 
 /// Something taken away from a bot, as written to the outbox.

@@ -190,6 +190,23 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX dm_channels_high ON dm_channels(user_high);
     "#,
+    // 6: reserved for the application commands migration (issue 14, made on
+    // another branch in parallel). This placeholder does nothing; the merge
+    // takes that branch's text for 6 (and its pinned lines) in its place.
+    r#"
+    SELECT 1;
+    "#,
+    // 7: interaction signing (ADR-12): each application's Ed25519 seed
+    // (32 bytes, created on first use) and its interactions endpoint URL
+    // (null: interactions go over the gateway). One row per application,
+    // gone with it.
+    r#"
+    CREATE TABLE app_signing (
+        application_id            {i64} PRIMARY KEY REFERENCES applications(id) ON DELETE CASCADE,
+        signing_seed              {bytes} NOT NULL,
+        interactions_endpoint_url TEXT
+    );
+    "#,
 ];
 
 /// Where the schema version and the revision counter live (created before
@@ -275,6 +292,10 @@ mod tests {
             "c1027b795e29f4f3a64c49dee64a7c03827141796587643fd41828a80b349279",
             "297443eb983d66bf21595d95478d6d3c449d090683d00446f71989acae15e637",
             "c651bd6a8e160a5fa40852ab2adf459ff98795cf969d9d9e8613345264ee215d",
+            // 6: the placeholder (the merge takes the commands branch's line).
+            "9f18fe5fd7528e9a00183338777890e2150faa710c0153f2ac0d2161361ae395",
+            // 7: app_signing.
+            "476e8a39c3af7f39a6c5218bced2889db67d4cf7f0c35787803b001900679a57",
         ];
         let postgres = [
             "1a3cb466e916e54db1de963200edb5cc45643a0fd53b9acfb3007df2d641032a",
@@ -282,6 +303,10 @@ mod tests {
             "649d47fd83918c53fe456dd3a09eebde6e14bbde887719577fa7b1e4e9cc91c0",
             "297443eb983d66bf21595d95478d6d3c449d090683d00446f71989acae15e637",
             "6e3b5ac838dca8b12441074dae0a83876cb98ac87111ff72b6d0a6f07af350e3",
+            // 6: the placeholder (the merge takes the commands branch's line).
+            "9f18fe5fd7528e9a00183338777890e2150faa710c0153f2ac0d2161361ae395",
+            // 7: app_signing.
+            "faba10835496a34f91b9e0289d92e745ecc9ca5827dc4f4b620b59f09ef9cc96",
         ];
         for (dialect, pinned) in [(&SQLITE, sqlite), (&POSTGRES, postgres)] {
             let got: Vec<String> = dialect.migrations_after(0).map(|m| sha256(&m)).collect();

@@ -84,3 +84,37 @@ fn unknown_keys_are_errors() {
     .unwrap_err();
     assert!(err.contains("wrokers"), "{err}");
 }
+
+#[test]
+fn the_egress_section_from_file_and_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("g.toml");
+    std::fs::write(
+        &path,
+        "[egress]\naddr = \"/run/gatewayd/egress.sock\"\ntotal_timeout_ms = 2000\nallow_private_cidrs = [\"10.0.0.0/8\"]\n",
+    )
+    .unwrap();
+    let args = RunArgs {
+        config: Some(path.clone()),
+        egress_allow_private_cidrs: Some(vec!["127.0.0.0/8".into()]),
+        ..Default::default()
+    };
+    let cfg = Config::load(&args).unwrap();
+    assert_eq!(cfg.egress.addr, "/run/gatewayd/egress.sock");
+    assert_eq!(cfg.egress.total_timeout_ms, 2000);
+    assert_eq!(cfg.egress.connect_timeout_ms, 1000);
+    assert_eq!(cfg.egress.max_response_bytes, 64 << 10);
+    assert_eq!(cfg.egress.allow_private_cidrs, ["127.0.0.0/8"], "flag wins");
+    // A remote egress enforces its own allow list, not this node's.
+    let remote = RunArgs {
+        config: Some(path),
+        egress_remote: Some("10.200.0.2:7070".into()),
+        ..Default::default()
+    };
+    assert!(Config::load(&remote)
+        .unwrap_err()
+        .contains("allow_private_cidrs"));
+    let mut cfg = Config::default();
+    cfg.egress.connect_timeout_ms = 5_000;
+    assert!(cfg.validate().unwrap_err().contains("connect_timeout_ms"));
+}

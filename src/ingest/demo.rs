@@ -48,7 +48,7 @@ pub fn start(
                 n += 1;
                 frame.clear();
                 encode_message_create(&target, ids.next_id(), n, &mut frame);
-                if n % PING_EVERY == 0 {
+                if n.is_multiple_of(PING_EVERY) {
                     encode_ping(&target, ids.next_id(), &mut frame);
                 }
                 if conn.is_none() {

@@ -75,22 +75,30 @@ impl Sidecar {
                 })
             }
             RestRoute::UsersMe => bot_user(&app),
-            RestRoute::ApplicationsMe => json!({
-                "id": app.id.to_string(),
-                "name": app.name,
-                "description": "",
-                "icon": null,
-                "bot_public": false,
-                "bot_require_code_grant": false,
-                "owner": {"id": "0", "username": "gatewayd", "discriminator": "0", "global_name": null, "avatar": null, "flags": 0, "public_flags": 0},
-                "verify_key": format!("{:064x}", u128::from(app.id as u32)),
-                "flags": app.flags,
-                "team": null,
-                "summary": "",
-                "rpc_origins": [],
-                "tags": [],
-                "bot": bot_user(&app),
-            }),
+            RestRoute::ApplicationsMe => {
+                // The application's Ed25519 public key (ADR-12): what its
+                // HTTP endpoint verifies interaction signatures with.
+                let verify_key = match self.call(|r| r.signing_seed(app.id)) {
+                    Ok(seed) => crate::egress::sign::public_key_hex(&seed),
+                    Err(_) => return unavailable(),
+                };
+                json!({
+                    "id": app.id.to_string(),
+                    "name": app.name,
+                    "description": "",
+                    "icon": null,
+                    "bot_public": false,
+                    "bot_require_code_grant": false,
+                    "owner": {"id": "0", "username": "gatewayd", "discriminator": "0", "global_name": null, "avatar": null, "flags": 0, "public_flags": 0},
+                    "verify_key": verify_key,
+                    "flags": app.flags,
+                    "team": null,
+                    "summary": "",
+                    "rpc_origins": [],
+                    "tags": [],
+                    "bot": bot_user(&app),
+                })
+            }
         };
         (200, serde_json::to_vec(&body).expect("json"))
     }

@@ -192,3 +192,20 @@ pub fn render_interactions(st: &crate::chat::interactions::InteractionStats, out
         out,
     );
 }
+
+/// The egress's outcomes (ADR-11): every outbound call to a bot-supplied
+/// URL, by how it ended (an HTTP status class, or why it gave none).
+pub fn render_egress(e: &crate::egress::EgressStats, out: &mut String) {
+    let _ = writeln!(
+        out,
+        "# HELP gatewayd_egress_requests_total Outbound calls to bot-supplied URLs through the egress, by outcome: \
+status_2xx..status_5xx (answered), or the refusal or failure (refused_address, dns_failed, timeout, too_large, ...).\n\
+# TYPE gatewayd_egress_requests_total counter"
+    );
+    for (outcome, n) in e.outcomes() {
+        let _ = writeln!(
+            out,
+            "gatewayd_egress_requests_total{{outcome=\"{outcome}\"}} {n}"
+        );
+    }
+}

@@ -50,6 +50,7 @@ mod installs;
 mod people;
 mod schema;
 mod servers;
+mod signing;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -1033,6 +1034,29 @@ impl Registry for PostgresRegistry {
 
     fn dm_channels_of(&self, user_id: u64) -> Result<Vec<(u64, u64)>> {
         self.run(WriteKind::Read, |t| t.dm_channels_of(user_id))
+    }
+
+    fn signing_seed(&self, app_id: u64) -> Result<[u8; 32]> {
+        if let Some(seed) = self.run(WriteKind::Single, |t| {
+            crate::signing::existing_seed(t, app_id)
+        })? {
+            return Ok(seed);
+        }
+        self.run(WriteKind::Write, |t| {
+            crate::signing::signing_seed(t, app_id)
+        })
+    }
+
+    fn set_interactions_endpoint(&self, app_id: u64, url: Option<&str>) -> Result<()> {
+        self.run(WriteKind::Write, |t| {
+            crate::signing::set_interactions_endpoint(t, app_id, url)
+        })
+    }
+
+    fn interactions_endpoint(&self, app_id: u64) -> Result<Option<String>> {
+        self.run(WriteKind::Read, |t| {
+            crate::signing::interactions_endpoint(t, app_id)
+        })
     }
 }
 

@@ -6,6 +6,7 @@ mod installs;
 mod people;
 mod schema;
 mod servers;
+mod signing;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard, PoisonError};
@@ -16,7 +17,9 @@ use rusqlite::{Connection, TransactionBehavior};
 use crate::members::{self, MemberStore};
 use crate::model::*;
 use crate::rows::{self, to_i, to_u};
-use crate::{ops, Registry, Result, Revocation, RevocationRecord, StateChange};
+use crate::{
+    ops, signing as sign_ops, Registry, Result, Revocation, RevocationRecord, StateChange,
+};
 
 /// How long a write waits for another process's write before reporting
 /// [`crate::RegistryError::Unavailable`].
@@ -431,6 +434,21 @@ impl Registry for SqliteRegistry {
 
     fn dm_channels_of(&self, user_id: u64) -> Result<Vec<(u64, u64)>> {
         self.read(|mut c| c.dm_channels_of(user_id))
+    }
+
+    fn signing_seed(&self, app_id: u64) -> Result<[u8; 32]> {
+        if let Some(seed) = self.read(|mut c| sign_ops::existing_seed(&mut c, app_id))? {
+            return Ok(seed);
+        }
+        self.write(|mut c| sign_ops::signing_seed(&mut c, app_id))
+    }
+
+    fn set_interactions_endpoint(&self, app_id: u64, url: Option<&str>) -> Result<()> {
+        self.write(|mut c| sign_ops::set_interactions_endpoint(&mut c, app_id, url))
+    }
+
+    fn interactions_endpoint(&self, app_id: u64) -> Result<Option<String>> {
+        self.read(|mut c| sign_ops::interactions_endpoint(&mut c, app_id))
     }
 }
 

@@ -60,6 +60,7 @@ macro_rules! behaviour_tests {
             bans_end_membership_and_block_rejoining,
             member_pages_and_dm_channels,
             demo_server_has_people_ranked_around_the_bot,
+            signing_seed_and_interactions_endpoint,
         );
     };
     // One test per name, recursively (the attributes repeat per test).
@@ -156,6 +157,66 @@ pub fn reset_token_invalidates_old(reg: &dyn Backend) {
     assert_eq!(reg.authenticate(&new).unwrap().unwrap().id, app.id);
     assert!(matches!(
         reg.reset_token(12345),
+        Err(RegistryError::NotFound { .. })
+    ));
+}
+
+/// ADR-12: one seed per application, created on first use and stable;
+/// the endpoint URL set, cleared, checked, and gone with the application.
+pub fn signing_seed_and_interactions_endpoint(reg: &dyn Backend) {
+    let (a, _) = reg.create_application("signer", 0, 1).unwrap();
+    let (b, _) = reg.create_application("other", 0, 1).unwrap();
+    let seed = reg.signing_seed(a.id).unwrap();
+    assert_eq!(reg.signing_seed(a.id).unwrap(), seed, "stable once made");
+    assert_ne!(reg.signing_seed(b.id).unwrap(), seed, "one per application");
+    assert_ne!(seed, [0u8; 32]);
+    assert_eq!(reg.interactions_endpoint(a.id).unwrap(), None);
+    reg.set_interactions_endpoint(a.id, Some("https://bot.example.com/i"))
+        .unwrap();
+    assert_eq!(
+        reg.interactions_endpoint(a.id).unwrap().as_deref(),
+        Some("https://bot.example.com/i")
+    );
+    assert_eq!(
+        reg.signing_seed(a.id).unwrap(),
+        seed,
+        "setting a URL keeps the key"
+    );
+    assert_eq!(reg.interactions_endpoint(b.id).unwrap(), None);
+    reg.set_interactions_endpoint(a.id, None).unwrap();
+    assert_eq!(reg.interactions_endpoint(a.id).unwrap(), None);
+    // A URL set before any seed existed makes the seed too.
+    let (c, _) = reg.create_application("fresh", 0, 1).unwrap();
+    reg.set_interactions_endpoint(c.id, Some("http://h/"))
+        .unwrap();
+    assert_eq!(reg.signing_seed(c.id).unwrap().len(), 32);
+    for bad in [
+        "ftp://x/",
+        "no-scheme",
+        "http://a b/",
+        &format!("http://h/{}", "a".repeat(3000)),
+    ] {
+        assert!(
+            matches!(
+                reg.set_interactions_endpoint(a.id, Some(bad)),
+                Err(RegistryError::Invalid(_))
+            ),
+            "{bad:?}"
+        );
+    }
+    for missing in [
+        reg.signing_seed(12345).map(|_| ()),
+        reg.set_interactions_endpoint(12345, Some("http://h/")),
+        reg.interactions_endpoint(12345).map(|_| ()),
+    ] {
+        assert!(
+            matches!(missing, Err(RegistryError::NotFound { .. })),
+            "{missing:?}"
+        );
+    }
+    assert!(reg.delete_application(a.id).unwrap());
+    assert!(matches!(
+        reg.signing_seed(a.id),
         Err(RegistryError::NotFound { .. })
     ));
 }

@@ -1,0 +1,493 @@
+//! The node's side of the egress: [`EgressClient`] (thread-safe, blocking:
+//! called from helper threads, never from an io_uring worker), the
+//! outcome counters it keeps for `/metrics`, and the child `gatewayd
+//! egress` process the node (or the CLI) starts by default.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::net::{TcpStream, ToSocketAddrs};
+use std::os::unix::net::UnixStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+
+use super::sign;
+use super::wire::{self, Answer, Request};
+use super::Reason;
+
+/// Calls one client may have waiting at once; more are `busy` at once.
+pub const MAX_PENDING: usize = 4096;
+/// Transport slack on top of a call's own deadline (the egress enforces
+/// the deadline; this only covers the frames' way back).
+const GRACE: Duration = Duration::from_millis(200);
+
+/// Where an egress listens: a Unix socket path (anything with a `/`), or
+/// `host:port` over TCP.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Addr {
+    Unix(PathBuf),
+    Tcp(String),
+}
+
+impl Addr {
+    pub fn parse(s: &str) -> Result<Addr, String> {
+        let s = s.trim();
+        if s.contains('/') {
+            Ok(Addr::Unix(PathBuf::from(s)))
+        } else if s
+            .rsplit_once(':')
+            .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok())
+        {
+            Ok(Addr::Tcp(s.to_string()))
+        } else {
+            Err(format!(
+                "egress address {s:?}: expected a Unix socket path or host:port"
+            ))
+        }
+    }
+}
+
+impl std::fmt::Display for Addr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Addr::Unix(p) => write!(f, "{}", p.display()),
+            Addr::Tcp(a) => f.write_str(a),
+        }
+    }
+}
+
+/// A call that got no HTTP answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EgressError {
+    pub reason: Reason,
+    pub detail: String,
+}
+
+impl std::fmt::Display for EgressError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.reason, self.detail)
+    }
+}
+
+impl std::error::Error for EgressError {}
+
+fn err(reason: Reason, detail: impl Into<String>) -> EgressError {
+    EgressError {
+        reason,
+        detail: detail.into(),
+    }
+}
+
+/// An HTTP answer relayed by the egress (any status; a 3xx is not followed).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+/// Outcomes of the calls made through one client: the
+/// `gatewayd_egress_requests_total{outcome}` family.
+#[derive(Debug, Default)]
+pub struct EgressStats {
+    /// Answers by status class: 2xx, 3xx, 4xx, 5xx.
+    pub answered: [AtomicU64; 4],
+    /// Failures, indexed like [`Reason::ALL`].
+    pub failed: [AtomicU64; Reason::ALL.len()],
+}
+
+impl EgressStats {
+    /// Every (outcome label, count), in a fixed order.
+    pub fn outcomes(&self) -> Vec<(&'static str, u64)> {
+        let classes = ["status_2xx", "status_3xx", "status_4xx", "status_5xx"];
+        let mut v: Vec<(&'static str, u64)> = classes
+            .iter()
+            .zip(&self.answered)
+            .map(|(l, c)| (*l, c.load(Relaxed)))
+            .collect();
+        v.extend(
+            Reason::ALL
+                .iter()
+                .zip(&self.failed)
+                .map(|(r, c)| (r.as_str(), c.load(Relaxed))),
+        );
+        v
+    }
+
+    fn count(&self, r: &Result<Reply, EgressError>) {
+        match r {
+            Ok(rep) => {
+                let i = (rep.status / 100).clamp(2, 5) as usize - 2;
+                self.answered[i].fetch_add(1, Relaxed);
+            }
+            Err(e) => {
+                self.failed[e.reason.index()].fetch_add(1, Relaxed);
+            }
+        }
+    }
+}
+
+/// Per-call defaults (config `[egress]`).
+#[derive(Clone, Copy, Debug)]
+pub struct Defaults {
+    pub connect: Duration,
+    pub max_response_bytes: usize,
+}
+
+impl Default for Defaults {
+    fn default() -> Self {
+        Defaults {
+            connect: Duration::from_millis(1_000),
+            max_response_bytes: 64 << 10,
+        }
+    }
+}
+
+/// One connection: its write half and the calls waiting on its reader.
+struct Conn {
+    writer: Mutex<Box<dyn Write + Send>>,
+    pending: Mutex<HashMap<u64, Sender<Answer>>>,
+    dead: AtomicBool,
+}
+
+pub struct EgressClient {
+    addr: Addr,
+    conn: Mutex<Option<Arc<Conn>>>,
+    next_id: AtomicU64,
+    defaults: Defaults,
+    pub stats: Arc<EgressStats>,
+}
+
+impl EgressClient {
+    pub fn new(addr: Addr, defaults: Defaults) -> EgressClient {
+        EgressClient {
+            addr,
+            conn: Mutex::new(None),
+            next_id: AtomicU64::new(1),
+            defaults,
+            stats: Arc::default(),
+        }
+    }
+
+    pub fn addr(&self) -> &Addr {
+        &self.addr
+    }
+
+    /// The live connection, or a new one (connecting by `deadline`).
+    fn connection(&self, deadline: Instant) -> Result<Arc<Conn>, EgressError> {
+        let mut slot = self.conn.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = slot.as_ref().filter(|c| !c.dead.load(Relaxed)) {
+            return Ok(c.clone());
+        }
+        let unavailable =
+            |e: std::io::Error| err(Reason::Unavailable, format!("egress {}: {e}", self.addr));
+        let (reader, writer): (Box<dyn std::io::Read + Send>, Box<dyn Write + Send>) = match &self
+            .addr
+        {
+            Addr::Unix(p) => {
+                let s = UnixStream::connect(p).map_err(unavailable)?;
+                let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+                (Box::new(s.try_clone().map_err(unavailable)?), Box::new(s))
+            }
+            Addr::Tcp(a) => {
+                let sa = a
+                    .to_socket_addrs()
+                    .map_err(unavailable)?
+                    .next()
+                    .ok_or_else(|| err(Reason::Unavailable, format!("egress {a}: no address")))?;
+                let left = deadline
+                    .saturating_duration_since(Instant::now())
+                    .max(Duration::from_millis(1));
+                let s = TcpStream::connect_timeout(&sa, left).map_err(unavailable)?;
+                let _ = s.set_nodelay(true);
+                let _ = s.set_write_timeout(Some(Duration::from_secs(1)));
+                (Box::new(s.try_clone().map_err(unavailable)?), Box::new(s))
+            }
+        };
+        let conn = Arc::new(Conn {
+            writer: Mutex::new(writer),
+            pending: Mutex::new(HashMap::new()),
+            dead: AtomicBool::new(false),
+        });
+        let c = conn.clone();
+        std::thread::Builder::new()
+            .name("egress-client".into())
+            .spawn(move || read_answers(reader, &c))
+            .map_err(|e| err(Reason::Unavailable, format!("reader thread: {e}")))?;
+        *slot = Some(conn.clone());
+        Ok(conn)
+    }
+
+    /// One call through the egress, answered by `deadline` (the egress
+    /// gives up then; the answer's way back has [`GRACE`]).
+    pub fn request(
+        &self,
+        method: &str,
+        url: &str,
+        headers: &[(String, String)],
+        body: &[u8],
+        deadline: Instant,
+    ) -> Result<Reply, EgressError> {
+        let r = self.request_uncounted(method, url, headers, body, deadline);
+        self.stats.count(&r);
+        r
+    }
+
+    fn request_uncounted(
+        &self,
+        method: &str,
+        url: &str,
+        headers: &[(String, String)],
+        body: &[u8],
+        deadline: Instant,
+    ) -> Result<Reply, EgressError> {
+        let total = deadline.saturating_duration_since(Instant::now());
+        if total < Duration::from_millis(1) {
+            return Err(err(Reason::Timeout, "deadline passed before the call"));
+        }
+        if body.len() > wire::MAX_REQUEST_BODY {
+            return Err(err(Reason::BadUrl, "request body over 256 KiB"));
+        }
+        let conn = self.connection(deadline)?;
+        let id = self.next_id.fetch_add(1, Relaxed);
+        let req = Request {
+            id,
+            method: method.into(),
+            url: url.into(),
+            headers: headers.to_vec(),
+            body: wire::b64(body),
+            connect_ms: (self.defaults.connect.min(total).as_millis() as u64).max(1),
+            total_ms: (total.as_millis() as u64).max(1),
+            max_response_bytes: self.defaults.max_response_bytes,
+        };
+        let rx: Receiver<Answer> = {
+            let mut p = conn.pending.lock().unwrap_or_else(|p| p.into_inner());
+            if p.len() >= MAX_PENDING {
+                return Err(err(Reason::Busy, "too many calls waiting on the egress"));
+            }
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            p.insert(id, tx);
+            rx
+        };
+        let sent = {
+            let mut w = conn.writer.lock().unwrap_or_else(|p| p.into_inner());
+            wire::write_frame(&mut *w, &req)
+        };
+        if let Err(e) = sent {
+            conn.dead.store(true, Relaxed);
+            conn.pending
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&id);
+            return Err(err(
+                Reason::Unavailable,
+                format!("sending to the egress: {e}"),
+            ));
+        }
+        let wait = deadline.saturating_duration_since(Instant::now()) + GRACE;
+        let answer = match rx.recv_timeout(wait) {
+            Ok(a) => a,
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                conn.pending
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&id);
+                return Err(err(
+                    Reason::Timeout,
+                    "no answer from the egress by the deadline",
+                ));
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
+                return Err(err(Reason::Unavailable, "the egress connection ended"));
+            }
+        };
+        match (answer.ok, answer.error) {
+            (Some(h), _) => Ok(Reply {
+                status: h.status,
+                headers: h.headers,
+                body: wire::unb64(&h.body).ok_or_else(|| {
+                    err(
+                        Reason::MalformedResponse,
+                        "egress answer body is not base64",
+                    )
+                })?,
+            }),
+            (None, Some(r)) => Err(err(
+                Reason::parse(&r.reason).unwrap_or(Reason::MalformedResponse),
+                r.detail,
+            )),
+            (None, None) => Err(err(Reason::MalformedResponse, "empty egress answer")),
+        }
+    }
+
+    /// One signed interaction POST (ADR-12): `X-Signature-Ed25519` over the
+    /// current unix time and `body`, answered by `deadline`.
+    pub fn deliver(
+        &self,
+        url: &str,
+        seed: &[u8; 32],
+        body: &[u8],
+        deadline: Instant,
+    ) -> Result<(u16, Vec<u8>), EgressError> {
+        let ts = sign::timestamp_now();
+        let headers = sign::headers(&sign::sign(seed, &ts, body), &ts);
+        self.request("POST", url, &headers, body, deadline)
+            .map(|r| (r.status, r.body))
+    }
+
+    /// What the platform does before it accepts an endpoint URL: a signed
+    /// PING must get 200 `{"type":1}`, and the same PING with a wrong
+    /// signature must get 401. Each check has `each` to answer. The error
+    /// names the check that failed.
+    pub fn verify_endpoint(
+        &self,
+        url: &str,
+        seed: &[u8; 32],
+        each: Duration,
+    ) -> Result<(), String> {
+        let ping = br#"{"type":1}"#;
+        let (status, body) = self
+            .deliver(url, seed, ping, Instant::now() + each)
+            .map_err(|e| format!("signed PING: no answer ({e})"))?;
+        let pong = serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v.get("type").and_then(|t| t.as_u64()));
+        if status != 200 || pong != Some(1) {
+            return Err(format!(
+                "signed PING: expected 200 {{\"type\":1}}, got {status} {}",
+                String::from_utf8_lossy(&body[..body.len().min(200)])
+            ));
+        }
+        let ts = sign::timestamp_now();
+        let headers = sign::headers(&sign::corrupt(&sign::sign(seed, &ts, ping)), &ts);
+        let bad = self
+            .request("POST", url, &headers, ping, Instant::now() + each)
+            .map_err(|e| format!("PING with a bad signature: no answer ({e})"))?;
+        if bad.status != 401 {
+            return Err(format!(
+                "PING with a bad signature: expected 401, got {} (the endpoint must verify X-Signature-Ed25519)",
+                bad.status
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The reader of one connection: hands each answer to its caller; at the
+/// end, every waiting caller learns the connection is gone.
+fn read_answers(mut reader: Box<dyn std::io::Read + Send>, conn: &Conn) {
+    while let Ok(Some(a)) = wire::read_frame::<Answer>(&mut reader) {
+        let tx = conn
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&a.id);
+        if let Some(tx) = tx {
+            let _ = tx.try_send(a);
+        }
+    }
+    conn.dead.store(true, Relaxed);
+    conn.pending
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clear();
+}
+
+/// A `gatewayd egress` child: stopped (SIGTERM, then SIGKILL) when dropped;
+/// it also dies with its parent (PR_SET_PDEATHSIG).
+pub struct EgressChild {
+    child: Child,
+    socket: Option<PathBuf>,
+}
+
+impl EgressChild {
+    /// Starts `exe egress --listen addr` with an EMPTY environment (no
+    /// registry URL, no token, no proxy variables reach it; RUST_LOG is
+    /// passed on) and waits until it accepts connections.
+    pub fn spawn(
+        exe: &Path,
+        addr: &Addr,
+        allow_private_cidrs: &[String],
+        max_in_flight: usize,
+    ) -> Result<EgressChild, String> {
+        use std::os::unix::process::CommandExt;
+        let mut cmd = Command::new(exe);
+        cmd.arg("egress")
+            .arg("--listen")
+            .arg(addr.to_string())
+            .arg("--max-in-flight")
+            .arg(max_in_flight.to_string())
+            .env_clear()
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        if !allow_private_cidrs.is_empty() {
+            cmd.arg("--allow-private-cidrs")
+                .arg(allow_private_cidrs.join(","));
+        }
+        if let Some(v) = std::env::var_os("RUST_LOG") {
+            cmd.env("RUST_LOG", v);
+        }
+        // SAFETY: prctl is async-signal-safe; nothing else runs between fork and exec.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+                Ok(())
+            });
+        }
+        let child = cmd
+            .spawn()
+            .map_err(|e| format!("starting the egress ({}): {e}", exe.display()))?;
+        let mut me = EgressChild {
+            child,
+            socket: match addr {
+                Addr::Unix(p) => Some(p.clone()),
+                Addr::Tcp(_) => None,
+            },
+        };
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let up = match addr {
+                Addr::Unix(p) => UnixStream::connect(p).is_ok(),
+                Addr::Tcp(a) => TcpStream::connect(a.as_str()).is_ok(),
+            };
+            if up {
+                return Ok(me);
+            }
+            if let Ok(Some(status)) = me.child.try_wait() {
+                return Err(format!("the egress exited at start: {status}"));
+            }
+            if Instant::now() > deadline {
+                return Err(format!("the egress did not listen on {addr} within 10 s"));
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+}
+
+impl Drop for EgressChild {
+    fn drop(&mut self) {
+        // SAFETY: signalling our own child by its pid; it has not been reaped.
+        unsafe { libc::kill(self.child.id() as libc::pid_t, libc::SIGTERM) };
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if let Some(p) = &self.socket {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}

@@ -1,0 +1,506 @@
+//! The egress (ADR-11) as a separate process, against real local HTTP
+//! servers this test runs: what it refuses (private addresses by default,
+//! names resolving to them, redirects into them), what it bounds (a hanging
+//! endpoint, a huge answer), what it relays (a 500), and the endpoint check
+//! of ADR-12 against an endpoint verifying signatures with PyNaCl.
+//!
+//! The PyNaCl test is `#[ignore]`d like the other library tests: run it
+//! with a venv from tests/py/requirements.txt,
+//! `GATEWAYD_PYTHON=/var/cache/gatewayd-ci/venv/bin/python cargo test --test egress -- --include-ignored`.
+
+mod support;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gatewayd::egress::client::{Addr, Defaults, EgressChild};
+use gatewayd::egress::{EgressClient, Reason};
+
+/// A `gatewayd egress` child on a Unix socket, and a client of it.
+struct Egress {
+    _dir: tempfile::TempDir,
+    _child: EgressChild,
+    client: EgressClient,
+}
+
+fn egress(allow: &[&str]) -> Egress {
+    let dir = tempfile::tempdir().unwrap();
+    let addr = Addr::Unix(dir.path().join("egress.sock"));
+    let allow: Vec<String> = allow.iter().map(|s| s.to_string()).collect();
+    let child = EgressChild::spawn(
+        &PathBuf::from(env!("CARGO_BIN_EXE_gatewayd")),
+        &addr,
+        &allow,
+        64,
+    )
+    .unwrap();
+    Egress {
+        _dir: dir,
+        _child: child,
+        client: EgressClient::new(addr, Defaults::default()),
+    }
+}
+
+/// A local HTTP server: each path is a behaviour. Counts connections.
+struct Endpoint {
+    addr: SocketAddr,
+    accepted: Arc<AtomicUsize>,
+}
+
+fn endpoint() -> Endpoint {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let n = accepted.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            n.fetch_add(1, Ordering::SeqCst);
+            std::thread::spawn(move || serve(s));
+        }
+    });
+    Endpoint { addr, accepted }
+}
+
+fn serve(mut s: TcpStream) {
+    let mut r = BufReader::new(s.try_clone().unwrap());
+    let mut line = String::new();
+    if r.read_line(&mut line).is_err() {
+        return;
+    }
+    let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
+    let mut len = 0;
+    loop {
+        let mut h = String::new();
+        if r.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+            break;
+        }
+        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0; len];
+    let _ = r.read_exact(&mut body);
+    let reply = |s: &mut TcpStream, head: &str, body: &[u8]| {
+        let _ = s.write_all(
+            format!(
+                "HTTP/1.1 {head}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            )
+            .as_bytes(),
+        );
+        let _ = s.write_all(body);
+    };
+    match path.as_str() {
+        "/ok" => reply(
+            &mut s,
+            "200 OK\r\nContent-Type: application/json",
+            b"{\"ok\":true}",
+        ),
+        "/echo" => reply(&mut s, "200 OK", &body),
+        "/500" => reply(&mut s, "500 Internal Server Error", b"{\"boom\":1}"),
+        "/redirect" => reply(
+            &mut s,
+            "302 Found\r\nLocation: http://169.254.169.254/latest/meta-data/",
+            b"",
+        ),
+        "/hang" => std::thread::sleep(Duration::from_secs(10)),
+        "/huge-length" => {
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10737418240\r\n\r\n");
+            let _ = s.write_all(&[b'x'; 4096]);
+        }
+        "/huge-stream" => {
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n");
+            let chunk = [b'x'; 16384];
+            for _ in 0..(1 << 16) {
+                if s.write_all(&chunk).is_err() {
+                    break;
+                }
+            }
+        }
+        "/huge-chunked" => {
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n");
+            for _ in 0..(1 << 16) {
+                if s.write_all(b"4000\r\n").is_err()
+                    || s.write_all(&[b'y'; 0x4000]).is_err()
+                    || s.write_all(b"\r\n").is_err()
+                {
+                    break;
+                }
+            }
+        }
+        "/chunked" => {
+            let _ = s.write_all(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6;x=y\r\n world\r\n0\r\n\r\n");
+        }
+        "/garbage" => {
+            let _ = s.write_all(b"SSH-2.0-OpenSSH_9.6\r\n\r\n");
+        }
+        // Accepts anything: the endpoint check must refuse it.
+        "/accept-anything" => reply(
+            &mut s,
+            "200 OK\r\nContent-Type: application/json",
+            b"{\"type\":1}",
+        ),
+        _ => reply(&mut s, "404 Not Found", b""),
+    }
+}
+
+fn soon() -> Instant {
+    Instant::now() + Duration::from_millis(2_500)
+}
+
+fn url(e: &Endpoint, path: &str) -> String {
+    format!("http://{}{path}", e.addr)
+}
+
+fn refused(r: Result<impl std::fmt::Debug, gatewayd::egress::EgressError>) -> (Reason, String) {
+    match r {
+        Ok(v) => panic!("expected a refusal, got {v:?}"),
+        Err(e) => (e.reason, e.detail),
+    }
+}
+
+#[test]
+fn private_addresses_are_refused_by_default_before_connecting() {
+    let eg = egress(&[]);
+    let ep = endpoint();
+    for u in [
+        url(&ep, "/ok"),
+        format!("http://localhost:{}/ok", ep.addr.port()),
+        format!("http://[::ffff:127.0.0.1]:{}/ok", ep.addr.port()),
+        format!("http://[::1]:{}/ok", ep.addr.port()),
+        "http://169.254.169.254/latest/meta-data/".to_string(),
+        "http://10.0.0.1/".to_string(),
+    ] {
+        let (reason, why) = refused(eg.client.request("GET", &u, &[], b"", soon()));
+        assert_eq!(reason, Reason::RefusedAddress, "{u}: {why}");
+    }
+    assert_eq!(ep.accepted.load(Ordering::SeqCst), 0, "nothing may connect");
+    let (reason, _) = refused(eg.client.request("GET", "gopher://x/", &[], b"", soon()));
+    assert_eq!(reason, Reason::BadUrl);
+    let counted: u64 = eg
+        .client
+        .stats
+        .outcomes()
+        .iter()
+        .filter(|(o, _)| *o == "refused_address")
+        .map(|(_, n)| *n)
+        .sum();
+    assert_eq!(counted, 6);
+}
+
+#[test]
+fn the_allow_list_lets_exactly_its_ranges_through() {
+    let eg = egress(&["127.0.0.0/8"]);
+    let ep = endpoint();
+    let r = eg
+        .client
+        .request("GET", &url(&ep, "/ok"), &[], b"", soon())
+        .unwrap();
+    assert_eq!((r.status, r.body.as_slice()), (200, &b"{\"ok\":true}"[..]));
+    // `localhost` resolves into the allowed range too.
+    let r = eg
+        .client
+        .request(
+            "POST",
+            &format!("http://localhost:{}/echo", ep.addr.port()),
+            &[],
+            b"abc",
+            soon(),
+        )
+        .unwrap();
+    assert_eq!(r.body, b"abc");
+    let r = eg
+        .client
+        .request("GET", &url(&ep, "/chunked"), &[], b"", soon())
+        .unwrap();
+    assert_eq!(r.body, b"hello world");
+    // Not named: still refused.
+    for u in [
+        "http://10.0.0.1/",
+        "http://169.254.169.254/",
+        "http://192.168.1.1/",
+    ] {
+        assert_eq!(
+            refused(eg.client.request("GET", u, &[], b"", soon())).0,
+            Reason::RefusedAddress,
+            "{u}"
+        );
+    }
+}
+
+#[test]
+fn a_redirect_is_returned_not_followed() {
+    let eg = egress(&["127.0.0.0/8"]);
+    let ep = endpoint();
+    let r = eg
+        .client
+        .request("GET", &url(&ep, "/redirect"), &[], b"", soon())
+        .unwrap();
+    assert_eq!(r.status, 302);
+    let loc = r
+        .headers
+        .iter()
+        .find(|(k, _)| k.eq_ignore_ascii_case("location"));
+    assert_eq!(
+        loc.map(|(_, v)| v.as_str()),
+        Some("http://169.254.169.254/latest/meta-data/")
+    );
+    // Following it by hand, as a caller that re-validates would, is refused.
+    assert_eq!(
+        refused(eg.client.request("GET", &loc.unwrap().1, &[], b"", soon())).0,
+        Reason::RefusedAddress
+    );
+}
+
+#[test]
+fn a_hanging_endpoint_times_out_within_its_bound_and_slows_no_other_call() {
+    let eg = Arc::new(egress(&["127.0.0.0/8"]));
+    let ep = endpoint();
+    let hang = url(&ep, "/hang");
+    let e2 = eg.clone();
+    let t = std::thread::spawn(move || {
+        let start = Instant::now();
+        let r = e2
+            .client
+            .deliver(&hang, &[1; 32], b"{}", start + Duration::from_millis(1_500));
+        (r, start.elapsed())
+    });
+    // Beside it, a fast endpoint answers at once.
+    std::thread::sleep(Duration::from_millis(100));
+    let start = Instant::now();
+    let fast = eg
+        .client
+        .deliver(&url(&ep, "/ok"), &[1; 32], b"{}", soon())
+        .unwrap();
+    assert_eq!(fast.0, 200);
+    assert!(
+        start.elapsed() < Duration::from_millis(500),
+        "fast call took {:?}",
+        start.elapsed()
+    );
+    let (r, took) = t.join().unwrap();
+    assert_eq!(refused(r).0, Reason::Timeout);
+    assert!(
+        took >= Duration::from_millis(1_400) && took < Duration::from_millis(2_000),
+        "{took:?}"
+    );
+    println!("hanging endpoint: timeout after {took:?} (deadline 1.5 s)");
+}
+
+#[test]
+fn huge_answers_are_cut_with_too_large() {
+    let eg = egress(&["127.0.0.0/8"]);
+    let ep = endpoint();
+    for p in ["/huge-length", "/huge-stream", "/huge-chunked"] {
+        let start = Instant::now();
+        let (reason, why) = refused(eg.client.request("GET", &url(&ep, p), &[], b"", soon()));
+        assert_eq!(reason, Reason::TooLarge, "{p}: {why}");
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "{p}: {:?}",
+            start.elapsed()
+        );
+    }
+    let (reason, _) = refused(
+        eg.client
+            .request("GET", &url(&ep, "/garbage"), &[], b"", soon()),
+    );
+    assert_eq!(reason, Reason::MalformedResponse);
+}
+
+#[test]
+fn a_500_is_reported_as_such() {
+    let eg = egress(&["127.0.0.0/8"]);
+    let ep = endpoint();
+    let (status, body) = eg
+        .client
+        .deliver(&url(&ep, "/500"), &[2; 32], b"{}", soon())
+        .unwrap();
+    assert_eq!((status, body.as_slice()), (500, &b"{\"boom\":1}"[..]));
+    let five: u64 = eg
+        .client
+        .stats
+        .outcomes()
+        .iter()
+        .filter(|(o, _)| *o == "status_5xx")
+        .map(|(_, n)| *n)
+        .sum();
+    assert_eq!(five, 1);
+}
+
+#[test]
+fn nothing_listening_is_connect_failed() {
+    let eg = egress(&["127.0.0.0/8"]);
+    let port = support::node::free_port();
+    let (reason, _) = refused(eg.client.request(
+        "GET",
+        &format!("http://127.0.0.1:{port}/"),
+        &[],
+        b"",
+        soon(),
+    ));
+    assert_eq!(reason, Reason::ConnectFailed);
+}
+
+fn registry(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_gatewayd"))
+        .arg("registry")
+        .arg("--data-dir")
+        .arg(dir)
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn kv(out: &std::process::Output, key: &str) -> Option<String> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .flat_map(|l| l.split_whitespace())
+        .find_map(|w| w.strip_prefix(&format!("{key}=")).map(str::to_string))
+}
+
+fn python_with_nacl() -> String {
+    let p = std::env::var("GATEWAYD_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = Command::new(&p)
+        .args(["-c", "import nacl.signing"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "{p} has no PyNaCl: pip install -r tests/py/requirements.txt into a venv and set GATEWAYD_PYTHON");
+    p
+}
+
+#[test]
+#[ignore = "needs PyNaCl: run scripts/test-all.sh, or set GATEWAYD_PYTHON to a venv with tests/py/requirements.txt"]
+fn set_endpoint_accepts_a_verifying_endpoint_and_refuses_one_that_accepts_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = registry(dir.path(), &["add-app", "--name", "http-bot"]);
+    let app = kv(&out, "application_id").unwrap();
+    let show = registry(dir.path(), &["show-app", "--app", &app]);
+    let key = kv(&show, "verify_key").unwrap();
+    assert_eq!(key.len(), 64);
+
+    let mut py = Command::new(python_with_nacl())
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/py/interactions_endpoint.py"
+        ))
+        .arg(&key)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(py.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let port = line.trim().strip_prefix("port=").unwrap().to_string();
+    let good = format!("http://127.0.0.1:{port}/interactions");
+    let allow = ["--egress-allow-private-cidrs", "127.0.0.0/8"];
+
+    // Without the allow list the check cannot even reach it.
+    let out = registry(dir.path(), &["set-endpoint", "--app", &app, "--url", &good]);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("refused_address"),
+        "{out:?}"
+    );
+
+    let out = registry(
+        dir.path(),
+        &[&["set-endpoint", "--app", &app, "--url", &good][..], &allow].concat(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        kv(&out, "interactions_endpoint_url").as_deref(),
+        Some(good.as_str())
+    );
+    let show = registry(dir.path(), &["show-app", "--app", &app]);
+    assert_eq!(
+        kv(&show, "interactions_endpoint_url").as_deref(),
+        Some(good.as_str())
+    );
+    assert_eq!(
+        kv(&show, "verify_key"),
+        Some(key.clone()),
+        "the key is stable"
+    );
+
+    // An endpoint that answers the PING but checks no signature.
+    let ep = endpoint();
+    let lax = url(&ep, "/accept-anything");
+    let out = registry(
+        dir.path(),
+        &[&["set-endpoint", "--app", &app, "--url", &lax][..], &allow].concat(),
+    );
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("bad signature") && err.contains("expected 401"),
+        "{err}"
+    );
+    // One that does not answer the PING.
+    let out = registry(
+        dir.path(),
+        &[
+            &["set-endpoint", "--app", &app, "--url", &url(&ep, "/500")][..],
+            &allow,
+        ]
+        .concat(),
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("signed PING"),
+        "{out:?}"
+    );
+    // Neither replaced the verified URL.
+    let show = registry(dir.path(), &["show-app", "--app", &app]);
+    assert_eq!(
+        kv(&show, "interactions_endpoint_url").as_deref(),
+        Some(good.as_str())
+    );
+    let _ = py.kill();
+    let _ = py.wait();
+}
+
+#[test]
+fn the_node_starts_its_egress_and_shows_the_verify_key() {
+    let node = support::node::Node::start(&[]);
+    assert!(
+        node.dir.path().join("egress.sock").exists(),
+        "the child egress listens"
+    );
+    let r = support::http::json_request(
+        node.gateway,
+        "GET",
+        "/api/v10/applications/@me",
+        Some(&format!("Bot {}", node.token)),
+        None,
+    );
+    let me = r.json();
+    let key = me["verify_key"].as_str().unwrap().to_string();
+    assert_eq!(key.len(), 64);
+    let show = registry(
+        node.dir.path(),
+        &["show-app", "--app", me["id"].as_str().unwrap()],
+    );
+    assert_eq!(kv(&show, "verify_key"), Some(key));
+    let m = support::metrics::metrics(node.admin);
+    assert_eq!(
+        support::metrics::metric_sum(
+            &m,
+            "gatewayd_egress_requests_total",
+            &[("outcome", "refused_address")]
+        ),
+        0.0
+    );
+    let (_, text) = support::http::http_get(node.admin, "/metrics").unwrap();
+    assert!(text.contains("gatewayd_egress_requests_total{outcome=\"timeout\"} 0"));
+}

@@ -46,6 +46,7 @@
 //! [`RevocationListener`].
 
 mod apps;
+mod commands;
 mod installs;
 mod people;
 mod schema;
@@ -63,6 +64,7 @@ use tokio_postgres::tls::NoTlsStream;
 use tokio_postgres::types::{FromSql, ToSql, Type};
 use tokio_postgres::{AsyncMessage, Client, Connection, NoTls, Row, Socket, Statement};
 
+use crate::commands as cmds;
 use crate::members::{self, MemberStore};
 use crate::model::*;
 use crate::rows::{self, to_i, to_u};
@@ -1033,6 +1035,56 @@ impl Registry for PostgresRegistry {
 
     fn dm_channels_of(&self, user_id: u64) -> Result<Vec<(u64, u64)>> {
         self.run(WriteKind::Read, |t| t.dm_channels_of(user_id))
+    }
+
+    fn commands(&self, app_id: u64, guild_id: Option<u64>) -> Result<Vec<Command>> {
+        self.run(WriteKind::Single, |t| cmds::commands(t, app_id, guild_id))
+    }
+
+    fn command(&self, app_id: u64, guild_id: Option<u64>, id: u64) -> Result<Option<Command>> {
+        self.run(WriteKind::Single, |t| {
+            cmds::command(t, app_id, guild_id, id)
+        })
+    }
+
+    fn put_commands(
+        &self,
+        app_id: u64,
+        guild_id: Option<u64>,
+        list: &[NewCommand],
+    ) -> Result<Vec<Command>> {
+        self.run(WriteKind::Write, |t| {
+            cmds::put_commands(t, app_id, guild_id, list)
+        })
+    }
+
+    fn create_command(
+        &self,
+        app_id: u64,
+        guild_id: Option<u64>,
+        cmd: &NewCommand,
+    ) -> Result<(Command, bool)> {
+        self.run(WriteKind::Write, |t| {
+            cmds::create_command(t, app_id, guild_id, cmd)
+        })
+    }
+
+    fn edit_command(
+        &self,
+        app_id: u64,
+        guild_id: Option<u64>,
+        id: u64,
+        patch: &CommandPatch,
+    ) -> Result<Command> {
+        self.run(WriteKind::Write, |t| {
+            cmds::edit_command(t, app_id, guild_id, id, patch)
+        })
+    }
+
+    fn delete_command(&self, app_id: u64, guild_id: Option<u64>, id: u64) -> Result<bool> {
+        self.run(WriteKind::Write, |t| {
+            cmds::delete_command(t, app_id, guild_id, id)
+        })
     }
 }
 

@@ -99,11 +99,41 @@ pub enum ApiRoute {
         user: u64,
     },
     CreateDm,
+    // Application commands (`api::commands`): `guild` 0 is the global
+    // scope (`/applications/{app}/commands`), else the server's
+    // (`/applications/{app}/guilds/{guild}/commands`).
+    ListCommands {
+        app: u64,
+        guild: u64,
+    },
+    PutCommands {
+        app: u64,
+        guild: u64,
+    },
+    CreateCommand {
+        app: u64,
+        guild: u64,
+    },
+    GetCommand {
+        app: u64,
+        guild: u64,
+        command: u64,
+    },
+    EditCommand {
+        app: u64,
+        guild: u64,
+        command: u64,
+    },
+    DeleteCommand {
+        app: u64,
+        guild: u64,
+        command: u64,
+    },
 }
 
 /// Every route's metrics name, in a fixed order; index 0 counts requests
 /// that matched no route.
-pub const ROUTE_NAMES: [&str; 27] = [
+pub const ROUTE_NAMES: [&str; 39] = [
     "unrouted",
     "GET /gateway",
     "GET /gateway/bot",
@@ -131,15 +161,29 @@ pub const ROUTE_NAMES: [&str; 27] = [
     "PUT /guilds/{id}/bans/{id}",
     "DELETE /guilds/{id}/bans/{id}",
     "POST /users/@me/channels",
+    // Application commands.
+    "GET /applications/{id}/commands",
+    "PUT /applications/{id}/commands",
+    "POST /applications/{id}/commands",
+    "GET /applications/{id}/commands/{id}",
+    "PATCH /applications/{id}/commands/{id}",
+    "DELETE /applications/{id}/commands/{id}",
+    "GET /applications/{id}/guilds/{id}/commands",
+    "PUT /applications/{id}/guilds/{id}/commands",
+    "POST /applications/{id}/guilds/{id}/commands",
+    "GET /applications/{id}/guilds/{id}/commands/{id}",
+    "PATCH /applications/{id}/guilds/{id}/commands/{id}",
+    "DELETE /applications/{id}/guilds/{id}/commands/{id}",
 ];
 
 /// Latency classes of routes, as metric labels (`ApiRoute::class`).
-pub const ROUTE_CLASSES: [&str; 5] = [
+pub const ROUTE_CLASSES: [&str; 6] = [
     "connect",
     "message_write",
     "message_read",
     "server_read",
     "members",
+    "commands",
 ];
 
 /// Why a request has no route.
@@ -178,6 +222,12 @@ impl ApiRoute {
             Kick { guild, .. } => (Bucket::Kick, guild),
             Ban { guild, .. } | Unban { guild, .. } => (Bucket::Ban, guild),
             CreateDm => (Bucket::Dm, 0),
+            // Application commands: split by server (0: global).
+            ListCommands { guild, .. } | GetCommand { guild, .. } => (Bucket::CommandRead, guild),
+            PutCommands { guild, .. }
+            | CreateCommand { guild, .. }
+            | EditCommand { guild, .. }
+            | DeleteCommand { guild, .. } => (Bucket::CommandWrite, guild),
         })
     }
 
@@ -196,6 +246,7 @@ impl ApiRoute {
             | Typing { .. } => 1,
             ListMessages { .. } | GetMessage { .. } | ListReactions { .. } => 2,
             GetChannel { .. } | GetGuild { .. } | GuildChannels { .. } | GuildRoles { .. } => 3,
+            _ if self.command_scope().is_some() => 5,
             _ => 4,
         }
     }
@@ -239,6 +290,33 @@ impl ApiRoute {
             Ban { .. } => "PUT /guilds/{id}/bans/{id}",
             Unban { .. } => "DELETE /guilds/{id}/bans/{id}",
             CreateDm => "POST /users/@me/channels",
+            // Application commands.
+            ListCommands { guild: 0, .. } => "GET /applications/{id}/commands",
+            PutCommands { guild: 0, .. } => "PUT /applications/{id}/commands",
+            CreateCommand { guild: 0, .. } => "POST /applications/{id}/commands",
+            GetCommand { guild: 0, .. } => "GET /applications/{id}/commands/{id}",
+            EditCommand { guild: 0, .. } => "PATCH /applications/{id}/commands/{id}",
+            DeleteCommand { guild: 0, .. } => "DELETE /applications/{id}/commands/{id}",
+            ListCommands { .. } => "GET /applications/{id}/guilds/{id}/commands",
+            PutCommands { .. } => "PUT /applications/{id}/guilds/{id}/commands",
+            CreateCommand { .. } => "POST /applications/{id}/guilds/{id}/commands",
+            GetCommand { .. } => "GET /applications/{id}/guilds/{id}/commands/{id}",
+            EditCommand { .. } => "PATCH /applications/{id}/guilds/{id}/commands/{id}",
+            DeleteCommand { .. } => "DELETE /applications/{id}/guilds/{id}/commands/{id}",
+        }
+    }
+
+    /// A command route's (application in the path, server or 0).
+    pub fn command_scope(&self) -> Option<(u64, u64)> {
+        use ApiRoute::*;
+        match *self {
+            ListCommands { app, guild }
+            | PutCommands { app, guild }
+            | CreateCommand { app, guild }
+            | GetCommand { app, guild, .. }
+            | EditCommand { app, guild, .. }
+            | DeleteCommand { app, guild, .. } => Some((app, guild)),
+            _ => None,
         }
     }
 
@@ -250,6 +328,9 @@ impl ApiRoute {
                 | ApiRoute::EditMessage { .. }
                 | ApiRoute::BulkDelete { .. }
                 | ApiRoute::CreateDm
+                | ApiRoute::PutCommands { .. }
+                | ApiRoute::CreateCommand { .. }
+                | ApiRoute::EditCommand { .. }
         )
     }
 }
@@ -387,12 +468,68 @@ pub fn route(method: &str, path: &str) -> Result<ApiRoute, RouteError> {
             };
             (&["PUT", "DELETE"], r)
         }
+        // Application commands.
+        ["applications", a, "commands"] => cmd_route(m, id(a)?, 0, None),
+        ["applications", a, "commands", c] => cmd_route(m, id(a)?, 0, Some(id(c)?)),
+        ["applications", a, "guilds", g, "commands"] => cmd_route(m, id(a)?, server(g)?, None),
+        ["applications", a, "guilds", g, "commands", c] => {
+            cmd_route(m, id(a)?, server(g)?, Some(id(c)?))
+        }
         _ => return Err(RouteError::NotFound),
     };
     match r {
         Some(r) if allowed.contains(&m) => Ok(r),
         _ => Err(RouteError::MethodNotAllowed),
     }
+}
+
+/// The methods of a command path (`command`: one command's) and its route.
+fn cmd_route(
+    m: &str,
+    app: u64,
+    guild: u64,
+    command: Option<u64>,
+) -> (&'static [&'static str], Option<ApiRoute>) {
+    use ApiRoute::*;
+    let Some(command) = command else {
+        let r = match m {
+            "GET" => Some(ListCommands { app, guild }),
+            "PUT" => Some(PutCommands { app, guild }),
+            "POST" => Some(CreateCommand { app, guild }),
+            _ => None,
+        };
+        return (&["GET", "PUT", "POST"], r);
+    };
+    let r = match m {
+        "GET" => Some(GetCommand {
+            app,
+            guild,
+            command,
+        }),
+        "PATCH" => Some(EditCommand {
+            app,
+            guild,
+            command,
+        }),
+        "DELETE" => Some(DeleteCommand {
+            app,
+            guild,
+            command,
+        }),
+        _ => None,
+    };
+    (&["GET", "PATCH", "DELETE"], r)
+}
+
+/// A server id in a path: a snowflake, never 0 (0 is the global scope).
+fn server(s: &str) -> Result<u64, RouteError> {
+    id(s).and_then(|g| {
+        if g == 0 {
+            Err(RouteError::NotFound)
+        } else {
+            Ok(g)
+        }
+    })
 }
 
 /// A snowflake in an id position, or 404.
@@ -530,6 +667,13 @@ mod tests {
             "a".repeat(101)
         );
         assert_eq!(route("PUT", &long), Err(RouteError::NotFound));
+    }
+
+    #[test]
+    fn every_route_name_is_listed_once() {
+        for (i, n) in ROUTE_NAMES.iter().enumerate() {
+            assert!(!ROUTE_NAMES[..i].contains(n), "{n} twice");
+        }
     }
 
     #[test]

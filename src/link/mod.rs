@@ -23,6 +23,7 @@ use crate::protocol::intents;
 use crate::protocol::{Close, CloseCode};
 use crate::worker::mail::*;
 
+mod commands;
 pub mod counters;
 mod members;
 pub mod resp;
@@ -329,6 +330,7 @@ impl Sidecar {
                 self.reply(worker, ToWorker::RestReply { conn, status, body });
             }
             SidecarRequest::ApiMember(req) => self.api_member(*req),
+            SidecarRequest::ApiCommands(req) => self.api_commands(*req),
             SidecarRequest::ApiDm {
                 worker,
                 conn,

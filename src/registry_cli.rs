@@ -146,6 +146,14 @@ enum RegistryCmd {
         #[arg(long)]
         server: u64,
     },
+    /// List an application's commands (global, or a server's).
+    Commands {
+        #[arg(long)]
+        app: u64,
+        /// A server's commands instead of the global ones.
+        #[arg(long)]
+        server: Option<u64>,
+    },
     /// List applications, servers and installations.
     List,
 }
@@ -301,6 +309,15 @@ pub fn run(args: RegistryArgs) -> Result<(), String> {
                     }
                     _ => break,
                 }
+            }
+        }
+        RegistryCmd::Commands { app, server } => {
+            let scope = server.map_or("global".to_string(), |s| format!("server:{s}"));
+            for c in reg.commands(app, server).map_err(e)? {
+                println!(
+                    "command {} name={:?} type={} scope={scope}",
+                    c.id, c.name, c.kind
+                );
             }
         }
         RegistryCmd::List => {

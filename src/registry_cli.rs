@@ -175,6 +175,14 @@ enum RegistryCmd {
         #[arg(long, default_value_t = 3_000)]
         timeout_ms: u64,
     },
+    /// List an application's commands (global, or a server's).
+    Commands {
+        #[arg(long)]
+        app: u64,
+        /// A server's commands instead of the global ones.
+        #[arg(long)]
+        server: Option<u64>,
+    },
     /// List applications, servers and installations.
     List,
 }
@@ -373,6 +381,15 @@ pub fn run(args: RegistryArgs) -> Result<(), String> {
                 println!("interactions_endpoint_url={url}");
             }
         },
+        RegistryCmd::Commands { app, server } => {
+            let scope = server.map_or("global".to_string(), |s| format!("server:{s}"));
+            for c in reg.commands(app, server).map_err(e)? {
+                println!(
+                    "command {} name={:?} type={} scope={scope}",
+                    c.id, c.name, c.kind
+                );
+            }
+        }
         RegistryCmd::List => {
             for a in reg.list_applications().map_err(e)? {
                 println!(

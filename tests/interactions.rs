@@ -33,6 +33,25 @@ fn world(extra: &[&str]) -> World {
     let (server, general) = reg.add_server("slash-server");
     reg.install(app.id, server, None);
     reg.add_member(server, "alice", &[]);
+    // The commands the tests use, registered as a bot does (tree.sync).
+    let commands = json!([
+        {"name": "ping", "description": "Ping", "type": 1,
+         "options": [{"name": "text", "description": "Text", "type": 3, "required": false}]},
+        {"name": "slow", "description": "Answers slowly", "type": 1},
+        {"name": "think", "description": "Defers", "type": 1},
+        {"name": "menu", "description": "A button", "type": 1},
+        {"name": "pick", "description": "Autocomplete", "type": 1,
+         "options": [{"name": "fruit", "description": "Fruit", "type": 3, "autocomplete": true}]},
+        {"name": "feedback", "description": "A modal", "type": 1},
+    ]);
+    let r = json_request(
+        node.gateway,
+        "PUT",
+        &format!("/api/v10/applications/{}/commands", app.id),
+        Some(&format!("Bot {}", app.token)),
+        Some(&commands),
+    );
+    assert_eq!(r.status, 200, "registering the commands: {}", r.body);
     // Interactions are not intent-gated: GUILDS | GUILD_MESSAGES to see the answers.
     let session = bot::identify(
         node.gateway,
@@ -350,7 +369,11 @@ fn only_the_addressed_bot_gets_the_interaction() {
     }
     w.callback(&i, json!({"type": 4, "data": {"content": "mine"}}), "");
     assert_eq!(click.wait().1["content"], "mine");
-    // A bot not installed in the server: the person sees the failure at once.
+    // A command the bot never registered: the person sees the failure at once.
+    let (status, seen) = w.click(&["--command", "nope", "--wait-ms", "2000"]).wait();
+    assert_eq!((status, seen["state"].as_str()), (2, "failed"), "{seen:?}");
+    assert!(seen["failure"].contains("unknown_command"), "{seen:?}");
+    // A bot not installed in the server: likewise.
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_gatewayd"));
     let out = cmd
         .arg("interact")

@@ -6,6 +6,7 @@
 //! embedded backend; [`PostgresRegistry`] is the scale-out one (several
 //! nodes on one database, revocations pushed with LISTEN/NOTIFY).
 
+pub mod commands;
 mod members;
 pub mod model;
 mod ops;
@@ -38,6 +39,10 @@ pub enum RegistryError {
     Invalid(String),
     #[error("database schema version {found} is newer than this build supports ({supported})")]
     SchemaTooNew { found: u32, supported: u32 },
+    /// A limit of the platform's was reached (e.g. 100 commands of one
+    /// kind, 200 command creates a day): nothing was written.
+    #[error("maximum number of {what} reached ({max})")]
+    LimitReached { what: &'static str, max: u32 },
     #[error("random source failed: {0}")]
     Random(String),
     #[error("io: {0}")]
@@ -188,6 +193,39 @@ pub trait Registry: Send + Sync {
     /// caller verifies the endpoint first (signed PING, bad signature).
     fn set_interactions_endpoint(&self, app_id: u64, url: Option<&str>) -> Result<()>;
     fn interactions_endpoint(&self, app_id: u64) -> Result<Option<String>>;
+    // Application commands (`crate::commands` has the rules). `guild_id`
+    // None is the global scope.
+    /// The scope's commands, by id.
+    fn commands(&self, app_id: u64, guild_id: Option<u64>) -> Result<Vec<Command>>;
+    /// None if there is no such command in that scope.
+    fn command(&self, app_id: u64, guild_id: Option<u64>, id: u64) -> Result<Option<Command>>;
+    /// Bulk overwrite: commands matched by (name, kind) keep their ids, the
+    /// others are created, the scope's missing ones deleted. Answers `cmds`'
+    /// commands in their order.
+    fn put_commands(
+        &self,
+        app_id: u64,
+        guild_id: Option<u64>,
+        cmds: &[NewCommand],
+    ) -> Result<Vec<Command>>;
+    /// Creates, or updates the command of the same name and kind: the
+    /// command and whether it was created.
+    fn create_command(
+        &self,
+        app_id: u64,
+        guild_id: Option<u64>,
+        cmd: &NewCommand,
+    ) -> Result<(Command, bool)>;
+    /// [`RegistryError::NotFound`] (`what: "command"`) if there is none.
+    fn edit_command(
+        &self,
+        app_id: u64,
+        guild_id: Option<u64>,
+        id: u64,
+        patch: &CommandPatch,
+    ) -> Result<Command>;
+    /// False if there was no such command in that scope.
+    fn delete_command(&self, app_id: u64, guild_id: Option<u64>, id: u64) -> Result<bool>;
 }
 
 /// Something taken away from a bot, as written to the outbox.

@@ -209,3 +209,71 @@ pub struct BanOutcome {
 
 /// Members answered per `list_members` call, at most (the platform's).
 pub const MAX_MEMBERS_PAGE: u32 = 1000;
+
+/// Application command types (the `type` field of a command).
+pub mod command_kind {
+    /// A slash command.
+    pub const CHAT_INPUT: u8 = 1;
+    /// A command in a user's context menu.
+    pub const USER: u8 = 2;
+    /// A command in a message's context menu.
+    pub const MESSAGE: u8 = 3;
+}
+
+/// Commands of one kind an application may have in one scope (global, or
+/// one server), the platform's: 100 CHAT_INPUT, 5 USER, 5 MESSAGE.
+pub fn max_commands(kind: u8) -> u32 {
+    match kind {
+        command_kind::CHAT_INPUT => 100,
+        _ => 5,
+    }
+}
+
+/// Commands an application may create per scope per UTC day (an update of
+/// an existing one is no create).
+pub const MAX_DAILY_COMMAND_CREATES: u32 = 200;
+/// The days the daily create counter is kept by (UTC days since 1970).
+pub const COMMAND_DAY_MS: u64 = 24 * 60 * 60 * 1000;
+
+/// An application command as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Command {
+    pub id: u64,
+    pub application_id: u64,
+    /// None for a global command.
+    pub guild_id: Option<u64>,
+    pub name: String,
+    pub description: String,
+    /// See [`command_kind`].
+    pub kind: u8,
+    /// The options array as normalised JSON (`[]` for none): validated by
+    /// the REST edge, stored as given.
+    pub options_json: String,
+    pub default_member_permissions: Option<u64>,
+    pub nsfw: bool,
+    /// A snowflake, new on every change.
+    pub version: u64,
+}
+
+/// A command to create (or to upsert by name and kind).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewCommand {
+    pub name: String,
+    pub description: String,
+    pub kind: u8,
+    /// Normalised JSON of the options array (`[]` for none).
+    pub options_json: String,
+    pub default_member_permissions: Option<u64>,
+    pub nsfw: bool,
+}
+
+/// The fields a command edit changes (None: kept).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CommandPatch {
+    pub name: Option<String>,
+    pub description: Option<String>,
+    pub options_json: Option<String>,
+    /// `Some(None)` clears it.
+    pub default_member_permissions: Option<Option<u64>>,
+    pub nsfw: Option<bool>,
+}

@@ -126,3 +126,35 @@ pub(crate) fn revocation(
         revocation,
     })
 }
+
+pub(crate) const COMMAND_COLS: &str = "id, application_id, guild_id, name, description, kind, \
+                                       options, default_member_permissions, nsfw, version";
+/// [`COMMAND_COLS`].
+pub(crate) type CommandRow = (
+    i64,
+    i64,
+    i64,
+    String,
+    String,
+    u8,
+    String,
+    Option<i64>,
+    bool,
+    i64,
+);
+
+pub(crate) fn command(r: CommandRow) -> Command {
+    let (id, app, guild, name, description, kind, options, perms, nsfw, version) = r;
+    Command {
+        id: to_u(id),
+        application_id: to_u(app),
+        guild_id: (guild != 0).then_some(to_u(guild)),
+        name,
+        description,
+        kind,
+        options_json: options,
+        default_member_permissions: perms.map(to_u),
+        nsfw,
+        version: to_u(version),
+    }
+}

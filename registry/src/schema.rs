@@ -190,11 +190,36 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX dm_channels_high ON dm_channels(user_high);
     "#,
-    // 6: reserved for the application commands migration (issue 14, made on
-    // another branch in parallel). This placeholder does nothing; the merge
-    // takes that branch's text for 6 (and its pinned lines) in its place.
+    // 6: application commands. A command's scope is a server, or 0 for
+    // the application's global commands (no foreign key: 0 is no server;
+    // deleting a server deletes its commands in the same transaction).
+    // `options` is the normalised JSON array the REST edge validated;
+    // `version` is a snowflake, new on every change. `command_creates`
+    // counts creates per scope per UTC day (`day` = Unix ms / 86,400,000)
+    // for the 200-a-day rule, upserted like `identify_counts`.
     r#"
-    SELECT 1;
+    CREATE TABLE commands (
+        id                         {i64} PRIMARY KEY,
+        application_id             {i64} NOT NULL REFERENCES applications(id) ON DELETE CASCADE,
+        guild_id                   {i64} NOT NULL DEFAULT 0,
+        name                       TEXT NOT NULL,
+        description                TEXT NOT NULL,
+        kind                       {i16} NOT NULL,
+        options                    TEXT NOT NULL,
+        default_member_permissions {i64},
+        nsfw                       {bool} NOT NULL DEFAULT {false},
+        version                    {i64} NOT NULL,
+        UNIQUE (application_id, guild_id, kind, name)
+    );
+    CREATE INDEX commands_guild ON commands(guild_id);
+
+    CREATE TABLE command_creates (
+        application_id {i64} NOT NULL REFERENCES applications(id) ON DELETE CASCADE,
+        guild_id       {i64} NOT NULL,
+        day            {i64} NOT NULL,
+        count          {i64} NOT NULL,
+        PRIMARY KEY (application_id, guild_id, day)
+    );
     "#,
     // 7: interaction signing (ADR-12): each application's Ed25519 seed
     // (32 bytes, created on first use) and its interactions endpoint URL
@@ -292,8 +317,7 @@ mod tests {
             "c1027b795e29f4f3a64c49dee64a7c03827141796587643fd41828a80b349279",
             "297443eb983d66bf21595d95478d6d3c449d090683d00446f71989acae15e637",
             "c651bd6a8e160a5fa40852ab2adf459ff98795cf969d9d9e8613345264ee215d",
-            // 6: the placeholder (the merge takes the commands branch's line).
-            "9f18fe5fd7528e9a00183338777890e2150faa710c0153f2ac0d2161361ae395",
+            "17d9174725507782bc317ac42e3803cf595638a1d303e8dc2ca4b6b9dea052f5",
             // 7: app_signing.
             "476e8a39c3af7f39a6c5218bced2889db67d4cf7f0c35787803b001900679a57",
         ];
@@ -303,8 +327,7 @@ mod tests {
             "649d47fd83918c53fe456dd3a09eebde6e14bbde887719577fa7b1e4e9cc91c0",
             "297443eb983d66bf21595d95478d6d3c449d090683d00446f71989acae15e637",
             "6e3b5ac838dca8b12441074dae0a83876cb98ac87111ff72b6d0a6f07af350e3",
-            // 6: the placeholder (the merge takes the commands branch's line).
-            "9f18fe5fd7528e9a00183338777890e2150faa710c0153f2ac0d2161361ae395",
+            "e2f0be14d24ff778ba94367a312df2c8b98dbe5d7c46d57864fd6c396827369a",
             // 7: app_signing.
             "faba10835496a34f91b9e0289d92e745ecc9ca5827dc4f4b620b59f09ef9cc96",
         ];

@@ -21,6 +21,9 @@ pub enum Bucket {
     Kick,
     Ban,
     Dm,
+    // Application commands (reads; registration writes).
+    CommandRead,
+    CommandWrite,
 }
 
 /// A bucket's published limit: `limit` requests per `per_ms`.
@@ -32,7 +35,7 @@ pub struct BucketDef {
 }
 
 impl Bucket {
-    pub const ALL: [Bucket; 14] = [
+    pub const ALL: [Bucket; 16] = [
         Bucket::MessageCreate,
         Bucket::MessageRead,
         Bucket::MessageEdit,
@@ -47,6 +50,8 @@ impl Bucket {
         Bucket::Kick,
         Bucket::Ban,
         Bucket::Dm,
+        Bucket::CommandRead,
+        Bucket::CommandWrite,
     ];
 
     /// The published table (docs/rate-limits.md lists the same).
@@ -66,6 +71,8 @@ impl Bucket {
             Bucket::Kick => ("7d4b2f8e1a6c3d92", 5, 5_000),
             Bucket::Ban => ("2a8e6c3f9d1b5a74", 5, 5_000),
             Bucket::Dm => ("9c3f1a7d5e2b8c60", 5, 5_000),
+            Bucket::CommandRead => ("6e1b3d8f2a7c4e95", 10, 1_000),
+            Bucket::CommandWrite => ("3c7a9e2d5f1b8a46", 5, 20_000),
         };
         BucketDef { id, limit, per_ms }
     }

@@ -74,9 +74,44 @@ pub fn body_429(retry_after_ms: u64, global: bool) -> Vec<u8> {
     .into_bytes()
 }
 
+/// A 429 answered after a hand-off (the registry's limits, e.g. the 200
+/// daily command creates) carries what REST.md asks of every 429 beside
+/// its JSON body: an integer `Retry-After` (from the body's `retry_after`)
+/// and `Via`. Other answers are left as they are.
+pub fn handoff_429(status: u16, body: &[u8], headers: &mut Vec<(&'static str, String)>) {
+    if status != 429 || headers.iter().any(|(k, _)| *k == "Retry-After") {
+        return;
+    }
+    let secs = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v["retry_after"].as_f64())
+        .unwrap_or(1.0);
+    let secs = if secs.is_finite() {
+        secs.ceil().max(1.0)
+    } else {
+        1.0
+    };
+    headers.push(("Retry-After", (secs as u64).to_string()));
+    headers.push(("Via", "1.1 gatewayd".to_string()));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_handed_off_429_gets_retry_after_and_via() {
+        let mut h = vec![("X-RateLimit-Scope", "user".to_string())];
+        handoff_429(429, br#"{"retry_after": 3600.2, "code": 30034}"#, &mut h);
+        assert!(h.contains(&("Retry-After", "3601".to_string())));
+        assert!(h.iter().any(|p| p.0 == "Via"));
+        let mut ok = Vec::new();
+        handoff_429(200, b"{}", &mut ok);
+        assert!(ok.is_empty());
+        let mut odd = Vec::new();
+        handoff_429(429, b"not json", &mut odd);
+        assert!(odd.contains(&("Retry-After", "1".to_string())));
+    }
 
     #[test]
     fn rendered_headers_follow_rest_md() {

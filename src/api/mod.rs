@@ -10,6 +10,7 @@
 //!   permit.rs  where it is PERMITTED: entitlement::channel_allows, the event filter's check
 //!   shared.rs  the windows' counts shared between nodes (Redis: link::counters)
 //!   body.rs    JSON / multipart bodies, validated; error bodies (50035 trees)
+//!   commands.rs application command bodies (validated, normalised) and answers
 //! ```
 //!
 //! and then it is COMMITTED by the chat service (`crate::chat`), whose
@@ -19,6 +20,7 @@
 pub mod addr;
 pub mod body;
 pub mod buckets;
+pub mod commands;
 pub mod headers;
 pub mod limit;
 pub mod permit;

@@ -85,6 +85,9 @@ pub fn permit(view: &AppView, route: &ApiRoute, now_ms: u64) -> Result<Target, A
             Err(d) => Err(denied(d)),
         };
     }
+    if let Some((app, guild)) = route.command_scope() {
+        return commands(view, app, guild, now_ms);
+    }
     use ApiRoute::*;
     match route {
         CreateDm => Ok(Target {
@@ -116,6 +119,27 @@ pub fn permit(view: &AppView, route: &ApiRoute, now_ms: u64) -> Result<Target, A
         }
         _ => Err(ApiError::new(403, codes::MISSING_ACCESS, "Missing Access")),
     }
+}
+
+/// Application commands: only the token's own application's (403 50001
+/// for another's, as the platform answers), and a server's only where the
+/// bot is installed (404 10004).
+fn commands(view: &AppView, app: u64, guild: u64, now_ms: u64) -> Result<Target, ApiError> {
+    if app != view.app.0 {
+        return Err(ApiError::new(403, codes::MISSING_ACCESS, "Missing Access"));
+    }
+    let server = match guild {
+        0 => ServerId::NONE,
+        g => match view.guild(ServerId(g), now_ms) {
+            Some(g) => g.id,
+            None => return Err(ApiError::new(404, codes::UNKNOWN_GUILD, "Unknown Guild")),
+        },
+    };
+    Ok(Target {
+        server,
+        channel: ChannelId::NONE,
+        perms: 0,
+    })
 }
 
 pub fn denied(d: Denied) -> ApiError {
@@ -199,6 +223,18 @@ mod tests {
             (404, 10004)
         );
         assert!(permit(&v, &ApiRoute::GuildRoles { guild: 100 }, 0).is_ok());
+        let own = ApiRoute::PutCommands { app: 1, guild: 0 };
+        assert_eq!(permit(&v, &own, 0).unwrap().server, ServerId::NONE);
+        let here = ApiRoute::ListCommands { app: 1, guild: 100 };
+        assert_eq!(permit(&v, &here, 0).unwrap().server, ServerId(100));
+        let another = ApiRoute::ListCommands { app: 2, guild: 0 };
+        assert_eq!(code(permit(&v, &another, 0)), (403, 50001));
+        let elsewhere = ApiRoute::GetCommand {
+            app: 1,
+            guild: 5,
+            command: 1,
+        };
+        assert_eq!(code(permit(&v, &elsewhere, 0)), (404, 10004));
         assert!(may_delete(0, true).is_ok());
         assert!(may_delete(perm::MANAGE_MESSAGES, false).is_ok());
         assert_eq!(may_delete(SEE, false).unwrap_err().body["code"], 50013);

@@ -118,6 +118,36 @@ pub enum ApiRoute {
         message: u64,
         method: WebhookMethod,
     },
+    // Application commands (`api::commands`): `guild` 0 is the global
+    // scope (`/applications/{app}/commands`), else the server's
+    // (`/applications/{app}/guilds/{guild}/commands`).
+    ListCommands {
+        app: u64,
+        guild: u64,
+    },
+    PutCommands {
+        app: u64,
+        guild: u64,
+    },
+    CreateCommand {
+        app: u64,
+        guild: u64,
+    },
+    GetCommand {
+        app: u64,
+        guild: u64,
+        command: u64,
+    },
+    EditCommand {
+        app: u64,
+        guild: u64,
+        command: u64,
+    },
+    DeleteCommand {
+        app: u64,
+        guild: u64,
+        command: u64,
+    },
 }
 
 /// The methods of a webhook message route.
@@ -134,7 +164,7 @@ pub const MAX_TOKEN_LEN: usize = 128;
 
 /// Every route's metrics name, in a fixed order; index 0 counts requests
 /// that matched no route.
-pub const ROUTE_NAMES: [&str; 32] = [
+pub const ROUTE_NAMES: [&str; 44] = [
     "unrouted",
     "GET /gateway",
     "GET /gateway/bot",
@@ -167,15 +197,29 @@ pub const ROUTE_NAMES: [&str; 32] = [
     "GET /webhooks/{id}/{token}/messages/{id}",
     "PATCH /webhooks/{id}/{token}/messages/{id}",
     "DELETE /webhooks/{id}/{token}/messages/{id}",
+    // Application commands.
+    "GET /applications/{id}/commands",
+    "PUT /applications/{id}/commands",
+    "POST /applications/{id}/commands",
+    "GET /applications/{id}/commands/{id}",
+    "PATCH /applications/{id}/commands/{id}",
+    "DELETE /applications/{id}/commands/{id}",
+    "GET /applications/{id}/guilds/{id}/commands",
+    "PUT /applications/{id}/guilds/{id}/commands",
+    "POST /applications/{id}/guilds/{id}/commands",
+    "GET /applications/{id}/guilds/{id}/commands/{id}",
+    "PATCH /applications/{id}/guilds/{id}/commands/{id}",
+    "DELETE /applications/{id}/guilds/{id}/commands/{id}",
 ];
 
 /// Latency classes of routes, as metric labels (`ApiRoute::class`).
-pub const ROUTE_CLASSES: [&str; 6] = [
+pub const ROUTE_CLASSES: [&str; 7] = [
     "connect",
     "message_write",
     "message_read",
     "server_read",
     "members",
+    "commands",
     "interactions",
 ];
 
@@ -220,6 +264,12 @@ impl ApiRoute {
             Kick { guild, .. } => (Bucket::Kick, guild),
             Ban { guild, .. } | Unban { guild, .. } => (Bucket::Ban, guild),
             CreateDm => (Bucket::Dm, 0),
+            // Application commands: split by server (0: global).
+            ListCommands { guild, .. } | GetCommand { guild, .. } => (Bucket::CommandRead, guild),
+            PutCommands { guild, .. }
+            | CreateCommand { guild, .. }
+            | EditCommand { guild, .. }
+            | DeleteCommand { guild, .. } => (Bucket::CommandWrite, guild),
         })
     }
 
@@ -238,7 +288,8 @@ impl ApiRoute {
             | Typing { .. } => 1,
             ListMessages { .. } | GetMessage { .. } | ListReactions { .. } => 2,
             GetChannel { .. } | GetGuild { .. } | GuildChannels { .. } | GuildRoles { .. } => 3,
-            InteractionCallback { .. } | WebhookExecute { .. } | WebhookMessage { .. } => 5,
+            InteractionCallback { .. } | WebhookExecute { .. } | WebhookMessage { .. } => 6,
+            _ if self.command_scope().is_some() => 5,
             _ => 4,
         }
     }
@@ -289,6 +340,33 @@ impl ApiRoute {
                 WebhookMethod::Patch => "PATCH /webhooks/{id}/{token}/messages/{id}",
                 _ => "DELETE /webhooks/{id}/{token}/messages/{id}",
             },
+            // Application commands.
+            ListCommands { guild: 0, .. } => "GET /applications/{id}/commands",
+            PutCommands { guild: 0, .. } => "PUT /applications/{id}/commands",
+            CreateCommand { guild: 0, .. } => "POST /applications/{id}/commands",
+            GetCommand { guild: 0, .. } => "GET /applications/{id}/commands/{id}",
+            EditCommand { guild: 0, .. } => "PATCH /applications/{id}/commands/{id}",
+            DeleteCommand { guild: 0, .. } => "DELETE /applications/{id}/commands/{id}",
+            ListCommands { .. } => "GET /applications/{id}/guilds/{id}/commands",
+            PutCommands { .. } => "PUT /applications/{id}/guilds/{id}/commands",
+            CreateCommand { .. } => "POST /applications/{id}/guilds/{id}/commands",
+            GetCommand { .. } => "GET /applications/{id}/guilds/{id}/commands/{id}",
+            EditCommand { .. } => "PATCH /applications/{id}/guilds/{id}/commands/{id}",
+            DeleteCommand { .. } => "DELETE /applications/{id}/guilds/{id}/commands/{id}",
+        }
+    }
+
+    /// A command route's (application in the path, server or 0).
+    pub fn command_scope(&self) -> Option<(u64, u64)> {
+        use ApiRoute::*;
+        match *self {
+            ListCommands { app, guild }
+            | PutCommands { app, guild }
+            | CreateCommand { app, guild }
+            | GetCommand { app, guild, .. }
+            | EditCommand { app, guild, .. }
+            | DeleteCommand { app, guild, .. } => Some((app, guild)),
+            _ => None,
         }
     }
 
@@ -300,6 +378,9 @@ impl ApiRoute {
                 | ApiRoute::EditMessage { .. }
                 | ApiRoute::BulkDelete { .. }
                 | ApiRoute::CreateDm
+                | ApiRoute::PutCommands { .. }
+                | ApiRoute::CreateCommand { .. }
+                | ApiRoute::EditCommand { .. }
         )
     }
 }
@@ -473,12 +554,68 @@ pub fn route(method: &str, path: &str) -> Result<ApiRoute, RouteError> {
             };
             (&["PUT", "DELETE"], r)
         }
+        // Application commands.
+        ["applications", a, "commands"] => cmd_route(m, id(a)?, 0, None),
+        ["applications", a, "commands", c] => cmd_route(m, id(a)?, 0, Some(id(c)?)),
+        ["applications", a, "guilds", g, "commands"] => cmd_route(m, id(a)?, server(g)?, None),
+        ["applications", a, "guilds", g, "commands", c] => {
+            cmd_route(m, id(a)?, server(g)?, Some(id(c)?))
+        }
         _ => return Err(RouteError::NotFound),
     };
     match r {
         Some(r) if allowed.contains(&m) => Ok(r),
         _ => Err(RouteError::MethodNotAllowed),
     }
+}
+
+/// The methods of a command path (`command`: one command's) and its route.
+fn cmd_route(
+    m: &str,
+    app: u64,
+    guild: u64,
+    command: Option<u64>,
+) -> (&'static [&'static str], Option<ApiRoute>) {
+    use ApiRoute::*;
+    let Some(command) = command else {
+        let r = match m {
+            "GET" => Some(ListCommands { app, guild }),
+            "PUT" => Some(PutCommands { app, guild }),
+            "POST" => Some(CreateCommand { app, guild }),
+            _ => None,
+        };
+        return (&["GET", "PUT", "POST"], r);
+    };
+    let r = match m {
+        "GET" => Some(GetCommand {
+            app,
+            guild,
+            command,
+        }),
+        "PATCH" => Some(EditCommand {
+            app,
+            guild,
+            command,
+        }),
+        "DELETE" => Some(DeleteCommand {
+            app,
+            guild,
+            command,
+        }),
+        _ => None,
+    };
+    (&["GET", "PATCH", "DELETE"], r)
+}
+
+/// A server id in a path: a snowflake, never 0 (0 is the global scope).
+fn server(s: &str) -> Result<u64, RouteError> {
+    id(s).and_then(|g| {
+        if g == 0 {
+            Err(RouteError::NotFound)
+        } else {
+            Ok(g)
+        }
+    })
 }
 
 /// A snowflake in an id position, or 404.
@@ -518,112 +655,4 @@ fn emoji(s: &str) -> Result<String, RouteError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn connect_time_routes() {
-        assert_eq!(route("GET", "/api/v10/gateway"), Ok(ApiRoute::Gateway));
-        assert_eq!(route("GET", "/api/v9/gateway/"), Ok(ApiRoute::Gateway));
-        assert_eq!(route("GET", "/api/gateway"), Ok(ApiRoute::Gateway));
-        assert_eq!(
-            route("GET", "/api/v10/gateway/bot"),
-            Ok(ApiRoute::GatewayBot)
-        );
-        assert_eq!(route("HEAD", "/api/v10/users/@me"), Ok(ApiRoute::UsersMe));
-        assert_eq!(
-            route("GET", "/api/v10/oauth2/applications/@me"),
-            Ok(ApiRoute::ApplicationsMe)
-        );
-        assert_eq!(
-            route("POST", "/api/v10/gateway"),
-            Err(RouteError::MethodNotAllowed)
-        );
-        assert_eq!(route("GET", "/api/v"), Err(RouteError::NotFound));
-    }
-
-    #[test]
-    fn action_routes_with_ids() {
-        let c = 1_180_000_000_000_000_100u64;
-        let p = format!("/api/v10/channels/{c}/messages");
-        assert_eq!(
-            route("POST", &p),
-            Ok(ApiRoute::CreateMessage { channel: c })
-        );
-        assert_eq!(route("GET", &p), Ok(ApiRoute::ListMessages { channel: c }));
-        assert_eq!(route("PUT", &p), Err(RouteError::MethodNotAllowed));
-        assert_eq!(
-            route("PATCH", &format!("{p}/42")),
-            Ok(ApiRoute::EditMessage {
-                channel: c,
-                message: 42
-            })
-        );
-        assert_eq!(
-            route("PUT", &format!("{p}/42/reactions/%F0%9F%91%8D/@me")),
-            Ok(ApiRoute::AddReaction {
-                channel: c,
-                message: 42,
-                emoji: "\u{1F44D}".into()
-            })
-        );
-        assert_eq!(
-            route("DELETE", &format!("{p}/42/reactions/blob:123/@me")),
-            Ok(ApiRoute::RemoveOwnReaction {
-                channel: c,
-                message: 42,
-                emoji: "blob:123".into()
-            })
-        );
-        assert_eq!(
-            route("POST", &format!("{p}/bulk-delete")),
-            Ok(ApiRoute::BulkDelete { channel: c })
-        );
-        assert_eq!(
-            route("DELETE", "/api/v9/guilds/5/members/6"),
-            Ok(ApiRoute::Kick { guild: 5, user: 6 })
-        );
-        assert_eq!(
-            route("PUT", "/api/v10/guilds/5/members/6/roles/7"),
-            Ok(ApiRoute::AddMemberRole {
-                guild: 5,
-                user: 6,
-                role: 7
-            })
-        );
-        assert_eq!(
-            route("POST", "/api/v10/users/@me/channels"),
-            Ok(ApiRoute::CreateDm)
-        );
-    }
-
-    #[test]
-    fn not_snowflakes_are_404() {
-        for p in [
-            "/api/v10/channels/abc/messages",
-            "/api/v10/channels/-1/messages",
-            "/api/v10/channels/99999999999999999999/messages",
-            "/api/v10/channels/123456789012345678901/messages",
-            "/api/v10/channels//messages",
-            "/api/v10/channels/1/messages/1/reactions/%ZZ/@me",
-            "/api/v10/channels/1/messages/1/reactions/%FF/@me",
-            "/api/v10/a/b/c/d/e/f/g/h/i",
-        ] {
-            assert_eq!(route("GET", p), Err(RouteError::NotFound), "{p}");
-        }
-        let long = format!(
-            "/api/v10/channels/1/messages/1/reactions/{}/@me",
-            "a".repeat(101)
-        );
-        assert_eq!(route("PUT", &long), Err(RouteError::NotFound));
-    }
-
-    #[test]
-    fn buckets_split_by_top_level_resource() {
-        let a = route("POST", "/api/v10/channels/1/messages").unwrap();
-        let b = route("POST", "/api/v10/channels/2/messages").unwrap();
-        assert_eq!(a.bucket(), Some((Bucket::MessageCreate, 1)));
-        assert_eq!(b.bucket(), Some((Bucket::MessageCreate, 2)));
-        assert_eq!(ApiRoute::Gateway.bucket(), None);
-    }
-}
+mod tests;

@@ -218,11 +218,14 @@ impl Sidecar {
         name: &str,
         kind: u8,
     ) -> Result<(u64, bool), &'static str> {
-        // MERGE-CMDS: until the registry stores commands, any name is known.
-        let _ = (app, server, kind);
-        let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ b as u64).wrapping_mul(0x100_0000_01b3)
-        });
-        Ok(((1_200_000_000_000_000_000 | (h >> 4)) & !(1 << 63), false))
+        for scope in [Some(server), None] {
+            let list = self
+                .call(|r| r.commands(app, scope))
+                .map_err(|_| "registry")?;
+            if let Some(c) = list.iter().find(|c| c.name == name && c.kind == kind) {
+                return Ok((c.id, scope.is_some()));
+            }
+        }
+        Err("unknown_command")
     }
 }

@@ -23,6 +23,7 @@ use crate::protocol::intents;
 use crate::protocol::{Close, CloseCode};
 use crate::worker::mail::*;
 
+mod commands;
 pub mod counters;
 mod interactions;
 mod members;
@@ -331,6 +332,7 @@ impl Sidecar {
             }
             SidecarRequest::ApiMember(req) => self.api_member(*req),
             SidecarRequest::Interaction(raw) => self.interaction(*raw),
+            SidecarRequest::ApiCommands(req) => self.api_commands(*req),
             SidecarRequest::ApiDm {
                 worker,
                 conn,

@@ -52,6 +52,9 @@ pub enum SidecarRequest {
     /// A permitted member, moderation route (`link::members`): answered
     /// from the registry, or committed through the chat service.
     ApiMember(Box<MemberRequest>),
+    /// A permitted application command route (`link::commands`): answered
+    /// from the registry with `ToWorker::RestReply`.
+    ApiCommands(Box<CommandsRequest>),
     /// `POST /users/@me/channels`: answered with `ToWorker::DmOpened`.
     ApiDm {
         worker: usize,
@@ -252,6 +255,14 @@ pub struct NewInteraction {
 }
 
 pub use crate::api::route::WebhookMethod;
+
+/// A command route the worker permitted (the path's application is the
+/// token's; a server's commands only where the bot is installed).
+pub struct CommandsRequest {
+    pub worker: usize,
+    pub conn: ConnKey,
+    pub call: crate::api::commands::CommandCall,
+}
 
 /// The answer to `SidecarRequest::ApiDm`.
 #[derive(Debug)]

@@ -15,6 +15,23 @@ pub const REST_STATUSES: [u16; 13] = [
     200, 204, 400, 401, 403, 404, 405, 413, 429, 500, 501, 503, 504,
 ];
 
+/// REST response counters: a row per route, a column per status. `Default`
+/// by hand: the derive stops at arrays of 32, and there are more routes.
+pub struct PerRoute(pub [[AtomicU64; REST_STATUSES.len() + 1]; ROUTE_NAMES.len()]);
+
+impl Default for PerRoute {
+    fn default() -> Self {
+        PerRoute(std::array::from_fn(|_| Default::default()))
+    }
+}
+
+impl std::ops::Deref for PerRoute {
+    type Target = [[AtomicU64; REST_STATUSES.len() + 1]; ROUTE_NAMES.len()];
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
+
 #[derive(Default)]
 #[repr(align(128))]
 pub struct WorkerMetrics {
@@ -39,7 +56,7 @@ pub struct WorkerMetrics {
     pub rest_requests: AtomicU64,
     /// REST responses by route (`api::route::ROUTE_NAMES`) and status
     /// (`REST_STATUSES`; the last column counts any other).
-    pub rest_responses: [[AtomicU64; REST_STATUSES.len() + 1]; ROUTE_NAMES.len()],
+    pub rest_responses: PerRoute,
     /// REST latency (request read to answer written) by `ROUTE_CLASSES`.
     pub rest_latency: [crate::histogram::Histogram; crate::api::route::ROUTE_CLASSES.len()],
     /// REST 429s by scope: user, global, shared.

@@ -434,6 +434,14 @@ impl Worker {
                 };
                 return self.hand_to_sidecar(key, req, hv);
             }
+            Next::Commands(call) => {
+                let call = Box::new(CommandsRequest {
+                    worker: self.id,
+                    conn: key,
+                    call,
+                });
+                return self.hand_to_sidecar(key, SidecarRequest::ApiCommands(call), hv);
+            }
             Next::Read => {
                 let req = SidecarRequest::ApiRead {
                     worker: self.id,
@@ -510,7 +518,8 @@ impl Worker {
     pub(super) fn on_rest_reply(&mut self, key: ConnKey, status: u16, body: Vec<u8>) {
         let Some(conn) = self.conn(key) else { return };
         conn.rest_pending = false;
-        let headers = std::mem::take(&mut conn.rest_headers);
+        let mut headers = std::mem::take(&mut conn.rest_headers);
+        crate::api::headers::handoff_429(status, &body, &mut headers);
         self.rest_answer(key, status, &body, &headers);
         self.process_input(key);
     }
@@ -527,6 +536,8 @@ enum Next {
     Chat(ChatAction),
     /// A read of server data, answered by the registry sidecar.
     Read,
+    /// An application command route, answered by the registry sidecar.
+    Commands(crate::api::commands::CommandCall),
 }
 
 /// `limit` in 1..=max (default `default`), or a 400 naming it.
@@ -604,6 +615,15 @@ fn chat_action(p: &Parked) -> Result<Next, ApiError> {
                 0,
                 "an interaction route reached the bot-token path",
             ))
+        }
+        ListCommands { .. }
+        | PutCommands { .. }
+        | CreateCommand { .. }
+        | GetCommand { .. }
+        | EditCommand { .. }
+        | DeleteCommand { .. } => {
+            let call = crate::api::commands::call(&p.route, p.content_type.as_deref(), &p.body)?;
+            return Ok(Next::Commands(call));
         }
         Gateway | GatewayBot | UsersMe | ApplicationsMe => {
             return Err(ApiError::new(

@@ -46,6 +46,7 @@
 //! [`RevocationListener`].
 
 mod apps;
+mod commands;
 mod installs;
 mod people;
 mod schema;
@@ -64,6 +65,7 @@ use tokio_postgres::tls::NoTlsStream;
 use tokio_postgres::types::{FromSql, ToSql, Type};
 use tokio_postgres::{AsyncMessage, Client, Connection, NoTls, Row, Socket, Statement};
 
+use crate::commands as cmds;
 use crate::members::{self, MemberStore};
 use crate::model::*;
 use crate::rows::{self, to_i, to_u};
@@ -1056,6 +1058,56 @@ impl Registry for PostgresRegistry {
     fn interactions_endpoint(&self, app_id: u64) -> Result<Option<String>> {
         self.run(WriteKind::Read, |t| {
             crate::signing::interactions_endpoint(t, app_id)
+        })
+    }
+
+    fn commands(&self, app_id: u64, guild_id: Option<u64>) -> Result<Vec<Command>> {
+        self.run(WriteKind::Single, |t| cmds::commands(t, app_id, guild_id))
+    }
+
+    fn command(&self, app_id: u64, guild_id: Option<u64>, id: u64) -> Result<Option<Command>> {
+        self.run(WriteKind::Single, |t| {
+            cmds::command(t, app_id, guild_id, id)
+        })
+    }
+
+    fn put_commands(
+        &self,
+        app_id: u64,
+        guild_id: Option<u64>,
+        list: &[NewCommand],
+    ) -> Result<Vec<Command>> {
+        self.run(WriteKind::Write, |t| {
+            cmds::put_commands(t, app_id, guild_id, list)
+        })
+    }
+
+    fn create_command(
+        &self,
+        app_id: u64,
+        guild_id: Option<u64>,
+        cmd: &NewCommand,
+    ) -> Result<(Command, bool)> {
+        self.run(WriteKind::Write, |t| {
+            cmds::create_command(t, app_id, guild_id, cmd)
+        })
+    }
+
+    fn edit_command(
+        &self,
+        app_id: u64,
+        guild_id: Option<u64>,
+        id: u64,
+        patch: &CommandPatch,
+    ) -> Result<Command> {
+        self.run(WriteKind::Write, |t| {
+            cmds::edit_command(t, app_id, guild_id, id, patch)
+        })
+    }
+
+    fn delete_command(&self, app_id: u64, guild_id: Option<u64>, id: u64) -> Result<bool> {
+        self.run(WriteKind::Write, |t| {
+            cmds::delete_command(t, app_id, guild_id, id)
         })
     }
 }

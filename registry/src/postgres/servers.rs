@@ -56,6 +56,11 @@ pub fn list(t: &mut Tx<'_>) -> Result<Vec<Server>> {
 
 pub fn delete(t: &mut Tx<'_>, server_id: u64) -> Result<bool> {
     // Cascades: roles, channels, overwrites, installations, installation roles.
+    // Commands have no foreign key (their scope 0 is no server).
+    t.execute(
+        "DELETE FROM commands WHERE guild_id = $1",
+        &[&to_i(server_id)],
+    )?;
     Ok(t.execute("DELETE FROM servers WHERE id = $1", &[&to_i(server_id)])? > 0)
 }
 

@@ -2,6 +2,7 @@
 //! node's sidecar and the CLI. Every operation is one transaction.
 
 mod apps;
+mod commands;
 mod installs;
 mod people;
 mod schema;
@@ -14,6 +15,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, TransactionBehavior};
 
+use crate::commands as cmds;
 use crate::members::{self, MemberStore};
 use crate::model::*;
 use crate::rows::{self, to_i, to_u};
@@ -449,6 +451,46 @@ impl Registry for SqliteRegistry {
 
     fn interactions_endpoint(&self, app_id: u64) -> Result<Option<String>> {
         self.read(|mut c| sign_ops::interactions_endpoint(&mut c, app_id))
+    }
+
+    fn commands(&self, app_id: u64, guild_id: Option<u64>) -> Result<Vec<Command>> {
+        self.read(|mut c| cmds::commands(&mut c, app_id, guild_id))
+    }
+
+    fn command(&self, app_id: u64, guild_id: Option<u64>, id: u64) -> Result<Option<Command>> {
+        self.read(|mut c| cmds::command(&mut c, app_id, guild_id, id))
+    }
+
+    fn put_commands(
+        &self,
+        app_id: u64,
+        guild_id: Option<u64>,
+        list: &[NewCommand],
+    ) -> Result<Vec<Command>> {
+        self.write(|mut c| cmds::put_commands(&mut c, app_id, guild_id, list))
+    }
+
+    fn create_command(
+        &self,
+        app_id: u64,
+        guild_id: Option<u64>,
+        cmd: &NewCommand,
+    ) -> Result<(Command, bool)> {
+        self.write(|mut c| cmds::create_command(&mut c, app_id, guild_id, cmd))
+    }
+
+    fn edit_command(
+        &self,
+        app_id: u64,
+        guild_id: Option<u64>,
+        id: u64,
+        patch: &CommandPatch,
+    ) -> Result<Command> {
+        self.write(|mut c| cmds::edit_command(&mut c, app_id, guild_id, id, patch))
+    }
+
+    fn delete_command(&self, app_id: u64, guild_id: Option<u64>, id: u64) -> Result<bool> {
+        self.write(|mut c| cmds::delete_command(&mut c, app_id, guild_id, id))
     }
 }
 

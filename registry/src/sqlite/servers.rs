@@ -30,6 +30,11 @@ pub fn list(c: &Connection) -> Result<Vec<Server>> {
 
 pub fn delete(c: &Connection, server_id: u64) -> Result<bool> {
     // Cascades: roles, channels, overwrites, installations, installation roles.
+    // Commands have no foreign key (their scope 0 is no server).
+    c.execute(
+        "DELETE FROM commands WHERE guild_id = ?1",
+        [to_i(server_id)],
+    )?;
     Ok(c.execute("DELETE FROM servers WHERE id = ?1", [to_i(server_id)])? > 0)
 }
 

@@ -11,7 +11,9 @@
 use registry::permissions::*;
 use registry::*;
 
+mod commands;
 mod people;
+pub use commands::*;
 pub use people::*;
 
 /// What the suite needs beyond the trait.
@@ -61,6 +63,10 @@ macro_rules! behaviour_tests {
             member_pages_and_dm_channels,
             demo_server_has_people_ranked_around_the_bot,
             signing_seed_and_interactions_endpoint,
+            commands_bulk_overwrite_keeps_ids,
+            commands_scopes_upsert_edit_delete,
+            commands_rules_and_kind_limits,
+            commands_daily_create_limit_per_scope,
         );
     };
     // One test per name, recursively (the attributes repeat per test).

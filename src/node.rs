@@ -234,6 +234,7 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     let interaction_board: Arc<crate::chat::interactions::Board> = Arc::new(Default::default());
     let interaction_stats: Arc<crate::chat::interactions::InteractionStats> =
         Arc::new(Default::default());
+    let endpoint_stats: Arc<crate::chat::endpoint::EndpointStats> = Arc::new(Default::default());
     let admin = crate::ops::admin::start(
         cfg.admin_addr,
         crate::ops::admin::Views {
@@ -244,6 +245,7 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
             redis: redis_stats.clone(),
             board: interaction_board.clone(),
             interactions: interaction_stats.clone(),
+            endpoint: endpoint_stats.clone(),
             egress: egress.stats.clone(),
         },
     )
@@ -313,11 +315,20 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
             tap_rx,
             handles.clone(),
             chat_stats.clone(),
-            crate::chat::interactions::Interactions::new(
-                cfg.chat.interaction_token_ttl_ms,
-                interaction_board.clone(),
-                interaction_stats.clone(),
-            ),
+            {
+                let mut ix = crate::chat::interactions::Interactions::new(
+                    cfg.chat.interaction_token_ttl_ms,
+                    interaction_board.clone(),
+                    interaction_stats.clone(),
+                );
+                ix.deliver = Some(crate::chat::endpoint::start(
+                    egress.clone(),
+                    shared.chat.clone(),
+                    interaction_board.clone(),
+                    endpoint_stats.clone(),
+                ));
+                ix
+            },
             stop.clone(),
         ),
     }

@@ -39,6 +39,9 @@ use crate::worker::mail::{NewInteraction, WebhookMethod};
 
 /// The first response must come within this of the interaction's opening.
 pub const RESPONSE_MS: u64 = 3_000;
+/// What an HTTP endpoint's calls leave of the window, for the answer to
+/// reach the chat thread and the failure to be recorded before 3.0 s.
+pub const ENDPOINT_MARGIN_MS: u64 = 200;
 /// Interactions held at once (open, or answered within their token's life).
 pub const MAX_OPEN: usize = 65_536;
 /// Follow-ups per interaction remembered for `/messages/{id}`.
@@ -90,6 +93,17 @@ impl Board {
             f(m)
         }
     }
+    /// Why the application's endpoint gave no response (shown with the
+    /// failure at 3 s).
+    pub fn note_failure(&self, id: u64, why: &str) {
+        self.merge(id, |m| {
+            m.insert("endpoint_failure".into(), why.into());
+            if m.get("state").and_then(Value::as_str) == Some("failed") {
+                let f = format!("The application did not respond ({why})");
+                m.insert("failure".into(), f.into());
+            }
+        })
+    }
     fn remove(&self, id: u64) {
         self.0.lock().expect("board").remove(&id);
     }
@@ -117,6 +131,8 @@ pub struct Interactions {
     token_ttl_ms: u64,
     pub board: Arc<Board>,
     pub stats: Arc<InteractionStats>,
+    /// The deliverers to HTTP interactions endpoints (`endpoint.rs`).
+    pub deliver: Option<crossbeam_channel::Sender<super::endpoint::Job>>,
 }
 
 impl Interactions {
@@ -129,6 +145,7 @@ impl Interactions {
             token_ttl_ms,
             board,
             stats,
+            deliver: None,
         }
     }
 
@@ -152,8 +169,12 @@ impl Interactions {
                     o.state = State::Failed;
                     self.stats.missed.fetch_add(1, Relaxed);
                     self.board.merge(id, |m| {
+                        let why = match m.get("endpoint_failure").and_then(Value::as_str) {
+                            Some(e) => format!("The application did not respond ({e})"),
+                            None => "The application did not respond".into(),
+                        };
                         m.insert("state".into(), "failed".into());
-                        m.insert("failure".into(), "The application did not respond".into());
+                        m.insert("failure".into(), why.into());
                         m.insert(
                             "failed_after_ms".into(),
                             now.saturating_sub(o.opened_ms).into(),
@@ -234,10 +255,35 @@ impl Chat {
         let message = d["message"]["id"].as_str().and_then(|s| s.parse().ok());
         let user = d["member"]["user"].clone();
         let bytes = serde_json::to_vec(&d).expect("json");
-        self.addressed = true;
-        let sent = self.commit("INTERACTION_CREATE", target, 0, false, &[bot], &bytes);
-        self.addressed = false;
-        sent?;
+        if let Some((url, seed)) = n.endpoint {
+            // An HTTP application: one signed POST (endpoint.rs), never the gateway.
+            let job = super::endpoint::Job {
+                id: n.id,
+                token: token.clone(),
+                url,
+                seed,
+                body: bytes,
+                // The endpoint's share of the window: its failure is known
+                // (and shown) before the 3.0 s tick.
+                deadline: std::time::Instant::now()
+                    + std::time::Duration::from_millis(RESPONSE_MS - ENDPOINT_MARGIN_MS),
+            };
+            let queued = self
+                .ix
+                .deliver
+                .as_ref()
+                .is_some_and(|q| q.try_send(job).is_ok());
+            if !queued {
+                self.ix.stats.refused.fetch_add(1, Relaxed);
+                self.ix.board.set(n.id, json!({"state": "failed", "failure": "refused: the endpoint deliverers are busy"}));
+                return Ok((204, Vec::new()));
+            }
+        } else {
+            self.addressed = true;
+            let sent = self.commit("INTERACTION_CREATE", target, 0, false, &[bot], &bytes);
+            self.addressed = false;
+            sent?;
+        }
         let ix = &mut self.ix;
         let dg = digest(&token);
         ix.by_digest.insert(dg, n.id);

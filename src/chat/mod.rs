@@ -22,6 +22,7 @@
 //! With `chat.upstream_url` set, `upstream::start` serves the same queue
 //! instead: each action is forwarded to that chat service, which commits.
 
+pub mod endpoint;
 pub mod history;
 pub mod interactions;
 pub mod objects;

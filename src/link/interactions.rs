@@ -50,6 +50,7 @@ impl Sidecar {
                         id,
                         d: Value::Null,
                         refused: Some(reason),
+                        endpoint: None,
                     })),
                 )
             }
@@ -198,6 +199,15 @@ impl Sidecar {
             channel: ChannelId(channel_id),
             perms,
         };
+        let endpoint = match self.call(|r| r.interactions_endpoint(app.id)) {
+            Ok(Some(url)) => Some((
+                url,
+                self.call(|r| r.signing_seed(app.id))
+                    .map_err(|_| "registry")?,
+            )),
+            Ok(None) => None,
+            Err(_) => return Err("registry"),
+        };
         let bot: Arc<str> = bot_user(&app).to_string().into();
         Ok((
             target,
@@ -206,6 +216,7 @@ impl Sidecar {
                 id,
                 d: Value::Object(d),
                 refused: None,
+                endpoint,
             })),
         ))
     }

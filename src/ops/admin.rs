@@ -23,6 +23,7 @@ pub struct Views {
     /// What people see of their interactions, and the interactions' counters.
     pub board: Arc<crate::chat::interactions::Board>,
     pub interactions: Arc<crate::chat::interactions::InteractionStats>,
+    pub endpoint: Arc<crate::chat::endpoint::EndpointStats>,
     /// The egress client's outcome counters.
     pub egress: Arc<crate::egress::EgressStats>,
 }
@@ -131,7 +132,11 @@ fn serve(mut s: TcpStream, views: &Views) -> std::io::Result<()> {
             crate::ops::metrics::render_ops(&shared.metrics, &views.ingest, &views.link, &mut out);
             crate::ops::rest_metrics::render(&shared.metrics, &views.chat, &views.ingest, &mut out);
             crate::ops::rest_metrics::render_redis(&views.redis, &mut out);
-            crate::ops::rest_metrics::render_interactions(&views.interactions, &mut out);
+            crate::ops::rest_metrics::render_interactions(
+                &views.interactions,
+                &views.endpoint,
+                &mut out,
+            );
             crate::ops::rest_metrics::render_egress(&views.egress, &mut out);
             (200, "text/plain; version=0.0.4; charset=utf-8", out)
         }

@@ -172,7 +172,11 @@ pub fn render_redis(r: &crate::link::counters::RedisStats, out: &mut String) {
 }
 
 /// The interactions of the embedded chat service (node-wide).
-pub fn render_interactions(st: &crate::chat::interactions::InteractionStats, out: &mut String) {
+pub fn render_interactions(
+    st: &crate::chat::interactions::InteractionStats,
+    ep: &crate::chat::endpoint::EndpointStats,
+    out: &mut String,
+) {
     let fams: [(&str, &str, u64); 8] = [
         ("gatewayd_interactions_opened_total", "Interactions delivered to their bot (INTERACTION_CREATE), each with its 3-second timer.", st.opened.load(Relaxed)),
         ("gatewayd_interactions_refused_total", "Interactions not opened (application not installed or not entitled, unknown command, registry or table full): the person saw the failure at once.", st.refused.load(Relaxed)),
@@ -185,6 +189,24 @@ pub fn render_interactions(st: &crate::chat::interactions::InteractionStats, out
     ];
     for (name, help, v) in fams {
         scalar(out, name, "counter", help, v);
+    }
+    family(
+        out,
+        "gatewayd_interactions_endpoint_total",
+        "counter",
+        "Interactions POSTed to HTTP interactions endpoints, by outcome: inline (answered in the POST), callback (202/204: answered on the callback route), retry (a second attempt made), failed (no response after the retry).",
+    );
+    for (outcome, v) in [
+        ("inline", &ep.inline),
+        ("callback", &ep.deferred_to_callback),
+        ("retry", &ep.retries),
+        ("failed", &ep.failed),
+    ] {
+        let _ = writeln!(
+            out,
+            "gatewayd_interactions_endpoint_total{{outcome=\"{outcome}\"}} {}",
+            v.load(Relaxed)
+        );
     }
     st.ack_latency.render(
         "gatewayd_interaction_ack_seconds",

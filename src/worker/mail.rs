@@ -252,6 +252,9 @@ pub struct NewInteraction {
     pub id: u64,
     pub d: serde_json::Value,
     pub refused: Option<&'static str>,
+    /// The application's interactions endpoint and signing seed: delivered
+    /// there by HTTP instead of the gateway.
+    pub endpoint: Option<(String, [u8; 32])>,
 }
 
 pub use crate::api::route::WebhookMethod;

@@ -1,22 +1,26 @@
 """An HTTP interactions endpoint as a bot author writes one, verifying the
 platform's Ed25519 signatures with PyNaCl (tests/egress.rs).
 
-    python interactions_endpoint.py VERIFY_KEY_HEX
+    python interactions_endpoint.py VERIFY_KEY_HEX [hang]
 
 Listens on 127.0.0.1 (a free port, printed as `port=N` on stdout), checks
 X-Signature-Ed25519 over X-Signature-Timestamp + body, answers 401 to a bad
 or missing signature, 200 {"type":1} to a PING, and 200 with a message to
-anything else. Each request it verified or refused is logged to stderr.
+anything else (with `hang`: answers anything else only after 10 s, an
+endpoint too slow for the 3-second rule). Each request it verified or
+refused is logged to stderr.
 """
 
 import json
 import sys
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from nacl.exceptions import BadSignatureError
 from nacl.signing import VerifyKey
 
 KEY = VerifyKey(bytes.fromhex(sys.argv[1]))
+HANG = len(sys.argv) > 2 and sys.argv[2] == "hang"
 
 
 class Endpoint(BaseHTTPRequestHandler):
@@ -36,7 +40,10 @@ class Endpoint(BaseHTTPRequestHandler):
         if data.get("type") == 1:
             self.answer(200, {"type": 1})
         else:
-            self.answer(200, {"type": 4, "data": {"content": "pong"}})
+            if HANG:
+                time.sleep(10)
+            name = data.get("data", {}).get("name", "")
+            self.answer(200, {"type": 4, "data": {"content": f"pong from http ({name})"}})
 
     def answer(self, status, obj):
         out = json.dumps(obj).encode()

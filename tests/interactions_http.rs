@@ -25,7 +25,8 @@ fn python_with_nacl() -> String {
     p
 }
 
-struct Endpoint(Child, String);
+/// The endpoint process (killed on drop).
+struct Endpoint(Child);
 
 impl Drop for Endpoint {
     fn drop(&mut self) {
@@ -112,7 +113,7 @@ fn http_bot(node: &Node, reg: &Registry, server: u64, name: &str, mode: &str) ->
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    (app, Endpoint(py, url))
+    (app, Endpoint(py))
 }
 
 fn click(node: &Node, app: &App, server: u64, channel: u64) -> (i32, String, Duration) {

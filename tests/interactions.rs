@@ -288,6 +288,29 @@ fn the_three_second_rule_both_ways() {
     std::thread::sleep(Duration::from_millis(500));
     let r = w.callback(&i, json!({"type": 4, "data": {"content": "too late"}}), "");
     assert_eq!(code(&r), (404, 10062), "{}", r.body);
+    // The application's own view (ADR-03): one ack, one miss, one late callback.
+    let (status, body) = support::http::http_get(
+        w.node.admin,
+        &format!("/applications/{}/interactions", w.app.id),
+    )
+    .unwrap();
+    assert_eq!(status, 200, "{body}");
+    let a: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (
+            a["opened"].as_u64(),
+            a["acks"].as_u64(),
+            a["misses"].as_u64()
+        ),
+        (Some(2), Some(1), Some(1)),
+        "{a}"
+    );
+    assert_eq!(a["late_callbacks"], 1);
+    assert_eq!(a["ack_rate"], 0.5);
+    assert_eq!(
+        a["ack_latency_ms"]["p99"], 3000,
+        "the 2.5 s ack is in the 2-3 s bucket: {a}"
+    );
     let m = support::metrics::metrics(w.node.admin);
     assert!(support::metrics::metric_sum(&m, "gatewayd_interactions_misses_total", &[]) >= 1.0);
     assert!(

@@ -77,13 +77,104 @@ struct Open {
 }
 
 /// What each person sees of their interactions, for the admin port (the
-/// CLI). Bounded with the table (entries leave with their interaction).
+/// CLI), bounded with the table (entries leave with their interaction); and
+/// each application's counters (ADR-03: the ack rate a bot author needs),
+/// for at most `MAX_APPS` applications.
 #[derive(Default)]
-pub struct Board(Mutex<HashMap<u64, Value>>);
+pub struct Board(Mutex<HashMap<u64, Value>>, Mutex<HashMap<u64, AppStats>>);
+
+/// Applications whose interactions are counted one by one.
+pub const MAX_APPS: usize = 4096;
+/// Upper bounds (ms) of the per-application ack latency buckets.
+const APP_BOUNDS_MS: [u64; 7] = [50, 100, 250, 500, 1000, 2000, 3000];
+
+/// One application's interactions, by outcome.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AppStats {
+    pub opened: u64,
+    pub refused: u64,
+    pub acks: u64,
+    pub deferrals: u64,
+    pub misses: u64,
+    pub late: u64,
+    pub double: u64,
+    pub followups: u64,
+    /// Acks by latency bucket (`APP_BOUNDS_MS`, then over 3 s).
+    lat: [u64; 8],
+}
+
+#[derive(Clone, Copy)]
+enum Count {
+    Opened,
+    Refused,
+    Ack(u64),
+    Deferral,
+    Miss,
+    Late,
+    Double,
+    Followup,
+}
+
+impl AppStats {
+    /// The latency below which a fraction `q` of the acks came (the
+    /// bucket's upper bound, ms).
+    fn quantile_ms(&self, q: f64) -> Option<u64> {
+        let n: u64 = self.lat.iter().sum();
+        if n == 0 {
+            return None;
+        }
+        let want = (q * n as f64).ceil() as u64;
+        let mut seen = 0;
+        for (i, c) in self.lat.iter().enumerate() {
+            seen += c;
+            if seen >= want {
+                return Some(APP_BOUNDS_MS.get(i).copied().unwrap_or(u64::MAX));
+            }
+        }
+        None
+    }
+
+    /// The JSON of `GET /applications/{id}/interactions` (admin port).
+    pub fn to_json(&self, app: u64) -> Value {
+        let first = self.acks + self.misses;
+        json!({
+            "application_id": app.to_string(),
+            "opened": self.opened, "refused": self.refused, "acks": self.acks,
+            "ack_rate": if first == 0 { Value::Null } else { (self.acks as f64 / first as f64).into() },
+            "deferrals": self.deferrals, "misses": self.misses, "late_callbacks": self.late,
+            "double_acks": self.double, "followups": self.followups,
+            "ack_latency_ms": {"p50": self.quantile_ms(0.5), "p99": self.quantile_ms(0.99)},
+        })
+    }
+}
 
 impl Board {
     pub fn get(&self, id: u64) -> Option<Value> {
         self.0.lock().expect("board").get(&id).cloned()
+    }
+    /// An application's counters, if it had interactions.
+    pub fn app(&self, app: u64) -> Option<AppStats> {
+        self.1.lock().expect("apps").get(&app).copied()
+    }
+    fn count(&self, app: u64, c: Count) {
+        let mut apps = self.1.lock().expect("apps");
+        if apps.len() >= MAX_APPS && !apps.contains_key(&app) {
+            return;
+        }
+        let a = apps.entry(app).or_default();
+        match c {
+            Count::Opened => a.opened += 1,
+            Count::Refused => a.refused += 1,
+            Count::Ack(ms) => {
+                a.acks += 1;
+                a.lat[APP_BOUNDS_MS.iter().position(|&b| ms <= b).unwrap_or(7)] += 1;
+            }
+            Count::Deferral => a.deferrals += 1,
+            Count::Miss => a.misses += 1,
+            Count::Late => a.late += 1,
+            Count::Double => a.double += 1,
+            Count::Followup => a.followups += 1,
+        }
     }
     fn set(&self, id: u64, v: Value) {
         self.0.lock().expect("board").insert(id, v);
@@ -168,6 +259,7 @@ impl Interactions {
                 if o.state == State::Waiting {
                     o.state = State::Failed;
                     self.stats.missed.fetch_add(1, Relaxed);
+                    self.board.count(o.app, Count::Miss);
                     self.board.merge(id, |m| {
                         let why = match m.get("endpoint_failure").and_then(Value::as_str) {
                             Some(e) => format!("The application did not respond ({e})"),
@@ -229,6 +321,7 @@ impl Chat {
         let ix = &mut self.ix;
         if let Some(reason) = n.refused {
             ix.stats.refused.fetch_add(1, Relaxed);
+            ix.board.count(app.0, Count::Refused);
             ix.board.set(
                 n.id,
                 json!({"state": "failed", "failure": format!("refused: {reason}")}),
@@ -310,6 +403,7 @@ impl Chat {
         ix.expiries
             .push_back((now + ix.token_ttl_ms.max(RESPONSE_MS), n.id));
         ix.stats.opened.fetch_add(1, Relaxed);
+        ix.board.count(app.0, Count::Opened);
         ix.board
             .set(n.id, json!({"state": "waiting", "opened_ms": now}));
         Ok((204, Vec::new()))
@@ -333,10 +427,12 @@ impl Chat {
         match o.state {
             State::Failed => {
                 ix.stats.late.fetch_add(1, Relaxed);
+                ix.board.count(o.app, Count::Late);
                 return Err(unknown_interaction());
             }
             State::Answered | State::Deferred => {
                 ix.stats.double.fetch_add(1, Relaxed);
+                ix.board.count(o.app, Count::Double);
                 return Err(ApiError::new(
                     400,
                     40060,
@@ -348,6 +444,7 @@ impl Chat {
         // Late by the clock even if the tick has not run yet.
         if now >= o.opened_ms + RESPONSE_MS {
             ix.stats.late.fetch_add(1, Relaxed);
+            ix.board.count(o.app, Count::Late);
             return Err(unknown_interaction());
         }
         let m = body::parse(content_type, raw)?;
@@ -418,10 +515,13 @@ impl Chat {
         } else {
             State::Answered
         };
+        let app = o.app;
         let ix = &self.ix;
         ix.stats.acked.fetch_add(1, Relaxed);
+        ix.board.count(app, Count::Ack(now.saturating_sub(opened)));
         if matches!(rtype, 5 | 6) {
             ix.stats.deferred.fetch_add(1, Relaxed);
+            ix.board.count(app, Count::Deferral);
             seen["state"] = "deferred".into();
         }
         ix.stats
@@ -567,6 +667,7 @@ impl Chat {
                 draft.interaction = Some((self.metadata(id), app));
                 let msg = self.respond(id, draft, now)?;
                 self.ix.stats.followups.fetch_add(1, Relaxed);
+                self.ix.board.count(app, Count::Followup);
                 self.ix.board.merge(id, |m| {
                     let list = m.entry("followups").or_insert_with(|| json!([]));
                     if let Some(a) = list.as_array_mut() {

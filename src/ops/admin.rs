@@ -108,7 +108,7 @@ fn serve(mut s: TcpStream, views: &Views) -> std::io::Result<()> {
     let protected = match path.as_str() {
         "/drain" | "/fault/registry" => method == "POST",
         "/metrics" => cfg.admin_metrics_auth,
-        p => p.starts_with("/interactions/"),
+        p => p.starts_with("/interactions/") || p.starts_with("/applications/"),
     };
     let (status, ctype, body) = match path.as_str() {
         _ if protected && !allowed => {
@@ -141,6 +141,26 @@ fn serve(mut s: TcpStream, views: &Views) -> std::io::Result<()> {
             (200, "text/plain; version=0.0.4; charset=utf-8", out)
         }
         "/healthz" => (200, "text/plain", "ok\n".to_string()),
+        // One application's interactions (ADR-03: its ack rate and latency).
+        p if p.starts_with("/applications/") && p.ends_with("/interactions") => {
+            match p["/applications/".len()..p.len() - "/interactions".len()].parse::<u64>() {
+                Ok(app) => (
+                    200,
+                    "application/json",
+                    views
+                        .board
+                        .app(app)
+                        .unwrap_or_default()
+                        .to_json(app)
+                        .to_string(),
+                ),
+                Err(_) => (
+                    404,
+                    "application/json",
+                    r#"{"message": "not an application id"}"#.to_string(),
+                ),
+            }
+        }
         // What the person sees of an interaction (the `gatewayd interact` CLI).
         p if p.starts_with("/interactions/") => match p["/interactions/".len()..]
             .parse::<u64>()

@@ -370,6 +370,20 @@ pub fn render(admin: &str, prev: &Scrape, cur: &Scrape) -> String {
         cur.sum("gatewayd_rest_bans_total").unwrap_or(0.0),
     );
     let p99 = |name: &str| quantile(prev, cur, name, 0.99).map_or("-".to_string(), fmt_secs);
+    let (opened, acked) = (
+        rate("gatewayd_interactions_opened_total"),
+        rate("gatewayd_interactions_acks_total"),
+    );
+    let _ = writeln!(
+        o,
+        "interactions {:>9.1}/s   acked {:>6.1}/s   missed {:>6.1}/s   deferred {:>6.1}/s   ack p99 {}   refused {:>5.1}/s",
+        opened,
+        acked,
+        rate("gatewayd_interactions_misses_total"),
+        rate("gatewayd_interactions_deferrals_total"),
+        p99("gatewayd_interaction_ack_seconds"),
+        rate("gatewayd_interactions_refused_total"),
+    );
     let brownout = cur.sum("gatewayd_registry_brownout").unwrap_or(0.0) > 0.0;
     let _ = writeln!(
         o,

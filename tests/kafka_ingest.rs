@@ -449,3 +449,103 @@ fn a_message_posted_through_one_node_reaches_a_bot_on_another() {
     );
     assert!(metric(&a, "gatewayd_chat_commits_total") >= 1.0);
 }
+
+/// Every node consumes every interaction record; exactly one opens it (its
+/// claim in the shared registry lands), so the bot gets one
+/// INTERACTION_CREATE however many nodes there are.
+#[test]
+#[ignore = "needs a Kafka-protocol broker: run scripts/test-all.sh, or set GATEWAYD_TEST_KAFKA_BROKERS"]
+fn an_interaction_in_the_topic_is_opened_by_exactly_one_node() {
+    let brokers = brokers();
+    let topic = create_topic(&brokers);
+    let a = start_node(&brokers, &topic, &unique("a"));
+    let reg = support::registry::Registry::new(a.dir.path());
+    let app = reg.add_app("kafka-slash", 0);
+    let (server, general) = reg.add_server("kafka-slash");
+    reg.install(app.id, server, None);
+    let person = reg.add_member(server, "alice", &[]);
+    let r = support::http::json_request(
+        a.gateway,
+        "PUT",
+        &format!("/api/v10/applications/{}/commands", app.id),
+        Some(&format!("Bot {}", app.token)),
+        Some(&json!([{"name": "ping", "description": "Ping", "type": 1}])),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let registry = a.dir.path().join("registry.sqlite");
+    let b = Node::start(&[
+        "--no-demo",
+        "--registry-path",
+        registry.to_str().unwrap(),
+        "--kafka-brokers",
+        &brokers,
+        "--kafka-topic",
+        &topic,
+        "--kafka-group",
+        &unique("b"),
+        "--kafka-session-timeout-ms",
+        "6000",
+    ]);
+    // The bot's one session is on A; B consumes the same records.
+    let mut s = support::bot::identify(
+        a.gateway,
+        "on-a",
+        &app.token,
+        support::intent::GUILDS | support::intent::GUILD_MESSAGES,
+        None,
+    )
+    .expect("identify on A");
+    let kafka = Kafka::new(&brokers, &topic);
+    // Both consumers joined once both nodes delivered a message from the topic.
+    let deadline = Instant::now() + FIRST_EVENT;
+    let mut n = 0u64;
+    loop {
+        assert!(
+            Instant::now() < deadline,
+            "the nodes never consumed the topic"
+        );
+        n += 1;
+        kafka.send(
+            server,
+            &frame_message(server, general, &format!("warm-up {n}")),
+        );
+        let seen = |node: &Node| metric(node, "gatewayd_ingest_records_total") >= 1.0;
+        if seen(&a) && seen(&b) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let id = 1_200_000_000_000_400_001u64;
+    let d = json!({"id": id.to_string(), "type": 2, "user": {"id": person.to_string()},
+                   "data": {"name": "ping", "type": 1}});
+    let mut frame = Vec::new();
+    ingest::encode_parts(
+        "INTERACTION_CREATE",
+        server,
+        general,
+        0,
+        0,
+        1,
+        ingest::FLAG_INTERACTION,
+        &[app.id],
+        &serde_json::to_vec(&d).unwrap(),
+        &mut frame,
+    );
+    kafka.send(server, &frame);
+    let mut got = 0;
+    let until = Instant::now() + Duration::from_secs(8);
+    while let Some(left) = until.checked_duration_since(Instant::now()) {
+        match support::bot::read_next(&mut s.ws, left) {
+            Next::Json(v) if v["t"] == "INTERACTION_CREATE" => {
+                assert_eq!(v["d"]["id"], id.to_string());
+                got += 1;
+            }
+            Next::Json(_) => {}
+            Next::Timeout => break,
+            other => panic!("session ended: {other:?}"),
+        }
+    }
+    assert_eq!(got, 1, "exactly one node opened the interaction");
+    let opened = |node: &Node| metric(node, "gatewayd_interactions_opened_total");
+    assert_eq!(opened(&a) + opened(&b), 1.0, "opened on one node only");
+}

@@ -27,6 +27,11 @@ pub use sqlite::{SqliteRegistry, BUSY_TIMEOUT};
 
 pub type Result<T, E = RegistryError> = std::result::Result<T, E>;
 
+/// How long an interaction claim is kept (longer than any token lives).
+pub const CLAIM_KEEP_MS: u64 = 60 * 60 * 1000;
+/// One claim in this many also prunes the expired ones.
+pub const CLAIM_PRUNE_EVERY: u64 = 256;
+
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
     /// The store is busy or locked beyond the busy timeout: transient, treat
@@ -185,6 +190,12 @@ pub trait Registry: Send + Sync {
     fn open_dm(&self, user_a: u64, user_b: u64) -> Result<u64>;
     /// (channel id, the other user) of every DM channel of `user_id`.
     fn dm_channels_of(&self, user_id: u64) -> Result<Vec<(u64, u64)>>;
+
+    /// Claim interaction `id` for `node`: true for exactly one caller
+    /// across every node sharing the registry (an insert-if-absent, no
+    /// revision bump). Claims older than `CLAIM_KEEP_MS` are pruned now and
+    /// then by the claims themselves.
+    fn claim_interaction(&self, id: u64, node: &str, now_ms: u64) -> Result<bool>;
 
     // Interaction signing (ADR-12; `crate::signing` has the rules).
     /// The application's Ed25519 seed, created on first use.

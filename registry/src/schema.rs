@@ -232,6 +232,17 @@ const MIGRATIONS: &[&str] = &[
         interactions_endpoint_url TEXT
     );
     "#,
+    // 8: interaction claims. Every node consumes every interaction record;
+    // the one whose insert lands opens it (delivers it, holds its timer and
+    // token), the others drop it. Old claims are pruned as claims are made.
+    r#"
+    CREATE TABLE interaction_claims (
+        id            {i64} PRIMARY KEY,
+        node          TEXT NOT NULL,
+        claimed_at_ms {i64} NOT NULL
+    );
+    CREATE INDEX interaction_claims_at ON interaction_claims(claimed_at_ms);
+    "#,
 ];
 
 /// Where the schema version and the revision counter live (created before
@@ -320,6 +331,8 @@ mod tests {
             "17d9174725507782bc317ac42e3803cf595638a1d303e8dc2ca4b6b9dea052f5",
             // 7: app_signing.
             "476e8a39c3af7f39a6c5218bced2889db67d4cf7f0c35787803b001900679a57",
+            // 8: interaction_claims.
+            "5dabc41a7640143645d8599a19622e5799b00621139fee31ad6cc054d47146dd",
         ];
         let postgres = [
             "1a3cb466e916e54db1de963200edb5cc45643a0fd53b9acfb3007df2d641032a",
@@ -330,6 +343,8 @@ mod tests {
             "e2f0be14d24ff778ba94367a312df2c8b98dbe5d7c46d57864fd6c396827369a",
             // 7: app_signing.
             "faba10835496a34f91b9e0289d92e745ecc9ca5827dc4f4b620b59f09ef9cc96",
+            // 8: interaction_claims.
+            "7675dfd2a3aa89b56d4d1a02800b13d07e51a05aede5b8d08ad1919cedc7c206",
         ];
         for (dialect, pinned) in [(&SQLITE, sqlite), (&POSTGRES, postgres)] {
             let got: Vec<String> = dialect.migrations_after(0).map(|m| sha256(&m)).collect();

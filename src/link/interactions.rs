@@ -11,6 +11,10 @@
 //! - the person's member object (roles, permissions in the channel), the
 //!   channel object and every field REST.md lists as required.
 //!
+//! Every node consumes every interaction record: the one whose claim
+//! (`Registry::claim_interaction`, an insert-if-absent in the shared
+//! registry) lands opens it, the others drop it.
+//!
 //! A few registry reads per interaction, under the link's deadline; a
 //! registry that cannot answer refuses the interaction (the person sees
 //! the failure, counted as `refused{reason="registry"}`).
@@ -33,6 +37,8 @@ impl Sidecar {
         };
         let (target, bot, action) = match self.open_interaction(&raw) {
             Ok(x) => x,
+            // Another node opened it (every node consumes every record).
+            Err("claimed_elsewhere") => return,
             Err(reason) => {
                 tracing::debug!(reason, server = raw.server, "interaction refused");
                 let id = serde_json::from_slice::<Value>(&raw.d)
@@ -92,6 +98,12 @@ impl Sidecar {
             .and_then(|s| s.parse().ok())
             .filter(|&id| id > 0)
             .ok_or("malformed")?;
+        let node = self.node_id.clone();
+        match self.call(|r| r.claim_interaction(id, &node, registry::snowflake::unix_ms_now())) {
+            Ok(true) => {}
+            Ok(false) => return Err("claimed_elsewhere"),
+            Err(_) => return Err("registry"),
+        }
         let kind = d.get("type").and_then(Value::as_u64).unwrap_or(2);
         if !(2..=5).contains(&kind) {
             return Err("malformed");

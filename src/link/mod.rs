@@ -60,6 +60,8 @@ pub struct Sidecar {
     pub next_poll: Instant,
     /// Where moderation changes are committed as events (set by the node).
     pub chat: Option<crossbeam_channel::Sender<ChatRequest>>,
+    /// This process among the nodes sharing the registry (interaction claims).
+    pub node_id: String,
 }
 
 /// What the registry link does, for metrics (shared with the admin port).
@@ -157,6 +159,11 @@ impl Sidecar {
             pending: HashMap::new(),
             next_poll: Instant::now(),
             chat: None,
+            node_id: {
+                let mut b = [0u8; 8];
+                let _ = getrandom::fill(&mut b);
+                b.iter().map(|x| format!("{x:02x}")).collect()
+            },
         }
     }
 

@@ -1038,6 +1038,26 @@ impl Registry for PostgresRegistry {
         self.run(WriteKind::Read, |t| t.dm_channels_of(user_id))
     }
 
+    fn claim_interaction(&self, id: u64, node: &str, now_ms: u64) -> Result<bool> {
+        // One autocommit statement, no global lock, no revision bump.
+        let won = self.run(WriteKind::Single, |t| {
+            t.execute(
+                "INSERT INTO interaction_claims (id, node, claimed_at_ms) VALUES ($1, $2, $3)
+                 ON CONFLICT DO NOTHING",
+                &[&to_i(id), &node, &to_i(now_ms)],
+            )
+        })? == 1;
+        if id.is_multiple_of(crate::CLAIM_PRUNE_EVERY) {
+            self.run(WriteKind::Single, |t| {
+                t.execute(
+                    "DELETE FROM interaction_claims WHERE claimed_at_ms < $1",
+                    &[&to_i(now_ms.saturating_sub(crate::CLAIM_KEEP_MS))],
+                )
+            })?;
+        }
+        Ok(won)
+    }
+
     fn signing_seed(&self, app_id: u64) -> Result<[u8; 32]> {
         if let Some(seed) = self.run(WriteKind::Single, |t| {
             crate::signing::existing_seed(t, app_id)

@@ -438,6 +438,23 @@ impl Registry for SqliteRegistry {
         self.read(|mut c| c.dm_channels_of(user_id))
     }
 
+    fn claim_interaction(&self, id: u64, node: &str, now_ms: u64) -> Result<bool> {
+        // Autocommit, outside `write`: a claim is not a registry change.
+        let c = self.lock();
+        let won = c.execute(
+            "INSERT INTO interaction_claims (id, node, claimed_at_ms) VALUES (?1, ?2, ?3)
+             ON CONFLICT DO NOTHING",
+            rusqlite::params![to_i(id), node, to_i(now_ms)],
+        )? == 1;
+        if id.is_multiple_of(crate::CLAIM_PRUNE_EVERY) {
+            c.execute(
+                "DELETE FROM interaction_claims WHERE claimed_at_ms < ?1",
+                [to_i(now_ms.saturating_sub(crate::CLAIM_KEEP_MS))],
+            )?;
+        }
+        Ok(won)
+    }
+
     fn signing_seed(&self, app_id: u64) -> Result<[u8; 32]> {
         if let Some(seed) = self.read(|mut c| sign_ops::existing_seed(&mut c, app_id))? {
             return Ok(seed);

@@ -62,6 +62,7 @@ macro_rules! behaviour_tests {
             bans_end_membership_and_block_rejoining,
             member_pages_and_dm_channels,
             demo_server_has_people_ranked_around_the_bot,
+            an_interaction_is_claimed_once,
             signing_seed_and_interactions_endpoint,
             commands_bulk_overwrite_keeps_ids,
             commands_scopes_upsert_edit_delete,

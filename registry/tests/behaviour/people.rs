@@ -213,3 +213,38 @@ pub fn demo_server_has_people_ranked_around_the_bot(reg: &dyn Backend) {
         "members rank below it"
     );
 }
+
+pub fn an_interaction_is_claimed_once(reg: &dyn Backend) {
+    let t = 1_800_000_000_000;
+    assert!(reg
+        .claim_interaction(1_200_000_000_000_000_001, "node-a", t)
+        .unwrap());
+    assert!(
+        !reg.claim_interaction(1_200_000_000_000_000_001, "node-b", t)
+            .unwrap(),
+        "another node"
+    );
+    assert!(
+        !reg.claim_interaction(1_200_000_000_000_000_001, "node-a", t)
+            .unwrap(),
+        "the same node again"
+    );
+    assert!(reg
+        .claim_interaction(1_200_000_000_000_000_002, "node-b", t)
+        .unwrap());
+    let rev = reg.revision().unwrap();
+    // A pruning claim (id % CLAIM_PRUNE_EVERY == 0) an hour later forgets the old ones.
+    let later = t + registry::CLAIM_KEEP_MS + 1;
+    let pruner = 256 * 4_700_000_000_000_000;
+    assert!(reg.claim_interaction(pruner, "node-a", later).unwrap());
+    assert!(
+        reg.claim_interaction(1_200_000_000_000_000_001, "node-c", later)
+            .unwrap(),
+        "pruned, so claimable"
+    );
+    assert_eq!(
+        reg.revision().unwrap(),
+        rev,
+        "claims are not registry changes"
+    );
+}

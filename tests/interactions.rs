@@ -401,10 +401,12 @@ fn buttons_autocomplete_and_modals() {
     let click = w.click(&["--command", "menu"]);
     let i = w.next_interaction();
     let button = json!([{"type": 1, "components": [{"type": 2, "style": 1, "label": "Yes", "custom_id": "yes"}]}]);
+    // `with_response=1`, as discord.py asks (its InteractionCallbackResponse
+    // fails on a 204).
     let r = w.callback(
         &i,
         json!({"type": 4, "data": {"content": "Pick one", "components": button}}),
-        "?with_response=true",
+        "?with_response=1",
     );
     assert_eq!(r.status, 200, "{}", r.body);
     let msg = r.json()["resource"]["message"].clone();

@@ -419,6 +419,12 @@ fn buttons_autocomplete_and_modals() {
     assert_eq!(b["type"], 3);
     assert_eq!(b["data"]["custom_id"], "yes");
     assert_eq!(b["message"]["id"], mid.as_str());
+    // The whole message, as the platform sends it: twilight's model needs
+    // every field, discord.py finds the View by it.
+    assert_eq!(b["message"]["content"], "Pick one", "{b}");
+    assert_eq!(b["message"]["components"], button, "{b}");
+    assert!(b["message"]["attachments"].is_array(), "{b}");
+    assert!(b["message"]["author"]["id"].is_string(), "{b}");
     // A component interaction cannot get autocomplete choices.
     assert_eq!(
         code(&w.callback(&b, json!({"type": 8, "data": {"choices": []}}), "")),

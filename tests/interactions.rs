@@ -424,10 +424,12 @@ fn buttons_autocomplete_and_modals() {
     let click = w.click(&["--command", "menu"]);
     let i = w.next_interaction();
     let button = json!([{"type": 1, "components": [{"type": 2, "style": 1, "label": "Yes", "custom_id": "yes"}]}]);
+    // `with_response=1`, as discord.py asks (its InteractionCallbackResponse
+    // fails on a 204).
     let r = w.callback(
         &i,
         json!({"type": 4, "data": {"content": "Pick one", "components": button}}),
-        "?with_response=true",
+        "?with_response=1",
     );
     assert_eq!(r.status, 200, "{}", r.body);
     let msg = r.json()["resource"]["message"].clone();
@@ -440,6 +442,12 @@ fn buttons_autocomplete_and_modals() {
     assert_eq!(b["type"], 3);
     assert_eq!(b["data"]["custom_id"], "yes");
     assert_eq!(b["message"]["id"], mid.as_str());
+    // The whole message, as the platform sends it: twilight's model needs
+    // every field, discord.py finds the View by it.
+    assert_eq!(b["message"]["content"], "Pick one", "{b}");
+    assert_eq!(b["message"]["components"], button, "{b}");
+    assert!(b["message"]["attachments"].is_array(), "{b}");
+    assert!(b["message"]["author"]["id"].is_string(), "{b}");
     // A component interaction cannot get autocomplete choices.
     assert_eq!(
         code(&w.callback(&b, json!({"type": 8, "data": {"choices": []}}), "")),

@@ -345,7 +345,12 @@ impl Chat {
             .or_else(|| d["data"]["custom_id"].as_str())
             .unwrap_or("")
             .to_owned();
-        let message = d["message"]["id"].as_str().and_then(|s| s.parse().ok());
+        let message: Option<u64> = d["message"]["id"].as_str().and_then(|s| s.parse().ok());
+        // The message a component is on, whole, as the platform sends it
+        // (discord.py finds the View by it; twilight's model requires it).
+        if let Some(s) = message.and_then(|mid| self.history.get(target.channel.0, mid)) {
+            d["message"] = s.value();
+        }
         let user = d["member"]["user"].clone();
         let bytes = serde_json::to_vec(&d).expect("json");
         if let Some((url, seed)) = n.endpoint {

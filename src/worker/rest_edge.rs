@@ -655,9 +655,11 @@ fn interaction_action(
         ApiRoute::InteractionCallback { id, token } => ChatAction::Callback {
             id: *id,
             token: token.clone(),
-            with_response: query
-                .split('&')
-                .any(|kv| kv == "with_response=true" || kv == "with_response=True"),
+            // discord.py sends `with_response=1`, others `true`.
+            with_response: query.split('&').any(|kv| {
+                kv.strip_prefix("with_response=")
+                    .is_some_and(|v| matches!(v, "true" | "True" | "1"))
+            }),
             body,
             content_type,
         },

@@ -7,6 +7,7 @@
 //! - `metrics`: its `/metrics`, parsed;
 //! - `bot`: a well-behaved bot over tungstenite (Identify, sessions);
 //! - `raw`: a raw WebSocket client on `net::ws` framing, for hostile input;
+//! - `interact`: a person clicking (`gatewayd interact`);
 //! - `registry`: the registry CLI, and databases on the test PostgreSQL server;
 //! - `rest`: a node with its bot connected, acting through the REST edge;
 //! - `events`: the chat service's events and the ingest producer;
@@ -24,6 +25,7 @@
 pub mod bot;
 pub mod events;
 pub mod http;
+pub mod interact;
 pub mod kafka;
 pub mod metrics;
 pub mod node;

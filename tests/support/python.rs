@@ -1,6 +1,11 @@
-//! The discord.py 2.x interpreter for the library tests.
+//! The discord.py 2.x interpreter for the library tests, and the scripts
+//! of tests/py run with it.
 
-use std::process::Command;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::node::Node;
 
 /// The Python interpreter with discord.py 2.x for the library tests:
 /// `GATEWAYD_PYTHON`, else `python3` if it has discord.py. Those tests are
@@ -38,5 +43,130 @@ pub fn discord_py_python() -> String {
              python3 -m venv /tmp/venv && /tmp/venv/bin/pip install -r tests/py/requirements.txt \
              && export GATEWAYD_PYTHON=/tmp/venv/bin/python"
         ),
+    }
+}
+
+/// A script of tests/py exits by itself; this only guards against a hang.
+const PROCESS_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A finished script: its status, stdout, stderr and summary (the last
+/// non-empty stdout line, as JSON).
+pub struct BotRun {
+    pub name: String,
+    pub status: std::process::ExitStatus,
+    pub summary: serde_json::Value,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl BotRun {
+    pub fn explain(&self) -> String {
+        format!(
+            "{} exited {}\n--- summary ---\n{:#}\n--- stdout ---\n{}\n--- stderr (discord.py log) ---\n{}",
+            self.name, self.status, self.summary, self.stdout, self.stderr
+        )
+    }
+}
+
+/// A script of tests/py running against `node` (a bot token in
+/// GATEWAYD_TOKEN), stdout and stderr into the node's directory.
+pub struct Script {
+    pub name: String,
+    pub child: std::process::Child,
+    out_path: PathBuf,
+    err_path: PathBuf,
+}
+
+impl Script {
+    /// As the node's demo bot.
+    pub fn spawn(python: &str, node: &Node, file: &str, tag: &str, args: &[&str]) -> Script {
+        Script::spawn_as(python, node, &node.token, file, tag, args)
+    }
+
+    /// As the bot whose token is `token`.
+    pub fn spawn_as(
+        python: &str,
+        node: &Node,
+        token: &str,
+        file: &str,
+        tag: &str,
+        args: &[&str],
+    ) -> Script {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/py")
+            .join(file);
+        let out_path: PathBuf = node.dir.path().join(format!("{tag}.stdout"));
+        let err_path: PathBuf = node.dir.path().join(format!("{tag}.stderr"));
+        let child = Command::new(python)
+            .arg(&script)
+            .args(args)
+            .env("GATEWAYD_TOKEN", token)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .env("PYTHONUNBUFFERED", "1")
+            .stdin(Stdio::null())
+            .stdout(std::fs::File::create(&out_path).unwrap())
+            .stderr(std::fs::File::create(&err_path).unwrap())
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {python} {}: {e}", script.display()));
+        Script {
+            name: file.to_string(),
+            child,
+            out_path,
+            err_path,
+        }
+    }
+
+    pub fn stdout(&self) -> String {
+        std::fs::read_to_string(&self.out_path).unwrap_or_default()
+    }
+
+    pub fn stderr(&self) -> String {
+        std::fs::read_to_string(&self.err_path).unwrap_or_default()
+    }
+
+    /// Wait for it to exit (at most PROCESS_TIMEOUT).
+    pub fn wait(mut self) -> BotRun {
+        let deadline = Instant::now() + PROCESS_TIMEOUT;
+        let status = loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                break status;
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!(
+                    "{} still running after {PROCESS_TIMEOUT:?}\n--- stderr ---\n{}",
+                    self.name,
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        let (stdout, stderr) = (self.stdout(), self.stderr());
+        let summary = stdout
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .and_then(|l| serde_json::from_str(l).ok())
+            .unwrap_or(serde_json::Value::Null);
+        BotRun {
+            name: self.name,
+            status,
+            summary,
+            stdout,
+            stderr,
+        }
+    }
+
+    /// Kill it now (a test that gives up on it).
+    pub fn kill(mut self) -> String {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        format!(
+            "--- {} stdout ---\n{}\n--- stderr ---\n{}",
+            self.name,
+            self.stdout(),
+            self.stderr()
+        )
     }
 }

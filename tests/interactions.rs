@@ -531,3 +531,43 @@ fn buttons_autocomplete_and_modals() {
         "an ephemeral answer is shown to the person"
     );
 }
+
+/// After a deferral the first follow-up replaces the "thinking" message
+/// (the platform's behaviour); later ones are new messages.
+#[test]
+fn the_first_follow_up_replaces_the_thinking_message() {
+    let mut w = world(&[]);
+    let click = w.click(&["--command", "think", "--wait-ms", "8000"]);
+    let i = w.next_interaction();
+    let r = w.callback(&i, json!({"type": 5}), "?with_response=1");
+    assert_eq!(r.status, 200, "{}", r.body);
+    let original = r.json()["interaction"]["response_message_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = w.webhook(
+        "POST",
+        &i,
+        "?wait=true",
+        Some(json!({"content": "here it is"})),
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        r.json()["id"],
+        original.as_str(),
+        "the thinking message became the answer"
+    );
+    assert_eq!(
+        r.json()["flags"].as_u64().unwrap_or(0) & 128,
+        0,
+        "no longer loading"
+    );
+    let r = w.webhook(
+        "POST",
+        &i,
+        "?wait=true",
+        Some(json!({"content": "and another"})),
+    );
+    assert_ne!(r.json()["id"], original.as_str());
+    assert_eq!(click.wait().1["content"], "and another");
+}

@@ -60,7 +60,9 @@ impl Http {
         loop {
             if let Some(end) = support::http::head_end(&self.1) {
                 let h = String::from_utf8_lossy(&self.1[..end]).to_string();
-                let len: usize = support::http::header(&h, "content-length").and_then(|v| v.parse().ok()).unwrap_or(0);
+                let len: usize = support::http::header(&h, "content-length")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0);
                 if self.1.len() >= end + len {
                     self.1.drain(..end + len);
                     return support::http::status_of(&h);
@@ -117,7 +119,11 @@ fn interaction_figures() {
         None,
     )
     .expect("identify");
-    session.ws.get_mut().set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    session
+        .ws
+        .get_mut()
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
     // The bot's reader: INTERACTION_CREATE (id, token) and MESSAGE_CREATE
     // (the interaction it answers), each with its arrival time.
     let (tx, rx) = mpsc::channel::<(bool, u64, String, Instant)>();
@@ -131,7 +137,10 @@ fn interaction_figures() {
                 }
             }
             bot::Next::Json(v) if v["t"] == "MESSAGE_CREATE" => {
-                let id = v["d"]["interaction_metadata"]["id"].as_str().and_then(|s| s.parse().ok()).unwrap_or(0);
+                let id = v["d"]["interaction_metadata"]["id"]
+                    .as_str()
+                    .and_then(|s| s.parse().ok())
+                    .unwrap_or(0);
                 if tx.send((false, id, String::new(), Instant::now())).is_err() {
                     return;
                 }
@@ -146,21 +155,31 @@ fn interaction_figures() {
     let defer = br#"{"type":5}"#;
     // Prefill: 10,000 deferred interactions hold their tokens.
     for i in 0..PREFILL as u64 {
-        ingest.write_all(&record(app.id, server, general, person, base + i)).unwrap();
+        ingest
+            .write_all(&record(app.id, server, general, person, base + i))
+            .unwrap();
         if i % 200 == 199 {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
     let mut deferred = 0;
     while deferred < PREFILL {
-        let (is_ix, id, token, _) = rx.recv_timeout(Duration::from_secs(30)).expect("prefill delivery");
+        let (is_ix, id, token, _) = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("prefill delivery");
         if is_ix {
-            assert_eq!(http.post(&format!("/api/v10/interactions/{id}/{token}/callback"), defer), 204);
+            assert_eq!(
+                http.post(
+                    &format!("/api/v10/interactions/{id}/{token}/callback"),
+                    defer
+                ),
+                204
+            );
             deferred += 1;
         }
     }
     while rx.recv_timeout(Duration::from_millis(500)).is_ok() {} // the loading messages
-    // The measured flow.
+                                                                 // The measured flow.
     let pid = node.child.id();
     let (t0, cpu0) = (Instant::now(), cpu_ticks(pid));
     let total = RATE * SECS;
@@ -191,7 +210,13 @@ fn interaction_figures() {
         };
         if is_ix {
             let t_send = Instant::now();
-            assert_eq!(http.post(&format!("/api/v10/interactions/{id}/{token}/callback"), answer), 204);
+            assert_eq!(
+                http.post(
+                    &format!("/api/v10/interactions/{id}/{token}/callback"),
+                    answer
+                ),
+                204
+            );
             let t_done = Instant::now();
             let written = sent_at.lock().unwrap()[&id];
             share.push(((at - written) + (t_done - t_send)).as_secs_f64() * 1000.0);
@@ -206,7 +231,12 @@ fn interaction_figures() {
     let cpu_s = (cpu_ticks(pid) - cpu0) as f64 / 100.0;
     let n = share.len();
     let seen: Value = serde_json::from_str(
-        &support::http::http_get(node.admin, &format!("/applications/{}/interactions", app.id)).unwrap().1,
+        &support::http::http_get(
+            node.admin,
+            &format!("/applications/{}/interactions", app.id),
+        )
+        .unwrap()
+        .1,
     )
     .unwrap();
     // Signing: one Ed25519 signature over a 1 KiB body.

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
-use super::interactions::Board;
+use super::board::Board;
 use crate::egress::EgressClient;
 use crate::worker::mail::{ChatAction, ChatRequest};
 

@@ -28,14 +28,14 @@
 //! interactions; a callback must reach the node that opened it).
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 
 use super::*;
 use crate::api::body;
-use crate::worker::mail::{NewInteraction, WebhookMethod};
+use crate::worker::mail::NewInteraction;
 
 /// The first response must come within this of the interaction's opening.
 pub const RESPONSE_MS: u64 = 3_000;
@@ -45,160 +45,39 @@ pub const ENDPOINT_MARGIN_MS: u64 = 200;
 /// Interactions held at once (open, or answered within their token's life).
 pub const MAX_OPEN: usize = 65_536;
 /// Follow-ups per interaction remembered for `/messages/{id}`.
-const MAX_FOLLOWUPS: usize = 32;
-const EPHEMERAL: u64 = 1 << 6;
-const LOADING: u64 = 1 << 7;
+pub(super) const MAX_FOLLOWUPS: usize = 32;
+pub(super) const EPHEMERAL: u64 = 1 << 6;
+pub(super) const LOADING: u64 = 1 << 7;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum State {
+pub(super) enum State {
     Waiting,
     Answered,
     Deferred,
     Failed,
 }
 
-struct Open {
-    app: u64,
-    bot: u64,
-    bot_json: Arc<str>,
-    target: Target,
-    kind: u8,
-    name: String,
-    user: Value,
-    opened_ms: u64,
-    state: State,
-    digest: [u8; 32],
+pub(super) struct Open {
+    pub(super) app: u64,
+    pub(super) bot: u64,
+    pub(super) bot_json: Arc<str>,
+    pub(super) target: Target,
+    pub(super) kind: u8,
+    pub(super) name: String,
+    pub(super) user: Value,
+    pub(super) opened_ms: u64,
+    pub(super) state: State,
+    pub(super) digest: [u8; 32],
     /// The message a component is on (type 3).
-    message: Option<u64>,
+    pub(super) message: Option<u64>,
     /// The original response: in the history, or held here if ephemeral.
-    original: Option<u64>,
-    ephemeral: HashMap<u64, Value>,
-    followups: Vec<u64>,
+    pub(super) original: Option<u64>,
+    pub(super) ephemeral: HashMap<u64, Value>,
+    pub(super) followups: Vec<u64>,
 }
 
-/// What each person sees of their interactions, for the admin port (the
-/// CLI), bounded with the table (entries leave with their interaction); and
-/// each application's counters (ADR-03: the ack rate a bot author needs),
-/// for at most `MAX_APPS` applications.
-#[derive(Default)]
-pub struct Board(Mutex<HashMap<u64, Value>>, Mutex<HashMap<u64, AppStats>>);
-
-/// Applications whose interactions are counted one by one.
-pub const MAX_APPS: usize = 4096;
-/// Upper bounds (ms) of the per-application ack latency buckets.
-const APP_BOUNDS_MS: [u64; 7] = [50, 100, 250, 500, 1000, 2000, 3000];
-
-/// One application's interactions, by outcome.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct AppStats {
-    pub opened: u64,
-    pub refused: u64,
-    pub acks: u64,
-    pub deferrals: u64,
-    pub misses: u64,
-    pub late: u64,
-    pub double: u64,
-    pub followups: u64,
-    /// Acks by latency bucket (`APP_BOUNDS_MS`, then over 3 s).
-    lat: [u64; 8],
-}
-
-#[derive(Clone, Copy)]
-enum Count {
-    Opened,
-    Refused,
-    Ack(u64),
-    Deferral,
-    Miss,
-    Late,
-    Double,
-    Followup,
-}
-
-impl AppStats {
-    /// The latency below which a fraction `q` of the acks came (the
-    /// bucket's upper bound, ms).
-    fn quantile_ms(&self, q: f64) -> Option<u64> {
-        let n: u64 = self.lat.iter().sum();
-        if n == 0 {
-            return None;
-        }
-        let want = (q * n as f64).ceil() as u64;
-        let mut seen = 0;
-        for (i, c) in self.lat.iter().enumerate() {
-            seen += c;
-            if seen >= want {
-                return Some(APP_BOUNDS_MS.get(i).copied().unwrap_or(u64::MAX));
-            }
-        }
-        None
-    }
-
-    /// The JSON of `GET /applications/{id}/interactions` (admin port).
-    pub fn to_json(&self, app: u64) -> Value {
-        let first = self.acks + self.misses;
-        json!({
-            "application_id": app.to_string(),
-            "opened": self.opened, "refused": self.refused, "acks": self.acks,
-            "ack_rate": if first == 0 { Value::Null } else { (self.acks as f64 / first as f64).into() },
-            "deferrals": self.deferrals, "misses": self.misses, "late_callbacks": self.late,
-            "double_acks": self.double, "followups": self.followups,
-            "ack_latency_ms": {"p50": self.quantile_ms(0.5), "p99": self.quantile_ms(0.99)},
-        })
-    }
-}
-
-impl Board {
-    pub fn get(&self, id: u64) -> Option<Value> {
-        self.0.lock().expect("board").get(&id).cloned()
-    }
-    /// An application's counters, if it had interactions.
-    pub fn app(&self, app: u64) -> Option<AppStats> {
-        self.1.lock().expect("apps").get(&app).copied()
-    }
-    fn count(&self, app: u64, c: Count) {
-        let mut apps = self.1.lock().expect("apps");
-        if apps.len() >= MAX_APPS && !apps.contains_key(&app) {
-            return;
-        }
-        let a = apps.entry(app).or_default();
-        match c {
-            Count::Opened => a.opened += 1,
-            Count::Refused => a.refused += 1,
-            Count::Ack(ms) => {
-                a.acks += 1;
-                a.lat[APP_BOUNDS_MS.iter().position(|&b| ms <= b).unwrap_or(7)] += 1;
-            }
-            Count::Deferral => a.deferrals += 1,
-            Count::Miss => a.misses += 1,
-            Count::Late => a.late += 1,
-            Count::Double => a.double += 1,
-            Count::Followup => a.followups += 1,
-        }
-    }
-    fn set(&self, id: u64, v: Value) {
-        self.0.lock().expect("board").insert(id, v);
-    }
-    fn merge(&self, id: u64, f: impl FnOnce(&mut Map<String, Value>)) {
-        if let Some(Value::Object(m)) = self.0.lock().expect("board").get_mut(&id) {
-            f(m)
-        }
-    }
-    /// Why the application's endpoint gave no response (shown with the
-    /// failure at 3 s).
-    pub fn note_failure(&self, id: u64, why: &str) {
-        self.merge(id, |m| {
-            m.insert("endpoint_failure".into(), why.into());
-            if m.get("state").and_then(Value::as_str) == Some("failed") {
-                let f = format!("The application did not respond ({why})");
-                m.insert("failure".into(), f.into());
-            }
-        })
-    }
-    fn remove(&self, id: u64) {
-        self.0.lock().expect("board").remove(&id);
-    }
-}
+pub(super) use super::board::Count;
+pub use super::board::{AppStats, Board};
 
 #[derive(Default)]
 pub struct InteractionStats {
@@ -215,8 +94,8 @@ pub struct InteractionStats {
 }
 
 pub struct Interactions {
-    open: HashMap<u64, Open>,
-    by_digest: HashMap<[u8; 32], u64>,
+    pub(super) open: HashMap<u64, Open>,
+    pub(super) by_digest: HashMap<[u8; 32], u64>,
     deadlines: VecDeque<(u64, u64)>,
     expiries: VecDeque<(u64, u64)>,
     token_ttl_ms: u64,
@@ -288,7 +167,7 @@ impl Interactions {
     }
 }
 
-fn digest(token: &str) -> [u8; 32] {
+pub(super) fn digest(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
@@ -298,11 +177,11 @@ fn new_token() -> String {
     b.iter().map(|x| format!("{x:02x}")).collect()
 }
 
-fn unknown_interaction() -> ApiError {
+pub(super) fn unknown_interaction() -> ApiError {
     ApiError::new(404, 10062, "Unknown interaction")
 }
 
-fn bad_webhook_token() -> ApiError {
+pub(super) fn bad_webhook_token() -> ApiError {
     ApiError::new(401, 50027, "Invalid Webhook Token")
 }
 
@@ -552,7 +431,7 @@ impl Chat {
     }
 
     /// `interaction_metadata` of the messages answering interaction `id`.
-    fn metadata(&self, id: u64) -> Value {
+    pub(super) fn metadata(&self, id: u64) -> Value {
         let o = &self.ix.open[&id];
         let server = o.target.server.0.to_string();
         let user = o.user.clone();
@@ -568,7 +447,12 @@ impl Chat {
     /// A message answering interaction `id` (the original or a follow-up):
     /// committed like any message, or, if ephemeral, held for the person
     /// alone (no bot sees it).
-    fn respond(&mut self, id: u64, draft: body::MessageDraft, now: u64) -> Result<Value, ApiError> {
+    pub(super) fn respond(
+        &mut self,
+        id: u64,
+        draft: body::MessageDraft,
+        now: u64,
+    ) -> Result<Value, ApiError> {
         let o = &self.ix.open[&id];
         let (t, bot, bot_json) = (o.target, o.bot, o.bot_json.clone());
         let first = o.original.is_none();
@@ -608,7 +492,7 @@ impl Chat {
     }
 
     /// A request acting as interaction `id`'s bot.
-    fn as_bot(&self, id: u64, action: ChatAction) -> ChatRequest {
+    pub(super) fn as_bot(&self, id: u64, action: ChatAction) -> ChatRequest {
         let o = &self.ix.open[&id];
         ChatRequest {
             worker: usize::MAX,
@@ -639,119 +523,5 @@ impl Chat {
         let req = self.as_bot(id, ChatAction::Edit(mid, draft));
         let (_, b) = self.handle(req)?;
         Ok(serde_json::from_slice(&b).unwrap_or(Value::Null))
-    }
-
-    /// `/webhooks/{app}/{token}...`: follow-ups and the original response.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn webhook(
-        &mut self,
-        app: u64,
-        token: &str,
-        method: WebhookMethod,
-        message: Option<u64>,
-        raw: &[u8],
-        content_type: Option<&str>,
-        now: u64,
-    ) -> Answer {
-        let id = match self.ix.by_digest.get(&digest(token)) {
-            Some(&id) if self.ix.open.get(&id).is_some_and(|o| o.app == app) => id,
-            _ => return Err(bad_webhook_token()),
-        };
-        let o = &self.ix.open[&id];
-        if o.state == State::Failed || o.state == State::Waiting && method != WebhookMethod::Post {
-            // Nothing to follow up: the interaction was never answered.
-            return Err(unknown_interaction());
-        }
-        let mid = match message {
-            Some(0) => o.original,
-            other => other,
-        };
-        match method {
-            WebhookMethod::Post => {
-                let mut draft = body::message(&body::parse(content_type, raw)?, true)?;
-                draft.interaction = Some((self.metadata(id), app));
-                let msg = self.respond(id, draft, now)?;
-                self.ix.stats.followups.fetch_add(1, Relaxed);
-                self.ix.board.count(app, Count::Followup);
-                self.ix.board.merge(id, |m| {
-                    let list = m.entry("followups").or_insert_with(|| json!([]));
-                    if let Some(a) = list.as_array_mut() {
-                        if a.len() < MAX_FOLLOWUPS {
-                            a.push(msg.clone());
-                        }
-                    }
-                });
-                Ok((200, json_bytes(&msg)))
-            }
-            _ => {
-                let Some(mid) = mid.filter(|m| o.original == Some(*m) || o.followups.contains(m))
-                else {
-                    return Err(unknown_message());
-                };
-                if let Some(e) = o.ephemeral.get(&mid).cloned() {
-                    return self.ephemeral_op(id, mid, e, method, raw, content_type);
-                }
-                let action = match method {
-                    WebhookMethod::Get => ChatAction::Get(mid),
-                    WebhookMethod::Delete => ChatAction::Delete(mid),
-                    _ => ChatAction::Edit(
-                        mid,
-                        body::message(&body::parse(content_type, raw)?, false)?,
-                    ),
-                };
-                let req = self.as_bot(id, action);
-                let (status, b) = self.handle(req)?;
-                if method == WebhookMethod::Patch && Some(mid) == self.ix.open[&id].original {
-                    let msg: Value = serde_json::from_slice(&b).unwrap_or(Value::Null);
-                    self.ix.board.merge(id, |m| {
-                        m.insert("message".into(), msg);
-                        m.insert("state".into(), "answered".into());
-                    });
-                }
-                Ok((status, b))
-            }
-        }
-    }
-
-    /// GET/PATCH/DELETE of an ephemeral message (the person's copy only).
-    fn ephemeral_op(
-        &mut self,
-        id: u64,
-        mid: u64,
-        mut msg: Value,
-        method: WebhookMethod,
-        raw: &[u8],
-        content_type: Option<&str>,
-    ) -> Answer {
-        let o = self.ix.open.get_mut(&id).expect("open");
-        match method {
-            WebhookMethod::Delete => {
-                o.ephemeral.remove(&mid);
-                Ok((204, Vec::new()))
-            }
-            WebhookMethod::Patch => {
-                let d = body::message(&body::parse(content_type, raw)?, false)?;
-                if let Some(c) = d.content {
-                    msg["content"] = c.into();
-                }
-                if let Some(e) = d.embeds {
-                    msg["embeds"] = e.into();
-                }
-                if let Some(c) = d.components {
-                    msg["components"] = c.into();
-                }
-                msg["edited_timestamp"] = crate::protocol::payload::iso8601(now_ms()).into();
-                o.ephemeral.insert(mid, msg.clone());
-                if o.original == Some(mid) {
-                    let shown = msg.clone();
-                    self.ix.board.merge(id, |m| {
-                        m.insert("message".into(), shown);
-                        m.insert("state".into(), "answered".into());
-                    });
-                }
-                Ok((200, json_bytes(&msg)))
-            }
-            _ => Ok((200, json_bytes(&msg))),
-        }
     }
 }

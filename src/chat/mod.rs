@@ -22,6 +22,7 @@
 //! With `chat.upstream_url` set, `upstream::start` serves the same queue
 //! instead: each action is forwarded to that chat service, which commits.
 
+pub mod board;
 pub mod endpoint;
 pub mod history;
 pub mod interactions;
@@ -29,6 +30,7 @@ pub mod objects;
 pub mod sink;
 mod tap;
 pub mod upstream;
+mod webhooks;
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -51,6 +53,8 @@ pub const BATCH: usize = 256;
 /// Batches of other sources waiting to be read into the history; past it
 /// the pipeline skips the tap (`gatewayd_chat_tap_skipped_total`).
 pub const TAP_QUEUE: usize = 16;
+/// A deferred answer's "thinking" message (MESSAGE_FLAGS bit 7).
+const LOADING: u64 = 1 << 7;
 /// Bulk delete refuses messages older than this (the platform's 14 days).
 const BULK_MAX_AGE_MS: u64 = 14 * 24 * 3600 * 1000;
 
@@ -410,9 +414,17 @@ impl Chat {
                 if let Some(e) = &draft.embeds {
                     m["embeds"] = e.clone().into();
                 }
+                if let Some(c) = &draft.components {
+                    m["components"] = c.clone().into();
+                }
+                // An edit answers a deferral: the message is no longer loading.
+                if let Some(f) = m["flags"].as_u64().filter(|f| f & LOADING != 0) {
+                    m["flags"] = (f & !LOADING).into();
+                }
                 m["edited_timestamp"] = crate::protocol::payload::iso8601(now).into();
                 let empty = m["content"].as_str().is_none_or(str::is_empty)
-                    && m["embeds"].as_array().is_none_or(Vec::is_empty);
+                    && m["embeds"].as_array().is_none_or(Vec::is_empty)
+                    && m["components"].as_array().is_none_or(Vec::is_empty);
                 if empty {
                     return Err(ApiError::new(
                         400,

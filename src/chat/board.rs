@@ -1,0 +1,131 @@
+//! What people see of their interactions and what each application's
+//! interactions came to (ADR-03), shared with the admin port.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use serde_json::{json, Map, Value};
+
+/// What each person sees of their interactions, for the admin port (the
+/// CLI), bounded with the table (entries leave with their interaction); and
+/// each application's counters (ADR-03: the ack rate a bot author needs),
+/// for at most `MAX_APPS` applications.
+#[derive(Default)]
+pub struct Board(Mutex<HashMap<u64, Value>>, Mutex<HashMap<u64, AppStats>>);
+
+/// Applications whose interactions are counted one by one.
+pub const MAX_APPS: usize = 4096;
+/// Upper bounds (ms) of the per-application ack latency buckets.
+const APP_BOUNDS_MS: [u64; 7] = [50, 100, 250, 500, 1000, 2000, 3000];
+
+/// One application's interactions, by outcome.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AppStats {
+    pub opened: u64,
+    pub refused: u64,
+    pub acks: u64,
+    pub deferrals: u64,
+    pub misses: u64,
+    pub late: u64,
+    pub double: u64,
+    pub followups: u64,
+    /// Acks by latency bucket (`APP_BOUNDS_MS`, then over 3 s).
+    lat: [u64; 8],
+}
+
+#[derive(Clone, Copy)]
+pub(super) enum Count {
+    Opened,
+    Refused,
+    Ack(u64),
+    Deferral,
+    Miss,
+    Late,
+    Double,
+    Followup,
+}
+
+impl AppStats {
+    /// The latency below which a fraction `q` of the acks came (the
+    /// bucket's upper bound, ms).
+    fn quantile_ms(&self, q: f64) -> Option<u64> {
+        let n: u64 = self.lat.iter().sum();
+        if n == 0 {
+            return None;
+        }
+        let want = (q * n as f64).ceil() as u64;
+        let mut seen = 0;
+        for (i, c) in self.lat.iter().enumerate() {
+            seen += c;
+            if seen >= want {
+                return Some(APP_BOUNDS_MS.get(i).copied().unwrap_or(u64::MAX));
+            }
+        }
+        None
+    }
+
+    /// The JSON of `GET /applications/{id}/interactions` (admin port).
+    pub fn to_json(&self, app: u64) -> Value {
+        let first = self.acks + self.misses;
+        json!({
+            "application_id": app.to_string(),
+            "opened": self.opened, "refused": self.refused, "acks": self.acks,
+            "ack_rate": if first == 0 { Value::Null } else { (self.acks as f64 / first as f64).into() },
+            "deferrals": self.deferrals, "misses": self.misses, "late_callbacks": self.late,
+            "double_acks": self.double, "followups": self.followups,
+            "ack_latency_ms": {"p50": self.quantile_ms(0.5), "p99": self.quantile_ms(0.99)},
+        })
+    }
+}
+
+impl Board {
+    pub fn get(&self, id: u64) -> Option<Value> {
+        self.0.lock().expect("board").get(&id).cloned()
+    }
+    /// An application's counters, if it had interactions.
+    pub fn app(&self, app: u64) -> Option<AppStats> {
+        self.1.lock().expect("apps").get(&app).copied()
+    }
+    pub(super) fn count(&self, app: u64, c: Count) {
+        let mut apps = self.1.lock().expect("apps");
+        if apps.len() >= MAX_APPS && !apps.contains_key(&app) {
+            return;
+        }
+        let a = apps.entry(app).or_default();
+        match c {
+            Count::Opened => a.opened += 1,
+            Count::Refused => a.refused += 1,
+            Count::Ack(ms) => {
+                a.acks += 1;
+                a.lat[APP_BOUNDS_MS.iter().position(|&b| ms <= b).unwrap_or(7)] += 1;
+            }
+            Count::Deferral => a.deferrals += 1,
+            Count::Miss => a.misses += 1,
+            Count::Late => a.late += 1,
+            Count::Double => a.double += 1,
+            Count::Followup => a.followups += 1,
+        }
+    }
+    pub(super) fn set(&self, id: u64, v: Value) {
+        self.0.lock().expect("board").insert(id, v);
+    }
+    pub(super) fn merge(&self, id: u64, f: impl FnOnce(&mut Map<String, Value>)) {
+        if let Some(Value::Object(m)) = self.0.lock().expect("board").get_mut(&id) {
+            f(m)
+        }
+    }
+    /// Why the application's endpoint gave no response (shown with the
+    /// failure at 3 s).
+    pub fn note_failure(&self, id: u64, why: &str) {
+        self.merge(id, |m| {
+            m.insert("endpoint_failure".into(), why.into());
+            if m.get("state").and_then(Value::as_str) == Some("failed") {
+                let f = format!("The application did not respond ({why})");
+                m.insert("failure".into(), f.into());
+            }
+        })
+    }
+    pub(super) fn remove(&self, id: u64) {
+        self.0.lock().expect("board").remove(&id);
+    }
+}

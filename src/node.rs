@@ -434,7 +434,11 @@ fn start_egress(
     } else {
         Addr::parse(&e.addr)?
     };
-    let exe = std::env::current_exe().map_err(|err| format!("egress: own executable: {err}"))?;
+    let exe = if e.program.is_empty() {
+        std::env::current_exe().map_err(|err| format!("egress: own executable: {err}"))?
+    } else {
+        std::path::PathBuf::from(&e.program)
+    };
     let child = EgressChild::spawn(&exe, &addr, &e.allow_private_cidrs, e.max_in_flight)?;
     tracing::info!(%addr, pid = child.id(), "egress started");
     Ok((

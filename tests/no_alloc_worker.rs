@@ -111,6 +111,8 @@ fn start_node(dir: &std::path::Path) -> (SocketAddr, SocketAddr, SocketAddr) {
     };
     cfg.events.ingest_addr = "127.0.0.1:0".parse().unwrap();
     cfg.demo.enabled = false;
+    // The node runs inside this test binary: its egress child is gatewayd.
+    cfg.egress.program = env!("CARGO_BIN_EXE_gatewayd").into();
     cfg.registry.identify_limits = false;
     cfg.registry.admission_per_second = 0;
     cfg.workers = 2;

@@ -23,6 +23,10 @@ pub struct Egress {
     pub max_response_bytes: usize,
     /// Calls the child egress runs at once.
     pub max_in_flight: usize,
+    /// The `gatewayd` executable the child egress runs (`gatewayd egress`).
+    /// Empty: this process's own executable (the node embedded in another
+    /// program, e.g. a test, names gatewayd here).
+    pub program: String,
 }
 
 impl Default for Egress {
@@ -35,6 +39,7 @@ impl Default for Egress {
             total_timeout_ms: 2_500,
             max_response_bytes: 64 << 10,
             max_in_flight: 256,
+            program: String::new(),
         }
     }
 }

@@ -30,8 +30,12 @@ use support::node::Node;
 use support::registry::Registry;
 
 const PREFILL: usize = 10_000;
-const RATE: u64 = 1_000;
-const SECS: u64 = 10;
+/// Interactions per second and seconds of the measured flow
+/// (`IX_RATE`, `IX_SECS`).
+fn rate_and_secs() -> (u64, u64) {
+    let get = |k: &str, d: u64| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+    (get("IX_RATE", 1_000), get("IX_SECS", 10))
+}
 
 fn cpu_ticks(pid: u32) -> u64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
@@ -54,8 +58,10 @@ impl Http {
             "POST {path} HTTP/1.1\r\nHost: n\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
             body.len()
         );
-        self.0.write_all(head.as_bytes()).unwrap();
-        self.0.write_all(body).unwrap();
+        // One write (no Nagle stall between head and body).
+        let mut req = head.into_bytes();
+        req.extend_from_slice(body);
+        self.0.write_all(&req).unwrap();
         let mut tmp = [0u8; 4096];
         loop {
             if let Some(end) = support::http::head_end(&self.1) {
@@ -64,8 +70,12 @@ impl Http {
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(0);
                 if self.1.len() >= end + len {
+                    let status = support::http::status_of(&h);
+                    if status >= 300 {
+                        eprintln!("callback answered {h}{}", String::from_utf8_lossy(&self.1[end..end + len]));
+                    }
                     self.1.drain(..end + len);
-                    return support::http::status_of(&h);
+                    return status;
                 }
             }
             let n = self.0.read(&mut tmp).unwrap();
@@ -151,45 +161,52 @@ fn interaction_figures() {
     });
     let mut ingest = TcpStream::connect(node.ingest).unwrap();
     let mut http = Http(TcpStream::connect(node.gateway).unwrap(), Vec::new());
+    http.0.set_nodelay(true).unwrap();
     let base = 1_200_000_000_000_000_000u64;
     let defer = br#"{"type":5}"#;
-    // Prefill: 10,000 deferred interactions hold their tokens.
-    for i in 0..PREFILL as u64 {
-        ingest
-            .write_all(&record(app.id, server, general, person, base + i))
-            .unwrap();
-        if i % 200 == 199 {
-            std::thread::sleep(Duration::from_millis(100));
-        }
-    }
+    // Prefill: 10,000 deferred interactions hold their tokens (written by a
+    // thread while this one defers each as it arrives, inside its 3 s).
+    let prefill = {
+        let (app, mut ingest) = (app.id, ingest.try_clone().unwrap());
+        std::thread::spawn(move || {
+            for i in 0..PREFILL as u64 {
+                ingest
+                    .write_all(&record(app, server, general, person, base + i))
+                    .unwrap();
+                if i % 200 == 199 {
+                    std::thread::sleep(Duration::from_millis(100));
+                }
+            }
+        })
+    };
     let mut deferred = 0;
     while deferred < PREFILL {
         let (is_ix, id, token, _) = rx
             .recv_timeout(Duration::from_secs(30))
             .expect("prefill delivery");
         if is_ix {
-            assert_eq!(
-                http.post(
-                    &format!("/api/v10/interactions/{id}/{token}/callback"),
-                    defer
-                ),
-                204
-            );
+            let st = http.post(&format!("/api/v10/interactions/{id}/{token}/callback"), defer);
+            if st != 204 {
+                let b = support::http::http_get(node.admin, &format!("/interactions/{id}")).unwrap().1;
+                panic!("defer of {id} (#{}): {st}; the person sees {b}", id - base);
+            }
             deferred += 1;
         }
     }
+    prefill.join().unwrap();
     while rx.recv_timeout(Duration::from_millis(500)).is_ok() {} // the loading messages
                                                                  // The measured flow.
     let pid = node.child.id();
     let (t0, cpu0) = (Instant::now(), cpu_ticks(pid));
-    let total = RATE * SECS;
+    let (rate, secs) = rate_and_secs();
+    let total = rate * secs;
     let sent_at: std::sync::Arc<std::sync::Mutex<HashMap<u64, Instant>>> = Default::default();
     let producer = {
         let sent_at = sent_at.clone();
         let (app, mut ingest) = (app.id, ingest.try_clone().unwrap());
         std::thread::spawn(move || {
             for i in 0..total {
-                let due = t0 + Duration::from_micros(i * 1_000_000 / RATE);
+                let due = t0 + Duration::from_micros(i * 1_000_000 / rate);
                 if let Some(w) = due.checked_duration_since(Instant::now()) {
                     std::thread::sleep(w);
                 }
@@ -248,7 +265,7 @@ fn interaction_figures() {
     }
     let sign_us = t.elapsed().as_secs_f64() * 1e6 / 10_000.0;
     println!(
-        "INTERACTIONS prefill={PREFILL} rate={RATE}/s secs={SECS} answered={n} events={events} \
+        "INTERACTIONS prefill={PREFILL} rate={rate}/s secs={secs} answered={n} events={events} \
          throughput={:.0}/s platform_share_ms p50={:.2} p99={:.2} max={:.2} \
          callback_to_message_event_ms p50={:.2} p99={:.2} node_cpu_s={cpu_s:.2} \
          cpu_us_per_interaction={:.1} sign_us={sign_us:.1} misses={}",

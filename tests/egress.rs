@@ -10,6 +10,8 @@
 
 mod support;
 
+use support::python::python_with_nacl;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
@@ -362,16 +364,6 @@ fn kv(out: &std::process::Output, key: &str) -> Option<String> {
         .lines()
         .flat_map(|l| l.split_whitespace())
         .find_map(|w| w.strip_prefix(&format!("{key}=")).map(str::to_string))
-}
-
-fn python_with_nacl() -> String {
-    let p = std::env::var("GATEWAYD_PYTHON").unwrap_or_else(|_| "python3".into());
-    let ok = Command::new(&p)
-        .args(["-c", "import nacl.signing"])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "{p} has no PyNaCl: pip install -r tests/py/requirements.txt into a venv and set GATEWAYD_PYTHON");
-    p
 }
 
 #[test]

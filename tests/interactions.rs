@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::collections::BTreeMap;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -13,6 +12,7 @@ use serde_json::{json, Value};
 use support::bot::{self, Session};
 use support::http::{json_request, request_with_body, Resp};
 use support::intent;
+use support::interact::{Click, Place};
 use support::node::Node;
 use support::registry::{App, Registry};
 
@@ -70,37 +70,14 @@ fn world(extra: &[&str]) -> World {
     }
 }
 
-/// `gatewayd interact ...` running in the background: what it printed.
-struct Click(std::thread::JoinHandle<(i32, BTreeMap<String, String>)>);
-
-impl Click {
-    fn wait(self) -> (i32, BTreeMap<String, String>) {
-        self.0.join().unwrap()
-    }
-}
-
 impl World {
     fn click(&self, what: &[&str]) -> Click {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gatewayd"));
-        cmd.arg("interact")
-            .arg("--data-dir")
-            .arg(self.node.dir.path())
-            .args(["--ingest", &self.node.ingest.to_string()])
-            .args(["--admin", &self.node.admin.to_string()])
-            .args(["--app", &self.app.id.to_string()])
-            .args(["--server", &self.server.to_string()])
-            .args(["--channel", &self.general.to_string()])
-            .args(what);
-        Click(std::thread::spawn(move || {
-            let out = cmd.output().expect("run gatewayd interact");
-            let text = String::from_utf8_lossy(&out.stdout).to_string();
-            let kv = text
-                .lines()
-                .filter_map(|l| l.split_once('='))
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect();
-            (out.status.code().unwrap_or(-1), kv)
-        }))
+        let at = Place {
+            app: self.app.id,
+            server: self.server,
+            channel: self.general,
+        };
+        support::interact::click(&self.node, at, what)
     }
 
     /// The next INTERACTION_CREATE the bot gets.

@@ -33,7 +33,12 @@ const PREFILL: usize = 10_000;
 /// Interactions per second and seconds of the measured flow
 /// (`IX_RATE`, `IX_SECS`).
 fn rate_and_secs() -> (u64, u64) {
-    let get = |k: &str, d: u64| std::env::var(k).ok().and_then(|v| v.parse().ok()).unwrap_or(d);
+    let get = |k: &str, d: u64| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
     (get("IX_RATE", 1_000), get("IX_SECS", 10))
 }
 
@@ -72,7 +77,10 @@ impl Http {
                 if self.1.len() >= end + len {
                     let status = support::http::status_of(&h);
                     if status >= 300 {
-                        eprintln!("callback answered {h}{}", String::from_utf8_lossy(&self.1[end..end + len]));
+                        eprintln!(
+                            "callback answered {h}{}",
+                            String::from_utf8_lossy(&self.1[end..end + len])
+                        );
                     }
                     self.1.drain(..end + len);
                     return status;
@@ -159,7 +167,7 @@ fn interaction_figures() {
             _ => return,
         }
     });
-    let mut ingest = TcpStream::connect(node.ingest).unwrap();
+    let ingest = TcpStream::connect(node.ingest).unwrap();
     let mut http = Http(TcpStream::connect(node.gateway).unwrap(), Vec::new());
     http.0.set_nodelay(true).unwrap();
     let base = 1_200_000_000_000_000_000u64;
@@ -185,9 +193,14 @@ fn interaction_figures() {
             .recv_timeout(Duration::from_secs(30))
             .expect("prefill delivery");
         if is_ix {
-            let st = http.post(&format!("/api/v10/interactions/{id}/{token}/callback"), defer);
+            let st = http.post(
+                &format!("/api/v10/interactions/{id}/{token}/callback"),
+                defer,
+            );
             if st != 204 {
-                let b = support::http::http_get(node.admin, &format!("/interactions/{id}")).unwrap().1;
+                let b = support::http::http_get(node.admin, &format!("/interactions/{id}"))
+                    .unwrap()
+                    .1;
                 panic!("defer of {id} (#{}): {st}; the person sees {b}", id - base);
             }
             deferred += 1;

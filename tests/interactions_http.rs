@@ -6,6 +6,8 @@
 
 mod support;
 
+use support::python::python_with_nacl;
+
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -14,16 +16,6 @@ use serde_json::json;
 use support::http::json_request;
 use support::node::Node;
 use support::registry::{App, Registry};
-
-fn python_with_nacl() -> String {
-    let p = std::env::var("GATEWAYD_PYTHON").unwrap_or_else(|_| "python3".into());
-    let ok = Command::new(&p)
-        .args(["-c", "import nacl.signing"])
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(ok, "{p} has no PyNaCl: pip install -r tests/py/requirements.txt into a venv and set GATEWAYD_PYTHON");
-    p
-}
 
 /// The endpoint process (killed on drop).
 struct Endpoint(Child);

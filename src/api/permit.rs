@@ -27,6 +27,15 @@ pub struct Target {
     pub perms: u64,
 }
 
+impl Target {
+    /// Nowhere (a request that names its place otherwise, e.g. a callback).
+    pub const NONE: Target = Target {
+        server: ServerId::NONE,
+        channel: ChannelId::NONE,
+        perms: 0,
+    };
+}
+
 /// What a bot may do in a DM channel: read, write, react, embed (never
 /// manage others' messages or bulk delete).
 pub const DM_PERMISSIONS: u64 = perm::VIEW_CHANNEL

@@ -125,27 +125,17 @@ fn is_response(body: &[u8]) -> bool {
 
 /// The endpoint's inline answer as the callback it stands for.
 fn callback(job: &Job, answer: Vec<u8>) -> ChatRequest {
-    ChatRequest {
-        worker: usize::MAX,
-        conn: crate::delivery::ConnKey {
-            ring: 0,
-            gen: 0,
-            slot: 0,
-        },
-        app: proto::AppId(0),
-        bot_user_id: 0,
-        bot_user_json: Arc::from(""),
-        target: crate::api::permit::Target {
-            server: proto::ServerId::NONE,
-            channel: proto::ChannelId::NONE,
-            perms: 0,
-        },
-        action: ChatAction::Callback {
+    ChatRequest::internal(
+        proto::AppId(0),
+        0,
+        Arc::from(""),
+        crate::api::permit::Target::NONE,
+        ChatAction::Callback {
             id: job.id,
             token: job.token.clone(),
             with_response: false,
             body: answer,
             content_type: Some("application/json".into()),
         },
-    }
+    )
 }

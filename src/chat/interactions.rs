@@ -494,19 +494,13 @@ impl Chat {
     /// A request acting as interaction `id`'s bot.
     pub(super) fn as_bot(&self, id: u64, action: ChatAction) -> ChatRequest {
         let o = &self.ix.open[&id];
-        ChatRequest {
-            worker: usize::MAX,
-            conn: crate::delivery::ConnKey {
-                ring: 0,
-                gen: 0,
-                slot: 0,
-            },
-            app: proto::AppId(o.app),
-            bot_user_id: o.bot,
-            bot_user_json: o.bot_json.clone(),
-            target: o.target,
+        ChatRequest::internal(
+            proto::AppId(o.app),
+            o.bot,
+            o.bot_json.clone(),
+            o.target,
             action,
-        }
+        )
     }
 
     /// Response 7: edit the message the component is on.

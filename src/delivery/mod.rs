@@ -19,3 +19,13 @@ pub struct ConnKey {
     pub gen: u16,
     pub slot: u32,
 }
+
+impl ConnKey {
+    /// No connection: a request made inside the node (its answer goes
+    /// nowhere).
+    pub const NONE: ConnKey = ConnKey {
+        ring: 0,
+        gen: 0,
+        slot: 0,
+    };
+}

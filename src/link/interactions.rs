@@ -61,19 +61,7 @@ impl Sidecar {
                 )
             }
         };
-        let req = ChatRequest {
-            worker: usize::MAX,
-            conn: ConnKey {
-                ring: 0,
-                gen: 0,
-                slot: 0,
-            },
-            app: AppId(raw.app_user),
-            bot_user_id: bot.0,
-            bot_user_json: bot.1,
-            target,
-            action,
-        };
+        let req = ChatRequest::internal(AppId(raw.app_user), bot.0, bot.1, target, action);
         if chat
             .send_timeout(req, super::members::COMMIT_HANDOFF)
             .is_err()

@@ -289,6 +289,29 @@ pub struct ChatRequest {
     pub action: ChatAction,
 }
 
+impl ChatRequest {
+    /// A request the node makes itself (an interaction opened, an
+    /// endpoint's inline answer, a response acting as the bot): no worker
+    /// waits for its answer.
+    pub fn internal(
+        app: AppId,
+        bot_user_id: u64,
+        bot_user_json: Arc<str>,
+        target: Target,
+        action: ChatAction,
+    ) -> ChatRequest {
+        ChatRequest {
+            worker: usize::MAX,
+            conn: ConnKey::NONE,
+            app,
+            bot_user_id,
+            bot_user_json,
+            target,
+            action,
+        }
+    }
+}
+
 /// What a bot asks the chat service to do in `target.channel`.
 #[derive(Debug)]
 pub enum ChatAction {

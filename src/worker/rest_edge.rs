@@ -247,11 +247,7 @@ impl Worker {
                 app: AppId(0),
                 bot_user_id: 0,
                 bot_user_json: Arc::from(""),
-                target: permit::Target {
-                    server: proto::ServerId::NONE,
-                    channel: proto::ChannelId::NONE,
-                    perms: 0,
-                },
+                target: permit::Target::NONE,
                 action,
             };
             if req_too_large(&req) {

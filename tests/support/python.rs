@@ -170,3 +170,15 @@ impl Script {
         )
     }
 }
+
+/// The interpreter of the venv, checked to have PyNaCl (the interactions
+/// endpoint scripts verify signatures with it).
+pub fn python_with_nacl() -> String {
+    let p = std::env::var("GATEWAYD_PYTHON").unwrap_or_else(|_| "python3".into());
+    let ok = std::process::Command::new(&p)
+        .args(["-c", "import nacl.signing"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "{p} has no PyNaCl: pip install -r tests/py/requirements.txt into a venv and set GATEWAYD_PYTHON");
+    p
+}

@@ -16,26 +16,17 @@ use std::time::Duration;
 
 use serde_json::Value;
 use support::http::json_request;
-use support::interact::{click, Place};
+use support::interact::click;
 use support::node::Node;
 use support::python::Script;
-use support::registry::Registry;
 
 #[test]
 #[ignore = "needs discord.py 2.x: run scripts/test-all.sh, or set GATEWAYD_PYTHON to a venv with tests/py/requirements.txt"]
 fn discord_py_slash_commands_defer_follow_up_and_buttons() {
     let python = support::python::discord_py_python();
     let node = Node::start(&["--no-demo"]);
-    let reg = Registry::new(node.dir.path());
-    let app = reg.add_app("slash-bot", 0);
-    let (server, general) = reg.add_server("slash-server");
-    reg.install(app.id, server, None);
-    reg.add_member(server, "alice", &[]);
-    let at = Place {
-        app: app.id,
-        server,
-        channel: general,
-    };
+    let (app, at) = support::interact::installed(&node, "slash-bot");
+    let server = at.server;
 
     let addr = node.gateway.to_string();
     let guild = server.to_string();

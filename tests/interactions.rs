@@ -28,11 +28,8 @@ fn world(extra: &[&str]) -> World {
     let mut args = vec!["--no-demo"];
     args.extend_from_slice(extra);
     let node = Node::start(&args);
-    let reg = Registry::new(node.dir.path());
-    let app = reg.add_app("slash-bot", 0);
-    let (server, general) = reg.add_server("slash-server");
-    reg.install(app.id, server, None);
-    reg.add_member(server, "alice", &[]);
+    let (app, at) = support::interact::installed(&node, "slash-bot");
+    let (server, general) = (at.server, at.channel);
     // The commands the tests use, registered as a bot does (tree.sync).
     let commands = json!([
         {"name": "ping", "description": "Ping", "type": 1,

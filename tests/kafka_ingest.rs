@@ -38,6 +38,25 @@ fn start_node(brokers: &str, topic: &str, group: &str) -> Node {
 }
 
 /// Identify as the demo bot; returns the session, its server and #general.
+/// Node B: shares A's registry file (SQLite, two processes) and consumes
+/// the same topic in its own group.
+fn start_beside(a: &Node, brokers: &str, topic: &str) -> Node {
+    let registry = a.dir.path().join("registry.sqlite");
+    Node::start(&[
+        "--no-demo",
+        "--registry-path",
+        registry.to_str().unwrap(),
+        "--kafka-brokers",
+        brokers,
+        "--kafka-topic",
+        topic,
+        "--kafka-group",
+        &unique("b"),
+        "--kafka-session-timeout-ms",
+        "6000",
+    ])
+}
+
 fn identify(node: &Node, intents: u64) -> (Session, u64, u64) {
     let s = support::bot::identify(node.gateway, "demo-bot", &node.token, intents, None)
         .expect("identify");
@@ -385,20 +404,7 @@ fn a_message_posted_through_one_node_reaches_a_bot_on_another() {
     reg.install(app.id, server, None);
     // Node B shares A's registry file (SQLite, two processes), consumes the
     // same topic in its own group.
-    let registry = a.dir.path().join("registry.sqlite");
-    let b = Node::start(&[
-        "--no-demo",
-        "--registry-path",
-        registry.to_str().unwrap(),
-        "--kafka-brokers",
-        &brokers,
-        "--kafka-topic",
-        &topic,
-        "--kafka-group",
-        &unique("b"),
-        "--kafka-session-timeout-ms",
-        "6000",
-    ]);
+    let b = start_beside(&a, &brokers, &topic);
     let mut s_a = support::bot::identify(a.gateway, "on-a", &app.token, BOT_INTENTS, None)
         .expect("identify on A");
     let mut s_b = support::bot::identify(b.gateway, "on-b", &app.token, BOT_INTENTS, None)
@@ -472,20 +478,7 @@ fn an_interaction_in_the_topic_is_opened_by_exactly_one_node() {
         Some(&json!([{"name": "ping", "description": "Ping", "type": 1}])),
     );
     assert_eq!(r.status, 200, "{}", r.body);
-    let registry = a.dir.path().join("registry.sqlite");
-    let b = Node::start(&[
-        "--no-demo",
-        "--registry-path",
-        registry.to_str().unwrap(),
-        "--kafka-brokers",
-        &brokers,
-        "--kafka-topic",
-        &topic,
-        "--kafka-group",
-        &unique("b"),
-        "--kafka-session-timeout-ms",
-        "6000",
-    ]);
+    let b = start_beside(&a, &brokers, &topic);
     // The bot's one session is on A; B consumes the same records.
     let mut s = support::bot::identify(
         a.gateway,

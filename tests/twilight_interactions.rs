@@ -14,9 +14,8 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use support::interact::{click, Click, Place};
+use support::interact::{click, Click};
 use support::node::Node;
-use support::registry::Registry;
 use twilight_gateway::{ConfigBuilder, Event, EventTypeFlags, Intents, Shard, ShardId, StreamExt};
 use twilight_http::Client;
 use twilight_model::application::command::CommandType;
@@ -61,16 +60,8 @@ fn message(content: &str, components: Option<Vec<Component>>) -> InteractionResp
 #[test]
 fn twilight_answers_a_slash_command_and_a_button() {
     let node = Node::start(&["--no-demo"]);
-    let reg = Registry::new(node.dir.path());
-    let app = reg.add_app("twilight-bot", 0);
-    let (server, general) = reg.add_server("slash-server");
-    reg.install(app.id, server, None);
-    reg.add_member(server, "alice", &[]);
-    let at = Place {
-        app: app.id,
-        server,
-        channel: general,
-    };
+    let (app, at) = support::interact::installed(&node, "twilight-bot");
+    let (server, general) = (at.server, at.channel);
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

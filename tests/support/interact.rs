@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::process::Command;
 
 use super::node::Node;
+use super::registry::{App, Registry};
 
 /// Where the person acts: the application, the server and the channel.
 #[derive(Clone, Copy, Debug)]
@@ -48,4 +49,21 @@ pub fn click(node: &Node, at: Place, what: &[&str]) -> Click {
             .collect();
         (out.status.code().unwrap_or(-1), kv)
     }))
+}
+
+/// An application `name` installed (with the default grant) in a new
+/// server whose `#general` has alice, its one person: where the person
+/// will use the bot's commands.
+pub fn installed(node: &Node, name: &str) -> (App, Place) {
+    let reg = Registry::new(node.dir.path());
+    let app = reg.add_app(name, 0);
+    let (server, channel) = reg.add_server("slash-server");
+    reg.install(app.id, server, None);
+    reg.add_member(server, "alice", &[]);
+    let at = Place {
+        app: app.id,
+        server,
+        channel,
+    };
+    (app, at)
 }

@@ -2,6 +2,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
+use super::Cached;
 use crate::model::*;
 use crate::ops::AppStore;
 use crate::rows::{self, to_i, APP_COLS as COLS};
@@ -16,7 +17,7 @@ fn row(r: &Row<'_>) -> rusqlite::Result<Application> {
 }
 
 pub fn get(c: &Connection, id: u64) -> Result<Option<Application>> {
-    Ok(c.query_row(
+    Ok(c.query_row_cached(
         &format!("SELECT {COLS} FROM applications WHERE id = ?1"),
         [to_i(id)],
         row,
@@ -32,7 +33,7 @@ pub fn require(c: &Connection, id: u64) -> Result<Application> {
 }
 
 pub fn by_name(c: &Connection, name: &str) -> Result<Option<Application>> {
-    Ok(c.query_row(
+    Ok(c.query_row_cached(
         &format!("SELECT {COLS} FROM applications WHERE name = ?1 ORDER BY id LIMIT 1"),
         [name],
         row,
@@ -41,7 +42,7 @@ pub fn by_name(c: &Connection, name: &str) -> Result<Option<Application>> {
 }
 
 pub fn list(c: &Connection) -> Result<Vec<Application>> {
-    let mut st = c.prepare(&format!("SELECT {COLS} FROM applications ORDER BY id"))?;
+    let mut st = c.prepare_cached(&format!("SELECT {COLS} FROM applications ORDER BY id"))?;
     let v = st.query_map([], row)?.collect::<rusqlite::Result<_>>()?;
     Ok(v)
 }
@@ -52,7 +53,7 @@ pub fn authenticate(c: &Connection, raw: &str) -> Result<Option<Application>> {
         return Ok(None);
     };
     let found: Option<(Vec<u8>, Vec<u8>)> = c
-        .query_row(
+        .query_row_cached(
             "SELECT token_salt, token_hash FROM applications WHERE id = ?1",
             [to_i(id)],
             |r| Ok((r.get(0)?, r.get(1)?)),
@@ -71,7 +72,7 @@ pub fn create(
     max_concurrency: u32,
 ) -> Result<(Application, String)> {
     let (app, tok, salt, hash) = new_application(name, approved, max_concurrency)?;
-    c.execute(
+    c.execute_cached(
         "INSERT INTO applications (id, name, bot_user_id, bot_username, approved_intents,
              max_concurrency, session_start_total, flags, token_salt, token_hash, created_at_ms)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
@@ -95,7 +96,7 @@ pub fn create(
 pub fn reset_token(c: &Connection, app_id: u64) -> Result<String> {
     require(c, app_id)?;
     let (tok, salt, hash) = new_credentials(app_id)?;
-    c.execute(
+    c.execute_cached(
         "UPDATE applications SET token_salt = ?2, token_hash = ?3 WHERE id = ?1",
         params![to_i(app_id), &salt[..], &hash[..]],
     )?;
@@ -106,7 +107,7 @@ pub fn set_approved_intents(c: &Connection, app_id: u64, bits: u64) -> Result<Ap
     check_intents(bits)?;
     let app = require(c, app_id)?;
     let flags = (app.flags & !app_flags::GATEWAY_MASK) | app_flags::from_approved_intents(bits);
-    c.execute(
+    c.execute_cached(
         "UPDATE applications SET approved_intents = ?2, flags = ?3 WHERE id = ?1",
         params![to_i(app_id), to_i(bits), to_i(flags)],
     )?;
@@ -116,7 +117,7 @@ pub fn set_approved_intents(c: &Connection, app_id: u64, bits: u64) -> Result<Ap
 pub fn set_max_concurrency(c: &Connection, app_id: u64, n: u32) -> Result<Application> {
     check_concurrency(n)?;
     require(c, app_id)?;
-    c.execute(
+    c.execute_cached(
         "UPDATE applications SET max_concurrency = ?2 WHERE id = ?1",
         params![to_i(app_id), n],
     )?;
@@ -125,7 +126,7 @@ pub fn set_max_concurrency(c: &Connection, app_id: u64, n: u32) -> Result<Applic
 
 pub fn set_session_start_total(c: &Connection, app_id: u64, total: u32) -> Result<Application> {
     require(c, app_id)?;
-    c.execute(
+    c.execute_cached(
         "UPDATE applications SET session_start_total = ?2 WHERE id = ?1",
         params![to_i(app_id), total],
     )?;
@@ -133,17 +134,17 @@ pub fn set_session_start_total(c: &Connection, app_id: u64, total: u32) -> Resul
 }
 
 pub fn delete(c: &Connection, app_id: u64) -> Result<bool> {
-    Ok(c.execute("DELETE FROM applications WHERE id = ?1", [to_i(app_id)])? > 0)
+    Ok(c.execute_cached("DELETE FROM applications WHERE id = ?1", [to_i(app_id)])? > 0)
 }
 
 pub fn record_session_start(c: &Connection, app_id: u64, now_ms: u64) -> Result<SessionStartLimit> {
     require(c, app_id)?;
     // Prune for every application: the table stays at one day of minutes.
-    c.execute(
+    c.execute_cached(
         "DELETE FROM identify_counts WHERE minute_ms <= ?1",
         [identify_minutes_cutoff(now_ms)],
     )?;
-    c.execute(
+    c.execute_cached(
         "INSERT INTO identify_counts (application_id, minute_ms, count) VALUES (?1, ?2, 1)
          ON CONFLICT (application_id, minute_ms) DO UPDATE SET count = count + 1",
         params![to_i(app_id), identify_minute(now_ms)],
@@ -154,7 +155,7 @@ pub fn record_session_start(c: &Connection, app_id: u64, now_ms: u64) -> Result<
 pub fn session_start_limit(c: &Connection, app_id: u64, now_ms: u64) -> Result<SessionStartLimit> {
     let app = require(c, app_id)?;
     // A minute counts while any part of it is inside the window.
-    let (used, oldest): (i64, Option<i64>) = c.query_row(
+    let (used, oldest): (i64, Option<i64>) = c.query_row_cached(
         "SELECT COALESCE(SUM(count), 0), MIN(minute_ms) FROM identify_counts
          WHERE application_id = ?1 AND minute_ms > ?2",
         params![to_i(app_id), identify_minutes_cutoff(now_ms)],

@@ -3,6 +3,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 
+use super::Cached;
 use crate::commands::CommandStore;
 use crate::model::Command;
 use crate::rows::{self, to_i, COMMAND_COLS};
@@ -37,7 +38,7 @@ impl CommandStore for &Connection {
 
     fn command_by_id(&mut self, id: u64) -> Result<Option<Command>> {
         Ok(self
-            .query_row(
+            .query_row_cached(
                 &format!("SELECT {COMMAND_COLS} FROM commands WHERE id = ?1"),
                 [to_i(id)],
                 command_row,
@@ -46,7 +47,7 @@ impl CommandStore for &Connection {
     }
 
     fn insert_command(&mut self, c: &Command) -> Result<()> {
-        self.execute(
+        self.execute_cached(
             &format!(
                 "INSERT INTO commands ({COMMAND_COLS})
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)"
@@ -68,7 +69,7 @@ impl CommandStore for &Connection {
     }
 
     fn update_command(&mut self, c: &Command) -> Result<()> {
-        self.execute(
+        self.execute_cached(
             "UPDATE commands SET name = ?2, description = ?3, options = ?4,
              default_member_permissions = ?5, nsfw = ?6, version = ?7 WHERE id = ?1",
             params![
@@ -85,12 +86,12 @@ impl CommandStore for &Connection {
     }
 
     fn delete_command(&mut self, id: u64) -> Result<bool> {
-        Ok(self.execute("DELETE FROM commands WHERE id = ?1", [to_i(id)])? > 0)
+        Ok(self.execute_cached("DELETE FROM commands WHERE id = ?1", [to_i(id)])? > 0)
     }
 
     fn creates_on(&mut self, app_id: u64, scope: u64, day: i64) -> Result<u32> {
         let n: Option<i64> = self
-            .query_row(
+            .query_row_cached(
                 "SELECT count FROM command_creates
                  WHERE application_id = ?1 AND guild_id = ?2 AND day = ?3",
                 params![to_i(app_id), to_i(scope), day],
@@ -101,11 +102,11 @@ impl CommandStore for &Connection {
     }
 
     fn add_creates(&mut self, app_id: u64, scope: u64, day: i64, n: u32) -> Result<()> {
-        self.execute(
+        self.execute_cached(
             "DELETE FROM command_creates WHERE application_id = ?1 AND guild_id = ?2 AND day < ?3",
             params![to_i(app_id), to_i(scope), day],
         )?;
-        self.execute(
+        self.execute_cached(
             "INSERT INTO command_creates (application_id, guild_id, day, count)
              VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT (application_id, guild_id, day)

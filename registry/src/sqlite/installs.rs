@@ -3,13 +3,14 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 
+use super::Cached;
 use crate::model::*;
 use crate::ops::InstallStore;
 use crate::rows::{self, to_i, to_u};
 use crate::Result;
 
 fn role_ids(c: &Connection, app_id: u64, server_id: u64) -> Result<Vec<u64>> {
-    let mut st = c.prepare(
+    let mut st = c.prepare_cached(
         "SELECT role_id FROM installation_roles
          WHERE application_id = ?1 AND server_id = ?2 ORDER BY role_id",
     )?;
@@ -23,7 +24,7 @@ fn role_ids(c: &Connection, app_id: u64, server_id: u64) -> Result<Vec<u64>> {
 
 pub fn get(c: &Connection, app_id: u64, server_id: u64) -> Result<Option<Installation>> {
     let row = c
-        .query_row(
+        .query_row_cached(
             "SELECT permissions, managed_role_id, installed_at_ms FROM installations
              WHERE application_id = ?1 AND server_id = ?2",
             params![to_i(app_id), to_i(server_id)],
@@ -48,7 +49,7 @@ pub fn of_app(c: &Connection, app_id: u64) -> Result<Vec<Installation>> {
 
 /// Every installation in one server (the bots a server change affects).
 pub fn in_server(c: &Connection, server_id: u64) -> Result<Vec<Installation>> {
-    let mut st = c.prepare(
+    let mut st = c.prepare_cached(
         "SELECT application_id FROM installations WHERE server_id = ?1 ORDER BY application_id",
     )?;
     let apps: Vec<u64> = st
@@ -62,7 +63,7 @@ pub fn in_server(c: &Connection, server_id: u64) -> Result<Vec<Installation>> {
 }
 
 fn server_ids(c: &Connection, app_id: u64) -> Result<Vec<u64>> {
-    let mut st = c.prepare(
+    let mut st = c.prepare_cached(
         "SELECT server_id FROM installations WHERE application_id = ?1 ORDER BY server_id",
     )?;
     let v = st
@@ -72,7 +73,7 @@ fn server_ids(c: &Connection, app_id: u64) -> Result<Vec<u64>> {
 }
 
 pub fn remove_role(c: &Connection, app_id: u64, server_id: u64, role_id: u64) -> Result<bool> {
-    Ok(c.execute(
+    Ok(c.execute_cached(
         "DELETE FROM installation_roles WHERE application_id = ?1 AND server_id = ?2 AND role_id = ?3",
         params![to_i(app_id), to_i(server_id), to_i(role_id)],
     )? > 0)
@@ -91,7 +92,7 @@ impl InstallStore for &Connection {
         managed: u64,
         at_ms: u64,
     ) -> Result<()> {
-        self.execute(
+        self.execute_cached(
             "INSERT INTO installations
                  (application_id, server_id, permissions, managed_role_id, installed_at_ms)
              VALUES (?1, ?2, ?3, ?4, ?5)",
@@ -113,7 +114,7 @@ impl InstallStore for &Connection {
         perms: u64,
         managed: u64,
     ) -> Result<()> {
-        self.execute(
+        self.execute_cached(
             "UPDATE installations SET permissions = ?3, managed_role_id = ?4
              WHERE application_id = ?1 AND server_id = ?2",
             params![to_i(app_id), to_i(server_id), to_i(perms), to_i(managed)],
@@ -122,7 +123,7 @@ impl InstallStore for &Connection {
     }
 
     fn delete_installation(&mut self, app_id: u64, server_id: u64) -> Result<()> {
-        self.execute(
+        self.execute_cached(
             "DELETE FROM installations WHERE application_id = ?1 AND server_id = ?2",
             params![to_i(app_id), to_i(server_id)],
         )?;
@@ -130,7 +131,7 @@ impl InstallStore for &Connection {
     }
 
     fn add_installation_role(&mut self, app_id: u64, server_id: u64, role_id: u64) -> Result<()> {
-        self.execute(
+        self.execute_cached(
             "INSERT OR IGNORE INTO installation_roles (application_id, server_id, role_id)
              VALUES (?1, ?2, ?3)",
             params![to_i(app_id), to_i(server_id), to_i(role_id)],
@@ -139,7 +140,7 @@ impl InstallStore for &Connection {
     }
 
     fn delete_member_overwrites(&mut self, server_id: u64, user_id: u64) -> Result<()> {
-        self.execute(
+        self.execute_cached(
             "DELETE FROM overwrites WHERE target_kind = 1 AND target_id = ?1
              AND channel_id IN (SELECT id FROM channels WHERE server_id = ?2)",
             params![to_i(user_id), to_i(server_id)],
@@ -153,7 +154,7 @@ impl InstallStore for &Connection {
 
     fn installed_server_named(&mut self, app_id: u64, name: &str) -> Result<Option<u64>> {
         Ok(self
-            .query_row(
+            .query_row_cached(
                 "SELECT s.id FROM installations i JOIN servers s ON s.id = i.server_id
                  WHERE i.application_id = ?1 AND s.name = ?2 ORDER BY s.id LIMIT 1",
                 params![to_i(app_id), name],

@@ -51,7 +51,7 @@ impl SqliteRegistry {
         let conn = Connection::open(path)?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
         // journal_mode answers with a row, so it is read, not just set.
-        let _mode: String = conn.query_row("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
+        let _mode: String = conn.query_row_cached("PRAGMA journal_mode = WAL", [], |r| r.get(0))?;
         conn.execute_batch("PRAGMA synchronous = NORMAL;")?;
         Self::init(conn, Some(path.to_path_buf()))
     }
@@ -62,6 +62,9 @@ impl SqliteRegistry {
 
     fn init(mut conn: Connection, path: Option<PathBuf>) -> Result<Self> {
         conn.execute_batch("PRAGMA foreign_keys = ON;")?;
+        // Every statement is parsed once and kept (`Cached`): an identify
+        // or an interaction runs a dozen of them.
+        conn.set_prepared_statement_cache_capacity(STATEMENT_CACHE);
         schema::migrate(&mut conn)?;
         Ok(Self {
             conn: Mutex::new(conn),
@@ -113,13 +116,47 @@ impl SqliteRegistry {
         let before = tx.total_changes();
         let out = f(&tx)?;
         if tx.total_changes() != before {
-            tx.execute(
+            tx.execute_cached(
                 "UPDATE meta SET value = value + 1 WHERE key = 'revision'",
                 [],
             )?;
         }
         tx.commit()?;
         Ok(out)
+    }
+}
+
+/// Prepared statements kept per connection (more than the registry has).
+const STATEMENT_CACHE: usize = 256;
+
+/// `query_row` and `execute` through the connection's statement cache
+/// (rusqlite's own prepare the SQL text again on every call).
+pub(crate) trait Cached {
+    fn query_row_cached<T, P: rusqlite::Params, F>(
+        &self,
+        sql: &str,
+        p: P,
+        f: F,
+    ) -> rusqlite::Result<T>
+    where
+        F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>;
+    fn execute_cached<P: rusqlite::Params>(&self, sql: &str, p: P) -> rusqlite::Result<usize>;
+}
+
+impl Cached for Connection {
+    fn query_row_cached<T, P: rusqlite::Params, F>(
+        &self,
+        sql: &str,
+        p: P,
+        f: F,
+    ) -> rusqlite::Result<T>
+    where
+        F: FnOnce(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    {
+        self.prepare_cached(sql)?.query_row(p, f)
+    }
+    fn execute_cached<P: rusqlite::Params>(&self, sql: &str, p: P) -> rusqlite::Result<usize> {
+        self.prepare_cached(sql)?.execute(p)
     }
 }
 
@@ -328,9 +365,10 @@ impl Registry for SqliteRegistry {
 
     fn revision(&self) -> Result<u64> {
         self.read(|c| {
-            let v: i64 = c.query_row("SELECT value FROM meta WHERE key = 'revision'", [], |r| {
-                r.get(0)
-            })?;
+            let v: i64 =
+                c.query_row_cached("SELECT value FROM meta WHERE key = 'revision'", [], |r| {
+                    r.get(0)
+                })?;
             Ok(to_u(v))
         })
     }
@@ -367,9 +405,10 @@ impl Registry for SqliteRegistry {
 
     fn last_revocation_id(&self) -> Result<u64> {
         self.read(|c| {
-            let v: i64 = c.query_row("SELECT COALESCE(MAX(id), 0) FROM revocations", [], |r| {
-                r.get(0)
-            })?;
+            let v: i64 =
+                c.query_row_cached("SELECT COALESCE(MAX(id), 0) FROM revocations", [], |r| {
+                    r.get(0)
+                })?;
             Ok(to_u(v))
         })
     }
@@ -441,13 +480,13 @@ impl Registry for SqliteRegistry {
     fn claim_interaction(&self, id: u64, node: &str, now_ms: u64) -> Result<bool> {
         // Autocommit, outside `write`: a claim is not a registry change.
         let c = self.lock();
-        let won = c.execute(
+        let won = c.execute_cached(
             "INSERT INTO interaction_claims (id, node, claimed_at_ms) VALUES (?1, ?2, ?3)
              ON CONFLICT DO NOTHING",
             rusqlite::params![to_i(id), node, to_i(now_ms)],
         )? == 1;
         if id.is_multiple_of(crate::CLAIM_PRUNE_EVERY) {
-            c.execute(
+            c.execute_cached(
                 "DELETE FROM interaction_claims WHERE claimed_at_ms < ?1",
                 [to_i(now_ms.saturating_sub(crate::CLAIM_KEEP_MS))],
             )?;
@@ -513,7 +552,7 @@ impl Registry for SqliteRegistry {
 
 /// Write a revocation to the outbox (in the caller's transaction).
 fn outbox(c: &Connection, r: Revocation) -> Result<()> {
-    c.execute(
+    c.execute_cached(
         "INSERT INTO revocations (at_ms, kind, application_id, server_id) VALUES (?1, ?2, ?3, ?4)",
         rusqlite::params![
             to_i(crate::snowflake::unix_ms_now()),

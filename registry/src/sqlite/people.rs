@@ -3,6 +3,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 
+use super::Cached;
 use crate::members::MemberStore;
 use crate::model::*;
 use crate::rows::{to_i, to_u};
@@ -17,7 +18,7 @@ fn user_row(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<User> {
 }
 
 fn pairs(c: &Connection, sql: &str, p: impl rusqlite::Params) -> Result<Vec<(u64, u64)>> {
-    let mut st = c.prepare(sql)?;
+    let mut st = c.prepare_cached(sql)?;
     let v = st
         .query_map(p, |r| {
             Ok((to_u(r.get::<_, i64>(0)?), to_u(r.get::<_, i64>(1)?)))
@@ -29,7 +30,7 @@ fn pairs(c: &Connection, sql: &str, p: impl rusqlite::Params) -> Result<Vec<(u64
 impl MemberStore for &Connection {
     fn user(&mut self, id: u64) -> Result<Option<User>> {
         Ok(self
-            .query_row(
+            .query_row_cached(
                 "SELECT id, username, global_name FROM users WHERE id = ?1",
                 [to_i(id)],
                 |r| user_row(r, 0),
@@ -38,7 +39,7 @@ impl MemberStore for &Connection {
     }
 
     fn insert_user(&mut self, u: &User, created_at_ms: u64) -> Result<()> {
-        self.execute(
+        self.execute_cached(
             "INSERT INTO users (id, username, global_name, created_at_ms) VALUES (?1, ?2, ?3, ?4)",
             params![to_i(u.id), u.username, u.global_name, to_i(created_at_ms)],
         )?;
@@ -51,7 +52,7 @@ impl MemberStore for &Connection {
         user_id: u64,
     ) -> Result<Option<(Option<String>, u64)>> {
         Ok(self
-            .query_row(
+            .query_row_cached(
                 "SELECT nick, joined_at_ms FROM members WHERE server_id = ?1 AND user_id = ?2",
                 params![to_i(server_id), to_i(user_id)],
                 |r| Ok((r.get(0)?, to_u(r.get(1)?))),
@@ -77,7 +78,7 @@ impl MemberStore for &Connection {
         after: u64,
         limit: u32,
     ) -> Result<Vec<(User, Option<String>, u64)>> {
-        let mut st = self.prepare(
+        let mut st = self.prepare_cached(
             "SELECT u.id, u.username, u.global_name, m.nick, m.joined_at_ms
              FROM members m JOIN users u ON u.id = m.user_id
              WHERE m.server_id = ?1 AND m.user_id > ?2 ORDER BY m.user_id LIMIT ?3",
@@ -105,7 +106,7 @@ impl MemberStore for &Connection {
     }
 
     fn insert_member(&mut self, server_id: u64, user_id: u64, joined_at_ms: u64) -> Result<()> {
-        self.execute(
+        self.execute_cached(
             "INSERT INTO members (server_id, user_id, joined_at_ms) VALUES (?1, ?2, ?3)",
             params![to_i(server_id), to_i(user_id), to_i(joined_at_ms)],
         )?;
@@ -114,14 +115,14 @@ impl MemberStore for &Connection {
 
     fn delete_member(&mut self, server_id: u64, user_id: u64) -> Result<bool> {
         // member_roles cascades.
-        Ok(self.execute(
+        Ok(self.execute_cached(
             "DELETE FROM members WHERE server_id = ?1 AND user_id = ?2",
             params![to_i(server_id), to_i(user_id)],
         )? > 0)
     }
 
     fn insert_member_role(&mut self, server_id: u64, user_id: u64, role_id: u64) -> Result<bool> {
-        Ok(self.execute(
+        Ok(self.execute_cached(
             "INSERT INTO member_roles (server_id, user_id, role_id) VALUES (?1, ?2, ?3)
              ON CONFLICT DO NOTHING",
             params![to_i(server_id), to_i(user_id), to_i(role_id)],
@@ -129,14 +130,14 @@ impl MemberStore for &Connection {
     }
 
     fn delete_member_role(&mut self, server_id: u64, user_id: u64, role_id: u64) -> Result<bool> {
-        Ok(self.execute(
+        Ok(self.execute_cached(
             "DELETE FROM member_roles WHERE server_id = ?1 AND user_id = ?2 AND role_id = ?3",
             params![to_i(server_id), to_i(user_id), to_i(role_id)],
         )? > 0)
     }
 
     fn clear_member_roles(&mut self, server_id: u64, user_id: u64) -> Result<()> {
-        self.execute(
+        self.execute_cached(
             "DELETE FROM member_roles WHERE server_id = ?1 AND user_id = ?2",
             params![to_i(server_id), to_i(user_id)],
         )?;
@@ -145,7 +146,7 @@ impl MemberStore for &Connection {
 
     fn is_banned(&mut self, server_id: u64, user_id: u64) -> Result<bool> {
         Ok(self
-            .query_row(
+            .query_row_cached(
                 "SELECT 1 FROM bans WHERE server_id = ?1 AND user_id = ?2",
                 params![to_i(server_id), to_i(user_id)],
                 |_| Ok(()),
@@ -161,7 +162,7 @@ impl MemberStore for &Connection {
         reason: Option<&str>,
         at_ms: u64,
     ) -> Result<bool> {
-        Ok(self.execute(
+        Ok(self.execute_cached(
             "INSERT INTO bans (server_id, user_id, reason, created_at_ms) VALUES (?1, ?2, ?3, ?4)
              ON CONFLICT DO NOTHING",
             params![to_i(server_id), to_i(user_id), reason, to_i(at_ms)],
@@ -169,7 +170,7 @@ impl MemberStore for &Connection {
     }
 
     fn delete_ban(&mut self, server_id: u64, user_id: u64) -> Result<bool> {
-        Ok(self.execute(
+        Ok(self.execute_cached(
             "DELETE FROM bans WHERE server_id = ?1 AND user_id = ?2",
             params![to_i(server_id), to_i(user_id)],
         )? > 0)
@@ -177,7 +178,7 @@ impl MemberStore for &Connection {
 
     fn dm_channel(&mut self, low: u64, high: u64) -> Result<Option<u64>> {
         Ok(self
-            .query_row(
+            .query_row_cached(
                 "SELECT id FROM dm_channels WHERE user_low = ?1 AND user_high = ?2",
                 params![to_i(low), to_i(high)],
                 |r| r.get::<_, i64>(0).map(to_u),
@@ -186,7 +187,7 @@ impl MemberStore for &Connection {
     }
 
     fn insert_dm_channel(&mut self, id: u64, low: u64, high: u64) -> Result<()> {
-        self.execute(
+        self.execute_cached(
             "INSERT INTO dm_channels (id, user_low, user_high) VALUES (?1, ?2, ?3)",
             params![to_i(id), to_i(low), to_i(high)],
         )?;

@@ -3,6 +3,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
+use super::Cached;
 use crate::model::*;
 use crate::ops::ServerStore;
 use crate::rows::{self, to_i, to_u, CHANNEL_COLS, ROLE_COLS, SERVER_COLS};
@@ -21,7 +22,7 @@ fn channel_row(r: &Row<'_>) -> rusqlite::Result<Channel> {
 }
 
 pub fn list(c: &Connection) -> Result<Vec<Server>> {
-    let mut st = c.prepare(&format!("SELECT {SERVER_COLS} FROM servers ORDER BY id"))?;
+    let mut st = c.prepare_cached(&format!("SELECT {SERVER_COLS} FROM servers ORDER BY id"))?;
     let v = st
         .query_map([], server_row)?
         .collect::<rusqlite::Result<_>>()?;
@@ -31,15 +32,15 @@ pub fn list(c: &Connection) -> Result<Vec<Server>> {
 pub fn delete(c: &Connection, server_id: u64) -> Result<bool> {
     // Cascades: roles, channels, overwrites, installations, installation roles.
     // Commands have no foreign key (their scope 0 is no server).
-    c.execute(
+    c.execute_cached(
         "DELETE FROM commands WHERE guild_id = ?1",
         [to_i(server_id)],
     )?;
-    Ok(c.execute("DELETE FROM servers WHERE id = ?1", [to_i(server_id)])? > 0)
+    Ok(c.execute_cached("DELETE FROM servers WHERE id = ?1", [to_i(server_id)])? > 0)
 }
 
 pub fn delete_overwrite(c: &Connection, channel_id: u64, target_id: u64) -> Result<bool> {
-    Ok(c.execute(
+    Ok(c.execute_cached(
         "DELETE FROM overwrites WHERE channel_id = ?1 AND target_id = ?2",
         params![to_i(channel_id), to_i(target_id)],
     )? > 0)
@@ -48,7 +49,7 @@ pub fn delete_overwrite(c: &Connection, channel_id: u64, target_id: u64) -> Resu
 impl ServerStore for &Connection {
     fn server(&mut self, id: u64) -> Result<Option<Server>> {
         Ok(self
-            .query_row(
+            .query_row_cached(
                 &format!("SELECT {SERVER_COLS} FROM servers WHERE id = ?1"),
                 [to_i(id)],
                 server_row,
@@ -57,7 +58,7 @@ impl ServerStore for &Connection {
     }
 
     fn insert_server(&mut self, s: &Server) -> Result<()> {
-        self.execute(
+        self.execute_cached(
             "INSERT INTO servers (id, name, owner_id, created_at_ms) VALUES (?1, ?2, ?3, ?4)",
             params![to_i(s.id), s.name, to_i(s.owner_id), to_i(s.created_at_ms)],
         )?;
@@ -65,7 +66,7 @@ impl ServerStore for &Connection {
     }
 
     fn rename_server(&mut self, id: u64, name: &str) -> Result<()> {
-        self.execute(
+        self.execute_cached(
             "UPDATE servers SET name = ?2 WHERE id = ?1",
             params![to_i(id), name],
         )?;
@@ -74,7 +75,7 @@ impl ServerStore for &Connection {
 
     fn role(&mut self, id: u64) -> Result<Option<Role>> {
         Ok(self
-            .query_row(
+            .query_row_cached(
                 &format!("SELECT {ROLE_COLS} FROM roles WHERE id = ?1"),
                 [to_i(id)],
                 role_row,
@@ -84,7 +85,7 @@ impl ServerStore for &Connection {
 
     fn roles_of(&mut self, server_id: u64) -> Result<Vec<Role>> {
         Ok(self
-            .prepare(&format!(
+            .prepare_cached(&format!(
                 "SELECT {ROLE_COLS} FROM roles WHERE server_id = ?1 ORDER BY position, id"
             ))?
             .query_map([to_i(server_id)], role_row)?
@@ -92,7 +93,7 @@ impl ServerStore for &Connection {
     }
 
     fn next_role_position(&mut self, server_id: u64) -> Result<i32> {
-        Ok(self.query_row(
+        Ok(self.query_row_cached(
             "SELECT COALESCE(MAX(position), 0) + 1 FROM roles WHERE server_id = ?1",
             [to_i(server_id)],
             |r| r.get(0),
@@ -100,7 +101,7 @@ impl ServerStore for &Connection {
     }
 
     fn insert_role(&mut self, r: &Role) -> Result<()> {
-        self.execute(
+        self.execute_cached(
             "INSERT INTO roles (id, server_id, name, permissions, position, managed)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![
@@ -116,7 +117,7 @@ impl ServerStore for &Connection {
     }
 
     fn upsert_role(&mut self, role: &Role) -> Result<()> {
-        self.execute(
+        self.execute_cached(
             "INSERT INTO roles (id, server_id, name, permissions, position, color, hoist, mentionable, managed)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, 0)
              ON CONFLICT (id) DO UPDATE SET name = excluded.name, permissions = excluded.permissions,
@@ -137,7 +138,7 @@ impl ServerStore for &Connection {
     }
 
     fn set_role_permissions(&mut self, role_id: u64, perms: u64) -> Result<()> {
-        self.execute(
+        self.execute_cached(
             "UPDATE roles SET permissions = ?2 WHERE id = ?1",
             params![to_i(role_id), to_i(perms)],
         )?;
@@ -145,17 +146,17 @@ impl ServerStore for &Connection {
     }
 
     fn delete_role(&mut self, role_id: u64) -> Result<()> {
-        self.execute(
+        self.execute_cached(
             "DELETE FROM overwrites WHERE target_id = ?1 AND target_kind = 0",
             [to_i(role_id)],
         )?;
-        self.execute("DELETE FROM roles WHERE id = ?1", [to_i(role_id)])?;
+        self.execute_cached("DELETE FROM roles WHERE id = ?1", [to_i(role_id)])?;
         Ok(())
     }
 
     fn channel(&mut self, id: u64) -> Result<Option<Channel>> {
         Ok(self
-            .query_row(
+            .query_row_cached(
                 &format!("SELECT {CHANNEL_COLS} FROM channels WHERE id = ?1"),
                 [to_i(id)],
                 channel_row,
@@ -165,7 +166,7 @@ impl ServerStore for &Connection {
 
     fn channels_of(&mut self, server_id: u64) -> Result<Vec<Channel>> {
         Ok(self
-            .prepare(&format!(
+            .prepare_cached(&format!(
                 "SELECT {CHANNEL_COLS} FROM channels WHERE server_id = ?1 ORDER BY position, id"
             ))?
             .query_map([to_i(server_id)], channel_row)?
@@ -173,7 +174,7 @@ impl ServerStore for &Connection {
     }
 
     fn next_channel_position(&mut self, server_id: u64) -> Result<i32> {
-        Ok(self.query_row(
+        Ok(self.query_row_cached(
             "SELECT COALESCE(MAX(position), -1) + 1 FROM channels WHERE server_id = ?1",
             [to_i(server_id)],
             |r| r.get(0),
@@ -181,7 +182,7 @@ impl ServerStore for &Connection {
     }
 
     fn insert_channel(&mut self, ch: &Channel) -> Result<()> {
-        self.execute(
+        self.execute_cached(
             "INSERT INTO channels (id, server_id, name, kind, position, parent_id)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             params![
@@ -197,7 +198,7 @@ impl ServerStore for &Connection {
     }
 
     fn replace_channel(&mut self, ch: &Channel, overwrites: &[Overwrite]) -> Result<()> {
-        self.execute(
+        self.execute_cached(
             "INSERT INTO channels (id, server_id, name, kind, position, parent_id, topic)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)
              ON CONFLICT (id) DO UPDATE SET name = excluded.name, kind = excluded.kind,
@@ -212,12 +213,12 @@ impl ServerStore for &Connection {
                 ch.topic
             ],
         )?;
-        self.execute(
+        self.execute_cached(
             "DELETE FROM overwrites WHERE channel_id = ?1",
             [to_i(ch.id)],
         )?;
         for (ord, o) in overwrites.iter().enumerate() {
-            self.execute(
+            self.execute_cached(
                 "INSERT INTO overwrites (channel_id, target_id, target_kind, allow, deny, ord)
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6)
                  ON CONFLICT (channel_id, target_id) DO UPDATE
@@ -229,13 +230,13 @@ impl ServerStore for &Connection {
     }
 
     fn delete_channel(&mut self, id: u64) -> Result<()> {
-        self.execute("DELETE FROM channels WHERE id = ?1", [to_i(id)])?;
+        self.execute_cached("DELETE FROM channels WHERE id = ?1", [to_i(id)])?;
         Ok(())
     }
 
     fn find_channel(&mut self, server_id: u64, name: &str, kind: u8) -> Result<Option<u64>> {
         Ok(self
-            .query_row(
+            .query_row_cached(
                 "SELECT id FROM channels WHERE server_id = ?1 AND name = ?2 AND kind = ?3
                  ORDER BY position, id LIMIT 1",
                 params![to_i(server_id), name, kind],
@@ -247,7 +248,7 @@ impl ServerStore for &Connection {
 
     fn set_overwrite(&mut self, channel_id: u64, o: &Overwrite) -> Result<()> {
         // New overwrites go last; an update keeps its `ord`.
-        self.execute(
+        self.execute_cached(
             "INSERT INTO overwrites (channel_id, target_id, target_kind, allow, deny, ord)
              VALUES (?1, ?2, ?3, ?4, ?5,
                      (SELECT COALESCE(MAX(ord), -1) + 1 FROM overwrites WHERE channel_id = ?1))
@@ -265,7 +266,7 @@ impl ServerStore for &Connection {
     }
 
     fn overwrites_of(&mut self, server_id: u64) -> Result<Vec<(u64, Overwrite)>> {
-        let mut st = self.prepare(
+        let mut st = self.prepare_cached(
             "SELECT o.channel_id, o.target_id, o.target_kind, o.allow, o.deny
              FROM overwrites o JOIN channels ch ON ch.id = o.channel_id
              WHERE ch.server_id = ?1 ORDER BY o.channel_id, o.ord",

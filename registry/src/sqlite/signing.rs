@@ -2,6 +2,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 
+use super::Cached;
 use crate::rows::to_i;
 use crate::signing::SigningStore;
 use crate::Result;
@@ -9,7 +10,7 @@ use crate::Result;
 impl SigningStore for &Connection {
     fn signing_row(&mut self, app_id: u64) -> Result<Option<(Vec<u8>, Option<String>)>> {
         Ok(self
-            .query_row(
+            .query_row_cached(
                 "SELECT signing_seed, interactions_endpoint_url FROM app_signing WHERE application_id = ?1",
                 [to_i(app_id)],
                 |r| Ok((r.get(0)?, r.get(1)?)),
@@ -18,7 +19,7 @@ impl SigningStore for &Connection {
     }
 
     fn insert_signing_if_absent(&mut self, app_id: u64, seed: &[u8; 32]) -> Result<()> {
-        self.execute(
+        self.execute_cached(
             "INSERT INTO app_signing (application_id, signing_seed) VALUES (?1, ?2)
              ON CONFLICT (application_id) DO NOTHING",
             params![to_i(app_id), &seed[..]],
@@ -27,7 +28,7 @@ impl SigningStore for &Connection {
     }
 
     fn update_endpoint(&mut self, app_id: u64, url: Option<&str>) -> Result<()> {
-        self.execute(
+        self.execute_cached(
             "UPDATE app_signing SET interactions_endpoint_url = ?2 WHERE application_id = ?1",
             params![to_i(app_id), url],
         )?;

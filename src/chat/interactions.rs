@@ -12,7 +12,10 @@
 //!
 //! - One table on the chat thread: at most `MAX_OPEN` interactions held
 //!   (from their opening until their token expires); a full table refuses
-//!   new ones (the person sees the failure at once, counted). Deadlines are
+//!   new ones (the person sees the failure at once, counted). With 15-minute
+//!   tokens that is ~290 interactions/s sustained per node; an entry is
+//!   ~0.5 KiB, so a full table is ~140 MiB. What the person saw is kept
+//!   `SHOWN_MS` (at most `MAX_SHOWN` entries). Deadlines are
 //!   FIFO queues (every interaction has the same 3 s and the same token
 //!   life), so a timer is a `VecDeque` push and the tick pops the front.
 //! - The timer's precision: the chat thread wakes at the earliest deadline
@@ -43,7 +46,12 @@ pub const RESPONSE_MS: u64 = 3_000;
 /// reach the chat thread and the failure to be recorded before 3.0 s.
 pub const ENDPOINT_MARGIN_MS: u64 = 200;
 /// Interactions held at once (open, or answered within their token's life).
-pub const MAX_OPEN: usize = 65_536;
+pub const MAX_OPEN: usize = 262_144;
+/// What a person saw of an interaction is kept this long (for the CLI and
+/// the admin port), for at most `MAX_SHOWN` interactions (the oldest go
+/// first).
+pub const SHOWN_MS: u64 = 120_000;
+pub const MAX_SHOWN: usize = 65_536;
 /// Follow-ups per interaction remembered for `/messages/{id}`.
 pub(super) const MAX_FOLLOWUPS: usize = 32;
 pub(super) const EPHEMERAL: u64 = 1 << 6;
@@ -98,6 +106,8 @@ pub struct Interactions {
     pub(super) by_digest: HashMap<[u8; 32], u64>,
     deadlines: VecDeque<(u64, u64)>,
     expiries: VecDeque<(u64, u64)>,
+    /// When each board entry is forgotten (FIFO, like the others).
+    shown: VecDeque<(u64, u64)>,
     token_ttl_ms: u64,
     pub board: Arc<Board>,
     pub stats: Arc<InteractionStats>,
@@ -112,6 +122,7 @@ impl Interactions {
             by_digest: HashMap::new(),
             deadlines: VecDeque::new(),
             expiries: VecDeque::new(),
+            shown: VecDeque::new(),
             token_ttl_ms,
             board,
             stats,
@@ -123,7 +134,8 @@ impl Interactions {
     pub fn next_deadline(&self) -> Option<u64> {
         let a = self.deadlines.front().map(|d| d.0);
         let b = self.expiries.front().map(|d| d.0);
-        a.into_iter().chain(b).min()
+        let c = self.shown.front().map(|d| d.0);
+        a.into_iter().chain(b).chain(c).min()
     }
 
     /// Declare the misses (3 s passed without a response) and forget the
@@ -162,8 +174,25 @@ impl Interactions {
             if let Some(o) = self.open.remove(&id) {
                 self.by_digest.remove(&o.digest);
             }
+        }
+        while let Some(&(at, id)) = self.shown.front() {
+            if at > now {
+                break;
+            }
+            self.shown.pop_front();
             self.board.remove(id);
         }
+    }
+
+    /// Show the person a new interaction's state (kept `SHOWN_MS`).
+    fn show(&mut self, id: u64, v: Value, now: u64) {
+        if self.shown.len() >= MAX_SHOWN {
+            if let Some((_, old)) = self.shown.pop_front() {
+                self.board.remove(old);
+            }
+        }
+        self.shown.push_back((now + SHOWN_MS, id));
+        self.board.set(id, v);
     }
 }
 
@@ -201,17 +230,19 @@ impl Chat {
         if let Some(reason) = n.refused {
             ix.stats.refused.fetch_add(1, Relaxed);
             ix.board.count(app.0, Count::Refused);
-            ix.board.set(
+            ix.show(
                 n.id,
                 json!({"state": "failed", "failure": format!("refused: {reason}")}),
+                now,
             );
             return Ok((204, Vec::new()));
         }
         if ix.open.len() >= MAX_OPEN || ix.open.contains_key(&n.id) {
             ix.stats.refused.fetch_add(1, Relaxed);
-            ix.board.set(
+            ix.show(
                 n.id,
                 json!({"state": "failed", "failure": "refused: busy or duplicate"}),
+                now,
             );
             return Ok((204, Vec::new()));
         }
@@ -252,7 +283,11 @@ impl Chat {
                 .is_some_and(|q| q.try_send(job).is_ok());
             if !queued {
                 self.ix.stats.refused.fetch_add(1, Relaxed);
-                self.ix.board.set(n.id, json!({"state": "failed", "failure": "refused: the endpoint deliverers are busy"}));
+                self.ix.show(
+                    n.id,
+                    json!({"state": "failed", "failure": "refused: the endpoint deliverers are busy"}),
+                    now,
+                );
                 return Ok((204, Vec::new()));
             }
         } else {
@@ -288,8 +323,7 @@ impl Chat {
             .push_back((now + ix.token_ttl_ms.max(RESPONSE_MS), n.id));
         ix.stats.opened.fetch_add(1, Relaxed);
         ix.board.count(app.0, Count::Opened);
-        ix.board
-            .set(n.id, json!({"state": "waiting", "opened_ms": now}));
+        ix.show(n.id, json!({"state": "waiting", "opened_ms": now}), now);
         Ok((204, Vec::new()))
     }
 
@@ -517,5 +551,32 @@ impl Chat {
         let req = self.as_bot(id, ChatAction::Edit(mid, draft));
         let (_, b) = self.handle(req)?;
         Ok(serde_json::from_slice(&b).unwrap_or(Value::Null))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_the_person_saw_is_forgotten_after_shown_ms_and_beyond_the_bound() {
+        let mut ix = Interactions::new(15 * 60 * 1000, Arc::default(), Arc::default());
+        let t = 1_800_000_000_000;
+        ix.show(1, json!({"state": "failed"}), t);
+        assert!(ix.board.get(1).is_some());
+        assert_eq!(ix.next_deadline(), Some(t + SHOWN_MS));
+        ix.tick(t + SHOWN_MS - 1);
+        assert!(ix.board.get(1).is_some());
+        ix.tick(t + SHOWN_MS);
+        assert!(ix.board.get(1).is_none(), "forgotten after SHOWN_MS");
+        for id in 0..(MAX_SHOWN as u64 + 10) {
+            ix.show(id + 10, json!({}), t);
+        }
+        assert!(
+            ix.board.get(10).is_none(),
+            "the oldest go first past the bound"
+        );
+        assert!(ix.board.get(MAX_SHOWN as u64 + 19).is_some());
+        assert_eq!(ix.shown.len(), MAX_SHOWN);
     }
 }

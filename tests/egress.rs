@@ -10,12 +10,13 @@
 
 mod support;
 
-use support::python::python_with_nacl;
+use support::python::NaclEndpoint;
+use support::registry::kv;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -359,13 +360,6 @@ fn registry(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-fn kv(out: &std::process::Output, key: &str) -> Option<String> {
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .flat_map(|l| l.split_whitespace())
-        .find_map(|w| w.strip_prefix(&format!("{key}=")).map(str::to_string))
-}
-
 #[test]
 #[ignore = "needs PyNaCl: run scripts/test-all.sh, or set GATEWAYD_PYTHON to a venv with tests/py/requirements.txt"]
 fn set_endpoint_accepts_a_verifying_endpoint_and_refuses_one_that_accepts_anything() {
@@ -376,22 +370,8 @@ fn set_endpoint_accepts_a_verifying_endpoint_and_refuses_one_that_accepts_anythi
     let key = kv(&show, "verify_key").unwrap();
     assert_eq!(key.len(), 64);
 
-    let mut py = Command::new(python_with_nacl())
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/py/interactions_endpoint.py"
-        ))
-        .arg(&key)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(py.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let port = line.trim().strip_prefix("port=").unwrap().to_string();
-    let good = format!("http://127.0.0.1:{port}/interactions");
+    let ep = NaclEndpoint::start(&key, "pong");
+    let good = ep.url.clone();
     let allow = ["--egress-allow-private-cidrs", "127.0.0.0/8"];
 
     // Without the allow list the check cannot even reach it.
@@ -458,8 +438,7 @@ fn set_endpoint_accepts_a_verifying_endpoint_and_refuses_one_that_accepts_anythi
         kv(&show, "interactions_endpoint_url").as_deref(),
         Some(good.as_str())
     );
-    let _ = py.kill();
-    let _ = py.wait();
+    drop(ep);
 }
 
 #[test]

@@ -6,26 +6,16 @@
 
 mod support;
 
-use support::python::python_with_nacl;
+use support::python::NaclEndpoint;
+use support::registry::kv;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::json;
 use support::http::json_request;
 use support::node::Node;
 use support::registry::{App, Registry};
-
-/// The endpoint process (killed on drop).
-struct Endpoint(Child);
-
-impl Drop for Endpoint {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 fn cli(node: &Node, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_gatewayd"))
@@ -34,16 +24,15 @@ fn cli(node: &Node, args: &[&str]) -> std::process::Output {
         .unwrap_or_else(|e| panic!("gatewayd {args:?}: {e}; node at {}", node.gateway))
 }
 
-fn kv(out: &std::process::Output, key: &str) -> Option<String> {
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .flat_map(|l| l.split_whitespace())
-        .find_map(|w| w.strip_prefix(&format!("{key}=")).map(str::to_string))
-}
-
 /// An HTTP bot: its commands registered, its endpoint (PyNaCl) verified
 /// and set.
-fn http_bot(node: &Node, reg: &Registry, server: u64, name: &str, mode: &str) -> (App, Endpoint) {
+fn http_bot(
+    node: &Node,
+    reg: &Registry,
+    server: u64,
+    name: &str,
+    mode: &str,
+) -> (App, NaclEndpoint) {
     let app = reg.add_app(name, 0);
     reg.install(app.id, server, None);
     let r = json_request(
@@ -67,24 +56,8 @@ fn http_bot(node: &Node, reg: &Registry, server: u64, name: &str, mode: &str) ->
         ],
     );
     let key = kv(&show, "verify_key").expect("verify_key");
-    let mut py = Command::new(python_with_nacl())
-        .arg(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/py/interactions_endpoint.py"
-        ))
-        .args([key.as_str(), mode])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(py.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let url = format!(
-        "http://127.0.0.1:{}/interactions",
-        line.trim().strip_prefix("port=").unwrap()
-    );
+    let ep = NaclEndpoint::start(&key, mode);
+    let url = ep.url.clone();
     let out = cli(
         node,
         &[
@@ -105,7 +78,7 @@ fn http_bot(node: &Node, reg: &Registry, server: u64, name: &str, mode: &str) ->
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    (app, Endpoint(py))
+    (app, ep)
 }
 
 fn click(node: &Node, app: &App, server: u64, channel: u64) -> (i32, String, Duration) {

@@ -182,3 +182,48 @@ pub fn python_with_nacl() -> String {
     assert!(ok, "{p} has no PyNaCl: pip install -r tests/py/requirements.txt into a venv and set GATEWAYD_PYTHON");
     p
 }
+
+/// `tests/py/interactions_endpoint.py` verifying with `verify_key` (`mode`:
+/// `pong`, or `hang` for an endpoint too slow for the 3-second rule),
+/// listening on loopback; killed on drop.
+pub struct NaclEndpoint {
+    child: std::process::Child,
+    /// `http://127.0.0.1:PORT/interactions`.
+    pub url: String,
+}
+
+impl NaclEndpoint {
+    pub fn start(verify_key: &str, mode: &str) -> NaclEndpoint {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(python_with_nacl())
+            .arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/py/interactions_endpoint.py"
+            ))
+            .args([verify_key, mode])
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .expect("start the interactions endpoint");
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let port = line
+            .trim()
+            .strip_prefix("port=")
+            .expect("port=N")
+            .to_string();
+        NaclEndpoint {
+            child,
+            url: format!("http://127.0.0.1:{port}/interactions"),
+        }
+    }
+}
+
+impl Drop for NaclEndpoint {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -197,3 +197,11 @@ impl Registry {
         ]);
     }
 }
+
+/// The value of `key=` in a command's output (words split on whitespace).
+pub fn kv(out: &std::process::Output, key: &str) -> Option<String> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .flat_map(|l| l.split_whitespace())
+        .find_map(|w| w.strip_prefix(&format!("{key}=")).map(str::to_string))
+}

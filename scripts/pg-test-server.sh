@@ -30,8 +30,8 @@ die() {
     echo "pg-test-server: $*" >&2
     exit 1
 }
-# shellcheck source=free-port.sh
-. "$(dirname "${BASH_SOURCE[0]}")/free-port.sh"
+# shellcheck source=service-lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/service-lib.sh"
 
 bindir() { # newest /usr/lib/postgresql/*/bin with initdb and postgres
     local d best=""
@@ -55,20 +55,8 @@ cmd_install() {
     if [[ -z "$bin" ]]; then
         [[ "$(id -u)" == 0 ]] || die "PostgreSQL is not installed; run as root or: apt-get install postgresql"
         echo "installing PostgreSQL from Debian" >&2
-        # Keep the package from starting a server of its own (its cluster
-        # "main" is created but stays stopped): the Debian policy-rc.d hook.
-        local policy=/usr/sbin/policy-rc.d added=""
-        if [[ ! -e "$policy" ]]; then
-            printf '#!/bin/sh\nexit 101\n' >"$policy"
-            chmod 755 "$policy"
-            added=1
-        fi
-        local rc=0
-        { apt-get update -qq &&
-            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-                postgresql; } >&2 || rc=$?
-        [[ -n "$added" ]] && rm -f "$policy"
-        ((rc == 0)) || die "apt-get install postgresql failed ($rc)"
+        # Its cluster "main" is created but stays stopped.
+        apt_install_no_start postgresql
         bin="$(bindir)"
         [[ -n "$bin" ]] || die "installed, but no /usr/lib/postgresql/*/bin/initdb"
     fi

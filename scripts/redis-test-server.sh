@@ -17,8 +17,8 @@ die() {
     echo "redis-test-server: $*" >&2
     exit 1
 }
-# shellcheck source=free-port.sh
-. "$(dirname "${BASH_SOURCE[0]}")/free-port.sh"
+# shellcheck source=service-lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/service-lib.sh"
 
 cmd_install() {
     local bin
@@ -26,20 +26,8 @@ cmd_install() {
     if [[ -z "$bin" ]]; then
         [[ "$(id -u)" == 0 ]] || die "redis-server is not installed; run as root or: apt-get install redis-server"
         echo "installing redis-server from Debian" >&2
-        # Keep the package from starting a server of its own on 6379 (the
-        # Debian policy-rc.d hook), then make sure it is not enabled either.
-        local policy=/usr/sbin/policy-rc.d added=""
-        if [[ ! -e "$policy" ]]; then
-            printf '#!/bin/sh\nexit 101\n' >"$policy"
-            chmod 755 "$policy"
-            added=1
-        fi
-        local rc=0
-        { apt-get update -qq &&
-            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
-                redis-server; } >&2 || rc=$?
-        [[ -n "$added" ]] && rm -f "$policy"
-        ((rc == 0)) || die "apt-get install redis-server failed ($rc)"
+        # No server of its own on 6379, and not enabled either.
+        apt_install_no_start redis-server
         if command -v systemctl >/dev/null 2>&1; then
             systemctl disable --now redis-server >/dev/null 2>&1 || true
         fi

@@ -42,8 +42,8 @@ die() {
     echo "tansu-test-broker: $*" >&2
     exit 1
 }
-# shellcheck source=free-port.sh
-. "$(dirname "${BASH_SOURCE[0]}")/free-port.sh"
+# shellcheck source=service-lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/service-lib.sh"
 
 tansu_bin() {
     if [[ -n "${GATEWAYD_TANSU:-}" ]]; then

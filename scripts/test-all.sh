@@ -113,6 +113,18 @@ start_service() { # NAME CMD... : start CMD in the background, logs in $SERVICE_
     echo "started $name (pid $!)"
 }
 
+run_service() { # NAME SCRIPT DIR PORT SECS : `SCRIPT run DIR PORT`, ready within SECS
+    # (and still ours: fails at once if the server exited, e.g. because
+    # another one took the port first), else its log and exit 1.
+    local name="$1" script="$2" dir="$3" port="$4" secs="$5"
+    start_service "$name" bash "$script" run "$dir" "$port"
+    bash "$script" wait-ready "$port" "$secs" "${SERVICE_PIDS[-1]}" || {
+        echo "error: $name not ready; its log:" >&2
+        cat "$SERVICE_LOG_DIR/$name.log" >&2
+        exit 1
+    }
+}
+
 stop_services() {
     local i pid
     for ((i = ${#SERVICE_PIDS[@]} - 1; i >= 0; i--)); do
@@ -148,14 +160,7 @@ PG_DIR="$(mktemp -d -t gatewayd-test-pg.XXXXXX)"
 SERVICE_DIRS+=("$PG_DIR")
 bash "$PG_SCRIPT" init "$PG_DIR"
 PG_PORT="$(bash "$PG_SCRIPT" free-port 54329)"
-STOP_SIGNAL=INT start_service postgres bash "$PG_SCRIPT" run "$PG_DIR" "$PG_PORT"
-# Ready within 60 s, and still ours (fails at once if the server exited,
-# e.g. because another one took the port first).
-bash "$PG_SCRIPT" wait-ready "$PG_PORT" 60 "${SERVICE_PIDS[-1]}" || {
-    echo "error: postgres not ready; its log:" >&2
-    cat "$SERVICE_LOG_DIR/postgres.log" >&2
-    exit 1
-}
+STOP_SIGNAL=INT run_service postgres "$PG_SCRIPT" "$PG_DIR" "$PG_PORT" 60
 bash "$PG_SCRIPT" create-db "$PG_PORT"
 export GATEWAYD_TEST_DATABASE_URL
 GATEWAYD_TEST_DATABASE_URL="$(bash "$PG_SCRIPT" url "$PG_PORT")"
@@ -173,12 +178,7 @@ export GATEWAYD_TEST_REDIS_SERVER="$REDIS_BIN"
 REDIS_DIR="$(mktemp -d -t gatewayd-test-redis.XXXXXX)"
 SERVICE_DIRS+=("$REDIS_DIR")
 REDIS_PORT="$(bash "$REDIS_SCRIPT" free-port 16379)"
-start_service redis bash "$REDIS_SCRIPT" run "$REDIS_DIR" "$REDIS_PORT"
-bash "$REDIS_SCRIPT" wait-ready "$REDIS_PORT" 30 "${SERVICE_PIDS[-1]}" || {
-    echo "error: redis not ready; its log:" >&2
-    cat "$SERVICE_LOG_DIR/redis.log" >&2
-    exit 1
-}
+run_service redis "$REDIS_SCRIPT" "$REDIS_DIR" "$REDIS_PORT" 30
 export GATEWAYD_TEST_REDIS_URL="redis://127.0.0.1:$REDIS_PORT"
 echo "GATEWAYD_TEST_REDIS_URL=$GATEWAYD_TEST_REDIS_URL (ready in $((SECONDS - redis_t0)) s)"
 
@@ -194,12 +194,7 @@ export GATEWAYD_TEST_TANSU="$TANSU_BIN"
 TANSU_DIR="$(mktemp -d -t gatewayd-test-tansu.XXXXXX)"
 SERVICE_DIRS+=("$TANSU_DIR")
 TANSU_PORT="$(bash "$TANSU_SCRIPT" free-port 19092)"
-start_service tansu bash "$TANSU_SCRIPT" run "$TANSU_DIR" "$TANSU_PORT"
-bash "$TANSU_SCRIPT" wait-ready "$TANSU_PORT" 60 "${SERVICE_PIDS[-1]}" || {
-    echo "error: tansu not ready; its log:" >&2
-    cat "$SERVICE_LOG_DIR/tansu.log" >&2
-    exit 1
-}
+run_service tansu "$TANSU_SCRIPT" "$TANSU_DIR" "$TANSU_PORT" 60
 export GATEWAYD_TEST_KAFKA_BROKERS="127.0.0.1:$TANSU_PORT"
 echo "GATEWAYD_TEST_KAFKA_BROKERS=$GATEWAYD_TEST_KAFKA_BROKERS (ready in $((SECONDS - tansu_t0)) s)"
 

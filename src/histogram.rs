@@ -13,7 +13,6 @@ const BOUNDS_MS: [u64; 14] = [
 pub struct Histogram {
     buckets: [AtomicU64; BOUNDS_MS.len() + 1],
     sum_us: AtomicU64,
-    count: AtomicU64,
 }
 
 impl Histogram {
@@ -25,7 +24,6 @@ impl Histogram {
             .unwrap_or(BOUNDS_MS.len());
         self.buckets[i].fetch_add(1, Relaxed);
         self.sum_us.fetch_add(us, Relaxed);
-        self.count.fetch_add(1, Relaxed);
     }
 
     pub fn render(&self, name: &str, help: &str, out: &mut String) {
@@ -63,12 +61,10 @@ impl Histogram {
             braces(labels),
             load(&|h| h.sum_us.load(Relaxed)) as f64 / 1e6
         );
-        let _ = writeln!(
-            out,
-            "{name}_count{} {}",
-            braces(labels),
-            load(&|h| h.count.load(Relaxed))
-        );
+        // `_count` is the +Inf bucket as read above, not a separate counter:
+        // a record landing between two loads must not make them disagree
+        // (Prometheus requires `le="+Inf"` == `_count`).
+        let _ = writeln!(out, "{name}_count{} {cum}", braces(labels));
     }
 }
 

@@ -197,6 +197,25 @@ pub trait Registry: Send + Sync {
     /// then by the claims themselves.
     fn claim_interaction(&self, id: u64, node: &str, now_ms: u64) -> Result<bool>;
 
+    // Open interactions' shared state (`interaction_state`; no revision
+    // bump: none of it is in a leased view).
+    /// Stores a newly opened interaction; rows whose token expired before
+    /// `now_ms` are pruned now and then by the puts themselves.
+    fn put_interaction(&self, p: &PendingInteraction, now_ms: u64) -> Result<()>;
+    fn interaction(&self, id: u64) -> Result<Option<PendingInteraction>>;
+    fn interaction_by_token(&self, digest: &[u8; 32]) -> Result<Option<PendingInteraction>>;
+    /// Moves interaction `id` from `WAITING` to `to` if it is still waiting
+    /// and was opened at or after `opened_since_ms`: true for exactly one
+    /// caller across every node and restart (the first response, or the
+    /// miss).
+    fn settle_interaction(&self, id: u64, to: u8, opened_since_ms: u64) -> Result<bool>;
+    /// Records the original response and the follow-ups.
+    fn set_interaction_messages(&self, id: u64, original: Option<u64>, followups: &[u64])
+        -> Result<()>;
+    /// The interactions `node` opened that are still waiting (its timers,
+    /// after a restart), at most `limit`.
+    fn waiting_interactions(&self, node: &str, limit: u32) -> Result<Vec<PendingInteraction>>;
+
     // Interaction signing (ADR-12; `crate::signing` has the rules).
     /// The application's Ed25519 seed, created on first use.
     fn signing_seed(&self, app_id: u64) -> Result<[u8; 32]>;

@@ -277,3 +277,36 @@ pub struct CommandPatch {
     pub default_member_permissions: Option<Option<u64>>,
     pub nsfw: Option<bool>,
 }
+
+/// An open interaction's shared state (docs/interactions.md): enough for
+/// any node sharing the registry, or this one after a restart, to answer
+/// it, follow it up, or declare its miss.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingInteraction {
+    pub id: u64,
+    pub application_id: u64,
+    /// SHA-256 of the token (the token itself is never stored).
+    pub token_digest: [u8; 32],
+    /// One of [`interaction_state`].
+    pub state: u8,
+    pub opened_at_ms: u64,
+    /// The token's end: after it follow-ups are 401 50027 and the row goes.
+    pub expires_at_ms: u64,
+    /// The node that opened it (the one holding its 3-second timer).
+    pub node: String,
+    /// The opener's description (JSON: bot, target, kind, name, user, the
+    /// component's message); the registry stores it as given.
+    pub detail: String,
+    /// The original response message, once there is one.
+    pub original_id: Option<u64>,
+    /// Follow-up message ids, in order.
+    pub followups: Vec<u64>,
+}
+
+/// [`PendingInteraction::state`]. Only `WAITING` moves, to any other, once.
+pub mod interaction_state {
+    pub const WAITING: u8 = 0;
+    pub const ANSWERED: u8 = 1;
+    pub const DEFERRED: u8 = 2;
+    pub const FAILED: u8 = 3;
+}

@@ -158,3 +158,50 @@ pub(crate) fn command(r: CommandRow) -> Command {
         version: to_u(version),
     }
 }
+
+pub(crate) const INTERACTION_COLS: &str = "id, application_id, token_digest, state, opened_at_ms, \
+                                           expires_at_ms, node, detail, original_id, followups";
+/// [`INTERACTION_COLS`] (the state widened to i64).
+pub(crate) type InteractionRow = (
+    i64,
+    i64,
+    Vec<u8>,
+    i64,
+    i64,
+    i64,
+    String,
+    String,
+    Option<i64>,
+    String,
+);
+
+pub(crate) fn pending_interaction(r: InteractionRow) -> PendingInteraction {
+    let (id, app, digest, state, opened, expires, node, detail, original, followups) = r;
+    let mut token_digest = [0u8; 32];
+    if digest.len() == 32 {
+        token_digest.copy_from_slice(&digest);
+    }
+    PendingInteraction {
+        id: to_u(id),
+        application_id: to_u(app),
+        token_digest,
+        state: u8::try_from(state).unwrap_or(interaction_state::FAILED),
+        opened_at_ms: to_u(opened),
+        expires_at_ms: to_u(expires),
+        node,
+        detail,
+        original_id: original.map(to_u),
+        followups: followups
+            .split(',')
+            .filter_map(|s| s.parse().ok())
+            .collect(),
+    }
+}
+
+/// Follow-up ids as stored (comma-separated).
+pub(crate) fn followups_text(ids: &[u64]) -> String {
+    ids.iter()
+        .map(u64::to_string)
+        .collect::<Vec<_>>()
+        .join(",")
+}

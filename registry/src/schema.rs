@@ -243,6 +243,27 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX interaction_claims_at ON interaction_claims(claimed_at_ms);
     "#,
+    // 9: open interactions' shared state (docs/interactions.md): the token
+    // (as its SHA-256), the state (0 waiting, 1 answered, 2 deferred, 3
+    // failed), what any node needs to answer or follow it up, and when the
+    // token expires. A first response or a miss is one conditional UPDATE
+    // from waiting, so exactly one wins across nodes and restarts.
+    r#"
+    CREATE TABLE interaction_state (
+        id            {i64} PRIMARY KEY,
+        application_id {i64} NOT NULL,
+        token_digest  {bytes} NOT NULL UNIQUE,
+        state         {i16} NOT NULL,
+        opened_at_ms  {i64} NOT NULL,
+        expires_at_ms {i64} NOT NULL,
+        node          TEXT NOT NULL,
+        detail        TEXT NOT NULL,
+        original_id   {i64},
+        followups     TEXT NOT NULL
+    );
+    CREATE INDEX interaction_state_expiry ON interaction_state(expires_at_ms);
+    CREATE INDEX interaction_state_node ON interaction_state(node, state);
+    "#,
 ];
 
 /// Where the schema version and the revision counter live (created before
@@ -333,6 +354,8 @@ mod tests {
             "476e8a39c3af7f39a6c5218bced2889db67d4cf7f0c35787803b001900679a57",
             // 8: interaction_claims.
             "5dabc41a7640143645d8599a19622e5799b00621139fee31ad6cc054d47146dd",
+            // 9: interaction_state.
+            "99b1786436fcb8131a4b7d377d7272fefe597ac8350520278e5980b094e65fa6",
         ];
         let postgres = [
             "1a3cb466e916e54db1de963200edb5cc45643a0fd53b9acfb3007df2d641032a",
@@ -345,6 +368,8 @@ mod tests {
             "faba10835496a34f91b9e0289d92e745ecc9ca5827dc4f4b620b59f09ef9cc96",
             // 8: interaction_claims.
             "7675dfd2a3aa89b56d4d1a02800b13d07e51a05aede5b8d08ad1919cedc7c206",
+            // 9: interaction_state.
+            "fd582d8e57c02bfaaabbd517b9e6e6372524246ad8b4fb0562baa8ee28dd9cce",
         ];
         for (dialect, pinned) in [(&SQLITE, sqlite), (&POSTGRES, postgres)] {
             let got: Vec<String> = dialect.migrations_after(0).map(|m| sha256(&m)).collect();

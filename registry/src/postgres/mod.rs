@@ -48,6 +48,7 @@
 mod apps;
 mod commands;
 mod installs;
+mod interactions;
 mod people;
 mod schema;
 mod servers;
@@ -1056,6 +1057,35 @@ impl Registry for PostgresRegistry {
             })?;
         }
         Ok(won)
+    }
+
+    fn put_interaction(&self, p: &PendingInteraction, now_ms: u64) -> Result<()> {
+        self.put_interaction_row(p, now_ms)
+    }
+
+    fn interaction(&self, id: u64) -> Result<Option<PendingInteraction>> {
+        self.interaction_row_by_id(id)
+    }
+
+    fn interaction_by_token(&self, digest: &[u8; 32]) -> Result<Option<PendingInteraction>> {
+        self.interaction_row_by_token(digest)
+    }
+
+    fn settle_interaction(&self, id: u64, to: u8, opened_since_ms: u64) -> Result<bool> {
+        self.settle_interaction_row(id, to, opened_since_ms)
+    }
+
+    fn set_interaction_messages(
+        &self,
+        id: u64,
+        original: Option<u64>,
+        followups: &[u64],
+    ) -> Result<()> {
+        self.set_interaction_messages_row(id, original, followups)
+    }
+
+    fn waiting_interactions(&self, node: &str, limit: u32) -> Result<Vec<PendingInteraction>> {
+        self.waiting_interaction_rows(node, limit)
     }
 
     fn signing_seed(&self, app_id: u64) -> Result<[u8; 32]> {

@@ -63,6 +63,7 @@ macro_rules! behaviour_tests {
             member_pages_and_dm_channels,
             demo_server_has_people_ranked_around_the_bot,
             an_interaction_is_claimed_once,
+            an_open_interaction_is_settled_once,
             signing_seed_and_interactions_endpoint,
             commands_bulk_overwrite_keeps_ids,
             commands_scopes_upsert_edit_delete,

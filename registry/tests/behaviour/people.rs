@@ -248,3 +248,48 @@ pub fn an_interaction_is_claimed_once(reg: &dyn Backend) {
         "claims are not registry changes"
     );
 }
+
+pub fn an_open_interaction_is_settled_once(reg: &dyn Backend) {
+    use registry::interaction_state::*;
+    let t = 1_800_000_000_000;
+    let p = registry::PendingInteraction {
+        id: 1_300_000_000_000_000_001,
+        application_id: 42,
+        token_digest: [7; 32],
+        state: WAITING,
+        opened_at_ms: t,
+        expires_at_ms: t + 900_000,
+        node: "node-a".into(),
+        detail: r#"{"kind":2}"#.into(),
+        original_id: None,
+        followups: vec![],
+    };
+    let rev = reg.revision().unwrap();
+    reg.put_interaction(&p, t).unwrap();
+    assert_eq!(reg.interaction(p.id).unwrap().as_ref(), Some(&p));
+    assert_eq!(reg.interaction_by_token(&[7; 32]).unwrap().as_ref(), Some(&p));
+    assert_eq!(reg.interaction_by_token(&[8; 32]).unwrap(), None);
+    assert_eq!(reg.waiting_interactions("node-a", 10).unwrap(), vec![p.clone()]);
+    assert!(reg.waiting_interactions("node-b", 10).unwrap().is_empty());
+    assert!(
+        !reg.settle_interaction(p.id, ANSWERED, t + 1).unwrap(),
+        "opened before the window's start: too late"
+    );
+    assert!(reg.settle_interaction(p.id, DEFERRED, t).unwrap(), "the first response");
+    assert!(!reg.settle_interaction(p.id, FAILED, 0).unwrap(), "the miss lost");
+    assert!(!reg.settle_interaction(p.id, ANSWERED, 0).unwrap(), "a second response lost");
+    reg.set_interaction_messages(p.id, Some(99), &[100, 101]).unwrap();
+    let got = reg.interaction(p.id).unwrap().unwrap();
+    assert_eq!((got.state, got.original_id), (DEFERRED, Some(99)));
+    assert_eq!(got.followups, vec![100, 101]);
+    assert!(reg.waiting_interactions("node-a", 10).unwrap().is_empty());
+    // A pruning put (id % CLAIM_PRUNE_EVERY == 0) after the token expired.
+    let pruner = registry::PendingInteraction {
+        id: 256 * 4_800_000_000_000_000,
+        token_digest: [9; 32],
+        ..p.clone()
+    };
+    reg.put_interaction(&pruner, t + 900_001).unwrap();
+    assert_eq!(reg.interaction(p.id).unwrap(), None, "expired rows are pruned");
+    assert_eq!(reg.revision().unwrap(), rev, "not registry changes");
+}

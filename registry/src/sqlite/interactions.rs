@@ -1,0 +1,104 @@
+//! Open interactions' shared state (SQLite): autocommit statements outside
+//! `write`, like the claims (none of it is a registry change).
+
+use rusqlite::{params, OptionalExtension};
+
+use super::{Cached, SqliteRegistry};
+use crate::model::{interaction_state::WAITING, PendingInteraction};
+use crate::rows::{followups_text, pending_interaction, to_i, InteractionRow, INTERACTION_COLS};
+use crate::Result;
+
+fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<InteractionRow> {
+    Ok((
+        r.get(0)?,
+        r.get(1)?,
+        r.get(2)?,
+        r.get(3)?,
+        r.get(4)?,
+        r.get(5)?,
+        r.get(6)?,
+        r.get(7)?,
+        r.get(8)?,
+        r.get(9)?,
+    ))
+}
+
+impl SqliteRegistry {
+    pub(super) fn put_interaction_row(&self, p: &PendingInteraction, now_ms: u64) -> Result<()> {
+        let c = self.lock();
+        c.execute_cached(
+            "INSERT INTO interaction_state (id, application_id, token_digest, state, opened_at_ms,
+                 expires_at_ms, node, detail, original_id, followups)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
+            params![
+                to_i(p.id),
+                to_i(p.application_id),
+                &p.token_digest[..],
+                i64::from(p.state),
+                to_i(p.opened_at_ms),
+                to_i(p.expires_at_ms),
+                p.node,
+                p.detail,
+                p.original_id.map(to_i),
+                followups_text(&p.followups),
+            ],
+        )?;
+        if p.id.is_multiple_of(crate::CLAIM_PRUNE_EVERY) {
+            c.execute_cached(
+                "DELETE FROM interaction_state WHERE expires_at_ms < ?1",
+                [to_i(now_ms)],
+            )?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn interaction_where(
+        &self,
+        clause: &str,
+        key: &dyn rusqlite::ToSql,
+    ) -> Result<Option<PendingInteraction>> {
+        let sql = format!("SELECT {INTERACTION_COLS} FROM interaction_state WHERE {clause}");
+        let r = self.lock().query_row_cached(&sql, [key], row).optional()?;
+        Ok(r.map(pending_interaction))
+    }
+
+    pub(super) fn settle_interaction_row(&self, id: u64, to: u8, since_ms: u64) -> Result<bool> {
+        Ok(self.lock().execute_cached(
+            "UPDATE interaction_state SET state = ?2
+             WHERE id = ?1 AND state = ?3 AND opened_at_ms >= ?4",
+            params![to_i(id), i64::from(to), i64::from(WAITING), to_i(since_ms)],
+        )? == 1)
+    }
+
+    pub(super) fn set_interaction_messages_row(
+        &self,
+        id: u64,
+        original: Option<u64>,
+        followups: &[u64],
+    ) -> Result<()> {
+        self.lock().execute_cached(
+            "UPDATE interaction_state SET original_id = ?2, followups = ?3 WHERE id = ?1",
+            params![to_i(id), original.map(to_i), followups_text(followups)],
+        )?;
+        Ok(())
+    }
+
+    pub(super) fn waiting_interaction_rows(
+        &self,
+        node: &str,
+        limit: u32,
+    ) -> Result<Vec<PendingInteraction>> {
+        let sql = format!(
+            "SELECT {INTERACTION_COLS} FROM interaction_state
+             WHERE node = ?1 AND state = ?2 ORDER BY opened_at_ms LIMIT ?3"
+        );
+        let c = self.lock();
+        let mut st = c.prepare_cached(&sql)?;
+        let rows = st.query_map(params![node, i64::from(WAITING), i64::from(limit)], row)?;
+        let mut out = Vec::new();
+        for r in rows {
+            out.push(pending_interaction(r?));
+        }
+        Ok(out)
+    }
+}

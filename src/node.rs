@@ -18,15 +18,11 @@ const SIDECAR_QUEUE: usize = 16_384;
 /// Worker inbox bound.
 const INBOX: usize = 65_536;
 
-pub fn run(mut cfg: Config) -> Result<(), String> {
-    std::fs::create_dir_all(&cfg.data_dir)
-        .map_err(|e| format!("creating data dir {}: {e}", cfg.data_dir.display()))?;
-    let nofile = net::uring::raise_nofile_limit();
-    // Every registry call is bounded by timeout_ms: PostgreSQL by a
-    // client-side deadline per call, SQLite by its busy timeout (a writer
-    // stuck holding the lock, e.g. a stopped CLI).
+/// The registry, on a connection of its own (the sidecar's; the chat
+/// thread's for open interactions).
+fn open_registry(cfg: &Config) -> Result<Box<dyn Registry>, String> {
     let timeout = Duration::from_millis(cfg.registry.timeout_ms);
-    let registry: Box<dyn Registry> = if cfg.registry_url.is_empty() {
+    Ok(if cfg.registry_url.is_empty() {
         let reg = SqliteRegistry::open(&cfg.registry_file())
             .map_err(|e| format!("opening registry {}: {e}", cfg.registry_file().display()))?;
         reg.set_busy_timeout(timeout)
@@ -37,7 +33,27 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
             registry::PostgresRegistry::connect(&cfg.registry_url, timeout)
                 .map_err(|e| format!("connecting to the PostgreSQL registry: {e}"))?,
         )
-    };
+    })
+}
+
+/// This node's name in the shared interaction state: an embedded registry
+/// is this node's alone; a shared one tells nodes apart by host and port.
+fn interaction_node(cfg: &Config) -> String {
+    if cfg.registry_url.is_empty() {
+        return "local".into();
+    }
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    format!("{}:{}", host.trim(), cfg.gateway_addr.port())
+}
+
+pub fn run(mut cfg: Config) -> Result<(), String> {
+    std::fs::create_dir_all(&cfg.data_dir)
+        .map_err(|e| format!("creating data dir {}: {e}", cfg.data_dir.display()))?;
+    let nofile = net::uring::raise_nofile_limit();
+    // Every registry call is bounded by timeout_ms: PostgreSQL by a
+    // client-side deadline per call, SQLite by its busy timeout (a writer
+    // stuck holding the lock, e.g. a stopped CLI).
+    let registry = open_registry(&cfg)?;
     // The demo data is always seeded (it is how a fresh node is usable);
     // `--no-demo` only stops the traffic source.
     let demo_target = seed_demo(&cfg, &*registry)?;
@@ -320,6 +336,11 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
                     cfg.chat.interaction_token_ttl_ms,
                     interaction_board.clone(),
                     interaction_stats.clone(),
+                );
+                ix.store = crate::chat::store::Store::new(
+                    open_registry(&cfg)?,
+                    interaction_node(&cfg),
+                    interaction_stats.store_failures.clone(),
                 );
                 ix.deliver = Some(crate::chat::endpoint::start(
                     egress.clone(),

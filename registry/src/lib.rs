@@ -210,8 +210,12 @@ pub trait Registry: Send + Sync {
     /// miss).
     fn settle_interaction(&self, id: u64, to: u8, opened_since_ms: u64) -> Result<bool>;
     /// Records the original response and the follow-ups.
-    fn set_interaction_messages(&self, id: u64, original: Option<u64>, followups: &[u64])
-        -> Result<()>;
+    fn set_interaction_messages(
+        &self,
+        id: u64,
+        original: Option<u64>,
+        followups: &[u64],
+    ) -> Result<()>;
     /// The interactions `node` opened that are still waiting (its timers,
     /// after a restart), at most `limit`.
     fn waiting_interactions(&self, node: &str, limit: u32) -> Result<Vec<PendingInteraction>>;

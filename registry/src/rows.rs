@@ -200,8 +200,5 @@ pub(crate) fn pending_interaction(r: InteractionRow) -> PendingInteraction {
 
 /// Follow-up ids as stored (comma-separated).
 pub(crate) fn followups_text(ids: &[u64]) -> String {
-    ids.iter()
-        .map(u64::to_string)
-        .collect::<Vec<_>>()
-        .join(",")
+    ids.iter().map(u64::to_string).collect::<Vec<_>>().join(",")
 }

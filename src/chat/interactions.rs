@@ -27,8 +27,9 @@
 //! - What the person sees is published to `Board` (read by the admin port,
 //!   `GET /admin/interactions/{id}`, which the `gatewayd interact` CLI polls).
 //!
-//! Not yet: the table lives in this node's memory (a restart forgets open
-//! interactions; a callback must reach the node that opened it).
+//! - The table is a cache: each interaction is also a row in the registry
+//!   (`store.rs`), so a callback or a follow-up may reach any node sharing
+//!   it, and a restart keeps the token, the state and the 3-second timer.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -57,35 +58,9 @@ pub(super) const MAX_FOLLOWUPS: usize = 32;
 pub(super) const EPHEMERAL: u64 = 1 << 6;
 pub(super) const LOADING: u64 = 1 << 7;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum State {
-    Waiting,
-    Answered,
-    Deferred,
-    Failed,
-}
-
-pub(super) struct Open {
-    pub(super) app: u64,
-    pub(super) bot: u64,
-    pub(super) bot_json: Arc<str>,
-    pub(super) target: Target,
-    pub(super) kind: u8,
-    pub(super) name: String,
-    pub(super) user: Value,
-    pub(super) opened_ms: u64,
-    pub(super) state: State,
-    pub(super) digest: [u8; 32],
-    /// The message a component is on (type 3).
-    pub(super) message: Option<u64>,
-    /// The original response: in the history, or held here if ephemeral.
-    pub(super) original: Option<u64>,
-    pub(super) ephemeral: HashMap<u64, Value>,
-    pub(super) followups: Vec<u64>,
-}
-
 pub(super) use super::board::Count;
 pub use super::board::{AppStats, Board};
+pub(super) use super::open::{Open, State};
 
 #[derive(Default)]
 pub struct InteractionStats {
@@ -97,6 +72,10 @@ pub struct InteractionStats {
     pub late: AtomicU64,
     pub double: AtomicU64,
     pub followups: AtomicU64,
+    /// Interactions of this node answered on another (their miss lost).
+    pub answered_elsewhere: AtomicU64,
+    /// Registry calls for the shared state that failed (`store.rs`).
+    pub store_failures: Arc<AtomicU64>,
     /// Time from opening to the first response.
     pub ack_latency: crate::histogram::Histogram,
 }
@@ -113,6 +92,8 @@ pub struct Interactions {
     pub stats: Arc<InteractionStats>,
     /// The deliverers to HTTP interactions endpoints (`endpoint.rs`).
     pub deliver: Option<crossbeam_channel::Sender<super::endpoint::Job>>,
+    /// The shared state (`store.rs`).
+    pub store: super::store::Store,
 }
 
 impl Interactions {
@@ -127,6 +108,58 @@ impl Interactions {
             board,
             stats,
             deliver: None,
+            store: super::store::Store::none(),
+        }
+    }
+
+    pub(super) fn token_ttl_ms(&self) -> u64 {
+        self.token_ttl_ms.max(RESPONSE_MS)
+    }
+
+    /// Takes an interaction from its row into the table (opened elsewhere,
+    /// or before a restart): its id, or None if the table is full or the
+    /// row unreadable.
+    pub(super) fn adopt(&mut self, p: &registry::PendingInteraction, now: u64) -> Option<u64> {
+        if let Some(o) = self.open.get_mut(&p.id) {
+            // Another node may have answered it or added follow-ups.
+            if o.state == State::Waiting {
+                o.state = super::store::state(p.state);
+            }
+            o.original = p.original_id.or(o.original);
+            if p.followups.len() >= o.followups.len() {
+                o.followups.clone_from(&p.followups);
+            }
+            return Some(p.id);
+        }
+        if self.open.len() >= MAX_OPEN {
+            return None;
+        }
+        let o = super::store::open_of(p)?;
+        self.by_digest.insert(o.digest, p.id);
+        self.open.insert(p.id, o);
+        self.expiries.push_back((p.expires_at_ms.max(now), p.id));
+        Some(p.id)
+    }
+
+    /// At start: the interactions this node opened that are still waiting
+    /// get their timers back (those already past 3 s fail at the next tick).
+    pub fn restore(&mut self, now: u64) {
+        let rows = self.store.waiting();
+        for p in &rows {
+            if let Some(id) = self.adopt(p, now) {
+                let o = self.open.get_mut(&id).expect("adopted");
+                o.here = true;
+                self.deadlines.push_back((p.opened_at_ms + RESPONSE_MS, id));
+                self.shown.push_back((now + SHOWN_MS, id));
+                self.board
+                    .set(id, json!({"state": "waiting", "opened_ms": p.opened_at_ms}));
+            }
+        }
+        if !rows.is_empty() {
+            tracing::info!(
+                waiting = rows.len(),
+                "interactions restored from the shared state"
+            );
         }
     }
 
@@ -148,6 +181,13 @@ impl Interactions {
             self.deadlines.pop_front();
             if let Some(o) = self.open.get_mut(&id) {
                 if o.state == State::Waiting {
+                    use super::store::Settled;
+                    if let Settled::Lost(now_state) = self.store.settle(id, State::Failed, 0) {
+                        // Answered on another node: not a miss.
+                        o.state = now_state.unwrap_or(State::Failed);
+                        note_answered_elsewhere(&self.stats, &self.board, id);
+                        continue;
+                    }
                     o.state = State::Failed;
                     self.stats.missed.fetch_add(1, Relaxed);
                     self.board.count(o.app, Count::Miss);
@@ -194,6 +234,15 @@ impl Interactions {
         self.shown.push_back((now + SHOWN_MS, id));
         self.board.set(id, v);
     }
+}
+
+/// What the opener shows when another node took the first response.
+pub(super) fn note_answered_elsewhere(stats: &InteractionStats, board: &Board, id: u64) {
+    stats.answered_elsewhere.fetch_add(1, Relaxed);
+    board.merge(id, |m| {
+        m.insert("state".into(), "answered".into());
+        m.insert("answered_by".into(), "another node".into());
+    });
 }
 
 pub(super) fn digest(token: &str) -> [u8; 32] {
@@ -263,6 +312,36 @@ impl Chat {
         }
         let user = d["member"]["user"].clone();
         let bytes = serde_json::to_vec(&d).expect("json");
+        let dg = digest(&token);
+        let o = Open {
+            app: app.0,
+            bot,
+            bot_json,
+            target,
+            kind,
+            name,
+            user,
+            opened_ms: now,
+            state: State::Waiting,
+            digest: dg,
+            message,
+            original: None,
+            ephemeral: HashMap::new(),
+            followups: Vec::new(),
+            here: true,
+        };
+        // The shared state first: a callback may reach any node (store.rs).
+        let expires = now + self.ix.token_ttl_ms();
+        if !self.ix.store.put(n.id, &o, expires, now) {
+            self.ix.stats.refused.fetch_add(1, Relaxed);
+            self.ix.board.count(app.0, Count::Refused);
+            self.ix.show(
+                n.id,
+                json!({"state": "failed", "failure": "refused: registry"}),
+                now,
+            );
+            return Ok((204, Vec::new()));
+        }
         if let Some((url, seed)) = n.endpoint {
             // An HTTP application: one signed POST (endpoint.rs), never the gateway.
             let job = super::endpoint::Job {
@@ -283,6 +362,7 @@ impl Chat {
                 .is_some_and(|q| q.try_send(job).is_ok());
             if !queued {
                 self.ix.stats.refused.fetch_add(1, Relaxed);
+                let _ = self.ix.store.settle(n.id, State::Failed, 0);
                 self.ix.show(
                     n.id,
                     json!({"state": "failed", "failure": "refused: the endpoint deliverers are busy"}),
@@ -294,33 +374,16 @@ impl Chat {
             self.addressed = true;
             let sent = self.commit("INTERACTION_CREATE", target, 0, false, &[bot], &bytes);
             self.addressed = false;
-            sent?;
+            if let Err(e) = sent {
+                let _ = self.ix.store.settle(n.id, State::Failed, 0);
+                return Err(e);
+            }
         }
         let ix = &mut self.ix;
-        let dg = digest(&token);
         ix.by_digest.insert(dg, n.id);
-        ix.open.insert(
-            n.id,
-            Open {
-                app: app.0,
-                bot,
-                bot_json,
-                target,
-                kind,
-                name,
-                user,
-                opened_ms: now,
-                state: State::Waiting,
-                digest: dg,
-                message,
-                original: None,
-                ephemeral: HashMap::new(),
-                followups: Vec::new(),
-            },
-        );
+        ix.open.insert(n.id, o);
         ix.deadlines.push_back((now + RESPONSE_MS, n.id));
-        ix.expiries
-            .push_back((now + ix.token_ttl_ms.max(RESPONSE_MS), n.id));
+        ix.expiries.push_back((expires, n.id));
         ix.stats.opened.fetch_add(1, Relaxed);
         ix.board.count(app.0, Count::Opened);
         ix.show(n.id, json!({"state": "waiting", "opened_ms": now}), now);
@@ -337,11 +400,13 @@ impl Chat {
         content_type: Option<&str>,
         now: u64,
     ) -> Answer {
+        let dg = digest(token);
+        if self.ix.open.get(&id).is_none_or(|o| o.digest != dg) {
+            // Opened on another node, or before a restart (store.rs).
+            self.adopt_by_id(id, &dg, now)?;
+        }
         let ix = &mut self.ix;
-        let o = match ix.open.get(&id) {
-            Some(o) if o.digest == digest(token) => o,
-            _ => return Err(unknown_interaction()),
-        };
+        let o = &ix.open[&id];
         match o.state {
             State::Failed => {
                 ix.stats.late.fetch_add(1, Relaxed);
@@ -393,13 +458,31 @@ impl Chat {
         }
         let empty = Map::new();
         let data = m.get("data").and_then(Value::as_object).unwrap_or(&empty);
+        // Checked before the settle: a bad body does not use up the response.
+        let mut draft4 = if rtype == 4 {
+            Some(body::message(data, true)?)
+        } else {
+            None
+        };
+        if rtype == 7 {
+            if self.ix.open[&id].message.is_none() {
+                return Err(unknown_message());
+            }
+            body::message(data, false)?;
+        }
+        let to = if matches!(rtype, 5 | 6) {
+            State::Deferred
+        } else {
+            State::Answered
+        };
+        self.settle_first_response(id, to, now)?;
         let mut seen = json!({"state": "answered", "response_type": rtype});
         let mut resource = json!({"type": rtype});
         let (mut message_id, mut loading, mut ephemeral) = (None, false, false);
         match rtype {
             4 | 5 => {
-                let mut draft = if rtype == 4 {
-                    body::message(data, true)?
+                let mut draft = if let Some(d) = draft4.take() {
+                    d
                 } else {
                     body::MessageDraft {
                         flags: data.get("flags").and_then(Value::as_u64).unwrap_or(0) & EPHEMERAL
@@ -428,11 +511,7 @@ impl Chat {
             _ => {} // 6: nothing changes yet
         }
         let o = self.ix.open.get_mut(&id).expect("checked");
-        o.state = if matches!(rtype, 5 | 6) {
-            State::Deferred
-        } else {
-            State::Answered
-        };
+        o.state = to;
         let app = o.app;
         let ix = &self.ix;
         ix.stats.acked.fetch_add(1, Relaxed);
@@ -522,6 +601,7 @@ impl Chat {
         } else if o.followups.len() < MAX_FOLLOWUPS {
             o.followups.push(mid);
         }
+        self.ix.store.save_messages(id, o);
         Ok(msg)
     }
 

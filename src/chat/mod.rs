@@ -22,12 +22,15 @@
 //! With `chat.upstream_url` set, `upstream::start` serves the same queue
 //! instead: each action is forwarded to that chat service, which commits.
 
+mod adopt;
 pub mod board;
 pub mod endpoint;
 pub mod history;
 pub mod interactions;
 pub mod objects;
+mod open;
 pub mod sink;
+pub mod store;
 mod tap;
 pub mod upstream;
 mod webhooks;
@@ -129,6 +132,7 @@ pub fn start(
                 users: std::collections::HashMap::with_capacity(MAX_USERS),
             };
             let mut answers = Vec::with_capacity(BATCH);
+            chat.ix.restore(now_ms());
             while !stop.load(Relaxed) {
                 let now = now_ms();
                 chat.ix.tick(now);

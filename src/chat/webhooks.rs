@@ -4,9 +4,7 @@
 
 use serde_json::{json, Value};
 
-use super::interactions::{
-    bad_webhook_token, digest, unknown_interaction, Count, State, LOADING, MAX_FOLLOWUPS,
-};
+use super::interactions::{digest, unknown_interaction, Count, State, LOADING, MAX_FOLLOWUPS};
 use super::*;
 use crate::api::body;
 use crate::worker::mail::WebhookMethod;
@@ -24,10 +22,7 @@ impl Chat {
         content_type: Option<&str>,
         now: u64,
     ) -> Answer {
-        let id = match self.ix.by_digest.get(&digest(token)) {
-            Some(&id) if self.ix.open.get(&id).is_some_and(|o| o.app == app) => id,
-            _ => return Err(bad_webhook_token()),
-        };
+        let id = self.webhook_interaction(app, &digest(token), now)?;
         let o = &self.ix.open[&id];
         if o.state == State::Failed || o.state == State::Waiting && method != WebhookMethod::Post {
             // Nothing to follow up: the interaction was never answered.
@@ -53,7 +48,9 @@ impl Chat {
                     let req = self.as_bot(id, ChatAction::Edit(mid, draft));
                     let (_, b) = self.handle(req)?;
                     let msg: Value = serde_json::from_slice(&b).unwrap_or(Value::Null);
-                    self.ix.open.get_mut(&id).expect("open").followups.push(mid);
+                    let o = self.ix.open.get_mut(&id).expect("open");
+                    o.followups.push(mid);
+                    self.ix.store.save_messages(id, o);
                     msg
                 } else {
                     draft.interaction = Some((self.metadata(id), app));

@@ -177,7 +177,7 @@ pub fn render_interactions(
     ep: &crate::chat::endpoint::EndpointStats,
     out: &mut String,
 ) {
-    let fams: [(&str, &str, u64); 8] = [
+    let fams: [(&str, &str, u64); 10] = [
         ("gatewayd_interactions_opened_total", "Interactions delivered to their bot (INTERACTION_CREATE), each with its 3-second timer.", st.opened.load(Relaxed)),
         ("gatewayd_interactions_refused_total", "Interactions not opened (application not installed or not entitled, unknown command, registry or table full): the person saw the failure at once.", st.refused.load(Relaxed)),
         ("gatewayd_interactions_acks_total", "First responses (callbacks) within 3 s.", st.acked.load(Relaxed)),
@@ -186,6 +186,8 @@ pub fn render_interactions(
         ("gatewayd_interactions_late_callbacks_total", "Callbacks after the 3 s (answered 404 code 10062).", st.late.load(Relaxed)),
         ("gatewayd_interactions_double_acks_total", "Second first-responses (answered 400 code 40060).", st.double.load(Relaxed)),
         ("gatewayd_interactions_followups_total", "Follow-up messages sent with an interaction's token.", st.followups.load(Relaxed)),
+        ("gatewayd_interactions_answered_elsewhere_total", "Interactions this node opened whose first response was taken on another node (their miss lost the settle).", st.answered_elsewhere.load(Relaxed)),
+        ("gatewayd_interactions_store_failures_total", "Registry calls for the interactions' shared state that failed (decided from memory where possible, else 503 or refused).", st.store_failures.load(Relaxed)),
     ];
     for (name, help, v) in fams {
         scalar(out, name, "counter", help, v);

@@ -49,7 +49,24 @@ impl Node {
     /// A node with only the flags given after its data directory and port-0
     /// addresses: e.g. `--config` of a shipped config, unaltered.
     pub fn start_exactly(args: &[&str]) -> Node {
+        Node::start_in(tempfile::tempdir().unwrap(), args)
+    }
+
+    /// Kills the node (SIGKILL: a crash, nothing flushed on the way out)
+    /// and starts a new one on the same data directory with `extra` after
+    /// the test defaults: what a node's state survives.
+    pub fn crash_and_restart(mut self, extra: &[&str]) -> Node {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
         let dir = tempfile::tempdir().unwrap();
+        let old = std::mem::replace(&mut self.dir, dir);
+        let _ = std::fs::remove_file(old.path().join("gatewayd.addrs"));
+        drop(self);
+        let args: Vec<&str> = TEST_DEFAULTS.iter().chain(extra).copied().collect();
+        Node::start_in(old, &args)
+    }
+
+    fn start_in(dir: tempfile::TempDir, args: &[&str]) -> Node {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_gatewayd"));
         cmd.arg("run")
             .arg("--data-dir")

@@ -267,18 +267,34 @@ pub fn an_open_interaction_is_settled_once(reg: &dyn Backend) {
     let rev = reg.revision().unwrap();
     reg.put_interaction(&p, t).unwrap();
     assert_eq!(reg.interaction(p.id).unwrap().as_ref(), Some(&p));
-    assert_eq!(reg.interaction_by_token(&[7; 32]).unwrap().as_ref(), Some(&p));
+    assert_eq!(
+        reg.interaction_by_token(&[7; 32]).unwrap().as_ref(),
+        Some(&p)
+    );
     assert_eq!(reg.interaction_by_token(&[8; 32]).unwrap(), None);
-    assert_eq!(reg.waiting_interactions("node-a", 10).unwrap(), vec![p.clone()]);
+    assert_eq!(
+        reg.waiting_interactions("node-a", 10).unwrap(),
+        vec![p.clone()]
+    );
     assert!(reg.waiting_interactions("node-b", 10).unwrap().is_empty());
     assert!(
         !reg.settle_interaction(p.id, ANSWERED, t + 1).unwrap(),
         "opened before the window's start: too late"
     );
-    assert!(reg.settle_interaction(p.id, DEFERRED, t).unwrap(), "the first response");
-    assert!(!reg.settle_interaction(p.id, FAILED, 0).unwrap(), "the miss lost");
-    assert!(!reg.settle_interaction(p.id, ANSWERED, 0).unwrap(), "a second response lost");
-    reg.set_interaction_messages(p.id, Some(99), &[100, 101]).unwrap();
+    assert!(
+        reg.settle_interaction(p.id, DEFERRED, t).unwrap(),
+        "the first response"
+    );
+    assert!(
+        !reg.settle_interaction(p.id, FAILED, 0).unwrap(),
+        "the miss lost"
+    );
+    assert!(
+        !reg.settle_interaction(p.id, ANSWERED, 0).unwrap(),
+        "a second response lost"
+    );
+    reg.set_interaction_messages(p.id, Some(99), &[100, 101])
+        .unwrap();
     let got = reg.interaction(p.id).unwrap().unwrap();
     assert_eq!((got.state, got.original_id), (DEFERRED, Some(99)));
     assert_eq!(got.followups, vec![100, 101]);
@@ -290,6 +306,10 @@ pub fn an_open_interaction_is_settled_once(reg: &dyn Backend) {
         ..p.clone()
     };
     reg.put_interaction(&pruner, t + 900_001).unwrap();
-    assert_eq!(reg.interaction(p.id).unwrap(), None, "expired rows are pruned");
+    assert_eq!(
+        reg.interaction(p.id).unwrap(),
+        None,
+        "expired rows are pruned"
+    );
     assert_eq!(reg.revision().unwrap(), rev, "not registry changes");
 }

@@ -24,6 +24,7 @@
 
 pub mod board;
 pub mod endpoint;
+mod fairq;
 pub mod history;
 pub mod interactions;
 pub mod objects;

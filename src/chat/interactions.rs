@@ -112,7 +112,7 @@ pub struct Interactions {
     pub board: Arc<Board>,
     pub stats: Arc<InteractionStats>,
     /// The deliverers to HTTP interactions endpoints (`endpoint.rs`).
-    pub deliver: Option<crossbeam_channel::Sender<super::endpoint::Job>>,
+    pub deliver: Option<super::endpoint::Deliveries>,
 }
 
 impl Interactions {
@@ -266,6 +266,7 @@ impl Chat {
         if let Some((url, seed)) = n.endpoint {
             // An HTTP application: one signed POST (endpoint.rs), never the gateway.
             let job = super::endpoint::Job {
+                app: app.0,
                 id: n.id,
                 token: token.clone(),
                 url,

@@ -10,9 +10,13 @@
 //!   full queue refuses the interaction: the person sees the failure at
 //!   once; counted). The egress calls block; the chat thread never waits
 //!   for them (it only pushes under the queue's mutex, O(1)).
-//! - A job whose window has all but passed when a deliverer takes it (less
-//!   than `MIN_CALL_MS` to its deadline) is not called: dropped, counted,
-//!   and the person sees the failure at 3 s.
+//! - A job whose window has all but passed (less than `MIN_CALL_MS` to its
+//!   deadline) is not called: dropped, counted, its reason noted for the
+//!   person (who sees the failure at 3 s). The `deliver-sweep` thread
+//!   drops such jobs from the queue every `SWEEP_MS` while any is queued
+//!   (one waiting behind its application's cap would otherwise be reached
+//!   only after the 3 s and show no reason); a deliverer checks again
+//!   when it takes one.
 //! - An answer 200 `{type, data}` is the first response, handed to the chat
 //!   thread as a callback (so the 3-second rule and every response rule are
 //!   the callback route's). 202 or 204: the endpoint will use the callback
@@ -55,8 +59,10 @@ pub const PER_APP_QUEUE: usize = 64;
 pub const QUEUE: usize = 1024;
 /// A retry is made only with at least this much of the window left.
 const RETRY_MARGIN_MS: u64 = 300;
-/// A job taken with less than this left to its deadline is not called.
+/// A job with less than this left to its deadline is not called.
 const MIN_CALL_MS: u64 = 100;
+/// How often queued jobs are checked for that (while any is queued).
+const SWEEP_MS: u64 = 50;
 
 const _: () = assert!(PER_APP_IN_FLIGHT <= DELIVERERS && PER_APP_QUEUE <= QUEUE);
 const _: () = assert!(
@@ -190,10 +196,7 @@ pub fn start(
                 while let Some(taken) = next(&shared, &stats) {
                     if too_late(taken.job.deadline, Instant::now()) {
                         stats.expired.fetch_add(1, Relaxed);
-                        board.note_failure(
-                            taken.job.id,
-                            "endpoint: not called: the window passed while it waited in the queue",
-                        );
+                        board.note_failure(taken.job.id, NOT_CALLED);
                     } else {
                         deliver(&egress, &chat, &board, &stats, &taken.job);
                     }
@@ -201,7 +204,37 @@ pub fn start(
             })
             .expect("spawn an interaction deliverer");
     }
+    {
+        let (shared, board, stats) = (shared.clone(), board.clone(), stats.clone());
+        std::thread::Builder::new()
+            .name("deliver-sweep".into())
+            .spawn(move || sweep(&shared, &board, &stats))
+            .expect("spawn the interaction queue sweeper");
+    }
     Deliveries { shared, stats }
+}
+
+const NOT_CALLED: &str = "endpoint: not called: the window passed while it waited in the queue";
+
+/// Drops the queued jobs past calling, every `SWEEP_MS`, until closed.
+fn sweep(shared: &Shared, board: &Board, stats: &EndpointStats) {
+    let mut out: Vec<Job> = Vec::with_capacity(QUEUE);
+    while !shared.closed.load(Relaxed) {
+        std::thread::sleep(Duration::from_millis(SWEEP_MS));
+        if stats.queued.load(Relaxed) == 0 {
+            continue;
+        }
+        {
+            let mut q = shared.lock();
+            let now = Instant::now();
+            q.drop_expired(|j| too_late(j.deadline, now), &mut out);
+            stats.gauge(&q);
+        }
+        for job in out.drain(..) {
+            stats.expired.fetch_add(1, Relaxed);
+            board.note_failure(job.id, NOT_CALLED);
+        }
+    }
 }
 
 /// A job a deliverer took; dropping it tells the queue it is done (also

@@ -211,6 +211,53 @@ impl<T> FairQ<T> {
         newly || (was_full && !self.ready.is_empty())
     }
 
+    /// Removes the queued jobs `expired` says are, into `out`: each
+    /// application's jobs from its oldest, up to its first one that is not
+    /// (jobs queued in push order expire in that order). O(applications);
+    /// allocates nothing if `out` has room.
+    pub fn drop_expired(&mut self, mut expired: impl FnMut(&T) -> bool, out: &mut Vec<T>) {
+        let before = out.len();
+        for &s in self.index.values() {
+            let slot = &mut self.slots[s as usize];
+            while slot.head != NIL {
+                let cell = slot.head as usize;
+                if !expired(
+                    self.cells[cell]
+                        .as_ref()
+                        .expect("a queued cell holds its job"),
+                ) {
+                    break;
+                }
+                out.push(self.cells[cell].take().expect("checked"));
+                slot.head = self.next[cell];
+                slot.queued -= 1;
+                self.free_cells.push(cell as u32);
+            }
+            if slot.head == NIL {
+                slot.tail = NIL;
+            }
+        }
+        if out.len() == before {
+            return;
+        }
+        self.queued -= out.len() - before;
+        let slots = &mut self.slots;
+        self.ready.retain(|&s| {
+            let slot = &mut slots[s as usize];
+            slot.ready = slot.queued > 0;
+            slot.ready
+        });
+        let free = &mut self.free_slots;
+        self.index.retain(|_, &mut s| {
+            let keep = slots[s as usize].queued > 0 || slots[s as usize].in_flight > 0;
+            if !keep {
+                slots[s as usize] = EMPTY;
+                free.push(s);
+            }
+            keep
+        });
+    }
+
     /// Puts slot `s` at the back of `ready` if it belongs there and is not
     /// in it; true if it was put.
     fn make_ready(&mut self, s: u32) -> bool {
@@ -390,6 +437,34 @@ mod tests {
     }
 
     #[test]
+    fn expired_jobs_are_dropped_from_every_queue_oldest_first() {
+        let mut q = FairQ::new(LIM);
+        // n is the push time; "expired" is n < 2.
+        for n in 0..3 {
+            push(&mut q, 1, n).unwrap();
+        }
+        push(&mut q, 2, 0).unwrap();
+        push(&mut q, 3, 5).unwrap();
+        assert_eq!(take(&mut q), Some((1, 0)), "1 has one in flight");
+        let mut out = Vec::with_capacity(8);
+        q.drop_expired(|&(_, n)| n < 2, &mut out);
+        q.check();
+        out.sort();
+        assert_eq!(out, [(1, 1), (2, 0)]);
+        assert_eq!(
+            q.apps(),
+            2,
+            "2 is forgotten; 1 has a job in flight and one queued"
+        );
+        assert_eq!(take(&mut q), Some((3, 5)));
+        assert_eq!(take(&mut q), Some((1, 2)));
+        assert_eq!(take(&mut q), None);
+        q.drop_expired(|_| true, &mut out);
+        q.check();
+        assert_eq!(out.len(), 2, "nothing queued is left to drop");
+    }
+
+    #[test]
     #[should_panic(expected = "done for an application with a job in flight")]
     fn done_without_a_take_is_a_bug() {
         let mut q: FairQ<u8> = FairQ::new(LIM);
@@ -410,6 +485,16 @@ mod tests {
             x ^= x >> 7;
             x ^= x << 17;
             let app = (x >> 8) % 16;
+            if x % 97 == 0 {
+                let mut out = Vec::new();
+                let cut = (x >> 20) as u32 % 64;
+                q.drop_expired(|&(_, n)| n < cut, &mut out);
+                q.check();
+                for (a, n) in out {
+                    assert_eq!(n, took[a as usize], "dropped in order, like taken");
+                    took[a as usize] += 1;
+                }
+            }
             match x % 3 {
                 0 => {
                     let n = next[app as usize];

@@ -485,7 +485,7 @@ mod tests {
             x ^= x >> 7;
             x ^= x << 17;
             let app = (x >> 8) % 16;
-            if x % 97 == 0 {
+            if x.is_multiple_of(97) {
                 let mut out = Vec::new();
                 let cut = (x >> 20) as u32 % 64;
                 q.drop_expired(|&(_, n)| n < cut, &mut out);

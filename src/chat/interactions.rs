@@ -45,7 +45,7 @@ use crate::worker::mail::NewInteraction;
 pub const RESPONSE_MS: u64 = 3_000;
 /// What an HTTP endpoint's calls leave of the window, for the answer to
 /// reach the chat thread and the failure to be recorded before 3.0 s.
-pub const ENDPOINT_MARGIN_MS: u64 = 200;
+pub const ENDPOINT_MARGIN_MS: u64 = 300;
 /// Interactions held at once (open, or answered within their token's life).
 pub const MAX_OPEN: usize = 262_144;
 /// What a person saw of an interaction is kept this long (for the CLI and
@@ -91,7 +91,7 @@ pub struct Interactions {
     pub board: Arc<Board>,
     pub stats: Arc<InteractionStats>,
     /// The deliverers to HTTP interactions endpoints (`endpoint.rs`).
-    pub deliver: Option<crossbeam_channel::Sender<super::endpoint::Job>>,
+    pub deliver: Option<super::endpoint::Deliveries>,
     /// The shared state (`store.rs`).
     pub store: super::store::Store,
 }
@@ -345,6 +345,7 @@ impl Chat {
         if let Some((url, seed)) = n.endpoint {
             // An HTTP application: one signed POST (endpoint.rs), never the gateway.
             let job = super::endpoint::Job {
+                app: app.0,
                 id: n.id,
                 token: token.clone(),
                 url,

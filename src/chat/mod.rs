@@ -25,6 +25,7 @@
 mod adopt;
 pub mod board;
 pub mod endpoint;
+mod fairq;
 pub mod history;
 pub mod interactions;
 pub mod objects;

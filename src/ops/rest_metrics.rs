@@ -196,13 +196,16 @@ pub fn render_interactions(
         out,
         "gatewayd_interactions_endpoint_total",
         "counter",
-        "Interactions POSTed to HTTP interactions endpoints, by outcome: inline (answered in the POST), callback (202/204: answered on the callback route), retry (a second attempt made), failed (no response after the retry).",
+        "Interactions POSTed to HTTP interactions endpoints, by outcome: inline (answered in the POST), callback (202/204: answered on the callback route), retry (a second attempt made), failed (no response after the retry), refused_app_queue_full and refused_queue_full (not queued: the application's queue or the whole queue was full; the person saw the failure at once), expired (not called: the window passed while it waited in the queue).",
     );
     for (outcome, v) in [
         ("inline", &ep.inline),
         ("callback", &ep.deferred_to_callback),
         ("retry", &ep.retries),
         ("failed", &ep.failed),
+        ("refused_app_queue_full", &ep.refused_app_queue_full),
+        ("refused_queue_full", &ep.refused_queue_full),
+        ("expired", &ep.expired),
     ] {
         let _ = writeln!(
             out,
@@ -210,6 +213,20 @@ pub fn render_interactions(
             v.load(Relaxed)
         );
     }
+    scalar(
+        out,
+        "gatewayd_interactions_endpoint_queued",
+        "gauge",
+        "Interactions waiting for an endpoint deliverer (at most 1,024; 64 per application).",
+        ep.queued.load(Relaxed),
+    );
+    scalar(
+        out,
+        "gatewayd_interactions_endpoint_in_flight",
+        "gauge",
+        "Calls to interactions endpoints in flight (at most 64 deliverers; 4 per application).",
+        ep.in_flight.load(Relaxed),
+    );
     st.ack_latency.render(
         "gatewayd_interaction_ack_seconds",
         "Time from an interaction's opening to its first response.",

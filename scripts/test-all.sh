@@ -11,6 +11,8 @@
 #
 #   1. a Python venv with discord.py (tests/py/requirements.txt), OUTSIDE the
 #      clone under $CACHE/venv                            -> GATEWAYD_PYTHON
+#   1b. discord.js 14 (tests/js/package-lock.json, npm ci) OUTSIDE the clone
+#      under $CACHE/js                                     -> GATEWAYD_NODE_MODULES
 #   2. PostgreSQL (Debian's package, apt-get if missing; a throwaway cluster
 #      in a temp dir, loopback only)                      -> GATEWAYD_TEST_DATABASE_URL
 #   3. Redis (Debian's redis-server, apt-get if missing; loopback, no
@@ -80,12 +82,32 @@ fi
 export GATEWAYD_PYTHON="$VENV/bin/python"
 export PYTHONDONTWRITEBYTECODE=1
 
+# ---------------------------------------------------------------- discord.js
+# tests/js/package-lock.json installed OUTSIDE the clone under $CACHE/js with
+# the machine's Node.js (npm ci, no install scripts); again only when the
+# lock changed or the install no longer loads.
+JS_DIR="$CACHE/js"
+log "discord.js: $JS_DIR"
+mkdir -p "$JS_DIR"
+js_hash="$(cat "$ROOT/tests/js/package.json" "$ROOT/tests/js/package-lock.json" | sha256sum | cut -d' ' -f1)"
+js_stamp="$JS_DIR/.gatewayd-lock.sha256"
+if [[ "$(cat "$js_stamp" 2>/dev/null || true)" != "$js_hash" ]] ||
+    ! NODE_PATH="$JS_DIR/node_modules" node -e 'require("discord.js")' >/dev/null 2>&1; then
+    cp "$ROOT/tests/js/package.json" "$ROOT/tests/js/package-lock.json" "$JS_DIR/"
+    (cd "$JS_DIR" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+    echo "$js_hash" >"$js_stamp"
+else
+    echo "discord.js already installed"
+fi
+export GATEWAYD_NODE_MODULES="$JS_DIR/node_modules"
+
 # ---------------------------------------------------------------- versions
 log "tool versions"
 uname -srm
 rustc --version
 cargo --version
 "$GATEWAYD_PYTHON" -c 'import discord, aiohttp, sys; print("python", sys.version.split()[0], "/ discord.py", discord.__version__, "/ aiohttp", aiohttp.__version__)'
+echo "node $(node --version) / discord.js $(NODE_PATH="$GATEWAYD_NODE_MODULES" node -p 'require("discord.js/package.json").version')"
 if command -v cmake >/dev/null 2>&1; then
     echo "cmake: $(command -v cmake) (not needed by the build)"
 else

@@ -412,7 +412,12 @@ pub fn route(method: &str, path: &str) -> Result<ApiRoute, RouteError> {
         if n == seg.len() {
             return Err(RouteError::NotFound);
         }
-        seg[n] = s;
+        // `@` percent-encoded, as discord.js sends `%40original`.
+        seg[n] = match s.get(..3) {
+            Some(p) if p.eq_ignore_ascii_case("%40") && &s[3..] == "me" => "@me",
+            Some(p) if p.eq_ignore_ascii_case("%40") && &s[3..] == "original" => "@original",
+            _ => s,
+        };
         n += 1;
     }
     let m = if method == "HEAD" { "GET" } else { method };

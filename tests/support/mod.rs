@@ -26,6 +26,7 @@ pub mod bot;
 pub mod events;
 pub mod http;
 pub mod interact;
+pub mod js;
 pub mod kafka;
 pub mod metrics;
 pub mod node;

@@ -95,19 +95,33 @@ impl Script {
         let script = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/py")
             .join(file);
+        let mut cmd = Command::new(python);
+        cmd.arg(&script)
+            .args(args)
+            .env("PYTHONDONTWRITEBYTECODE", "1")
+            .env("PYTHONUNBUFFERED", "1");
+        Script::spawn_command(cmd, node, token, file, tag)
+    }
+
+    /// `cmd` (an interpreter and its script) as the bot whose token is
+    /// `token` (in GATEWAYD_TOKEN), stdout and stderr into the node's
+    /// directory as `{tag}.stdout` and `{tag}.stderr`.
+    pub fn spawn_command(
+        mut cmd: Command,
+        node: &Node,
+        token: &str,
+        file: &str,
+        tag: &str,
+    ) -> Script {
         let out_path: PathBuf = node.dir.path().join(format!("{tag}.stdout"));
         let err_path: PathBuf = node.dir.path().join(format!("{tag}.stderr"));
-        let child = Command::new(python)
-            .arg(&script)
-            .args(args)
+        let child = cmd
             .env("GATEWAYD_TOKEN", token)
-            .env("PYTHONDONTWRITEBYTECODE", "1")
-            .env("PYTHONUNBUFFERED", "1")
             .stdin(Stdio::null())
             .stdout(std::fs::File::create(&out_path).unwrap())
             .stderr(std::fs::File::create(&err_path).unwrap())
             .spawn()
-            .unwrap_or_else(|e| panic!("spawn {python} {}: {e}", script.display()));
+            .unwrap_or_else(|e| panic!("spawn {cmd:?}: {e}"));
         Script {
             name: file.to_string(),
             child,

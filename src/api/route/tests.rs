@@ -114,3 +114,27 @@ fn buckets_split_by_top_level_resource() {
     assert_eq!(b.bucket(), Some((Bucket::MessageCreate, 2)));
     assert_eq!(ApiRoute::Gateway.bucket(), None);
 }
+
+#[test]
+fn an_encoded_at_is_the_at() {
+    // discord.js sends `%40original`; `@me` may come encoded too.
+    let want = ApiRoute::WebhookMessage {
+        app: 1_200_000_000_000_000_001,
+        token: "abc".into(),
+        message: 0,
+        method: WebhookMethod::Patch,
+    };
+    for p in ["@original", "%40original", "%40Original"] {
+        let path = format!("/api/v10/webhooks/1200000000000000001/abc/messages/{p}");
+        let got = route("PATCH", &path);
+        if p == "%40Original" {
+            assert!(got.is_err(), "the name itself is case-sensitive");
+        } else {
+            assert_eq!(got.unwrap(), want, "{p}");
+        }
+    }
+    assert_eq!(
+        route("GET", "/api/v10/users/%40me").unwrap(),
+        ApiRoute::UsersMe
+    );
+}

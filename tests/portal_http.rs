@@ -74,10 +74,7 @@ fn sign_in_gives_a_strict_cookie_and_one_application_sees_only_its_own() {
     assert!(page.contains("&lt;img src=x onerror=alert(1)&gt;") && !page.contains("<img"));
 
     // The demo application's click is not the other's to read.
-    let general = s.guild_creates[0]["channels"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let general = bot::server_and_general(&s.guild_creates[0]).1;
     let put = support::http::json_request(
         node.gateway,
         "PUT",
@@ -200,10 +197,7 @@ fn the_tools_send_an_event_click_a_command_check_the_endpoint_and_reset_the_toke
     let s = sign_in(addr, &node.token).unwrap();
     let mut bot = bot::identify(node.gateway, "demo", &node.token, BOT_INTENTS, None).unwrap();
     let app = bot.app_id();
-    let general = bot.guild_creates[0]["channels"][0]["id"]
-        .as_str()
-        .unwrap()
-        .to_string();
+    let general = bot::server_and_general(&bot.guild_creates[0]).1;
 
     // A test MESSAGE_CREATE reaches the bot.
     let t = s.post(

@@ -149,7 +149,7 @@ impl Response {
         let mut head = format!(
             "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\
              Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\n\
-             Referrer-Policy: no-referrer\r\nContent-Security-Policy: default-src 'none'; \
+             Referrer-Policy: same-origin\r\nContent-Security-Policy: default-src 'none'; \
              script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; \
              form-action 'self'; frame-ancestors 'none'; base-uri 'none'\r\n",
             self.status,

@@ -42,6 +42,8 @@ pub fn of_app(ctx: &Ctx, app: &Application) -> Result<(Vec<Install>, usize), Str
         let channels = snap
             .channels
             .iter()
+            // Categories (kind 4) hold no messages.
+            .filter(|c| c.channel.kind != 4)
             .filter_map(|c| {
                 let p = access.channel_permissions(proto::ChannelId(c.channel.id))?;
                 (p & (VIEW_CHANNEL | ADMINISTRATOR) != 0)

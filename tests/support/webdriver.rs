@@ -40,10 +40,36 @@ fn call(addr: SocketAddr, method: &str, path: &str, body: Option<&Value>) -> Res
         body.len()
     );
     s.write_all(req.as_bytes()).map_err(|e| e.to_string())?;
+    // Read the head, then exactly Content-Length bytes (chromedriver may
+    // keep the connection open).
     let mut buf = Vec::new();
-    s.read_to_end(&mut buf).map_err(|e| e.to_string())?;
-    let text = String::from_utf8_lossy(&buf);
-    let (head, body) = text.split_once("\r\n\r\n").ok_or("no HTTP answer")?;
+    let mut chunk = [0u8; 16384];
+    let (head_end, length) = loop {
+        let n = s.read(&mut chunk).map_err(|e| e.to_string())?;
+        if n == 0 {
+            return Err("chromedriver closed the connection".into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..i]).to_ascii_lowercase();
+            let length = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse::<usize>().ok())
+                .unwrap_or(0);
+            break (i + 4, length);
+        }
+    };
+    while buf.len() < head_end + length {
+        let n = s.read(&mut chunk).map_err(|e| e.to_string())?;
+        if n == 0 {
+            break;
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    let head = String::from_utf8_lossy(&buf[..head_end - 4]).to_string();
+    let body = String::from_utf8_lossy(&buf[head_end..]).to_string();
+    let (head, body) = (head.as_str(), body.as_str());
     let v: Value = serde_json::from_str(body).map_err(|e| format!("{e}: {body:.300}"))?;
     if !head.starts_with("HTTP/1.1 200") {
         return Err(format!("{method} {path}: {head:.40} {v:.600}"));

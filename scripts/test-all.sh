@@ -52,7 +52,7 @@ FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
 
 # Measurements that are #[ignore]d because they are run by hand (minutes
 # each, tens of thousands of sockets), not because a service is missing.
-HEAVY=(hold_40000_sessions compression_figures memory_per_compressed_session interaction_figures)
+HEAVY=(hold_40000_sessions compression_figures memory_per_compressed_session interaction_figures portal_cost_figures)
 
 T0=$SECONDS
 log() { printf '\n== [%4ds] %s\n' "$((SECONDS - T0))" "$*"; }

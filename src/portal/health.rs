@@ -116,7 +116,7 @@ pub fn json(ctx: &Ctx, app: u64) -> Value {
         })
         .collect();
     let mut rest: Vec<_> = snap.rest.clone();
-    rest.sort_unstable_by(|a, b| b.2.cmp(&a.2));
+    rest.sort_unstable_by_key(|r| std::cmp::Reverse(r.2));
     let rest: Vec<Value> = rest
         .iter()
         .map(|(r, st, n)| json!({"route": ROUTE_NAMES.get(*r).copied().unwrap_or("?"), "status": st, "count": n}))

@@ -374,7 +374,9 @@ impl AppTable {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    // By its crate path: `super` would be an arrow to `worker` (tests/layout.rs).
+    use crate::worker::app_stats::*;
+    use std::sync::atomic::Ordering::Relaxed;
 
     #[test]
     fn counts_stay_with_their_application() {

@@ -44,7 +44,7 @@ for i in $(seq 2 "$CHANNELS"); do
 done
 reg install --app "$APP" --server "$SERVER" >/dev/null
 
-"$GW" run --data-dir "$D" --gateway-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 --ingest-addr 127.0.0.1:0 \
+"$GW" run --data-dir "$D" --gateway-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 --ingest-addr 127.0.0.1:0 --portal-addr 127.0.0.1:0 \
   --no-demo --rest-limit-scale 1000000 --rest-global-per-second 100000000 > "$OUT/gatewayd.log" 2>&1 &
 NODE=$!
 trap 'kill -INT $NODE 2>/dev/null || true; wait $NODE 2>/dev/null || true' EXIT

@@ -25,7 +25,10 @@
 #      The fault drills (tests/drills.rs) start, stop, freeze and kill their
 #      own PostgreSQL and Tansu from the same binaries  -> GATEWAYD_TEST_PG_BIN,
 #      GATEWAYD_TEST_TANSU
-#   5. the ops kit: promtool (Debian's prometheus package) on the alert rules
+#   5. chromium and chromedriver (Debian's chromium, chromium-driver;
+#      apt-get if missing) for the developer portal's browser test
+#                                       -> GATEWAYD_CHROMIUM, GATEWAYD_CHROMEDRIVER
+#   5b. the ops kit: promtool (Debian's prometheus package) on the alert rules
 #      and their tests, the dashboard's metric names      (scripts/check-ops.sh)
 #   6. cargo fmt --check and cargo clippy -D warnings (workspace and fuzz/),
 #      cargo build --workspace --all-targets, then
@@ -51,7 +54,7 @@ FUZZ_SECONDS="${FUZZ_SECONDS:-20}"
 
 # Measurements that are #[ignore]d because they are run by hand (minutes
 # each, tens of thousands of sockets), not because a service is missing.
-HEAVY=(hold_40000_sessions compression_figures memory_per_compressed_session interaction_figures)
+HEAVY=(hold_40000_sessions compression_figures memory_per_compressed_session interaction_figures portal_cost_figures)
 
 T0=$SECONDS
 log() { printf '\n== [%4ds] %s\n' "$((SECONDS - T0))" "$*"; }
@@ -219,6 +222,23 @@ TANSU_PORT="$(bash "$TANSU_SCRIPT" free-port 19092)"
 run_service tansu "$TANSU_SCRIPT" "$TANSU_DIR" "$TANSU_PORT" 60
 export GATEWAYD_TEST_KAFKA_BROKERS="127.0.0.1:$TANSU_PORT"
 echo "GATEWAYD_TEST_KAFKA_BROKERS=$GATEWAYD_TEST_KAFKA_BROKERS (ready in $((SECONDS - tansu_t0)) s)"
+
+# Chromium and its WebDriver: Debian's packages (installed if missing,
+# without starting anything). tests/portal_browser.rs starts its own
+# chromedriver on a free port and stops it by PID.
+log "chromium + chromedriver"
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+    die() { echo "error: $*" >&2; exit 1; }
+    # shellcheck source=service-lib.sh
+    . "$ROOT/scripts/service-lib.sh"
+    apt_install_no_start chromium
+    apt_install_no_start chromium-driver
+fi
+export GATEWAYD_CHROMIUM GATEWAYD_CHROMEDRIVER
+GATEWAYD_CHROMIUM="$(command -v chromium)"
+GATEWAYD_CHROMEDRIVER="$(command -v chromedriver)"
+chromium --version 2>/dev/null || true
+chromedriver --version
 
 status=0
 failed=()

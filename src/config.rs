@@ -7,7 +7,9 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 mod egress;
+mod portal;
 pub use egress::Egress;
+pub use portal::{Portal, PortalArgs};
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -46,6 +48,7 @@ pub struct Config {
     pub rest: Rest,
     pub chat: Chat,
     pub egress: Egress,
+    pub portal: Portal,
 }
 
 /// The chat service behind the REST edge: embedded, or an upstream one
@@ -304,6 +307,7 @@ impl Default for Config {
             rest: Rest::default(),
             chat: Chat::default(),
             egress: Egress::default(),
+            portal: Portal::default(),
         }
     }
 }
@@ -357,6 +361,8 @@ pub struct RunArgs {
     pub data_dir: Option<PathBuf>,
     #[arg(long)]
     pub gateway_addr: Option<SocketAddr>,
+    #[command(flatten)]
+    pub portal: PortalArgs,
     #[arg(long)]
     pub admin_addr: Option<SocketAddr>,
     /// Bearer token for POST /drain and /fault/registry (required when
@@ -514,6 +520,7 @@ impl Config {
         set!(args.gateway_addr => cfg.gateway_addr);
         set!(args.admin_addr => cfg.admin_addr);
         set!(args.admin_token => cfg.admin_token);
+        args.portal.apply(&mut cfg.portal);
         set!(args.public_url => cfg.public_url);
         set!(args.workers => cfg.workers);
         set!(args.registry_path => cfg.registry_path);
@@ -642,6 +649,7 @@ impl Config {
             return Err("rest.redis_timeout_ms must be 1..=5000".into());
         }
         self.egress.validate()?;
+        self.portal.validate(self.admin_addr)?;
         if self.demo.interval_ms == 0 {
             return Err("demo.interval_ms must be positive".into());
         }

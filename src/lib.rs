@@ -10,6 +10,7 @@
 //! ```text
 //!   node, demo, registry_cli, interact_cli   wire the threads; the CLI
 //!   ops                        admin port, metrics text, `gatewayd stats`
+//!   portal                     the developer portal (its own listener)
 //!   chat                       the chat service that commits REST actions
 //!   ingest, link               the event stream in; the registry sidecar, the Redis counters
 //!   worker                     the run loop, connections, the inbox types
@@ -32,6 +33,7 @@ pub mod interact_cli;
 pub mod link;
 pub mod node;
 pub mod ops;
+pub mod portal;
 pub mod protocol;
 pub mod registry_cli;
 pub mod worker;

@@ -165,6 +165,7 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
             })
             .collect(),
         metrics: (0..workers).map(|_| WorkerMetrics::default()).collect(),
+        apps: crate::worker::app_stats::AppTable::new(workers),
         ready_workers: AtomicUsize::new(0),
         compress_budget: crate::protocol::compress::Budget::new(cfg.limits.max_compressed_sessions),
         shutting_down: AtomicBool::new(false),
@@ -251,6 +252,7 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     let interaction_stats: Arc<crate::chat::interactions::InteractionStats> =
         Arc::new(Default::default());
     let endpoint_stats: Arc<crate::chat::endpoint::EndpointStats> = Arc::new(Default::default());
+    let portal_stats: Arc<crate::portal::PortalStats> = Arc::new(Default::default());
     let admin = crate::ops::admin::start(
         cfg.admin_addr,
         crate::ops::admin::Views {
@@ -263,6 +265,7 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
             interactions: interaction_stats.clone(),
             endpoint: endpoint_stats.clone(),
             egress: egress.stats.clone(),
+            portal: portal_stats.clone(),
         },
     )
     .map_err(|e| format!("admin {}: {e}", cfg.admin_addr))?;
@@ -359,6 +362,14 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         crate::ingest::demo::start(demo_target, cfg.demo.interval_ms, ingest_addr, stop.clone())
     });
 
+    let portal = start_portal(
+        &cfg,
+        &shared,
+        &interaction_board,
+        &egress,
+        ingest_addr,
+        portal_stats,
+    )?;
     let deadline = Instant::now() + Duration::from_secs(10);
     while shared.ready_workers.load(Ordering::SeqCst) < workers {
         if Instant::now() > deadline {
@@ -372,6 +383,16 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     println!("  REST:     {scheme}://{}/api/v10", cfg.gateway_addr);
     println!("  ingest:   {ingest_addr} (length-prefixed event records)");
     println!("  admin:    http://{}/metrics", admin.addr);
+    if let Some(p) = &portal {
+        println!("  portal:   http://{}/ (developer portal)", p.addr);
+        // Its own file: gatewayd.addrs keeps its three lines (tests and
+        // scripts read exactly those).
+        std::fs::write(
+            cfg.data_path("gatewayd.portal-addr"),
+            format!("{}\n", p.addr),
+        )
+        .map_err(|e| format!("writing gatewayd.portal-addr: {e}"))?;
+    }
     // The addresses actually bound (ports chosen by the kernel when the config said 0).
     let addrs = format!(
         "gateway={}\nadmin={}\ningest={}\n",
@@ -423,6 +444,32 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     drop(egress_child);
     tracing::info!("stopped");
     Ok(())
+}
+
+/// The developer portal on its own listener, with its own registry
+/// connection (None when `portal.enabled` is off).
+fn start_portal(
+    cfg: &Config,
+    shared: &Arc<Shared>,
+    board: &Arc<crate::chat::interactions::Board>,
+    egress: &Arc<crate::egress::EgressClient>,
+    ingest_addr: std::net::SocketAddr,
+    stats: Arc<crate::portal::PortalStats>,
+) -> Result<Option<crate::portal::Portal>, String> {
+    if !cfg.portal.enabled {
+        return Ok(None);
+    }
+    let views = crate::portal::Views {
+        shared: shared.clone(),
+        board: board.clone(),
+        egress: egress.clone(),
+        ingest_addr,
+        stats,
+    };
+    let secure = cfg.tls_enabled() || cfg.portal.secure_cookie;
+    crate::portal::start(cfg.portal.clone(), secure, views, open_registry(cfg)?)
+        .map(Some)
+        .map_err(|e| format!("portal {}: {e}", cfg.portal.addr))
 }
 
 /// The egress client, and the child egress it talks to unless

@@ -17,6 +17,7 @@ const FLOORS: &[&[&str]] = &[
     &["main", "fuzzing", "no_alloc"],
     &["node", "demo", "registry_cli", "interact_cli"],
     &["ops"],
+    &["portal"],
     &["chat"],
     &["ingest", "link"],
     &["worker"],

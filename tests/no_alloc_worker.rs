@@ -110,6 +110,7 @@ fn start_node(dir: &std::path::Path) -> (SocketAddr, SocketAddr, SocketAddr) {
         ..Default::default()
     };
     cfg.events.ingest_addr = "127.0.0.1:0".parse().unwrap();
+    cfg.portal.addr = "127.0.0.1:0".parse().unwrap();
     cfg.demo.enabled = false;
     // The node runs inside this test binary: its egress child is gatewayd.
     cfg.egress.program = env!("CARGO_BIN_EXE_gatewayd").into();

@@ -67,7 +67,8 @@ impl NodeProc {
                 "--admin-addr",
                 "127.0.0.1:0",
             ])
-            .args(["--ingest-addr", "127.0.0.1:0", "--no-demo"]);
+            .args(["--ingest-addr", "127.0.0.1:0", "--no-demo"])
+            .args(["--portal-addr", "127.0.0.1:0"]);
         match registry {
             RegistryLoc::Sqlite(p) => {
                 cmd.arg("--registry-path").arg(p);

@@ -18,8 +18,29 @@ pub const MAX_APPS: usize = 4096;
 /// Upper bounds (ms) of the per-application ack latency buckets.
 const APP_BOUNDS_MS: [u64; 7] = [50, 100, 250, 500, 1000, 2000, 3000];
 
+/// Minutes of ack latency kept per application (a ring, for the portal's
+/// chart of the last hour against the 3 s line).
+pub const MINUTES: usize = 60;
+/// Endpoint delivery failures by reason: `egress::Reason::ALL`, then the
+/// endpoint's answer was no response, the window passed in the queue, other.
+pub const FAILURE_REASONS: [&str; 13] = [
+    "bad_url",
+    "refused_address",
+    "dns_failed",
+    "timeout",
+    "too_large",
+    "connect_failed",
+    "tls_failed",
+    "malformed_response",
+    "egress_busy",
+    "egress_unavailable",
+    "bad_answer",
+    "not_called_in_time",
+    "other",
+];
+
 /// One application's interactions, by outcome.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct AppStats {
     pub opened: u64,
     pub refused: u64,
@@ -31,6 +52,50 @@ pub struct AppStats {
     pub followups: u64,
     /// Acks by latency bucket (`APP_BOUNDS_MS`, then over 3 s).
     lat: [u64; 8],
+    /// Endpoint delivery failures by `FAILURE_REASONS`.
+    pub failures: [u64; FAILURE_REASONS.len()],
+    /// Per minute (ring by Unix minute): the minute, and its acks by bucket.
+    minutes: [(u32, [u32; 8]); MINUTES],
+}
+
+impl Default for AppStats {
+    fn default() -> Self {
+        AppStats {
+            opened: 0,
+            refused: 0,
+            acks: 0,
+            deferrals: 0,
+            misses: 0,
+            late: 0,
+            double: 0,
+            followups: 0,
+            lat: [0; 8],
+            failures: [0; FAILURE_REASONS.len()],
+            minutes: [(0, [0; 8]); MINUTES],
+        }
+    }
+}
+
+fn quantile(lat: &[u64], q: f64) -> Option<u64> {
+    let n: u64 = lat.iter().sum();
+    if n == 0 {
+        return None;
+    }
+    let want = (q * n as f64).ceil() as u64;
+    let mut seen = 0;
+    for (i, c) in lat.iter().enumerate() {
+        seen += c;
+        if seen >= want {
+            return Some(APP_BOUNDS_MS.get(i).copied().unwrap_or(u64::MAX));
+        }
+    }
+    None
+}
+
+fn unix_minute() -> u32 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| (d.as_secs() / 60) as u32)
 }
 
 #[derive(Clone, Copy)]
@@ -49,19 +114,28 @@ impl AppStats {
     /// The latency below which a fraction `q` of the acks came (the
     /// bucket's upper bound, ms).
     fn quantile_ms(&self, q: f64) -> Option<u64> {
-        let n: u64 = self.lat.iter().sum();
-        if n == 0 {
-            return None;
-        }
-        let want = (q * n as f64).ceil() as u64;
-        let mut seen = 0;
-        for (i, c) in self.lat.iter().enumerate() {
-            seen += c;
-            if seen >= want {
-                return Some(APP_BOUNDS_MS.get(i).copied().unwrap_or(u64::MAX));
-            }
-        }
-        None
+        quantile(&self.lat, q)
+    }
+
+    /// The last hour, oldest first: (Unix minute, acks, p50 ms, p99 ms);
+    /// minutes without acks are left out.
+    pub fn minutes(&self, now_minute: u32) -> Vec<(u32, u64, Option<u64>, Option<u64>)> {
+        let mut out: Vec<_> = self
+            .minutes
+            .iter()
+            .filter(|(m, _)| *m != 0 && now_minute.saturating_sub(*m) < MINUTES as u32)
+            .map(|(m, l)| {
+                let l = l.map(u64::from);
+                (*m, l.iter().sum(), quantile(&l, 0.5), quantile(&l, 0.99))
+            })
+            .collect();
+        out.sort_unstable_by_key(|e| e.0);
+        out
+    }
+
+    /// The current Unix minute (for `minutes`).
+    pub fn now_minute() -> u32 {
+        unix_minute()
     }
 
     /// The JSON of `GET /applications/{id}/interactions` (admin port).
@@ -97,7 +171,14 @@ impl Board {
             Count::Refused => a.refused += 1,
             Count::Ack(ms) => {
                 a.acks += 1;
-                a.lat[APP_BOUNDS_MS.iter().position(|&b| ms <= b).unwrap_or(7)] += 1;
+                let b = APP_BOUNDS_MS.iter().position(|&b| ms <= b).unwrap_or(7);
+                a.lat[b] += 1;
+                let m = unix_minute();
+                let slot = &mut a.minutes[m as usize % MINUTES];
+                if slot.0 != m {
+                    *slot = (m, [0; 8]);
+                }
+                slot.1[b] = slot.1[b].saturating_add(1);
             }
             Count::Deferral => a.deferrals += 1,
             Count::Miss => a.misses += 1,
@@ -105,6 +186,15 @@ impl Board {
             Count::Double => a.double += 1,
             Count::Followup => a.followups += 1,
         }
+    }
+    /// An endpoint delivery of the application's failed (`FAILURE_REASONS`).
+    pub fn endpoint_failed(&self, app: u64, reason: usize) {
+        let mut apps = self.1.lock().expect("apps");
+        if apps.len() >= MAX_APPS && !apps.contains_key(&app) {
+            return;
+        }
+        let a = apps.entry(app).or_default();
+        a.failures[reason.min(FAILURE_REASONS.len() - 1)] += 1;
     }
     pub(super) fn set(&self, id: u64, v: Value) {
         self.0.lock().expect("board").insert(id, v);

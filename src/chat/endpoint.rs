@@ -197,6 +197,7 @@ pub fn start(
                     if too_late(taken.job.deadline, Instant::now()) {
                         stats.expired.fetch_add(1, Relaxed);
                         board.note_failure(taken.job.id, NOT_CALLED);
+                        board.endpoint_failed(taken.job.app, NOT_CALLED_REASON);
                     } else {
                         deliver(&egress, &chat, &board, &stats, &taken.job);
                     }
@@ -214,6 +215,8 @@ pub fn start(
     Deliveries { shared, stats }
 }
 
+/// `chat::board::FAILURE_REASONS`: not called in time, no response, other.
+const NOT_CALLED_REASON: usize = 11;
 const NOT_CALLED: &str = "endpoint: not called: the window passed while it waited in the queue";
 
 /// Drops the queued jobs past calling, every `SWEEP_MS`, until closed.
@@ -233,6 +236,7 @@ fn sweep(shared: &Shared, board: &Board, stats: &EndpointStats) {
         for job in out.drain(..) {
             stats.expired.fetch_add(1, Relaxed);
             board.note_failure(job.id, NOT_CALLED);
+            board.endpoint_failed(job.app, NOT_CALLED_REASON);
         }
     }
 }
@@ -294,6 +298,7 @@ fn deliver(
     job: &Job,
 ) {
     let mut why = String::new();
+    let mut reason = 12;
     for attempt in 0..2 {
         if attempt == 1 {
             let left = job.deadline.saturating_duration_since(Instant::now());
@@ -308,6 +313,7 @@ fn deliver(
                 let req = callback(job, answer);
                 if chat.send_timeout(req, Duration::from_secs(1)).is_err() {
                     why = "the chat service was busy".into();
+                    reason = 12;
                     break;
                 }
                 return;
@@ -316,12 +322,22 @@ fn deliver(
                 stats.deferred_to_callback.fetch_add(1, Relaxed);
                 return;
             }
-            Ok((status, _)) => why = format!("the endpoint answered {status} without a response"),
-            Err(e) => why = e.to_string(),
+            Ok((status, _)) => {
+                why = format!("the endpoint answered {status} without a response");
+                reason = 10;
+            }
+            Err(e) => {
+                why = e.to_string();
+                reason = crate::egress::Reason::ALL
+                    .iter()
+                    .position(|r| *r == e.reason)
+                    .unwrap_or(12);
+            }
         }
     }
     stats.failed.fetch_add(1, Relaxed);
     board.note_failure(job.id, &format!("endpoint: {why}"));
+    board.endpoint_failed(job.app, reason);
 }
 
 fn is_response(body: &[u8]) -> bool {

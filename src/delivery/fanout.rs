@@ -542,6 +542,16 @@ impl FanOut {
         (gone, degraded)
     }
 
+    /// Every session as (application, degraded: ring at 80 %, attached,
+    /// last seq), for the per-application gauges (`worker::app_stats`).
+    pub fn each_session(&self, f: &mut dyn FnMut(u64, bool, bool, u64)) {
+        for s in self.sessions.iter().flatten() {
+            let on = s.conn.is_some();
+            let degraded = on && s.ring.fill_ratio() >= 0.8;
+            f(s.identity.application_id.0, degraded, on, s.ring.last_seq());
+        }
+    }
+
     /// Sessions currently detached (resumable).
     pub fn detached(&self) -> usize {
         self.sessions

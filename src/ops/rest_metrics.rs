@@ -250,3 +250,65 @@ status_2xx..status_5xx (answered), or the refusal or failure (refused_address, d
         );
     }
 }
+
+/// The developer portal's counters (docs/portal.md), and how many
+/// applications hold a slot of the per-application table.
+pub fn render_portal(
+    p: &crate::portal::PortalStats,
+    apps: &crate::worker::app_stats::AppTable,
+    out: &mut String,
+) {
+    let _ = writeln!(
+        out,
+        "# HELP gatewayd_portal_signins_total Developer portal sign-ins, by outcome (ok, bad_token, refused: over the flood limit).\n\
+# TYPE gatewayd_portal_signins_total counter\n\
+gatewayd_portal_signins_total{{outcome=\"ok\"}} {}\n\
+gatewayd_portal_signins_total{{outcome=\"bad_token\"}} {}\n\
+gatewayd_portal_signins_total{{outcome=\"refused\"}} {}",
+        p.signins.load(Relaxed),
+        p.signins_failed.load(Relaxed),
+        p.signins_refused.load(Relaxed)
+    );
+    let mut one = |name: &str, kind: &str, help: &str, v: u64| {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+        );
+    };
+    one(
+        "gatewayd_portal_requests_total",
+        "counter",
+        "Requests to the developer portal.",
+        p.requests.load(Relaxed),
+    );
+    one(
+        "gatewayd_portal_csrf_refused_total",
+        "counter",
+        "Portal POSTs refused: missing or wrong CSRF token, or a foreign Origin.",
+        p.csrf_refused.load(Relaxed),
+    );
+    one(
+        "gatewayd_portal_bad_sessions_total",
+        "counter",
+        "Portal requests with an unknown, forged or expired session cookie.",
+        p.bad_sessions.load(Relaxed),
+    );
+    one(
+        "gatewayd_portal_busy_total",
+        "counter",
+        "Portal connections answered 503 because every handler was busy.",
+        p.busy.load(Relaxed),
+    );
+    one(
+        "gatewayd_portal_sessions",
+        "gauge",
+        "Signed-in portal sessions (as of the last sign-in).",
+        p.sessions.load(Relaxed),
+    );
+    one(
+        "gatewayd_app_stats_untracked_total",
+        "counter",
+        "Per-application updates not counted: the application table (4,096) was full.",
+        apps.untracked.load(Relaxed),
+    );
+}

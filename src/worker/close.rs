@@ -116,6 +116,10 @@ impl Worker {
                 Some(c) => {
                     ws::encode_close(c.code, c.reason, &mut conn.out);
                     self.shared.metrics[id].close_sent(c.code);
+                    if let Some(s) = sid.and_then(|i| self.fan.get(i)) {
+                        let app = s.identity.application_id.0;
+                        self.shared.apps.closed(app, c.code, self.unix_ms);
+                    }
                     c.resumable() && !w.end_session
                 }
                 None => !w.end_session,

@@ -135,6 +135,8 @@ pub struct Conn {
     pub(super) rest_headers: Vec<(&'static str, String)>,
     /// The request's `api::route::ROUTE_NAMES` index, for its metrics.
     pub(super) rest_route: u8,
+    /// The application of the request's token, once known (0: not yet).
+    pub(super) rest_app: u64,
     /// The request's latency class and when it was read (µs since the worker started).
     pub(super) rest_class: u8,
     /// The token's worker refused this connection (its table was full): its
@@ -218,6 +220,7 @@ impl Conn {
             rest_pending: false,
             rest_headers: Vec::new(),
             rest_route: 0,
+            rest_app: 0,
             rest_class: 0,
             rest_here: false,
             rest_started_us: 0,

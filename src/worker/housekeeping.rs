@@ -110,6 +110,10 @@ impl Worker {
             }
         }
         let (_, degraded) = self.fan.tick(now);
+        if self.shared.apps.tally_due(self.id, self.unix_ms) {
+            let fan = &self.fan;
+            self.shared.apps.tally(self.id, |f| fan.each_session(f));
+        }
         let m = &self.shared.metrics[self.id];
         m.sessions_degraded
             .store(degraded as u64, Ordering::Relaxed);

@@ -185,6 +185,8 @@ impl Worker {
             }
             self.fan.remove(sid);
             if let Some(key) = conn {
+                // Counted here: the close below no longer knows the session.
+                self.shared.apps.closed(app.0, close.code, self.unix_ms);
                 self.begin_close(key, Some(close));
             }
         }

@@ -16,6 +16,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod accept;
+pub mod app_stats;
 mod close;
 mod conn;
 mod handover;

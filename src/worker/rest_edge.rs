@@ -83,9 +83,13 @@ impl Worker {
         let ct = if body.is_empty() { "" } else { rest::JSON };
         http::write_response(status, ct, body, keep, &hv, &mut conn.out);
         let route = std::mem::take(&mut conn.rest_route);
+        let app = std::mem::take(&mut conn.rest_app);
         let (class, started) = (conn.rest_class, std::mem::take(&mut conn.rest_started_us));
         conn.deadline_ms = idle_until;
         self.metrics().rest_response(route as usize, status);
+        self.shared
+            .apps
+            .answered(app, route as usize, status, headers);
         if started > 0 {
             let us = (self.started.elapsed().as_micros() as u64).saturating_sub(started);
             self.metrics().rest_latency[class as usize].record_us(us);
@@ -366,6 +370,7 @@ impl Worker {
     /// Limit, permit, validate, hand off: the request's token is `app`.
     fn api_continue(&mut self, key: ConnKey, app: AppId, p: Parked) {
         let now = self.unix_ms;
+        let _ = self.conn(key).map(|c| c.rest_app = app.0);
         let (bucket, major) = p.route.bucket().expect("action routes have a bucket");
         let headers = match self.api.limiter.check(app.0, bucket, major, now) {
             Decision::Allow(h) => h,

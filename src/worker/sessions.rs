@@ -57,6 +57,10 @@ impl Worker {
                 w.session.authenticated();
                 conn.partial = 0;
                 WorkerMetrics::inc(&self.metrics().resumes);
+                if let Some(s) = self.fan.get(idx) {
+                    let app = s.identity.application_id.0;
+                    self.shared.apps.resumed(app, self.unix_ms);
+                }
                 WorkerMetrics::inc(&self.metrics().sessions_ready);
                 if resumed.is_err() {
                     self.overflowed(idx, key);
@@ -147,6 +151,8 @@ impl Worker {
             *sid = Some(idx);
         }
         WorkerMetrics::inc(&self.metrics().identifies);
+        let app = ok.application_id.0;
+        self.shared.apps.identified(app, self.unix_ms);
         WorkerMetrics::inc(&self.metrics().sessions_ready);
         // READY (s = 1), then one GUILD_CREATE per server: dispatches like any
         // other, so a Resume can replay them too.

@@ -36,6 +36,8 @@ pub struct Shared {
     pub ring_load: Vec<Vec<std::sync::atomic::AtomicU32>>,
     pub ring_limits: Vec<Vec<u32>>,
     pub metrics: Box<[WorkerMetrics]>,
+    /// Per-application figures for the developer portal (bounded).
+    pub apps: crate::worker::app_stats::AppTable,
     pub ready_workers: AtomicUsize,
     /// Node-wide cap on connections served compressed (limits.max_compressed_sessions).
     pub compress_budget: Arc<crate::protocol::compress::Budget>,

@@ -13,7 +13,8 @@
 //! - `events`: the chat service's events and the ingest producer;
 //! - `kafka`: a Kafka-protocol topic and its producer;
 //! - `services`: PostgreSQL, Tansu and Redis servers a test owns (to freeze, kill);
-//! - `python`: the discord.py interpreter.
+//! - `python`: the discord.py interpreter;
+//! - `portal`: the developer portal over plain HTTP; `webdriver`: chromium driving it.
 //!
 //! Tests name items by their module (`support::node::Node`,
 //! `support::bot::identify`); the bits and `wait_until` live here.
@@ -30,11 +31,13 @@ pub mod js;
 pub mod kafka;
 pub mod metrics;
 pub mod node;
+pub mod portal;
 pub mod python;
 pub mod raw;
 pub mod registry;
 pub mod rest;
 pub mod services;
+pub mod webdriver;
 
 use std::time::{Duration, Instant};
 

@@ -74,6 +74,8 @@ impl Node {
             .args(["--gateway-addr", "127.0.0.1:0"])
             .args(["--admin-addr", "127.0.0.1:0"])
             .args(["--ingest-addr", "127.0.0.1:0"])
+            // Written to gatewayd.portal-addr (support::portal::addr).
+            .args(["--portal-addr", "127.0.0.1:0"])
             .args(args)
             .env(
                 "RUST_LOG",

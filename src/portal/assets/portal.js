@@ -1,0 +1,179 @@
+// The developer portal's only script (shipped in the binary, no build
+// step). It polls /api/health every 2 s and fills the page in with
+// textContent (never as markup: names are data, not HTML), draws the two
+// charts as inline SVG, and sends the test tools' forms with the
+// session's CSRF token.
+"use strict";
+(function () {
+  const csrfMeta = document.querySelector('meta[name="csrf"]');
+  if (!csrfMeta) return; // the sign-in page needs no script
+  const csrf = csrfMeta.content;
+  const $ = (id) => document.getElementById(id);
+  const set = (id, v) => { const e = $(id); if (e) e.textContent = v == null ? "–" : String(v); };
+  const SVG = "http://www.w3.org/2000/svg";
+  let last = null;
+
+  function rows(id, list, cells) {
+    const body = $(id);
+    if (!body) return;
+    body.replaceChildren();
+    for (const item of list) {
+      const tr = document.createElement("tr");
+      for (const c of cells(item)) {
+        const td = document.createElement("td");
+        td.textContent = c == null ? "" : String(c);
+        tr.appendChild(td);
+      }
+      body.appendChild(tr);
+    }
+    if (list.length === 0) {
+      const tr = document.createElement("tr");
+      const td = document.createElement("td");
+      td.colSpan = 9;
+      td.textContent = "none";
+      tr.appendChild(td);
+      body.appendChild(tr);
+    }
+  }
+
+  function el(name, attrs, text) {
+    const e = document.createElementNS(SVG, name);
+    for (const k in attrs) e.setAttribute(k, attrs[k]);
+    if (text != null) e.textContent = text;
+    return e;
+  }
+
+  // A line chart of `series` (lists of {x, y}) over the last hour; `limit`
+  // draws a dashed line at that y (the 3 s interaction window).
+  function chart(id, series, opts) {
+    const svg = $(id);
+    if (!svg) return;
+    svg.replaceChildren();
+    const W = 600, H = 160, L = 44, B = 20, T = 10;
+    const now = Date.now() / 60000;
+    const all = series.flatMap((s) => s.points.map((p) => p.y));
+    let max = Math.max(1, opts.limit || 0, ...all);
+    max = max * 1.1;
+    const x = (m) => L + (W - L - 6) * (1 - (now - m) / 60);
+    const y = (v) => T + (H - T - B) * (1 - v / max);
+    svg.appendChild(el("line", { x1: L, y1: y(0), x2: W - 6, y2: y(0), stroke: "#c9d1d9" }));
+    svg.appendChild(el("text", { x: 2, y: y(max / 1.1) + 4 }, opts.fmt(max / 1.1)));
+    svg.appendChild(el("text", { x: 2, y: y(0) + 4 }, opts.fmt(0)));
+    svg.appendChild(el("text", { x: L, y: H - 4 }, "60 min ago"));
+    svg.appendChild(el("text", { x: W - 40, y: H - 4 }, "now"));
+    if (opts.limit) {
+      svg.appendChild(el("line", { class: "limit", x1: L, y1: y(opts.limit), x2: W - 6, y2: y(opts.limit) }));
+      svg.appendChild(el("text", { x: L + 4, y: y(opts.limit) - 3 }, opts.limitLabel));
+    }
+    for (const s of series) {
+      if (s.points.length === 0) continue;
+      const d = s.points.map((p, i) => (i ? "L" : "M") + x(p.x).toFixed(1) + " " + y(p.y).toFixed(1)).join(" ");
+      svg.appendChild(el("path", { class: s.cls, d: d }));
+      for (const p of s.points) svg.appendChild(el("circle", { cx: x(p.x), cy: y(p.y), r: 2.5, class: s.cls }));
+    }
+  }
+
+  function ms(v) { return v == null ? "–" : v >= 1000 ? (v / 1000).toFixed(1) + " s" : v + " ms"; }
+
+  function render(h) {
+    const s = h.sessions;
+    set("live", s.live);
+    set("degraded", s.degraded);
+    set("detached", s.detached);
+    const note = $("degraded-note");
+    if (s.degraded > 0) {
+      note.hidden = false;
+      note.textContent = s.degraded + " session(s) degraded: the send queue is at 80 % or more. " +
+        "The bot is reading too slowly; at 100 % the session is closed with 4000 (resumable).";
+    } else {
+      note.hidden = true;
+    }
+    if (last && h.now_ms > last.now_ms) {
+      const rate = Math.max(0, h.events_dispatched - last.events_dispatched) / ((h.now_ms - last.now_ms) / 1000);
+      set("events-rate", rate.toFixed(1));
+    }
+    last = h;
+    set("identifies-hour", h.identifies_hour);
+    set("resumes-hour", h.resumes_hour);
+    rows("by-worker", s.by_worker, (w) => [w.worker, w.live, w.degraded, w.detached]);
+    const b = h.identify_budget;
+    if (b) {
+      set("budget-remaining", b.remaining + " of " + b.total);
+      set("budget-reset", Math.round(b.reset_after_ms / 60000) + " min");
+      set("budget-concurrency", b.max_concurrency);
+    }
+    const ix = h.interactions;
+    set("ack-rate", ix.ack_rate == null ? null : (ix.ack_rate * 100).toFixed(1) + " %");
+    set("ack-p50", ms(ix.ack_latency_ms.p50));
+    set("ack-p99", ms(ix.ack_latency_ms.p99));
+    set("misses", ix.misses);
+    set("deferrals", ix.deferrals);
+    set("late", ix.late_callbacks);
+    set("double", ix.double_acks);
+    set("opened", ix.opened);
+    rows("endpoint-failures", Object.entries(ix.endpoint_failures || {}), (e) => [e[0].replace(/_/g, " "), e[1]]);
+    rows("closes", h.closes_hour, (c) => [c.code || "other", c.count, c.meaning, c.advice]);
+    rows("rest", h.rest, (r) => [r.route, r.status || "other", r.count]);
+    rows("limited", h.rate_limited, (r) => [r.route, r.scope, r.count]);
+    chart("chart-ack", [
+      { cls: "p50", points: h.ack_minutes.filter((m) => m.p50_ms != null).map((m) => ({ x: m.minute, y: Math.min(m.p50_ms, 4000) })) },
+      { cls: "p99", points: h.ack_minutes.filter((m) => m.p99_ms != null).map((m) => ({ x: m.minute, y: Math.min(m.p99_ms, 4000) })) },
+    ], { limit: 3000, limitLabel: "3 s: the person sees a failure", fmt: ms });
+    chart("chart-sessions", [
+      { cls: "line", points: h.sessions_minutes.map((m) => ({ x: m.minute, y: m.live })) },
+    ], { fmt: (v) => String(Math.round(v)) });
+  }
+
+  async function poll() {
+    try {
+      const r = await fetch("/api/health", { credentials: "same-origin", cache: "no-store" });
+      if (r.status === 401) { location.href = "/"; return; }
+      if (r.ok) render(await r.json());
+    } catch (e) { /* the next poll tries again */ }
+    setTimeout(poll, 2000);
+  }
+
+  async function post(url, form) {
+    const body = new URLSearchParams(form ? new FormData(form) : undefined);
+    const r = await fetch(url, {
+      method: "POST", credentials: "same-origin", body: body,
+      headers: { "X-CSRF-Token": csrf, "Content-Type": "application/x-www-form-urlencoded" },
+    });
+    return [r.status, await r.json().catch(() => ({ error: "no answer" }))];
+  }
+
+  async function follow(id, out) {
+    for (let i = 0; i < 50; i++) {
+      const r = await fetch("/api/interactions/" + encodeURIComponent(id), { credentials: "same-origin" });
+      const v = await r.json().catch(() => ({}));
+      const fu = v.followups && v.followups.length ? v.followups[v.followups.length - 1] : null;
+      const done = v.state === "answered" || v.state === "failed" || (v.state === "deferred" && fu);
+      if (done || i === 49) {
+        const shown = fu || v.message;
+        let text = "state: " + v.state;
+        if (v.latency_ms != null) text += " (" + v.latency_ms + " ms)";
+        if (v.failure) text += "\nthe person sees: " + v.failure;
+        if (shown) text += "\nthe person sees: " + (shown.content || "(no text)");
+        out.textContent = text;
+        return;
+      }
+      await new Promise((res) => setTimeout(res, 200));
+    }
+  }
+
+  for (const form of document.querySelectorAll("form.tool")) {
+    form.addEventListener("submit", async (ev) => {
+      ev.preventDefault();
+      if (form.dataset.confirm && !window.confirm(form.dataset.confirm)) return;
+      const out = form.querySelector("output");
+      out.textContent = "…";
+      const [status, v] = await post(form.dataset.api, form);
+      if (v.error) { out.textContent = "error (" + status + "): " + v.error; return; }
+      if (form.id === "test-message") out.textContent = "sent MESSAGE_CREATE " + v.message_id;
+      else if (form.id === "click") { out.textContent = "interaction " + v.interaction_id + " …"; follow(v.interaction_id, out); }
+      else if (form.id === "verify") out.textContent = (v.ok ? "OK: " : "FAILED: ") + v.result;
+      else if (form.id === "reset") out.textContent = "new token (shown once): " + v.token + "\n" + v.note;
+    });
+  }
+  poll();
+})();

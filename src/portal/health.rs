@@ -1,0 +1,182 @@
+//! The application's health as JSON (`GET /api/health`, polled by the
+//! page every 2 s): read from what the node already keeps, for the signed-
+//! in application only (`worker::app_stats` for its sessions, closes and
+//! REST answers; `chat::board` for its interactions; the registry for its
+//! identify budget); and the sessions-over-time history this module keeps.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+use super::{lock, names, now_ms, Ctx};
+use crate::api::route::ROUTE_NAMES;
+use crate::chat::board::{AppStats, FAILURE_REASONS};
+use crate::worker::app_stats::{AppTable, SLOTS};
+
+pub const SAMPLE_EVERY: Duration = Duration::from_secs(10);
+/// Minutes of sessions history per application (a ring).
+pub const MINUTES: usize = 60;
+
+/// Live sessions per minute (the highest sample of the minute), for at
+/// most `SLOTS` applications (those `AppTable` tracks): 480 bytes each.
+#[derive(Default)]
+pub struct History {
+    by_app: HashMap<u64, [(u32, u32); MINUTES]>,
+    scratch: Vec<u64>,
+}
+
+impl History {
+    fn record(&mut self, app: u64, minute: u32, live: u32) {
+        if self.by_app.len() >= SLOTS && !self.by_app.contains_key(&app) {
+            return;
+        }
+        let ring = self.by_app.entry(app).or_insert([(0, 0); MINUTES]);
+        let slot = &mut ring[minute as usize % MINUTES];
+        if slot.0 != minute {
+            *slot = (minute, live);
+        } else {
+            slot.1 = slot.1.max(live);
+        }
+    }
+
+    fn series(&self, app: u64, now_minute: u32) -> Vec<(u32, u32)> {
+        let mut out: Vec<(u32, u32)> = self
+            .by_app
+            .get(&app)
+            .map(|r| {
+                r.iter()
+                    .copied()
+                    .filter(|(m, _)| *m != 0 && now_minute.saturating_sub(*m) < MINUTES as u32)
+                    .collect()
+            })
+            .unwrap_or_default();
+        out.sort_unstable();
+        out
+    }
+}
+
+fn live_of(t: &AppTable, app: u64, now: u64) -> Option<u32> {
+    t.snapshot(app, now)
+        .map(|s| s.workers.iter().map(|w| w.0).sum())
+}
+
+/// One sample of every tracked application's live sessions.
+pub fn sample(ctx: &Ctx) {
+    let t = &ctx.v.shared.apps;
+    let now = now_ms();
+    let minute = (now / 60_000) as u32;
+    let mut h = lock(&ctx.history);
+    let mut apps = std::mem::take(&mut h.scratch);
+    t.apps(&mut apps);
+    for &app in &apps {
+        if let Some(live) = live_of(t, app, now) {
+            h.record(app, minute, live);
+        }
+    }
+    h.scratch = apps;
+}
+
+fn interactions(a: &AppStats) -> Value {
+    let mut v = a.to_json(0);
+    if let Value::Object(m) = &mut v {
+        m.remove("application_id");
+        let failures: serde_json::Map<String, Value> = FAILURE_REASONS
+            .iter()
+            .zip(a.failures.iter())
+            .filter(|(_, n)| **n > 0)
+            .map(|(r, n)| ((*r).to_string(), (*n).into()))
+            .collect();
+        m.insert("endpoint_failures".into(), failures.into());
+    }
+    v
+}
+
+/// The JSON of `GET /api/health` for `app`.
+pub fn json(ctx: &Ctx, app: u64) -> Value {
+    let now = now_ms();
+    let snap = ctx.v.shared.apps.snapshot(app, now).unwrap_or_default();
+    let workers = ctx.v.shared.metrics.len();
+    let by_worker: Vec<Value> = (0..workers)
+        .map(|w| {
+            let (live, degraded, detached) = snap.workers.get(w).copied().unwrap_or_default();
+            json!({"worker": w, "live": live, "degraded": degraded, "detached": detached})
+        })
+        .collect();
+    let sum = |f: fn(&(u32, u32, u32)) -> u32| snap.workers.iter().map(f).sum::<u32>();
+    let closes: Vec<Value> = snap
+        .closes_hour
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| **n > 0)
+        .map(|(i, n)| {
+            let code = if i < 15 { 4000 + i as u16 } else { 0 };
+            let (meaning, advice) = names::close_code(code);
+            json!({"code": code, "count": n, "meaning": meaning, "advice": advice})
+        })
+        .collect();
+    let mut rest: Vec<_> = snap.rest.clone();
+    rest.sort_unstable_by_key(|r| std::cmp::Reverse(r.2));
+    let rest: Vec<Value> = rest
+        .iter()
+        .map(|(r, st, n)| json!({"route": ROUTE_NAMES.get(*r).copied().unwrap_or("?"), "status": st, "count": n}))
+        .collect();
+    let limited: Vec<Value> = snap
+        .limited
+        .iter()
+        .map(|(r, scope, n)| {
+            let scope = ["user", "global", "shared"][(*scope as usize).min(2)];
+            json!({"route": ROUTE_NAMES.get(*r).copied().unwrap_or("?"), "scope": scope, "count": n})
+        })
+        .collect();
+    let stats = ctx.v.board.app(app).unwrap_or_default();
+    let now_minute = (now / 60_000) as u32;
+    let acks: Vec<Value> = stats
+        .minutes(now_minute)
+        .iter()
+        .map(|(m, n, p50, p99)| json!({"minute": m, "acks": n, "p50_ms": p50, "p99_ms": p99}))
+        .collect();
+    let sessions: Vec<Value> = lock(&ctx.history)
+        .series(app, now_minute)
+        .iter()
+        .map(|(m, live)| json!({"minute": m, "live": live}))
+        .collect();
+    let budget = match ctx.registry().session_start_remaining(app, now) {
+        Ok(l) => json!({"total": l.total, "remaining": l.remaining,
+                        "reset_after_ms": l.reset_after_ms, "max_concurrency": l.max_concurrency}),
+        Err(_) => Value::Null,
+    };
+    json!({
+        "application_id": app.to_string(),
+        "now_ms": now,
+        "sessions": {"live": sum(|w| w.0), "degraded": sum(|w| w.1), "detached": sum(|w| w.2),
+                     "by_worker": by_worker},
+        "events_dispatched": snap.events,
+        "identifies": snap.identifies, "resumes": snap.resumes,
+        "identifies_hour": snap.identifies_hour, "resumes_hour": snap.resumes_hour,
+        "closes_hour": closes,
+        "identify_budget": budget,
+        "rest": rest, "rest_other": snap.rest_other, "rate_limited": limited,
+        "interactions": interactions(&stats),
+        "ack_minutes": acks,
+        "sessions_minutes": sessions,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn history_keeps_the_highest_sample_of_a_minute_for_an_hour() {
+        let mut h = History::default();
+        h.record(1, 100, 3);
+        h.record(1, 100, 5);
+        h.record(1, 100, 4);
+        h.record(1, 101, 2);
+        h.record(2, 101, 9);
+        assert_eq!(h.series(1, 101), [(100, 5), (101, 2)]);
+        assert_eq!(h.series(1, 100 + MINUTES as u32), [(101, 2)]);
+        assert!(h.series(3, 101).is_empty());
+    }
+}

@@ -1,0 +1,252 @@
+//! One HTTP/1.1 exchange of the portal: a request read whole under a
+//! deadline (head at most `MAX_HEAD`, body at most `MAX_BODY`), an answer
+//! with the headers every page carries, then the connection closes.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+pub const MAX_HEAD: usize = 8 << 10;
+pub const MAX_BODY: usize = 16 << 10;
+/// Time a client has to send its whole request.
+pub const DEADLINE: Duration = Duration::from_secs(3);
+
+#[derive(Debug, Default)]
+pub struct Request {
+    pub method: String,
+    pub path: String,
+    pub query: String,
+    pub cookie: Option<String>,
+    pub origin: Option<String>,
+    pub host: Option<String>,
+    pub csrf_header: Option<String>,
+    pub body: Vec<u8>,
+}
+
+impl Request {
+    /// The value of cookie `name`, if sent.
+    pub fn cookie(&self, name: &str) -> Option<&str> {
+        self.cookie.as_deref()?.split(';').find_map(|kv| {
+            let (k, v) = kv.trim().split_once('=')?;
+            (k == name).then_some(v)
+        })
+    }
+
+    /// A field of the url-encoded form body, or of the query string.
+    pub fn field(&self, name: &str) -> Option<String> {
+        let body = std::str::from_utf8(&self.body).unwrap_or("");
+        form_value(body, name).or_else(|| form_value(&self.query, name))
+    }
+}
+
+/// Reads one request. Err: the client is too slow, too big or not HTTP
+/// (the answer is the status to send, if any).
+pub fn read(s: &mut TcpStream) -> Result<Request, u16> {
+    let deadline = Instant::now() + DEADLINE;
+    let mut buf = vec![0u8; 4096];
+    let mut n = 0;
+    let head_end = loop {
+        if let Some(i) = buf[..n].windows(4).position(|w| w == b"\r\n\r\n") {
+            break i + 4;
+        }
+        if n >= MAX_HEAD {
+            return Err(431);
+        }
+        if n == buf.len() {
+            buf.resize((buf.len() * 2).min(MAX_HEAD + 4096), 0);
+        }
+        n += read_some(s, &mut buf[n..], deadline)?;
+    };
+    let mut headers = [httparse::EMPTY_HEADER; 32];
+    let mut req = httparse::Request::new(&mut headers);
+    if !matches!(
+        req.parse(&buf[..head_end]),
+        Ok(httparse::Status::Complete(_))
+    ) {
+        return Err(400);
+    }
+    let target = req.path.unwrap_or("/");
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    let mut out = Request {
+        method: req.method.unwrap_or("").to_string(),
+        path: path.to_string(),
+        query: query.to_string(),
+        ..Default::default()
+    };
+    let mut length = 0usize;
+    for h in req.headers.iter() {
+        let v = String::from_utf8_lossy(h.value).trim().to_string();
+        match h.name.to_ascii_lowercase().as_str() {
+            "cookie" => out.cookie = Some(v),
+            "origin" => out.origin = Some(v),
+            "host" => out.host = Some(v),
+            "x-csrf-token" => out.csrf_header = Some(v),
+            "content-length" => length = v.parse().map_err(|_| 400u16)?,
+            "transfer-encoding" => return Err(411),
+            _ => {}
+        }
+    }
+    if length > MAX_BODY {
+        return Err(413);
+    }
+    let mut body = buf[head_end..n].to_vec();
+    while body.len() < length {
+        let mut chunk = [0u8; 4096];
+        let got = read_some(s, &mut chunk, deadline)?;
+        body.extend_from_slice(&chunk[..got]);
+    }
+    body.truncate(length);
+    out.body = body;
+    Ok(out)
+}
+
+fn read_some(s: &mut TcpStream, into: &mut [u8], deadline: Instant) -> Result<usize, u16> {
+    let left = deadline.saturating_duration_since(Instant::now());
+    if left.is_zero() {
+        return Err(408);
+    }
+    s.set_read_timeout(Some(left)).map_err(|_| 408u16)?;
+    match s.read(into) {
+        Ok(0) | Err(_) => Err(408),
+        Ok(k) => Ok(k),
+    }
+}
+
+/// An answer. Every one is uncacheable and refuses framing and sniffing;
+/// pages allow only the portal's own script and style (no inline script).
+pub struct Response {
+    pub status: u16,
+    pub ctype: &'static str,
+    pub body: Vec<u8>,
+    pub cookies: Vec<String>,
+    pub location: Option<String>,
+}
+
+impl Response {
+    pub fn new(status: u16, ctype: &'static str, body: impl Into<Vec<u8>>) -> Response {
+        Response {
+            status,
+            ctype,
+            body: body.into(),
+            cookies: Vec::new(),
+            location: None,
+        }
+    }
+    pub fn json(status: u16, v: &serde_json::Value) -> Response {
+        Response::new(status, "application/json", v.to_string())
+    }
+    pub fn html(status: u16, body: String) -> Response {
+        Response::new(status, "text/html; charset=utf-8", body)
+    }
+    /// 303 to `to` (after a form POST).
+    pub fn see_other(to: &str) -> Response {
+        let mut r = Response::new(303, "text/plain", "");
+        r.location = Some(to.to_string());
+        r
+    }
+
+    pub fn write(&self, s: &mut TcpStream) -> std::io::Result<()> {
+        let mut head = format!(
+            "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\
+             Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\n\
+             Referrer-Policy: same-origin\r\nContent-Security-Policy: default-src 'none'; \
+             script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; \
+             form-action 'self'; frame-ancestors 'none'; base-uri 'none'\r\n",
+            self.status,
+            reason(self.status),
+            self.ctype,
+            self.body.len()
+        );
+        for c in &self.cookies {
+            head.push_str("Set-Cookie: ");
+            head.push_str(c);
+            head.push_str("\r\n");
+        }
+        if let Some(l) = &self.location {
+            head.push_str("Location: ");
+            head.push_str(l);
+            head.push_str("\r\n");
+        }
+        head.push_str("\r\n");
+        s.set_write_timeout(Some(DEADLINE))?;
+        s.write_all(head.as_bytes())?;
+        s.write_all(&self.body)
+    }
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        303 => "See Other",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        411 => "Length Required",
+        413 => "Payload Too Large",
+        429 => "Too Many Requests",
+        431 => "Request Header Fields Too Large",
+        502 => "Bad Gateway",
+        503 => "Service Unavailable",
+        _ => "",
+    }
+}
+
+/// `name`'s value in `a=1&b=2` (percent- and plus-decoded).
+pub fn form_value(form: &str, name: &str) -> Option<String> {
+    form.split('&').find_map(|kv| {
+        let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
+        (decode(k) == name).then(|| decode(v))
+    })
+}
+
+fn decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len()
+                && b[i + 1].is_ascii_hexdigit()
+                && b[i + 2].is_ascii_hexdigit() =>
+            {
+                let hex = |c: u8| (c as char).to_digit(16).unwrap_or(0) as u8;
+                out.push(hex(b[i + 1]) << 4 | hex(b[i + 2]));
+                i += 2;
+            }
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn forms_decode_and_bad_escapes_stay() {
+        assert_eq!(
+            form_value("a=1&token=x%2By+z", "token").as_deref(),
+            Some("x+y z")
+        );
+        assert_eq!(form_value("t=%zz%", "t").as_deref(), Some("%zz%"));
+        assert_eq!(form_value("t=%4", "t").as_deref(), Some("%4"));
+        assert_eq!(form_value("t=%e2%82%ac", "t").as_deref(), Some("€"));
+        assert!(form_value("", "t").is_none());
+    }
+
+    #[test]
+    fn cookies_by_name() {
+        let r = Request {
+            cookie: Some("a=1; gw_portal=abc; b=2".into()),
+            ..Default::default()
+        };
+        assert_eq!(r.cookie("gw_portal"), Some("abc"));
+        assert_eq!(r.cookie("c"), None);
+    }
+}

@@ -1,0 +1,327 @@
+//! The developer portal (issue 16, docs/portal.md): a web page where a
+//! bot's author signs in with the bot token and sees, for that one
+//! application, what the node sees, and tests the bot. On its own listener
+//! (`portal.addr`), never the admin port; plain HTML, CSS and one small
+//! script compiled into the binary (`assets/`), no build step.
+//!
+//! - `http`: one request read under a deadline, one answer with the
+//!   security headers every page carries;
+//! - `sessions`: the server-side sessions (cookie id, CSRF token, expiry);
+//! - `limit`: the sign-in flood guard;
+//! - `pages`: the HTML (every value escaped);
+//! - `health`: the application's figures as JSON (the page polls it);
+//! - `tools`: test event, click a command, re-check the endpoint, reset
+//!   the token;
+//! - `names`: permission bits, intents and close codes in words.
+//!
+//! Threads: one accepts, `HANDLERS` answer (a bounded queue between; a
+//! full one answers 503 at once), one samples the sessions history. Every
+//! registry call is under the registry's deadline; every egress call under
+//! its own.
+
+mod health;
+pub mod http;
+mod installs;
+pub mod limit;
+pub mod names;
+mod pages;
+pub mod sessions;
+mod tools;
+
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use registry::Registry;
+use serde_json::json;
+
+use crate::config::Portal as PortalConfig;
+use crate::worker::shared::Shared;
+use http::{Request, Response};
+use sessions::{Sessions, COOKIE};
+
+/// Threads answering requests, and connections waiting for one.
+const HANDLERS: usize = 4;
+const QUEUE: usize = 64;
+/// The pre-sign-in cookie (CSRF of the sign-in form).
+const PRE_COOKIE: &str = "gw_pre";
+
+/// What the portal reads and uses.
+pub struct Views {
+    pub shared: Arc<Shared>,
+    pub board: Arc<crate::chat::board::Board>,
+    pub egress: Arc<crate::egress::EgressClient>,
+    /// The ingest listener (test events go in as a producer's would).
+    pub ingest_addr: SocketAddr,
+    pub stats: Arc<PortalStats>,
+}
+
+/// The portal's counters (`gatewayd_portal_*` on the admin port).
+#[derive(Default)]
+pub struct PortalStats {
+    pub requests: AtomicU64,
+    pub signins: AtomicU64,
+    pub signins_failed: AtomicU64,
+    /// Sign-ins refused unlooked-at: the address or everyone over the limit.
+    pub signins_refused: AtomicU64,
+    pub csrf_refused: AtomicU64,
+    /// Requests with a session cookie that is unknown, forged or expired.
+    pub bad_sessions: AtomicU64,
+    /// Connections answered 503 because every handler was busy.
+    pub busy: AtomicU64,
+    pub sessions: AtomicU64,
+}
+
+pub(crate) struct Ctx {
+    pub v: Views,
+    pub cfg: PortalConfig,
+    pub secure: bool,
+    pub registry: Mutex<Box<dyn Registry>>,
+    pub sessions: Mutex<Sessions>,
+    pub guard: Mutex<limit::SigninGuard>,
+    pub history: Mutex<health::History>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Ctx {
+    pub(crate) fn registry(&self) -> MutexGuard<'_, Box<dyn Registry>> {
+        lock(&self.registry)
+    }
+}
+
+pub struct Portal {
+    pub addr: SocketAddr,
+}
+
+/// Starts the portal on `cfg.addr` with its own registry connection;
+/// `secure`: the cookie is marked Secure (TLS in front).
+pub fn start(
+    cfg: PortalConfig,
+    secure: bool,
+    v: Views,
+    registry: Box<dyn Registry>,
+) -> std::io::Result<Portal> {
+    let listener = TcpListener::bind(cfg.addr)?;
+    let addr = listener.local_addr()?;
+    let (tx, rx) = crossbeam_channel::bounded::<(TcpStream, SocketAddr)>(QUEUE);
+    let ctx = Arc::new(Ctx {
+        registry: Mutex::new(registry),
+        sessions: Mutex::new(Sessions::new(
+            cfg.max_sessions,
+            Duration::from_secs(cfg.session_idle_s),
+            Duration::from_secs(cfg.session_max_s),
+        )),
+        guard: Mutex::new(limit::SigninGuard::new(
+            cfg.signin_failures_per_address,
+            cfg.signin_failures_global,
+        )),
+        history: Mutex::new(health::History::default()),
+        cfg,
+        secure,
+        v,
+    });
+    for i in 0..HANDLERS {
+        let (rx, ctx) = (rx.clone(), ctx.clone());
+        std::thread::Builder::new()
+            .name(format!("portal-{i}"))
+            .spawn(move || {
+                for (mut s, peer) in rx {
+                    serve(&ctx, &mut s, peer.ip());
+                }
+            })?;
+    }
+    {
+        let ctx = ctx.clone();
+        std::thread::Builder::new()
+            .name("portal-sample".into())
+            .spawn(move || loop {
+                health::sample(&ctx);
+                std::thread::sleep(health::SAMPLE_EVERY);
+            })?;
+    }
+    let stats = ctx.v.stats.clone();
+    std::thread::Builder::new()
+        .name("portal".into())
+        .spawn(move || {
+            for s in listener.incoming().flatten() {
+                let Ok(peer) = s.peer_addr() else { continue };
+                if let Err(crossbeam_channel::TrySendError::Full((mut s, _))) =
+                    tx.try_send((s, peer))
+                {
+                    stats.busy.fetch_add(1, Relaxed);
+                    let _ = Response::new(503, "text/plain", "busy: try again\n").write(&mut s);
+                }
+            }
+        })?;
+    Ok(Portal { addr })
+}
+
+fn serve(ctx: &Ctx, s: &mut TcpStream, ip: IpAddr) {
+    ctx.v.stats.requests.fetch_add(1, Relaxed);
+    let resp = match http::read(s) {
+        Ok(req) => route(ctx, &req, ip),
+        Err(status) => Response::new(status, "text/plain", "bad request\n"),
+    };
+    let _ = resp.write(s);
+}
+
+/// The key of an address in the REST edge's per-address table.
+pub(crate) fn ip_key(ip: IpAddr) -> u128 {
+    match ip {
+        IpAddr::V4(v4) => u128::from(v4.to_ipv6_mapped()),
+        IpAddr::V6(v6) => u128::from(v6),
+    }
+}
+
+pub(crate) fn now_ms() -> u64 {
+    registry::snowflake::unix_ms_now()
+}
+
+fn route(ctx: &Ctx, req: &Request, ip: IpAddr) -> Response {
+    let (m, p) = (req.method.as_str(), req.path.as_str());
+    match (m, p) {
+        ("GET", "/static/portal.css") => Response::new(200, "text/css", pages::CSS),
+        ("GET", "/static/portal.js") => Response::new(200, "text/javascript", pages::JS),
+        ("GET", "/healthz") => Response::new(200, "text/plain", "ok\n"),
+        ("POST", "/signin") => signin(ctx, req, ip),
+        _ if p == "/" || p == "/signin" || p == "/signout" || p.starts_with("/api/") => {
+            signed_in(ctx, req)
+        }
+        _ => Response::new(404, "text/plain", "not found\n"),
+    }
+}
+
+/// A request that needs a session (the sign-in page otherwise).
+fn signed_in(ctx: &Ctx, req: &Request) -> Response {
+    let id = req.cookie(COOKIE).map(str::to_string);
+    let session = id
+        .as_deref()
+        .and_then(|id| lock(&ctx.sessions).get(id, Instant::now()).cloned());
+    let Some((id, session)) = id.zip(session) else {
+        if req.cookie(COOKIE).is_some() {
+            ctx.v.stats.bad_sessions.fetch_add(1, Relaxed);
+        }
+        return if req.path.starts_with("/api/") {
+            Response::json(
+                401,
+                &json!({"error": "not signed in (or the session expired)"}),
+            )
+        } else {
+            signin_page(ctx, None, 200)
+        };
+    };
+    if req.method == "POST" {
+        let given = req.csrf_header.clone().or_else(|| req.field("csrf"));
+        let origin_ok = req.origin.as_deref().is_none_or(|o| same_origin(o, req));
+        if !origin_ok || !given.is_some_and(|g| sessions::same(&g, &session.csrf)) {
+            ctx.v.stats.csrf_refused.fetch_add(1, Relaxed);
+            return Response::json(403, &json!({"error": "CSRF check failed: reload the page"}));
+        }
+    }
+    match (req.method.as_str(), req.path.as_str()) {
+        ("GET", "/") => Response::html(200, pages::dashboard(ctx, &session)),
+        ("POST", "/signout") => {
+            lock(&ctx.sessions).remove(&id);
+            let mut r = Response::see_other("/");
+            r.cookies.push(clear_cookie(ctx, COOKIE));
+            r
+        }
+        ("GET", "/api/health") => Response::json(200, &health::json(ctx, session.app)),
+        ("GET", p) if p.starts_with("/api/interactions/") => {
+            tools::interaction(ctx, &session, &p["/api/interactions/".len()..])
+        }
+        ("POST", "/api/test-message") => tools::test_message(ctx, &session, req),
+        ("POST", "/api/click") => tools::click(ctx, &id, &session, req),
+        ("POST", "/api/verify-endpoint") => tools::verify_endpoint(ctx, &session, req),
+        ("POST", "/api/reset-token") => tools::reset_token(ctx, &id, &session),
+        ("GET", _) => Response::see_other("/"),
+        _ => Response::json(405, &json!({"error": "method not allowed"})),
+    }
+}
+
+fn same_origin(origin: &str, req: &Request) -> bool {
+    let host = req.host.as_deref().unwrap_or("");
+    origin
+        .split_once("://")
+        .is_some_and(|(_, rest)| !host.is_empty() && rest == host)
+}
+
+fn cookie(ctx: &Ctx, name: &str, value: &str, max_age_s: u64) -> String {
+    let secure = if ctx.secure { "; Secure" } else { "" };
+    format!("{name}={value}; Path=/; HttpOnly; SameSite=Strict; Max-Age={max_age_s}{secure}")
+}
+
+fn clear_cookie(ctx: &Ctx, name: &str) -> String {
+    cookie(ctx, name, "", 0)
+}
+
+fn signin_page(ctx: &Ctx, error: Option<&str>, status: u16) -> Response {
+    let Some(pre) = sessions::random_hex() else {
+        return Response::new(503, "text/plain", "no randomness available\n");
+    };
+    let mut r = Response::html(status, pages::signin(&pre, error));
+    r.cookies.push(cookie(ctx, PRE_COOKIE, &pre, 3600));
+    r
+}
+
+fn signin(ctx: &Ctx, req: &Request, ip: IpAddr) -> Response {
+    let stats = &ctx.v.stats;
+    let now = now_ms();
+    let pre_ok = match (req.cookie(PRE_COOKIE), req.field("csrf")) {
+        (Some(c), Some(f)) => sessions::same(c, &f),
+        _ => false,
+    };
+    let origin_ok = req.origin.as_deref().is_none_or(|o| same_origin(o, req));
+    if !pre_ok || !origin_ok {
+        stats.csrf_refused.fetch_add(1, Relaxed);
+        return signin_page(ctx, Some("The form expired: try again."), 403);
+    }
+    let key = ip_key(ip);
+    let restricted = ctx.v.shared.rest_addrs.restricted_until(key, now).is_some();
+    if restricted || !lock(&ctx.guard).allowed(ip, now) {
+        stats.signins_refused.fetch_add(1, Relaxed);
+        return signin_page(ctx, Some("Too many failed sign-ins: wait a minute."), 429);
+    }
+    let token = req.field("token").unwrap_or_default();
+    let token = token.trim().trim_start_matches("Bot ").trim();
+    let app = if token.is_empty() || token.len() > 200 {
+        Ok(None)
+    } else {
+        ctx.registry().authenticate(token)
+    };
+    match app {
+        Ok(Some(app)) => {
+            let made = lock(&ctx.sessions).create(app.id, &app.name, Instant::now());
+            let Some((id, _csrf)) = made else {
+                return Response::new(503, "text/plain", "no randomness available\n");
+            };
+            stats.signins.fetch_add(1, Relaxed);
+            stats
+                .sessions
+                .store(lock(&ctx.sessions).len() as u64, Relaxed);
+            let mut r = Response::see_other("/");
+            r.cookies
+                .push(cookie(ctx, COOKIE, &id, ctx.cfg.session_max_s));
+            r.cookies.push(clear_cookie(ctx, PRE_COOKIE));
+            r
+        }
+        Ok(None) => {
+            stats.signins_failed.fetch_add(1, Relaxed);
+            lock(&ctx.guard).failed(ip, now);
+            ctx.v.shared.rest_addrs.invalid(key, now);
+            signin_page(ctx, Some("That token is not valid."), 401)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "portal sign-in: registry unavailable");
+            signin_page(
+                ctx,
+                Some("The registry is unavailable: try again soon."),
+                503,
+            )
+        }
+    }
+}

@@ -1,0 +1,258 @@
+//! The portal's HTML. Every value that came from anyone (server, channel,
+//! command and application names, errors) goes through `esc`; the page's
+//! script fills in live figures with `textContent`, never as markup. No
+//! inline script or style: the Content-Security-Policy allows only
+//! `/static/portal.js` and `/static/portal.css`, shipped in the binary.
+
+use std::fmt::Write;
+
+use super::sessions::Session;
+use super::{installs, names, Ctx};
+
+pub const CSS: &str = include_str!("assets/portal.css");
+pub const JS: &str = include_str!("assets/portal.js");
+
+/// `s` as HTML text or attribute value.
+pub fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+fn shell(title: &str, csrf: Option<&str>, body: &str) -> String {
+    let meta = csrf.map_or(String::new(), |c| {
+        format!("<meta name=\"csrf\" content=\"{}\">", esc(c))
+    });
+    format!(
+        "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
+         <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">{meta}\
+         <title>{} · gatewayd developer portal</title>\
+         <link rel=\"stylesheet\" href=\"/static/portal.css\">\
+         <script src=\"/static/portal.js\" defer></script></head>\
+         <body>{body}</body></html>\n",
+        esc(title)
+    )
+}
+
+pub fn signin(pre: &str, error: Option<&str>) -> String {
+    let error = error.map_or(String::new(), |e| {
+        format!(
+            "<p class=\"error\" role=\"alert\" id=\"signin-error\">{}</p>",
+            esc(e)
+        )
+    });
+    let body = format!(
+        "<main class=\"narrow\"><h1>Developer portal</h1>\
+         <p>Sign in with your application's bot token to see its health and test it. \
+         The token is checked once and never stored in the browser; the session ends \
+         when you sign out or after a while unused.</p>{error}\
+         <form method=\"post\" action=\"/signin\" id=\"signin\">\
+         <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+         <label for=\"token\">Bot token</label>\
+         <input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"off\" required>\
+         <button type=\"submit\" id=\"signin-button\">Sign in</button></form></main>",
+        esc(pre)
+    );
+    shell("Sign in", None, &body)
+}
+
+fn stat(id: &str, label: &str) -> String {
+    format!("<div class=\"stat\"><span class=\"label\">{label}</span><span class=\"value\" id=\"{id}\">–</span></div>")
+}
+
+fn table(id: &str, caption: &str, heads: &[&str]) -> String {
+    let th: String = heads
+        .iter()
+        .map(|h| format!("<th scope=\"col\">{h}</th>"))
+        .collect();
+    format!("<table><caption>{caption}</caption><thead><tr>{th}</tr></thead><tbody id=\"{id}\"></tbody></table>")
+}
+
+pub fn dashboard(ctx: &Ctx, s: &Session) -> String {
+    let app = ctx.registry().application(s.app).ok().flatten();
+    let Some(app) = app else {
+        return shell(
+            "Gone",
+            None,
+            "<main><p>The application no longer exists.</p></main>",
+        );
+    };
+    let (installs, total) = installs::of_app(ctx, &app).unwrap_or_default();
+    let commands = ctx.registry().commands(app.id, None).unwrap_or_default();
+    let mut b = String::with_capacity(16 << 10);
+    let _ = write!(
+        b,
+        "<header><h1>{}</h1><p class=\"sub\">Application <code id=\"app-id\">{}</code></p>\
+         <form method=\"post\" action=\"/signout\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+         <button type=\"submit\" id=\"signout\">Sign out</button></form></header><main>",
+        esc(&app.name),
+        app.id,
+        esc(&s.csrf)
+    );
+    let _ = write!(
+        b,
+        "<section aria-labelledby=\"h-sessions\"><h2 id=\"h-sessions\">Sessions</h2>\
+         <div class=\"stats\">{}{}{}{}{}{}</div>\
+         <p id=\"degraded-note\" class=\"warn\" role=\"status\" hidden></p>{}\
+         <figure><svg id=\"chart-sessions\" role=\"img\" aria-label=\"Live sessions per minute, last hour\" viewBox=\"0 0 600 160\"></svg>\
+         <figcaption>Live sessions per minute, last hour</figcaption></figure></section>",
+        stat("live", "Live"),
+        stat("degraded", "Degraded (send queue ≥ 80 %)"),
+        stat("detached", "Detached (resumable)"),
+        stat("events-rate", "Events / s"),
+        stat("identifies-hour", "Identifies, last hour"),
+        stat("resumes-hour", "Resumes, last hour"),
+        table("by-worker", "By worker", &["Worker", "Live", "Degraded", "Detached"]),
+    );
+    let _ = write!(
+        b,
+        "<section aria-labelledby=\"h-budget\"><h2 id=\"h-budget\">Identify budget</h2>\
+         <div class=\"stats\">{}{}{}</div></section>",
+        stat("budget-remaining", "session_start_limit remaining"),
+        stat("budget-reset", "Resets in"),
+        stat("budget-concurrency", "max_concurrency"),
+    );
+    let _ = write!(
+        b,
+        "<section aria-labelledby=\"h-ix\"><h2 id=\"h-ix\">Interactions</h2>\
+         <div class=\"stats\">{}{}{}{}{}{}{}{}</div>{}\
+         <figure><svg id=\"chart-ack\" role=\"img\" aria-label=\"Ack latency p99 per minute against the 3 second limit\" viewBox=\"0 0 600 160\"></svg>\
+         <figcaption>Ack latency per minute (p50, p99) against the 3 s line</figcaption></figure></section>",
+        stat("ack-rate", "Ack rate"),
+        stat("ack-p50", "p50"),
+        stat("ack-p99", "p99"),
+        stat("misses", "Missed (no answer in 3 s)"),
+        stat("deferrals", "Deferred"),
+        stat("late", "Late callbacks"),
+        stat("double", "Double acks"),
+        stat("opened", "Opened"),
+        table("endpoint-failures", "Endpoint delivery failures", &["Reason", "Count"]),
+    );
+    let _ = write!(
+        b,
+        "<section aria-labelledby=\"h-closes\"><h2 id=\"h-closes\">Closes sent, last hour</h2>{}</section>\
+         <section aria-labelledby=\"h-rest\"><h2 id=\"h-rest\">REST</h2>{}{}</section>",
+        table("closes", "Gateway close codes", &["Code", "Count", "Meaning", "What to do"]),
+        table("rest", "Requests by route and status", &["Route", "Status", "Count"]),
+        table("limited", "429s by bucket", &["Route", "Scope", "Count"]),
+    );
+    tools_section(&mut b, &installs, &commands);
+    installs_section(&mut b, &app, &installs, total);
+    b.push_str("</main>");
+    shell(&app.name, Some(&s.csrf), &b)
+}
+
+fn channel_options(installs: &[installs::Install]) -> String {
+    let mut o = String::new();
+    for i in installs {
+        for (id, name, _) in &i.channels {
+            let _ = write!(
+                o,
+                "<option value=\"{id}\">{} › #{}</option>",
+                esc(&i.name),
+                esc(name)
+            );
+        }
+    }
+    o
+}
+
+fn tools_section(b: &mut String, installs: &[installs::Install], commands: &[registry::Command]) {
+    let channels = channel_options(installs);
+    let cmds: String = commands
+        .iter()
+        .map(|c| format!("<option value=\"{0}\">/{0}</option>", esc(&c.name)))
+        .collect();
+    let _ = write!(
+        b,
+        "<section aria-labelledby=\"h-tools\"><h2 id=\"h-tools\">Test your bot</h2>\
+         <form id=\"test-message\" class=\"tool\" data-api=\"/api/test-message\"><h3>Send a test message</h3>\
+         <label for=\"tm-channel\">Channel</label><select id=\"tm-channel\" name=\"channel\">{channels}</select>\
+         <label for=\"tm-content\">Content</label><input id=\"tm-content\" name=\"content\" maxlength=\"2000\" value=\"hello from the portal\">\
+         <button type=\"submit\">Send MESSAGE_CREATE</button><output id=\"test-message-result\" role=\"status\"></output></form>\
+         <form id=\"click\" class=\"tool\" data-api=\"/api/click\"><h3>Use a slash command</h3>\
+         <label for=\"ck-command\">Command</label><select id=\"ck-command\" name=\"command\">{cmds}</select>\
+         <label for=\"ck-channel\">Channel</label><select id=\"ck-channel\" name=\"channel\">{channels}</select>\
+         <button type=\"submit\">Click</button><output id=\"click-result\" role=\"status\"></output></form>\
+         <form id=\"verify\" class=\"tool\" data-api=\"/api/verify-endpoint\"><h3>Re-check the interactions endpoint</h3>\
+         <label for=\"vf-url\">URL (empty: the one set)</label><input id=\"vf-url\" name=\"url\" type=\"url\">\
+         <button type=\"submit\">Check</button><output id=\"verify-result\" role=\"status\"></output></form>\
+         <form id=\"reset\" class=\"tool\" data-api=\"/api/reset-token\" data-confirm=\"Reset the token? The bot's sessions close with 4004.\">\
+         <h3>Reset the token</h3><p>The new token is shown once. Live sessions close with 4004.</p>\
+         <button type=\"submit\" class=\"danger\">Reset token</button><output id=\"reset-result\" role=\"status\"></output></form>\
+         </section>"
+    );
+}
+
+fn installs_section(
+    b: &mut String,
+    app: &registry::Application,
+    installs: &[installs::Install],
+    total: usize,
+) {
+    let intents: Vec<&str> = names::PRIVILEGED_INTENTS
+        .iter()
+        .filter(|(bit, _)| app.approved_intents & bit != 0)
+        .map(|(_, n)| *n)
+        .collect();
+    let intents = if intents.is_empty() {
+        "none".to_string()
+    } else {
+        intents.join(", ")
+    };
+    let _ = write!(
+        b,
+        "<section aria-labelledby=\"h-inst\"><h2 id=\"h-inst\">Installations</h2>\
+         <p>Approved privileged intents: <strong id=\"intents\">{intents}</strong></p>\
+         <p>Installed in {total} server(s){}.</p>\
+         <table id=\"installs\"><caption>Servers</caption><thead><tr><th scope=\"col\">Server</th>\
+         <th scope=\"col\">Granted permissions</th><th scope=\"col\">Channels the bot sees</th></tr></thead><tbody>",
+        if total > installs.len() {
+            format!(" (the first {} shown)", installs.len())
+        } else {
+            String::new()
+        }
+    );
+    for i in installs {
+        let perms = names::permissions(i.granted).join(", ");
+        let chans: Vec<String> = i
+            .channels
+            .iter()
+            .map(|c| format!("#{}", esc(&c.1)))
+            .collect();
+        let _ = write!(
+            b,
+            "<tr><td class=\"server-name\">{} <code>{}</code></td><td>{} <code>({})</code></td><td>{}</td></tr>",
+            esc(&i.name),
+            i.server_id,
+            esc(&perms),
+            i.granted,
+            chans.join(", ")
+        );
+    }
+    b.push_str("</tbody></table></section>");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn markup_is_escaped() {
+        assert_eq!(
+            esc("<script>alert('x')</script> & \"q\""),
+            "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; &amp; &quot;q&quot;"
+        );
+        let page = signin("pre", Some("<b>no</b>"));
+        assert!(page.contains("&lt;b&gt;no&lt;/b&gt;") && !page.contains("<b>no"));
+    }
+}

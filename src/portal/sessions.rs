@@ -1,0 +1,156 @@
+//! Signed-in sessions: a random 256-bit id in an HttpOnly cookie, the
+//! application it was signed in for, and its CSRF token. Held in memory
+//! only (a restart signs everyone out), at most `max` at once (the least
+//! recently used is dropped), each ending after `idle` unused or `max_age`.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+pub const COOKIE: &str = "gw_portal";
+/// Interactions a session started and may look at (a ring).
+const OWN_INTERACTIONS: usize = 32;
+
+#[derive(Clone, Debug)]
+pub struct Session {
+    pub app: u64,
+    pub app_name: String,
+    pub csrf: String,
+    created: Instant,
+    used: Instant,
+    /// Interactions this session clicked (only these may be read back).
+    pub interactions: Vec<u64>,
+}
+
+impl Session {
+    pub fn own(&mut self, id: u64) {
+        if self.interactions.len() >= OWN_INTERACTIONS {
+            self.interactions.remove(0);
+        }
+        self.interactions.push(id);
+    }
+}
+
+pub struct Sessions {
+    by_id: HashMap<String, Session>,
+    max: usize,
+    idle: Duration,
+    max_age: Duration,
+}
+
+/// 32 random bytes as hex; None if the system has no randomness to give.
+pub fn random_hex() -> Option<String> {
+    let mut b = [0u8; 32];
+    getrandom::fill(&mut b).ok()?;
+    Some(b.iter().map(|x| format!("{x:02x}")).collect())
+}
+
+/// Constant-time equality of two secrets.
+pub fn same(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+impl Sessions {
+    pub fn new(max: usize, idle: Duration, max_age: Duration) -> Sessions {
+        Sessions {
+            by_id: HashMap::with_capacity(max.min(4096)),
+            max: max.max(1),
+            idle,
+            max_age,
+        }
+    }
+
+    fn live(&self, s: &Session, now: Instant) -> bool {
+        now.duration_since(s.used) < self.idle && now.duration_since(s.created) < self.max_age
+    }
+
+    /// A new session for `app`: (cookie id, CSRF token).
+    pub fn create(&mut self, app: u64, app_name: &str, now: Instant) -> Option<(String, String)> {
+        self.by_id.retain(|_, s| {
+            now.duration_since(s.used) < self.idle && now.duration_since(s.created) < self.max_age
+        });
+        while self.by_id.len() >= self.max {
+            let oldest = self
+                .by_id
+                .iter()
+                .min_by_key(|(_, s)| s.used)
+                .map(|(k, _)| k.clone())?;
+            self.by_id.remove(&oldest);
+        }
+        let (id, csrf) = (random_hex()?, random_hex()?);
+        self.by_id.insert(
+            id.clone(),
+            Session {
+                app,
+                app_name: app_name.to_string(),
+                csrf: csrf.clone(),
+                created: now,
+                used: now,
+                interactions: Vec::new(),
+            },
+        );
+        Some((id, csrf))
+    }
+
+    /// The live session of a cookie id (its use time renewed).
+    pub fn get(&mut self, id: &str, now: Instant) -> Option<&mut Session> {
+        if id.len() != 64 {
+            return None;
+        }
+        let live = self.by_id.get(id).is_some_and(|s| self.live(s, now));
+        if !live {
+            self.by_id.remove(id);
+            return None;
+        }
+        let s = self.by_id.get_mut(id)?;
+        s.used = now;
+        Some(s)
+    }
+
+    pub fn remove(&mut self, id: &str) {
+        self.by_id.remove(id);
+    }
+
+    /// Ends every session of `app` but `keep` (after a token reset).
+    pub fn end_app(&mut self, app: u64, keep: &str) {
+        self.by_id.retain(|k, s| s.app != app || k == keep);
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_id.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_id.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sessions_expire_are_bounded_and_end_with_their_token() {
+        let t0 = Instant::now();
+        let mut s = Sessions::new(2, Duration::from_secs(10), Duration::from_secs(100));
+        let (a, csrf) = s.create(1, "one", t0).unwrap();
+        assert_eq!(s.get(&a, t0).unwrap().csrf, csrf);
+        assert!(s.get(&a, t0 + Duration::from_secs(11)).is_none(), "idle");
+        let (b, _) = s.create(1, "one", t0).unwrap();
+        let (c, _) = s.create(2, "two", t0 + Duration::from_secs(1)).unwrap();
+        let (d, _) = s.create(2, "two", t0 + Duration::from_secs(2)).unwrap();
+        assert_eq!(s.len(), 2);
+        assert!(
+            s.get(&b, t0 + Duration::from_secs(2)).is_none(),
+            "oldest dropped"
+        );
+        s.end_app(2, &d);
+        assert!(s.get(&c, t0 + Duration::from_secs(2)).is_none());
+        assert!(s.get(&d, t0 + Duration::from_secs(2)).is_some());
+        assert!(s.get("forged", t0).is_none());
+        assert!(same("abc", "abc") && !same("abc", "abd") && !same("a", "ab"));
+    }
+}

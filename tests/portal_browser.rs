@@ -1,0 +1,160 @@
+//! The developer portal in a real browser (issue 16): Debian's chromium
+//! driven by chromedriver over W3C WebDriver (tests/support/webdriver.rs)
+//! against a real node. Sign in with the demo token, watch the live
+//! session count move when a bot connects, send a test event and see the
+//! bot get it, click a command and see the response, see a slow consumer
+//! as degraded, sign out; a second application sees none of it; a server
+//! named `<script>` is text. Screenshots of the main views go to
+//! docs/portal/ when GATEWAYD_PORTAL_SCREENSHOTS is set.
+
+mod support;
+
+use std::time::Duration;
+
+use serde_json::json;
+use support::bot;
+use support::node::Node;
+use support::registry::Registry;
+use support::webdriver::Browser;
+use support::BOT_INTENTS;
+
+const WAIT: Duration = Duration::from_secs(15);
+
+fn shot(b: &Browser, name: &str) {
+    if std::env::var_os("GATEWAYD_PORTAL_SCREENSHOTS").is_some() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/portal");
+        std::fs::create_dir_all(&dir).unwrap();
+        b.screenshot(&dir.join(name));
+    }
+}
+
+fn sign_in(b: &Browser, base: &str, token: &str) {
+    b.goto(&format!("{base}/"));
+    b.type_into("#token", token);
+    b.click("#signin-button");
+    b.wait_for("#signout", WAIT);
+}
+
+#[test]
+#[ignore = "needs chromium and chromedriver (Debian's chromium, chromium-driver): run scripts/test-all.sh, or install them"]
+fn the_portal_in_a_browser() {
+    let node = Node::start(&["--no-demo", "--max-unsent", "300"]);
+    let base = format!("http://{}", support::portal::addr(&node));
+    let reg = Registry::new(node.dir.path());
+    let other = reg.add_app("other-bot", 0);
+    let (evil, _) = reg.add_server("<script>document.title='owned'</script>");
+    reg.install(other.id, evil, None);
+    let b = Browser::start();
+
+    // A wrong token: refused, with the reason, on the sign-in page.
+    b.goto(&format!("{base}/"));
+    shot(&b, "signin.png");
+    b.type_into("#token", "not-a-token");
+    b.click("#signin-button");
+    let e = b.text("#signin-error");
+    assert!(e.contains("not valid"), "{e:?}");
+
+    sign_in(&b, &base, &node.token);
+    b.wait_text("#live", WAIT, |t| t == "0")
+        .expect("live 0 before the bot");
+    let mut bot = bot::identify(node.gateway, "demo", &node.token, BOT_INTENTS, None).unwrap();
+    b.wait_text("#live", WAIT, |t| t == "1")
+        .expect("the live count follows the bot");
+    let app = bot.app_id();
+    let put = support::http::json_request(
+        node.gateway,
+        "PUT",
+        &format!("/api/v10/applications/{app}/commands"),
+        Some(&format!("Bot {}", node.token)),
+        Some(&json!([{"name": "ping", "description": "Ping", "type": 1}])),
+    );
+    assert_eq!(put.status, 200);
+    b.goto(&format!("{base}/")); // the command list is drawn with the page
+
+    // A test event, seen by the bot.
+    b.click("#test-message button");
+    let sent = b
+        .wait_text("#test-message-result", WAIT, |t| t.starts_with("sent"))
+        .unwrap();
+    let id = sent.rsplit(' ').next().unwrap().to_string();
+    let got = (0..30)
+        .map(|_| bot.next_dispatch(Duration::from_secs(10)))
+        .find(|v| v["t"] == "MESSAGE_CREATE" && v["d"]["id"] == id.as_str());
+    assert!(got.is_some(), "the bot got the test message {id}");
+
+    // A click; the bot answers; the page shows what the person sees.
+    b.click("#click button");
+    let ix = (0..50)
+        .map(|_| bot.next_dispatch(Duration::from_secs(10)))
+        .find(|v| v["t"] == "INTERACTION_CREATE")
+        .expect("the interaction")["d"]
+        .clone();
+    let cb = support::http::request_with_body(
+        node.gateway,
+        "POST",
+        &format!(
+            "/api/v10/interactions/{}/{}/callback",
+            ix["id"].as_str().unwrap(),
+            ix["token"].as_str().unwrap()
+        ),
+        &[("Content-Type", "application/json")],
+        Some(br#"{"type": 4, "data": {"content": "pong from the bot"}}"#),
+    )
+    .unwrap();
+    assert_eq!(cb.status, 204);
+    b.wait_text("#click-result", WAIT, |t| t.contains("pong from the bot"))
+        .expect("the person's view of the response");
+    b.wait_text("#ack-rate", WAIT, |t| t == "100.0 %")
+        .expect("ack rate");
+    shot(&b, "health.png");
+
+    // A slow consumer: the bot stops reading; the page says degraded.
+    let (server, channel) = bot::server_and_general(&bot.guild_creates[0]);
+    let mut p = support::events::Producer::connect(node.ingest);
+    let pad = "x".repeat(16 << 10);
+    let mut seen = false;
+    for n in 0..600u64 {
+        let mut ev = support::events::message_event(
+            1_700_000_000_000_000_000 + n,
+            server,
+            channel,
+            "big",
+            &[],
+        );
+        ev.d["x_pad"] = json!(pad);
+        p.send(&ev);
+        if n >= 200 && n % 5 == 0 {
+            std::thread::sleep(Duration::from_millis(400));
+            if b.text("#degraded").parse::<u64>().unwrap_or(0) > 0 {
+                seen = true;
+                break;
+            }
+        }
+    }
+    assert!(seen, "the slow consumer shown as degraded");
+    assert!(b.text("#degraded-note").contains("80 %"));
+    b.run("document.getElementById('h-sessions').scrollIntoView(); return 1;");
+    shot(&b, "degraded.png");
+    b.run("document.getElementById('h-tools').scrollIntoView(); return 1;");
+    shot(&b, "tools.png");
+    drop(bot);
+
+    // Sign out: back to the sign-in form; the old page's data is gone.
+    b.click("#signout");
+    b.wait_for("#signin-button", WAIT);
+
+    // The other application: its own figures, and the script-named server as text.
+    sign_in(&b, &base, &other.token);
+    assert_eq!(b.text("#app-id"), other.id.to_string());
+    b.wait_text("#live", WAIT, |t| t == "0")
+        .expect("none of the demo's sessions");
+    assert_eq!(b.text("#opened"), "0");
+    let cell = b.text("#installs .server-name");
+    assert!(
+        cell.contains("<script>document.title='owned'</script>"),
+        "{cell}"
+    );
+    assert_ne!(b.run("return document.title;"), json!("owned"));
+    b.run("document.getElementById('h-inst').scrollIntoView(); return 1;");
+    shot(&b, "installations.png");
+}

@@ -243,6 +243,19 @@ const MIGRATIONS: &[&str] = &[
     );
     CREATE INDEX interaction_claims_at ON interaction_claims(claimed_at_ms);
     "#,
+    // 9: cluster membership (docs/cluster.md). One row per node number
+    // (1..=65535, named in the session ids it issues): the process holding
+    // it (`instance`, random per start), the address of its node-to-node
+    // link, and when the claim lapses unless renewed by its heartbeat. A
+    // lapsed row is free for the next node to claim: at most 65,535 rows.
+    r#"
+    CREATE TABLE cluster_nodes (
+        node_id       {i64} PRIMARY KEY,
+        instance      TEXT NOT NULL,
+        link_addr     TEXT NOT NULL,
+        expires_at_ms {i64} NOT NULL
+    );
+    "#,
 ];
 
 /// Where the schema version and the revision counter live (created before
@@ -333,6 +346,8 @@ mod tests {
             "476e8a39c3af7f39a6c5218bced2889db67d4cf7f0c35787803b001900679a57",
             // 8: interaction_claims.
             "5dabc41a7640143645d8599a19622e5799b00621139fee31ad6cc054d47146dd",
+            // 9: cluster_nodes.
+            "0aeaa32dcd3e93de4f41a90e017005aa440b0804d073ebb9be0f1a661fdf1007",
         ];
         let postgres = [
             "1a3cb466e916e54db1de963200edb5cc45643a0fd53b9acfb3007df2d641032a",
@@ -345,6 +360,8 @@ mod tests {
             "faba10835496a34f91b9e0289d92e745ecc9ca5827dc4f4b620b59f09ef9cc96",
             // 8: interaction_claims.
             "7675dfd2a3aa89b56d4d1a02800b13d07e51a05aede5b8d08ad1919cedc7c206",
+            // 9: cluster_nodes.
+            "5a5b3cc6f3c13017212d4cb709e2cf3fe866824617e0b9be0a397b846103732e",
         ];
         for (dialect, pinned) in [(&SQLITE, sqlite), (&POSTGRES, postgres)] {
             let got: Vec<String> = dialect.migrations_after(0).map(|m| sha256(&m)).collect();

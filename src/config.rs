@@ -6,7 +6,9 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+mod cluster;
 mod egress;
+pub use cluster::Cluster;
 pub use egress::Egress;
 
 #[derive(Clone, Debug, Deserialize)]
@@ -46,6 +48,7 @@ pub struct Config {
     pub rest: Rest,
     pub chat: Chat,
     pub egress: Egress,
+    pub cluster: Cluster,
 }
 
 /// The chat service behind the REST edge: embedded, or an upstream one
@@ -304,6 +307,7 @@ impl Default for Config {
             rest: Rest::default(),
             chat: Chat::default(),
             egress: Egress::default(),
+            cluster: Cluster::default(),
         }
     }
 }
@@ -476,6 +480,11 @@ pub struct RunArgs {
     /// REST: nodes sharing the limits, for the fallback share (0: from Redis heartbeats).
     #[arg(long)]
     pub rest_nodes: Option<u32>,
+    /// Cluster: where the node-to-node link listens (docs/cluster.md).
+    #[arg(long)]
+    pub cluster_link_addr: Option<SocketAddr>,
+    #[arg(long)]
+    pub cluster_handoff_timeout_ms: Option<u64>,
     /// Where the node's child egress listens (Unix socket path or host:port).
     #[arg(long)]
     pub egress_addr: Option<String>,
@@ -555,6 +564,8 @@ impl Config {
         set!(args.rest_redis_sync_ms => cfg.rest.redis_sync_ms);
         set!(args.rest_redis_timeout_ms => cfg.rest.redis_timeout_ms);
         set!(args.rest_nodes => cfg.rest.nodes);
+        set!(args.cluster_link_addr => cfg.cluster.link_addr);
+        set!(args.cluster_handoff_timeout_ms => cfg.cluster.handoff_timeout_ms);
         set!(args.egress_addr => cfg.egress.addr);
         set!(args.egress_remote => cfg.egress.remote);
         set!(args.egress_allow_private_cidrs => cfg.egress.allow_private_cidrs);

@@ -16,7 +16,10 @@ impl Worker {
                 Ok(None) => self.api.views.forget_app(app),
                 Err(()) => {} // the old view stands; its leases lapse as usual
             },
-            ToWorker::Batch(batch) => self.deliver_batch(&batch),
+            ToWorker::Batch(batch) => {
+                self.deliver_batch(&batch);
+                self.retain_batch(batch);
+            }
             // Sessions and REST views take every change at the same moment.
             ToWorker::Leases { pairs, until_ms } => {
                 self.fan.renew_leases(&pairs, until_ms);
@@ -44,6 +47,8 @@ impl Worker {
             }
             ToWorker::RestCounters(answer) => self.api.limiter.apply(&answer),
             ToWorker::Shutdown { spread_ms } => self.drain(spread_ms),
+            ToWorker::HandOut { take, reply } => self.hand_out(&take, &reply),
+            ToWorker::HandedIn { conn, result } => self.handed_in(conn, result),
         }
     }
 

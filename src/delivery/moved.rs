@@ -18,7 +18,10 @@ pub const MAX_FRAME: usize = 64 << 20;
 /// Digests of the holder's last records sent for lining the streams up.
 pub const TAIL: usize = 64;
 /// The request's size on the wire.
-pub const TAKE_LEN: usize = 4 + 32 + 32 + 8 + 4 + 8;
+pub const TAKE_LEN: usize = 4 + 32 + 32 + 8 + 4 + 8 + 8;
+/// The holder lets go only this long before the taker's deadline (the
+/// answer must still reach it; node clocks are assumed within this).
+pub const DEADLINE_MARGIN_MS: u64 = 100;
 const MAGIC: &[u8; 4] = b"GWT1";
 const MAX_USER_JSON: usize = 64 << 10;
 
@@ -34,6 +37,16 @@ pub struct Take {
     /// session) if the events after `seq` are more.
     pub max_entries: u32,
     pub max_bytes: u64,
+    /// Unix ms after which the taker no longer waits: a holder that gets
+    /// the request later (it was frozen, the link slow) keeps the session.
+    pub deadline_unix_ms: u64,
+}
+
+impl Take {
+    /// Whether the holder may still let go at `now_unix_ms`.
+    pub fn in_time(&self, now_unix_ms: u64) -> bool {
+        now_unix_ms.saturating_add(DEADLINE_MARGIN_MS) < self.deadline_unix_ms
+    }
 }
 
 /// A session as it leaves its holder.
@@ -69,6 +82,7 @@ impl Take {
         out[68..76].copy_from_slice(&self.seq.to_le_bytes());
         out[76..80].copy_from_slice(&self.max_entries.to_le_bytes());
         out[80..88].copy_from_slice(&self.max_bytes.to_le_bytes());
+        out[88..96].copy_from_slice(&self.deadline_unix_ms.to_le_bytes());
         out
     }
 
@@ -84,6 +98,7 @@ impl Take {
             seq: r.u64()?,
             max_entries: r.u32()?,
             max_bytes: r.u64()?,
+            deadline_unix_ms: r.u64()?,
         })
     }
 }
@@ -278,7 +293,10 @@ mod tests {
             seq: 17,
             max_entries: 5000,
             max_bytes: 1 << 24,
+            deadline_unix_ms: 1_700_000_000_000,
         };
+        assert!(t.in_time(1_700_000_000_000 - 101));
+        assert!(!t.in_time(1_700_000_000_000 - 100));
         assert_eq!(Take::decode(&t.encode()), Some(t.clone()));
         let mut bad = t.encode();
         bad[0] = b'X';

@@ -17,21 +17,32 @@
 
 use std::collections::VecDeque;
 
+use ringbuf::{Arena, ArenaConfig, RecordRef};
+
 use super::*;
 use crate::delivery::moved::{self, Moved, Take, TAIL};
 
-/// Batches a worker keeps after delivering them (clustered only).
-const RECENT_BATCHES: usize = 32;
-/// ... and for how long (the newest one is kept regardless).
+/// Bytes of recent stream records a clustered worker keeps (a copy of
+/// each record body, in a log of its own: the ingest batches are never
+/// held, so the pipeline's recycling and Kafka's commits are unchanged).
+const RECENT_BYTES: u64 = 8 << 20;
+/// ... at most this many records ...
+const RECENT_RECORDS: usize = 8_192;
+/// ... and for this long (the last `TAIL` are kept regardless).
 const RECENT_MS: u64 = 2_000;
 /// Arrived sessions waiting for our stream to reach their cut.
 const MAX_PENDING: usize = 1_024;
 
 pub(super) struct ClusterState {
-    /// (when delivered, the batch), oldest first.
-    recent: VecDeque<(u64, Arc<Batch>)>,
-    /// Records in every batch retained so far (so: taken from the stream).
+    /// The recent records (None: not clustered, nothing kept).
+    log: Option<Arena>,
+    /// (where in `log`, when taken), oldest first.
+    recent: VecDeque<(RecordRef, u64)>,
+    /// Records taken from the stream since start.
     records_seen: u64,
+    /// Records kept in `recent` since start (equal to `records_seen` as
+    /// long as none was too large to keep and none was dropped).
+    records_kept: u64,
     pending: Vec<Pending>,
 }
 
@@ -43,50 +54,79 @@ struct Pending {
 
 /// Where a holder's cut is in our retained stream.
 enum Cut {
-    /// Our records from this flat index on came after the holder's cut.
+    /// Our records from this index of `recent` on came after the holder's cut.
     After(usize),
     NotYet,
     Mismatch,
 }
 
 impl ClusterState {
-    pub(super) fn new() -> ClusterState {
+    pub(super) fn new(clustered: bool) -> ClusterState {
+        let log = clustered
+            .then(|| Arena::new(ArenaConfig::new(RECENT_BYTES)))
+            .and_then(|a| match a {
+                Ok(a) => Some(a),
+                Err(e) => {
+                    tracing::error!(error = %e, "cluster: no recent-stream log; hand-offs to this node will get op 9");
+                    None
+                }
+            });
         ClusterState {
-            recent: VecDeque::with_capacity(RECENT_BATCHES + 1),
+            recent: VecDeque::with_capacity(if log.is_some() { RECENT_RECORDS + 1 } else { 0 }),
+            log,
             records_seen: 0,
+            records_kept: 0,
             pending: Vec::new(),
         }
     }
 
+    /// Keep a copy of one record taken from the stream (no allocation).
+    fn keep(&mut self, body: &[u8], now_ms: u64) {
+        let Some(log) = self.log.as_mut() else { return };
+        self.records_seen += 1;
+        match log.append(&[body]) {
+            Ok(r) => {
+                if self.recent.len() == RECENT_RECORDS {
+                    self.recent.pop_front();
+                }
+                self.recent.push_back((r, now_ms));
+                self.records_kept += 1;
+            }
+            // Too large to keep: no cut can be placed across it.
+            Err(_) => self.recent.clear(),
+        }
+        while let Some(&(r, at)) = self.recent.front() {
+            let stale = self.recent.len() > TAIL && at + RECENT_MS < now_ms;
+            if stale || !log.contains(r) {
+                self.recent.pop_front();
+            } else {
+                break;
+            }
+        }
+    }
+
     fn bodies(&self) -> impl Iterator<Item = &[u8]> {
-        self.recent.iter().flat_map(|(_, b)| b.bodies())
+        let log = self.log.as_ref();
+        self.recent
+            .iter()
+            .filter_map(move |(r, _)| log.and_then(|l| l.get(*r)))
     }
 
     /// Digests of the last `TAIL` records taken, oldest first.
     fn tail(&self) -> Vec<u64> {
-        let mut out = Vec::with_capacity(TAIL);
-        for (_, b) in self.recent.iter().rev() {
-            let mut ds: Vec<u64> = b.bodies().map(moved::digest).collect();
-            while let Some(d) = ds.pop() {
-                if out.len() == TAIL {
-                    break;
-                }
-                out.push(d);
-            }
-            if out.len() == TAIL {
-                break;
-            }
-        }
-        out.reverse();
-        out
+        let skip = self.recent.len().saturating_sub(TAIL);
+        self.bodies().skip(skip).map(moved::digest).collect()
     }
 
     fn locate(&self, tail: &[u64]) -> Cut {
+        if self.log.is_none() {
+            return Cut::Mismatch;
+        }
         let ours: Vec<u64> = self.bodies().map(moved::digest).collect();
         let Some((&last, before)) = tail.split_last() else {
             // The holder had taken nothing: all we took is after its cut,
             // if we still have all of it.
-            return if self.records_seen == ours.len() as u64 {
+            return if self.records_seen == ours.len() as u64 && self.records_kept == self.records_seen {
                 Cut::After(0)
             } else {
                 Cut::Mismatch
@@ -95,12 +135,10 @@ impl ClusterState {
         let Some(p) = ours.iter().rposition(|&d| d == last) else {
             return Cut::NotYet;
         };
+        // The records before the cut must be the holder's, in its order, as
+        // far as both still have them.
         let k = before.len().min(p);
         if ours[p - k..p] != before[before.len() - k..] {
-            return Cut::Mismatch;
-        }
-        if k < before.len() && self.records_seen != ours.len() as u64 {
-            // We no longer retain enough before the cut to check the tail.
             return Cut::Mismatch;
         }
         Cut::After(p + 1)
@@ -112,20 +150,15 @@ impl Worker {
         self.shared.cluster.is_some()
     }
 
-    /// Keep a delivered batch for lining up arriving sessions.
-    pub(super) fn retain_batch(&mut self, batch: Arc<Batch>) {
-        if !self.clustered() {
+    /// Keep a copy of a delivered batch's records for lining up arriving
+    /// sessions (clustered only).
+    pub(super) fn retain_batch(&mut self, batch: &Batch) {
+        if self.clu.log.is_none() {
             return;
         }
         let now = self.now_ms();
-        let c = &mut self.clu;
-        c.records_seen += batch.len() as u64;
-        if c.recent.len() == RECENT_BATCHES {
-            c.recent.pop_front();
-        }
-        c.recent.push_back((now, batch));
-        while c.recent.len() > 1 && c.recent.front().is_some_and(|(at, _)| at + RECENT_MS < now) {
-            c.recent.pop_front();
+        for body in batch.bodies() {
+            self.clu.keep(body, now);
         }
         if !self.clu.pending.is_empty() {
             self.retry_pending();
@@ -161,6 +194,7 @@ impl Worker {
                 seq: r.seq,
                 max_entries: cfg.events.max_held,
                 max_bytes: cfg.events.max_unsent_bytes,
+                deadline_unix_ms: self.unix_ms + cfg.cluster.handoff_timeout_ms,
             },
             since: Instant::now(),
         };
@@ -184,6 +218,10 @@ impl Worker {
                 if s.identity.token_digest != take.token_digest {
                     // A wrong token must not end, or even disturb, someone's session.
                     return Err(ResumeRefusal::TokenMismatch);
+                }
+                if !take.in_time(registry::snowflake::unix_ms_now()) {
+                    // The taker has given up by now: keep it.
+                    return Err(ResumeRefusal::NodeUnreachable);
                 }
                 let events = self.fan.export(idx, take)?;
                 Ok(Moved {
@@ -252,9 +290,11 @@ impl Worker {
                 }
                 Cut::NotYet | Cut::Mismatch => {
                     let p = self.clu.pending.swap_remove(i);
+                    let why = if matches!(cut, Cut::NotYet) { "its cut never reached us" } else { "the records before its cut differ" };
                     tracing::warn!(
                         worker = self.id,
                         session = %p.moved.identity.session_id,
+                        why,
                         "hand-off: streams could not be lined up; the session is lost (op 9)"
                     );
                     self.refuse_resume(p.conn, ResumeRefusal::StreamCut);
@@ -276,7 +316,8 @@ impl Worker {
         let Worker { fan, clu, .. } = self;
         let mut mentions = Vec::new();
         for body in clu.bodies().skip(from) {
-            // SAFETY: the ingest thread accepted exactly these bytes.
+            // SAFETY: the ingest thread accepted exactly these bytes; `keep`
+            // copied them unchanged into the log, whose records are 8-aligned.
             let rec = unsafe { ingest::access_trusted(body) };
             mentions.clear();
             mentions.extend(rec.mentions().iter().map(|m| m.to_native()));

@@ -18,7 +18,7 @@ impl Worker {
             },
             ToWorker::Batch(batch) => {
                 self.deliver_batch(&batch);
-                self.retain_batch(batch);
+                self.retain_batch(&batch);
             }
             // Sessions and REST views take every change at the same moment.
             ToWorker::Leases { pairs, until_ms } => {

@@ -268,6 +268,7 @@ impl Worker {
             .collect();
         let max_conns: usize = rings.iter().map(|r| r.conns.len()).sum();
         let fan = setup.fan;
+        let clustered = shared.cluster.is_some();
         Worker {
             id,
             shared,
@@ -299,7 +300,7 @@ impl Worker {
             lease_pairs: Vec::new(),
             lost_wakeups: 0,
             api,
-            clu: cluster::ClusterState::new(),
+            clu: cluster::ClusterState::new(clustered),
         }
     }
 

@@ -34,6 +34,8 @@ pub struct ClusterStats {
     pub served: AtomicU64,
     pub served_refused_busy: AtomicU64,
     pub served_bad_request: AtomicU64,
+    /// Requests that reached us after the asker's deadline (dropped, the session kept).
+    pub served_late: AtomicU64,
     /// Our requests that failed on the link (no answer in time, no such node).
     pub take_unreachable: AtomicU64,
     /// Heartbeats that found our claim taken by another node.

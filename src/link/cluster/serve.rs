@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::ClusterStats;
-use crate::delivery::moved::{self, Take, TAKE_LEN};
+use crate::delivery::moved::{self, Take, DEADLINE_MARGIN_MS, TAKE_LEN};
 use crate::delivery::resume::ResumeRefusal;
 use crate::worker::mail::{ToWorker, WorkerHandle};
 use crate::worker::shared::home_worker;
@@ -76,6 +76,15 @@ fn serve(mut stream: TcpStream, ctx: &Ctx) {
         ctx.stats.served_bad_request.fetch_add(1, Relaxed);
         return;
     };
+    // The request may have waited in the socket (we were frozen): never
+    // wait longer than the taker does.
+    let now = registry::snowflake::unix_ms_now();
+    if !take.in_time(now) {
+        ctx.stats.served_late.fetch_add(1, Relaxed);
+        return;
+    }
+    let left = Duration::from_millis(take.deadline_unix_ms - now - DEADLINE_MARGIN_MS);
+    let deadline = deadline.min(Instant::now() + left);
     let answer = ask_worker(ctx, take, deadline);
     let len = (answer.len() as u32).to_le_bytes();
     if stream.write_all(&len).and_then(|_| stream.write_all(&answer)).is_ok() {

@@ -419,3 +419,37 @@ fn a_bot_drained_off_one_node_resumes_on_the_other_without_a_gap() {
     assert_eq!(handoffs(&c.b, "gatewayd_identifies_total"), 0.0, "no re-identify");
     assert_eq!(handoffs(&c.b, "gatewayd_handoffs_in_total"), 1.0);
 }
+
+#[test]
+#[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
+fn a_session_moves_twice_and_is_found_after_its_first_node_died() {
+    let mut c = Cluster::start(&[]);
+    let flags = ["--registry-url", c.url.as_str(), "--no-demo"];
+    let third = Node::start(&flags);
+    let (ws, sid, server, channel) = login(&c.a, &c.a.token);
+    let seq = ws.seq.unwrap();
+    drop(ws);
+    let mut feed = Feed::new(&[&c.a, &c.b, &third]);
+    feed.message(1, server, channel);
+    // A to B.
+    let mut on_b = resume(&c.b, &c.a.token, &sid, seq);
+    let first = read(&mut on_b, Duration::from_secs(5), |s| s.dispatches.iter().any(|d| d.1 == "RESUMED"));
+    assert!(first.dispatches.iter().any(|d| d.1 == "RESUMED"), "{first:?}");
+    assert_eq!(first.dispatches.iter().filter(|d| d.2 == 1).count(), 1, "{first:?}");
+    feed.message(2, server, channel);
+    let live = read(&mut on_b, Duration::from_secs(5), |s| s.dispatches.iter().any(|d| d.2 == 2));
+    let seq = live.dispatches.last().expect("message 2 on B").0;
+    drop(on_b);
+    // The node that created the session dies; its id still names it.
+    let _ = c.a.child.kill();
+    let _ = c.a.child.wait();
+    feed.message(3, server, channel);
+    // B to the third node, found by asking the live nodes.
+    let mut on_c = resume(&third, &c.a.token, &sid, seq);
+    let second = read(&mut on_c, Duration::from_secs(5), |s| s.dispatches.iter().any(|d| d.1 == "RESUMED"));
+    assert!(!second.invalid_session, "{second:?}");
+    let ids: Vec<u64> = second.dispatches.iter().filter(|d| d.1 == "MESSAGE_CREATE").map(|d| d.2).collect();
+    assert_eq!(ids, vec![3], "exactly what the client had not seen: {second:?}");
+    assert_eq!(handoffs(&c.b, "gatewayd_handoffs_out_total"), 1.0);
+    assert_eq!(handoffs(&third, "gatewayd_handoffs_in_total"), 1.0);
+}

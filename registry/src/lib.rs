@@ -254,6 +254,8 @@ pub trait Registry: Send + Sync {
         now_ms: u64,
         ttl_ms: u64,
     ) -> Result<bool>;
+    /// (number, link address) of every live node.
+    fn live_nodes(&self, now_ms: u64) -> Result<Vec<(u16, String)>>;
     /// Where the link of live node `node` listens (None: no live claim).
     fn node_link(&self, node: u16, now_ms: u64) -> Result<Option<String>>;
     /// Give up the claim (a clean stop).

@@ -31,6 +31,8 @@ pub(crate) trait NodeStore {
         now_ms: u64,
         until_ms: u64,
     ) -> Result<bool>;
+    /// (number, link address) of every node whose claim holds at `now_ms`.
+    fn live_links(&mut self, now_ms: u64) -> Result<Vec<(u16, String)>>;
     /// The link address of `node` if its claim holds at `now_ms`.
     fn link_of(&mut self, node: u16, now_ms: u64) -> Result<Option<String>>;
     /// Give `node` up (only if `instance` holds it).

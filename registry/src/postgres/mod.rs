@@ -1080,6 +1080,11 @@ impl Registry for PostgresRegistry {
         })
     }
 
+    fn live_nodes(&self, now_ms: u64) -> Result<Vec<(u16, String)>> {
+        use crate::nodes::NodeStore;
+        self.run(WriteKind::Single, |t| t.live_links(now_ms))
+    }
+
     fn node_link(&self, node: u16, now_ms: u64) -> Result<Option<String>> {
         use crate::nodes::NodeStore;
         self.run(WriteKind::Single, |t| t.link_of(node, now_ms))

@@ -35,6 +35,16 @@ impl NodeStore for Tx<'_> {
         )? == 1)
     }
 
+    fn live_links(&mut self, now_ms: u64) -> Result<Vec<(u16, String)>> {
+        self.query(
+            "SELECT node_id, link_addr FROM cluster_nodes WHERE expires_at_ms > $1 ORDER BY node_id",
+            &[&to_i(now_ms)],
+        )?
+        .iter()
+        .map(|r| Ok((u16::try_from(col::<i64>(r, 0)?).unwrap_or(0), col::<String>(r, 1)?)))
+        .collect()
+    }
+
     fn link_of(&mut self, node: u16, now_ms: u64) -> Result<Option<String>> {
         self.query_opt(
             "SELECT link_addr FROM cluster_nodes WHERE node_id = $1 AND expires_at_ms > $2",

@@ -515,6 +515,12 @@ impl Registry for SqliteRegistry {
         (&*c).claim(node, instance, link_addr, now_ms, now_ms.saturating_add(ttl_ms))
     }
 
+    fn live_nodes(&self, now_ms: u64) -> Result<Vec<(u16, String)>> {
+        use crate::nodes::NodeStore;
+        let c = self.lock();
+        (&*c).live_links(now_ms)
+    }
+
     fn node_link(&self, node: u16, now_ms: u64) -> Result<Option<String>> {
         use crate::nodes::NodeStore;
         let c = self.lock();

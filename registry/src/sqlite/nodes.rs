@@ -20,6 +20,19 @@ impl NodeStore for &Connection {
         Ok(out)
     }
 
+    fn live_links(&mut self, now_ms: u64) -> Result<Vec<(u16, String)>> {
+        let mut st = self.prepare_cached(
+            "SELECT node_id, link_addr FROM cluster_nodes WHERE expires_at_ms > ?1 ORDER BY node_id",
+        )?;
+        let rows = st.query_map([to_i(now_ms)], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?;
+        let mut out = Vec::new();
+        for r in rows {
+            let (n, a) = r?;
+            out.push((u16::try_from(n).unwrap_or(0), a));
+        }
+        Ok(out)
+    }
+
     fn claim(
         &mut self,
         node: u16,

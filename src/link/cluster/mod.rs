@@ -139,6 +139,7 @@ pub fn start(
     let resolver = Arc::new(take::Resolver::new(j.registry.clone()));
     for i in 0..TAKE_THREADS {
         let ctx = take::Ctx {
+            node: j.node,
             workers: workers.clone(),
             timeout: Duration::from_millis(j.cfg.handoff_timeout_ms),
             resolver: resolver.clone(),

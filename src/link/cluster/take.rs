@@ -1,8 +1,11 @@
 //! Our side of a hand-off: find the node a session id names (its link
 //! address from the registry, cached for a second), ask it, and hand the
-//! answer to the worker that asked. Everything from the Resume's arrival
-//! to the answer is under one deadline; past it, or on any failure of the
-//! link, op 9 (`NodeUnreachable`), counted.
+//! answer to the worker that asked. A session may have moved on from the
+//! node that created it (a rolling release moves it more than once): when
+//! that node does not have it, or is gone, the other live nodes are asked
+//! in turn. Everything from the Resume's arrival to the answer is under
+//! one deadline; past it, or on any failure of the link, op 9
+//! (`NodeUnreachable`), counted.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -22,6 +25,8 @@ use crate::worker::mail::{Moved, TakeJob, ToWorker, WorkerHandle};
 const ADDRESS_TTL: Duration = Duration::from_secs(1);
 
 pub(super) struct Ctx {
+    /// Our own node number (never asked).
+    pub node: u16,
     pub workers: Arc<[WorkerHandle]>,
     pub timeout: Duration,
     pub resolver: Arc<Resolver>,
@@ -32,6 +37,8 @@ pub(super) struct Ctx {
 pub(super) struct Resolver {
     registry: Arc<dyn Registry>,
     cache: Mutex<HashMap<u16, (Option<SocketAddr>, Instant)>>,
+    /// Every live node, as last read.
+    peers: Mutex<(Vec<(u16, SocketAddr)>, Option<Instant>)>,
 }
 
 impl Resolver {
@@ -39,7 +46,28 @@ impl Resolver {
         Resolver {
             registry,
             cache: Mutex::new(HashMap::new()),
+            peers: Mutex::new((Vec::new(), None)),
         }
+    }
+
+    /// Every live node (read at most once a second).
+    fn peers(&self) -> Vec<(u16, SocketAddr)> {
+        let now = Instant::now();
+        let mut p = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
+        if p.1.is_some_and(|at| now.duration_since(at) < ADDRESS_TTL) {
+            return p.0.clone();
+        }
+        match self.registry.live_nodes(registry::snowflake::unix_ms_now()) {
+            Ok(list) => {
+                p.0 = list
+                    .into_iter()
+                    .filter_map(|(n, a)| Some((n, a.to_socket_addrs().ok()?.next()?)))
+                    .collect();
+                p.1 = Some(now);
+            }
+            Err(e) => tracing::warn!(error = %e, "cluster: listing the live nodes"),
+        }
+        p.0.clone()
     }
 
     fn lookup(&self, node: u16) -> Option<SocketAddr> {
@@ -94,11 +122,45 @@ pub(super) fn run(jobs: crossbeam_channel::Receiver<TakeJob>, ctx: Ctx, stop: &A
 }
 
 fn take(ctx: &Ctx, job: &TakeJob, deadline: Instant) -> Result<Box<Moved>, ResumeRefusal> {
+    let first = match ctx.resolver.lookup(job.node) {
+        Some(addr) => ask(ctx, job, job.node, addr, deadline),
+        None => Err(ResumeRefusal::UnknownSession), // the node is gone
+    };
+    if !matches!(
+        first,
+        Err(ResumeRefusal::UnknownSession) | Err(ResumeRefusal::NodeUnreachable)
+    ) {
+        return first;
+    }
+    // Not (or no longer) there, or that node is gone: the session may have
+    // moved on to another node.
+    for (node, addr) in ctx.resolver.peers() {
+        if node == job.node || node == ctx.node {
+            continue;
+        }
+        if Instant::now() >= deadline {
+            return Err(ResumeRefusal::NodeUnreachable);
+        }
+        match ask(ctx, job, node, addr, deadline) {
+            Err(ResumeRefusal::UnknownSession) | Err(ResumeRefusal::NodeUnreachable) => {}
+            other => return other,
+        }
+    }
+    first
+}
+
+/// One node, asked once.
+fn ask(
+    ctx: &Ctx,
+    job: &TakeJob,
+    node: u16,
+    addr: SocketAddr,
+    deadline: Instant,
+) -> Result<Box<Moved>, ResumeRefusal> {
     let unreachable = ResumeRefusal::NodeUnreachable;
-    let addr = ctx.resolver.lookup(job.node).ok_or(unreachable)?;
     let answer = exchange(addr, &job.take.encode(), job.take.max_bytes, deadline);
     let Some(bytes) = answer else {
-        ctx.resolver.forget(job.node);
+        ctx.resolver.forget(node);
         return Err(unreachable);
     };
     match moved::decode_answer(&bytes) {
@@ -106,7 +168,7 @@ fn take(ctx: &Ctx, job: &TakeJob, deadline: Instant) -> Result<Box<Moved>, Resum
             Ok(Box::new(m))
         }
         Some(Ok(_)) | None => {
-            tracing::warn!(node = job.node, "cluster: a malformed hand-off answer");
+            tracing::warn!(node, "cluster: a malformed hand-off answer");
             Err(unreachable)
         }
         Some(Err(why)) => Err(why),

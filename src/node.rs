@@ -270,6 +270,7 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
             interactions: interaction_stats.clone(),
             endpoint: endpoint_stats.clone(),
             egress: egress.stats.clone(),
+            cluster: cluster_stats.clone(),
         },
     )
     .map_err(|e| format!("admin {}: {e}", cfg.admin_addr))?;

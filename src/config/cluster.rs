@@ -42,7 +42,7 @@ impl Default for Cluster {
             handoff_timeout_ms: 1_000,
             handoff_queue: 4_096,
             max_link_connections: 64,
-            drain_handoff_ms: 15_000,
+            drain_handoff_ms: 8_000,
         }
     }
 }

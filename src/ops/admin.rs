@@ -26,6 +26,8 @@ pub struct Views {
     pub endpoint: Arc<crate::chat::endpoint::EndpointStats>,
     /// The egress client's outcome counters.
     pub egress: Arc<crate::egress::EgressStats>,
+    /// The cluster link (docs/cluster.md).
+    pub cluster: Arc<crate::link::cluster::ClusterStats>,
 }
 
 pub struct Admin {
@@ -138,6 +140,7 @@ fn serve(mut s: TcpStream, views: &Views) -> std::io::Result<()> {
                 &mut out,
             );
             crate::ops::rest_metrics::render_egress(&views.egress, &mut out);
+            crate::ops::cluster_metrics::render(&views.cluster, &mut out);
             (200, "text/plain; version=0.0.4; charset=utf-8", out)
         }
         "/healthz" => (200, "text/plain", "ok\n".to_string()),

@@ -30,6 +30,8 @@ const TAKE_THREADS: usize = 4;
 /// Counters of the link (read by the admin port).
 #[derive(Default)]
 pub struct ClusterStats {
+    /// This node's number (0: not in a cluster).
+    pub node: AtomicU64,
     /// Hand-off requests served, by outcome.
     pub served: AtomicU64,
     pub served_refused_busy: AtomicU64,
@@ -107,6 +109,7 @@ pub fn start(
     stats: Arc<ClusterStats>,
     stop: Arc<AtomicBool>,
 ) -> Result<Running, String> {
+    stats.node.store(u64::from(j.node), Relaxed);
     let mut threads = Vec::new();
     let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
         std::thread::Builder::new()

@@ -17,6 +17,8 @@ use crate::protocol::session::{GuildAccess, Identity};
 pub const MAX_FRAME: usize = 64 << 20;
 /// Digests of the holder's last records sent for lining the streams up.
 pub const TAIL: usize = 64;
+/// Partitions a stream cut can name (Kafka partition ids below this).
+pub const MAX_PARTITIONS: usize = 1024;
 /// The request's size on the wire.
 pub const TAKE_LEN: usize = 4 + 32 + 32 + 8 + 4 + 8 + 8;
 /// The holder lets go only this long before the taker's deadline (the
@@ -60,6 +62,10 @@ pub struct Moved {
     /// Digests (`digest`) of the last records the holder's worker had
     /// taken from the stream when it let go, oldest first (at most `TAIL`).
     pub tail: Vec<u64>,
+    /// For a partitioned stream (Kafka): the last position the holder's
+    /// worker had taken in each partition it had seen (`StreamPos::at`),
+    /// sorted by partition. Empty: the stream has no positions.
+    pub cut: Vec<(i32, u64)>,
 }
 
 /// The identity of a stream record, equal on every node that received the
@@ -141,6 +147,11 @@ pub fn encode_answer(answer: &Result<Moved, ResumeRefusal>, out: &mut Vec<u8>) {
     for d in &m.tail {
         out.extend_from_slice(&d.to_le_bytes());
     }
+    put_u32(out, m.cut.len());
+    for (p, at) in &m.cut {
+        out.extend_from_slice(&p.to_le_bytes());
+        out.extend_from_slice(&at.to_le_bytes());
+    }
 }
 
 /// Reads an answer; `None` if it is malformed (treated as no answer).
@@ -196,7 +207,15 @@ pub fn decode_answer(b: &[u8]) -> Option<Result<Moved, ResumeRefusal>> {
         return None;
     }
     let tail = (0..n).map(|_| r.u64()).collect::<Option<Vec<u64>>>()?;
-    if !r.0.is_empty() {
+    let n = r.count(12)?;
+    if n > MAX_PARTITIONS {
+        return None;
+    }
+    let cut = (0..n)
+        .map(|_| Some((r.u32()? as i32, r.u64()?)))
+        .collect::<Option<Vec<(i32, u64)>>>()?;
+    let partitions_ok = cut.iter().all(|(p, _)| (0..MAX_PARTITIONS as i32).contains(p));
+    if !partitions_ok || !cut.windows(2).all(|w| w[0].0 < w[1].0) || !r.0.is_empty() {
         return None;
     }
     Some(Ok(Moved {
@@ -212,6 +231,7 @@ pub fn decode_answer(b: &[u8]) -> Option<Result<Moved, ResumeRefusal>> {
         seq,
         events,
         tail,
+        cut,
     }))
 }
 
@@ -282,6 +302,7 @@ mod tests {
                 ("TYPING_START".into(), b"{}".to_vec()),
             ],
             tail: vec![1, 2, 3],
+            cut: vec![(0, 7 << 16), (2, 9 << 16 | 1)],
         }
     }
 
@@ -317,6 +338,7 @@ mod tests {
         assert_eq!(back.identity.guilds[0].channels, want.identity.guilds[0].channels);
         assert_eq!(&*back.identity.user_json, &*want.identity.user_json);
         assert_eq!((back.seq, back.events, back.tail), (41, want.events, want.tail));
+        assert_eq!(back.cut, want.cut);
         for why in ResumeRefusal::ALL {
             encode_answer(&Err(why), &mut out);
             assert_eq!(decode_answer(&out).unwrap().unwrap_err(), why);

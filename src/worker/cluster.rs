@@ -6,144 +6,21 @@
 //! has reached the holder's cut, the records we took beyond the cut are
 //! offered to it, then RESUMED.
 //!
-//! The streams are lined up by record identity (`moved::digest`): the
-//! holder sends the digests of the last records its worker took; we find
-//! the last of them among the batches we still retain and check that the
-//! ones before it match in order. Our records after it are exactly the
-//! ones the holder never took: they go to the session before it joins our
-//! live stream. No match yet: our stream is behind the holder's, so we
-//! wait (to the hand-off deadline) for it to catch up. A mismatch (other
-//! streams, another order) is op 9, never a silent gap or duplicate.
+//! The streams are lined up at the holder's cut (`cut.rs`): our records
+//! past it are exactly the ones the holder never took; they go to the
+//! session before it joins our live stream. Not reached yet: our stream is
+//! behind the holder's, so we wait (to the hand-off deadline). A mismatch
+//! (other streams, another order, too far apart) is op 9, never a silent
+//! gap or duplicate.
 
-use std::collections::VecDeque;
+mod cut;
 
-use ringbuf::{Arena, ArenaConfig, RecordRef};
+use std::collections::HashMap;
 
 use super::*;
-use crate::delivery::moved::{self, Moved, Take, TAIL};
-
-/// Bytes of recent stream records a clustered worker keeps (a copy of
-/// each record body, in a log of its own: the ingest batches are never
-/// held, so the pipeline's recycling and Kafka's commits are unchanged).
-const RECENT_BYTES: u64 = 8 << 20;
-/// ... at most this many records ...
-const RECENT_RECORDS: usize = 8_192;
-/// ... and for this long (the last `TAIL` are kept regardless).
-const RECENT_MS: u64 = 2_000;
-/// Arrived sessions waiting for our stream to reach their cut.
-const MAX_PENDING: usize = 1_024;
-
-pub(super) struct ClusterState {
-    /// The recent records (None: not clustered, nothing kept).
-    log: Option<Arena>,
-    /// (where in `log`, when taken), oldest first.
-    recent: VecDeque<(RecordRef, u64)>,
-    /// Records taken from the stream since start.
-    records_seen: u64,
-    /// Records kept in `recent` since start (equal to `records_seen` as
-    /// long as none was too large to keep and none was dropped).
-    records_kept: u64,
-    pending: Vec<Pending>,
-}
-
-struct Pending {
-    conn: ConnKey,
-    moved: Box<Moved>,
-    until_ms: u64,
-}
-
-/// Where a holder's cut is in our retained stream.
-enum Cut {
-    /// Our records from this index of `recent` on came after the holder's cut.
-    After(usize),
-    NotYet,
-    Mismatch,
-}
-
-impl ClusterState {
-    pub(super) fn new(clustered: bool) -> ClusterState {
-        let log = clustered
-            .then(|| Arena::new(ArenaConfig::new(RECENT_BYTES)))
-            .and_then(|a| match a {
-                Ok(a) => Some(a),
-                Err(e) => {
-                    tracing::error!(error = %e, "cluster: no recent-stream log; hand-offs to this node will get op 9");
-                    None
-                }
-            });
-        ClusterState {
-            recent: VecDeque::with_capacity(if log.is_some() { RECENT_RECORDS + 1 } else { 0 }),
-            log,
-            records_seen: 0,
-            records_kept: 0,
-            pending: Vec::new(),
-        }
-    }
-
-    /// Keep a copy of one record taken from the stream (no allocation).
-    fn keep(&mut self, body: &[u8], now_ms: u64) {
-        let Some(log) = self.log.as_mut() else { return };
-        self.records_seen += 1;
-        match log.append(&[body]) {
-            Ok(r) => {
-                if self.recent.len() == RECENT_RECORDS {
-                    self.recent.pop_front();
-                }
-                self.recent.push_back((r, now_ms));
-                self.records_kept += 1;
-            }
-            // Too large to keep: no cut can be placed across it.
-            Err(_) => self.recent.clear(),
-        }
-        while let Some(&(r, at)) = self.recent.front() {
-            let stale = self.recent.len() > TAIL && at + RECENT_MS < now_ms;
-            if stale || !log.contains(r) {
-                self.recent.pop_front();
-            } else {
-                break;
-            }
-        }
-    }
-
-    fn bodies(&self) -> impl Iterator<Item = &[u8]> {
-        let log = self.log.as_ref();
-        self.recent
-            .iter()
-            .filter_map(move |(r, _)| log.and_then(|l| l.get(*r)))
-    }
-
-    /// Digests of the last `TAIL` records taken, oldest first.
-    fn tail(&self) -> Vec<u64> {
-        let skip = self.recent.len().saturating_sub(TAIL);
-        self.bodies().skip(skip).map(moved::digest).collect()
-    }
-
-    fn locate(&self, tail: &[u64]) -> Cut {
-        if self.log.is_none() {
-            return Cut::Mismatch;
-        }
-        let ours: Vec<u64> = self.bodies().map(moved::digest).collect();
-        let Some((&last, before)) = tail.split_last() else {
-            // The holder had taken nothing: all we took is after its cut,
-            // if we still have all of it.
-            return if self.records_seen == ours.len() as u64 && self.records_kept == self.records_seen {
-                Cut::After(0)
-            } else {
-                Cut::Mismatch
-            };
-        };
-        let Some(p) = ours.iter().rposition(|&d| d == last) else {
-            return Cut::NotYet;
-        };
-        // The records before the cut must be the holder's, in its order, as
-        // far as both still have them.
-        let k = before.len().min(p);
-        if ours[p - k..p] != before[before.len() - k..] {
-            return Cut::Mismatch;
-        }
-        Cut::After(p + 1)
-    }
-}
+use crate::delivery::moved::{self, Moved, Take};
+pub(super) use cut::ClusterState;
+use cut::{Cut, Pending, MAX_PENDING};
 
 impl Worker {
     fn clustered(&self) -> bool {
@@ -153,12 +30,12 @@ impl Worker {
     /// Keep a copy of a delivered batch's records for lining up arriving
     /// sessions (clustered only).
     pub(super) fn retain_batch(&mut self, batch: &Batch) {
-        if self.clu.log.is_none() {
+        if !self.clu.enabled() {
             return;
         }
         let now = self.now_ms();
-        for body in batch.bodies() {
-            self.clu.keep(body, now);
+        for (body, pos) in batch.records() {
+            self.clu.keep(body, pos, now);
         }
         if !self.clu.pending.is_empty() {
             self.retry_pending();
@@ -229,6 +106,7 @@ impl Worker {
                     seq: take.seq,
                     events,
                     tail: self.clu.tail(),
+                    cut: self.clu.cut(),
                 })
             });
         let mut bytes = Vec::new();
@@ -280,17 +158,20 @@ impl Worker {
         let now = self.now_ms();
         let mut i = 0;
         while i < self.clu.pending.len() {
-            let cut = self.clu.locate(&self.clu.pending[i].moved.tail);
+            let cut = self.clu.locate(&self.clu.pending[i].moved);
             let expired = self.clu.pending[i].until_ms < now;
             match cut {
                 Cut::NotYet if !expired => i += 1,
-                Cut::After(from) => {
+                Cut::After(_) | Cut::Past(_) => {
                     let p = self.clu.pending.swap_remove(i);
-                    self.install(p.conn, &p.moved, from);
+                    self.install(p.conn, &p.moved, &cut);
                 }
-                Cut::NotYet | Cut::Mismatch => {
+                Cut::NotYet | Cut::Mismatch(_) => {
                     let p = self.clu.pending.swap_remove(i);
-                    let why = if matches!(cut, Cut::NotYet) { "its cut never reached us" } else { "the records before its cut differ" };
+                    let why = match cut {
+                        Cut::Mismatch(why) => why,
+                        _ => "its cut never reached us in time",
+                    };
                     tracing::warn!(
                         worker = self.id,
                         session = %p.moved.identity.session_id,
@@ -305,7 +186,7 @@ impl Worker {
 
     /// Rebuild a moved session, give it our records after its cut, attach
     /// the connection (if it is still there) and send RESUMED.
-    fn install(&mut self, key: ConnKey, m: &Moved, from: usize) {
+    fn install(&mut self, key: ConnKey, m: &Moved, cut: &Cut) {
         let now = self.now_ms();
         let unix = self.unix_ms;
         let window = self.shared.cfg.limits.resume_window_ms;
@@ -315,7 +196,11 @@ impl Worker {
         };
         let Worker { fan, clu, .. } = self;
         let mut mentions = Vec::new();
-        for body in clu.bodies().skip(from) {
+        let mut done = HashMap::new();
+        for (i, (body, pos)) in clu.records().enumerate() {
+            if !cut.takes(i, pos, &mut done) {
+                continue;
+            }
             // SAFETY: the ingest thread accepted exactly these bytes; `keep`
             // copied them unchanged into the log, whose records are 8-aligned.
             let rec = unsafe { ingest::access_trusted(body) };

@@ -157,12 +157,10 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         compress_budget: crate::protocol::compress::Budget::new(cfg.limits.max_compressed_sessions),
         shutting_down: AtomicBool::new(false),
         started: Instant::now(),
-        cluster: joined
-            .as_ref()
-            .map(|j| crate::worker::shared::ClusterLink {
-                node: j.node,
-                jobs: take_tx,
-            }),
+        cluster: joined.as_ref().map(|j| crate::worker::shared::ClusterLink {
+            node: j.node,
+            jobs: take_tx,
+        }),
         cfg: cfg.clone(),
     });
 

@@ -76,8 +76,10 @@ fn login(node: &Node, token: &str) -> (Ws, String, u64, u64) {
 fn resume(node: &Node, token: &str, sid: &str, seq: u64) -> Ws {
     let mut ws = Ws::connect(node.gateway, "/?v=10&encoding=json");
     ws.expect_hello();
-    ws.send_json(&json!({"op": 6, "d": {"token": format!("Bot {token}"), "session_id": sid, "seq": seq}}))
-        .unwrap();
+    ws.send_json(
+        &json!({"op": 6, "d": {"token": format!("Bot {token}"), "session_id": sid, "seq": seq}}),
+    )
+    .unwrap();
     ws
 }
 
@@ -104,7 +106,10 @@ fn read(ws: &mut Ws, timeout: Duration, mut stop: impl FnMut(&Seen) -> bool) -> 
                 let v: Value = serde_json::from_str(&t).unwrap();
                 match v["op"].as_u64() {
                     Some(0) => {
-                        let id = v["d"]["id"].as_str().and_then(|i| i.parse().ok()).unwrap_or(0);
+                        let id = v["d"]["id"]
+                            .as_str()
+                            .and_then(|i| i.parse().ok())
+                            .unwrap_or(0);
                         seen.dispatches.push((
                             v["s"].as_u64().unwrap(),
                             v["t"].as_str().unwrap().to_string(),
@@ -149,8 +154,16 @@ impl Feed {
         let d = serde_json::to_vec(&ev.d).unwrap();
         let mut buf = Vec::new();
         ingest::encode_parts(
-            &ev.t, ev.server_id, ev.channel_id, ev.intent, ev.permissions, ev.commit_ns,
-            ev.flags, &ev.mentions, &d, &mut buf,
+            &ev.t,
+            ev.server_id,
+            ev.channel_id,
+            ev.intent,
+            ev.permissions,
+            ev.commit_ns,
+            ev.flags,
+            &ev.mentions,
+            &d,
+            &mut buf,
         );
         for slot in &mut self.to {
             if slot.as_mut().is_some_and(|s| s.write_all(&buf).is_err()) {
@@ -188,7 +201,13 @@ fn produce(
 fn assert_whole(before: &Seen, after: &Seen, ids: std::ops::RangeInclusive<u64>) {
     let all: Vec<&(u64, String, u64)> = before.dispatches.iter().chain(&after.dispatches).collect();
     for w in all.windows(2) {
-        assert_eq!(w[1].0, w[0].0 + 1, "s must grow by exactly 1: {:?} then {:?}", w[0], w[1]);
+        assert_eq!(
+            w[1].0,
+            w[0].0 + 1,
+            "s must grow by exactly 1: {:?} then {:?}",
+            w[0],
+            w[1]
+        );
     }
     let msgs: Vec<u64> = all
         .iter()
@@ -220,11 +239,22 @@ fn refusals(node: &Node, reason: &str) -> f64 {
 fn a_resume_on_the_other_node_moves_the_session_with_events_in_flight() {
     let c = Cluster::start(&[]);
     let (mut ws, sid, server, channel) = login(&c.a, &c.a.token);
-    let (producer, _done) = produce(&[&c.a, &c.b], server, channel, 1000, 400, Duration::from_millis(2));
+    let (producer, _done) = produce(
+        &[&c.a, &c.b],
+        server,
+        channel,
+        1000,
+        400,
+        Duration::from_millis(2),
+    );
     // Read some live events on A, then lose the connection (no Close frame:
     // the session stays resumable) while events keep coming.
     let before = read(&mut ws, Duration::from_secs(20), |s| {
-        s.dispatches.iter().filter(|d| d.1 == "MESSAGE_CREATE").count() >= 60
+        s.dispatches
+            .iter()
+            .filter(|d| d.1 == "MESSAGE_CREATE")
+            .count()
+            >= 60
     });
     let seq = before.dispatches.last().unwrap().0;
     drop(ws);
@@ -234,7 +264,10 @@ fn a_resume_on_the_other_node_moves_the_session_with_events_in_flight() {
         s.dispatches.iter().any(|d| d.2 == 1400)
     });
     producer.join().unwrap();
-    assert!(!after.invalid_session, "op 9 instead of a hand-off: {after:?}");
+    assert!(
+        !after.invalid_session,
+        "op 9 instead of a hand-off: {after:?}"
+    );
     assert!(
         after.dispatches.iter().any(|d| d.1 == "RESUMED"),
         "no RESUMED on B"
@@ -243,18 +276,26 @@ fn a_resume_on_the_other_node_moves_the_session_with_events_in_flight() {
     assert_whole(&before, &after, 1001..=1400);
     assert_eq!(handoffs(&c.a, "gatewayd_handoffs_out_total"), 1.0);
     assert_eq!(handoffs(&c.b, "gatewayd_handoffs_in_total"), 1.0);
-    assert_eq!(handoffs(&c.b, "gatewayd_identifies_total"), 0.0, "no re-identify");
+    assert_eq!(
+        handoffs(&c.b, "gatewayd_identifies_total"),
+        0.0,
+        "no re-identify"
+    );
     // The session is B's now: A no longer knows it.
     let mut on_a = resume(&c.a, &c.a.token, &sid, seq);
     let r = read(&mut on_a, Duration::from_secs(5), |s| s.invalid_session);
-    assert!(r.invalid_session, "A must have forgotten the session: {r:?}");
+    assert!(
+        r.invalid_session,
+        "A must have forgotten the session: {r:?}"
+    );
 }
 
 #[test]
 #[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
 fn another_bots_token_gets_op_9_and_the_session_stays_with_its_node() {
     let c = Cluster::start(&[]);
-    let other = support::registry::Registry::with_url(c.a.dir.path(), Some(&c.url)).add_app("intruder", 0);
+    let other =
+        support::registry::Registry::with_url(c.a.dir.path(), Some(&c.url)).add_app("intruder", 0);
     let (ws, sid, server, channel) = login(&c.a, &c.a.token);
     let seq = ws.seq.unwrap();
     drop(ws);
@@ -268,7 +309,9 @@ fn another_bots_token_gets_op_9_and_the_session_stays_with_its_node() {
     assert!(later.dispatches.is_empty(), "{later:?}");
     // The owner resumes on A, untouched, and gets the event.
     let mut owner = resume(&c.a, &c.a.token, &sid, seq);
-    let r = read(&mut owner, Duration::from_secs(5), |s| s.dispatches.iter().any(|d| d.1 == "RESUMED"));
+    let r = read(&mut owner, Duration::from_secs(5), |s| {
+        s.dispatches.iter().any(|d| d.1 == "RESUMED")
+    });
     assert!(r.dispatches.iter().any(|d| d.1 == "RESUMED"), "{r:?}");
     assert!(r.dispatches.iter().any(|d| d.2 == 77), "{r:?}");
     assert_eq!(handoffs(&c.a, "gatewayd_handoffs_out_total"), 0.0);
@@ -291,11 +334,16 @@ fn a_frozen_holder_means_op_9_within_the_deadline() {
     unsafe { libc::kill(c.a.child.id() as i32, libc::SIGCONT) };
     assert!(r.invalid_session, "{r:?}");
     assert!(took < Duration::from_millis(2500), "op 9 took {took:?}");
-    assert!(took >= Duration::from_millis(700), "op 9 before the deadline: {took:?}");
+    assert!(
+        took >= Duration::from_millis(700),
+        "op 9 before the deadline: {took:?}"
+    );
     assert_eq!(refusals(&c.b, "node_unreachable"), 1.0);
     // A, awake again, still holds it (it never answered, so never let go).
     let mut on_a = resume(&c.a, &c.a.token, &sid, seq);
-    let r = read(&mut on_a, Duration::from_secs(5), |s| !s.dispatches.is_empty());
+    let r = read(&mut on_a, Duration::from_secs(5), |s| {
+        !s.dispatches.is_empty()
+    });
     assert!(r.dispatches.iter().any(|d| d.1 == "RESUMED"), "{r:?}");
 }
 
@@ -315,7 +363,10 @@ fn forged_session_ids_get_op_9_and_nothing_else() {
     for (i, id) in [forged, nobody, bad_worker].iter().enumerate() {
         let mut w = resume(&c.b, &c.a.token, id, seq);
         let r = read(&mut w, Duration::from_secs(5), |s| s.invalid_session);
-        assert!(r.invalid_session && r.dispatches.is_empty(), "forgery {i}: {r:?}");
+        assert!(
+            r.invalid_session && r.dispatches.is_empty(),
+            "forgery {i}: {r:?}"
+        );
         Feed::new(&[&c.a, &c.b]).message(500 + i as u64, server, channel);
         let later = read(&mut w, Duration::from_millis(300), |_| false);
         assert!(later.dispatches.is_empty(), "forgery {i} got {later:?}");
@@ -334,7 +385,11 @@ fn two_clients_racing_to_resume_one_session_leave_exactly_one_owner() {
         drop(ws);
         // One on B (a hand-off), one on A (local) at the same moment; then
         // two on B at once.
-        let targets: [&Node; 2] = if round == 2 { [&c.b, &c.b] } else { [&c.b, &c.a] };
+        let targets: [&Node; 2] = if round == 2 {
+            [&c.b, &c.b]
+        } else {
+            [&c.b, &c.a]
+        };
         let token = c.a.token.clone();
         let racers: Vec<_> = targets
             .iter()
@@ -354,13 +409,20 @@ fn two_clients_racing_to_resume_one_session_leave_exactly_one_owner() {
         Feed::new(&[&c.a, &c.b]).message(9000 + round, server, channel);
         let seen: Vec<Seen> = conns
             .iter_mut()
-            .map(|w| read(w, Duration::from_secs(3), |s| s.dispatches.iter().any(|d| d.2 == 9000 + round) || s.closed.is_some()))
+            .map(|w| {
+                read(w, Duration::from_secs(3), |s| {
+                    s.dispatches.iter().any(|d| d.2 == 9000 + round) || s.closed.is_some()
+                })
+            })
             .collect();
         let owners = seen
             .iter()
             .filter(|s| s.dispatches.iter().any(|d| d.2 == 9000 + round))
             .count();
-        assert_eq!(owners, 1, "round {round}: exactly one connection gets the live event: {seen:?}");
+        assert_eq!(
+            owners, 1,
+            "round {round}: exactly one connection gets the live event: {seen:?}"
+        );
         for s in &seen {
             let got = s.dispatches.iter().any(|d| d.2 == 9000 + round);
             assert!(
@@ -376,9 +438,20 @@ fn two_clients_racing_to_resume_one_session_leave_exactly_one_owner() {
 fn a_bot_drained_off_one_node_resumes_on_the_other_without_a_gap() {
     let c = Cluster::start(&["--drain-spread-ms", "300"]);
     let (mut ws, sid, server, channel) = login(&c.a, &c.a.token);
-    let (producer, _done) = produce(&[&c.a, &c.b], server, channel, 5000, 500, Duration::from_millis(2));
+    let (producer, _done) = produce(
+        &[&c.a, &c.b],
+        server,
+        channel,
+        5000,
+        500,
+        Duration::from_millis(2),
+    );
     let warm = read(&mut ws, Duration::from_secs(20), |s| {
-        s.dispatches.iter().filter(|d| d.1 == "MESSAGE_CREATE").count() >= 30
+        s.dispatches
+            .iter()
+            .filter(|d| d.1 == "MESSAGE_CREATE")
+            .count()
+            >= 30
     });
     let (status, _) = support::http::http_request(c.a.admin, "POST", "/drain", &[]).unwrap();
     assert_eq!(status, 202);
@@ -395,8 +468,15 @@ fn a_bot_drained_off_one_node_resumes_on_the_other_without_a_gap() {
                     break;
                 }
                 if v["op"] == 0 {
-                    let id = v["d"]["id"].as_str().and_then(|i| i.parse().ok()).unwrap_or(0);
-                    before.dispatches.push((v["s"].as_u64().unwrap(), v["t"].as_str().unwrap().into(), id));
+                    let id = v["d"]["id"]
+                        .as_str()
+                        .and_then(|i| i.parse().ok())
+                        .unwrap_or(0);
+                    before.dispatches.push((
+                        v["s"].as_u64().unwrap(),
+                        v["t"].as_str().unwrap().into(),
+                        id,
+                    ));
                 }
             }
             other => panic!("drain: {other:?}"),
@@ -409,14 +489,28 @@ fn a_bot_drained_off_one_node_resumes_on_the_other_without_a_gap() {
         s.dispatches.iter().any(|d| d.2 == 5500)
     });
     producer.join().unwrap();
-    let reasons: Vec<(String, f64)> = ["unknown_session", "node_unreachable", "stream_cut", "no_room", "seq_not_held", "events_lost"]
-        .iter()
-        .map(|r| (r.to_string(), refusals(&c.b, r)))
-        .collect();
-    assert!(!after.invalid_session, "op 9 after the drain ({reasons:?}): {after:?}");
+    let reasons: Vec<(String, f64)> = [
+        "unknown_session",
+        "node_unreachable",
+        "stream_cut",
+        "no_room",
+        "seq_not_held",
+        "events_lost",
+    ]
+    .iter()
+    .map(|r| (r.to_string(), refusals(&c.b, r)))
+    .collect();
+    assert!(
+        !after.invalid_session,
+        "op 9 after the drain ({reasons:?}): {after:?}"
+    );
     assert!(after.dispatches.iter().any(|d| d.1 == "RESUMED"));
     assert_whole(&before, &after, 5001..=5500);
-    assert_eq!(handoffs(&c.b, "gatewayd_identifies_total"), 0.0, "no re-identify");
+    assert_eq!(
+        handoffs(&c.b, "gatewayd_identifies_total"),
+        0.0,
+        "no re-identify"
+    );
     assert_eq!(handoffs(&c.b, "gatewayd_handoffs_in_total"), 1.0);
 }
 
@@ -438,10 +532,19 @@ fn a_session_moves_twice_and_is_found_after_its_first_node_died() {
     let first = read(&mut on_b, Duration::from_secs(5), |s| {
         s.dispatches.iter().any(|d| d.1 == "RESUMED") && s.dispatches.iter().any(|d| d.2 == 1)
     });
-    assert!(first.dispatches.iter().any(|d| d.1 == "RESUMED"), "{first:?}");
-    assert_eq!(first.dispatches.iter().filter(|d| d.2 == 1).count(), 1, "{first:?}");
+    assert!(
+        first.dispatches.iter().any(|d| d.1 == "RESUMED"),
+        "{first:?}"
+    );
+    assert_eq!(
+        first.dispatches.iter().filter(|d| d.2 == 1).count(),
+        1,
+        "{first:?}"
+    );
     feed.message(2, server, channel);
-    let live = read(&mut on_b, Duration::from_secs(5), |s| s.dispatches.iter().any(|d| d.2 == 2));
+    let live = read(&mut on_b, Duration::from_secs(5), |s| {
+        s.dispatches.iter().any(|d| d.2 == 2)
+    });
     let seq = live.dispatches.last().expect("message 2 on B").0;
     drop(on_b);
     // The node that created the session dies; its id still names it.
@@ -454,8 +557,17 @@ fn a_session_moves_twice_and_is_found_after_its_first_node_died() {
         s.dispatches.iter().any(|d| d.1 == "RESUMED") && s.dispatches.iter().any(|d| d.2 == 3)
     });
     assert!(!second.invalid_session, "{second:?}");
-    let ids: Vec<u64> = second.dispatches.iter().filter(|d| d.1 == "MESSAGE_CREATE").map(|d| d.2).collect();
-    assert_eq!(ids, vec![3], "exactly what the client had not seen: {second:?}");
+    let ids: Vec<u64> = second
+        .dispatches
+        .iter()
+        .filter(|d| d.1 == "MESSAGE_CREATE")
+        .map(|d| d.2)
+        .collect();
+    assert_eq!(
+        ids,
+        vec![3],
+        "exactly what the client had not seen: {second:?}"
+    );
     assert_eq!(handoffs(&c.b, "gatewayd_handoffs_out_total"), 1.0);
     assert_eq!(handoffs(&third, "gatewayd_handoffs_in_total"), 1.0);
 }

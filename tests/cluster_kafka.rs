@@ -92,7 +92,11 @@ fn a_session_moves_across_nodes_that_interleave_partitions_differently() {
     let app_id = {
         let mut probe = Ws::connect(a.gateway, "/?v=10&encoding=json");
         let ready = probe.login(&format!("Bot {}", a.token), BOT_INTENTS);
-        ready["d"]["application"]["id"].as_str().unwrap().parse::<u64>().unwrap()
+        ready["d"]["application"]["id"]
+            .as_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
     };
     let mut targets = Vec::new();
     for i in 0..SERVERS {
@@ -108,11 +112,19 @@ fn a_session_moves_across_nodes_that_interleave_partitions_differently() {
     // Both consumers joined: a first message per server reaches the bot on
     // A, and B took as many records.
     for (i, &(server, general)) in targets.iter().enumerate() {
-        kafka.send(server, &frame_message_with_id(i as u64 + 1, server, general, "warm"));
+        kafka.send(
+            server,
+            &frame_message_with_id(i as u64 + 1, server, general, "warm"),
+        );
     }
     kafka.flush();
     let mut before = Seen::default();
-    read(&mut ws, Instant::now() + Duration::from_secs(60), |s| s.messages.len() >= SERVERS, &mut before);
+    read(
+        &mut ws,
+        Instant::now() + Duration::from_secs(60),
+        |s| s.messages.len() >= SERVERS,
+        &mut before,
+    );
     assert_eq!(before.messages.len(), SERVERS, "warm-up on A: {before:?}");
     let deadline = Instant::now() + Duration::from_secs(60);
     while metric_sum(&metrics(b.admin), "gatewayd_events_in_total", &[]) < (SERVERS * 2) as f64 {
@@ -136,7 +148,12 @@ fn a_session_moves_across_nodes_that_interleave_partitions_differently() {
             kafka.flush();
         })
     };
-    read(&mut ws, Instant::now() + Duration::from_secs(30), |s| s.messages.len() >= SERVERS + 100, &mut before);
+    read(
+        &mut ws,
+        Instant::now() + Duration::from_secs(30),
+        |s| s.messages.len() >= SERVERS + 100,
+        &mut before,
+    );
     let seq = *before.seqs.last().unwrap();
     drop(ws); // no Close frame: the session stays resumable on A
     let mut on_b = Ws::connect(b.gateway, "/?v=10&encoding=json");
@@ -145,21 +162,53 @@ fn a_session_moves_across_nodes_that_interleave_partitions_differently() {
         .unwrap();
     let mut after = Seen::default();
     let last = 100 + N - 1;
-    read(&mut on_b, Instant::now() + Duration::from_secs(60), |s| s.invalid || s.messages.iter().any(|m| m.1 == last), &mut after);
+    read(
+        &mut on_b,
+        Instant::now() + Duration::from_secs(60),
+        |s| s.invalid || s.messages.iter().any(|m| m.1 == last),
+        &mut after,
+    );
     producer.join().unwrap();
     // Late ones from other partitions may follow the last id.
-    read(&mut on_b, Instant::now() + Duration::from_secs(2), |_| false, &mut after);
+    read(
+        &mut on_b,
+        Instant::now() + Duration::from_secs(2),
+        |_| false,
+        &mut after,
+    );
 
-    let reasons: Vec<(&str, f64)> = ["node_unreachable", "stream_cut", "no_room", "unknown_session"]
-        .iter()
-        .map(|r| (*r, metric_sum(&metrics(b.admin), "gatewayd_resume_refusals_total", &[("reason", r)])))
-        .collect();
-    assert!(!after.invalid && after.resumed, "no hand-off ({reasons:?}): {after:?}");
+    let reasons: Vec<(&str, f64)> = [
+        "node_unreachable",
+        "stream_cut",
+        "no_room",
+        "unknown_session",
+    ]
+    .iter()
+    .map(|r| {
+        (
+            *r,
+            metric_sum(
+                &metrics(b.admin),
+                "gatewayd_resume_refusals_total",
+                &[("reason", r)],
+            ),
+        )
+    })
+    .collect();
+    assert!(
+        !after.invalid && after.resumed,
+        "no hand-off ({reasons:?}): {after:?}"
+    );
     let seqs: Vec<u64> = before.seqs.iter().chain(&after.seqs).copied().collect();
     for w in seqs.windows(2) {
         assert_eq!(w[1], w[0] + 1, "s must grow by exactly 1 across the move");
     }
-    let ids: Vec<u64> = before.messages.iter().chain(&after.messages).map(|m| m.1).collect();
+    let ids: Vec<u64> = before
+        .messages
+        .iter()
+        .chain(&after.messages)
+        .map(|m| m.1)
+        .collect();
     let set: BTreeSet<u64> = ids.iter().copied().collect();
     assert_eq!(set.len(), ids.len(), "duplicates across the move");
     let want: BTreeSet<u64> = (1..=SERVERS as u64).chain(100..100 + N).collect();
@@ -168,12 +217,21 @@ fn a_session_moves_across_nodes_that_interleave_partitions_differently() {
     // Per server (one partition each), the commit order holds.
     let mut per_server: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
     for id in ids.iter().filter(|i| **i >= 100) {
-        per_server.entry(*id as usize % SERVERS).or_default().push(*id);
+        per_server
+            .entry(*id as usize % SERVERS)
+            .or_default()
+            .push(*id);
     }
     for (server, list) in per_server {
-        assert!(list.windows(2).all(|w| w[0] < w[1]), "server {server} out of order: {list:?}");
+        assert!(
+            list.windows(2).all(|w| w[0] < w[1]),
+            "server {server} out of order: {list:?}"
+        );
     }
-    assert_eq!(metric_sum(&metrics(b.admin), "gatewayd_handoffs_in_total", &[]), 1.0);
+    assert_eq!(
+        metric_sum(&metrics(b.admin), "gatewayd_handoffs_in_total", &[]),
+        1.0
+    );
     drop((a, b));
     let mut client = postgres::Client::connect(&admin, postgres::NoTls).unwrap();
     let db = url.rsplit('/').next().unwrap();

@@ -243,8 +243,13 @@ pub trait Registry: Send + Sync {
     /// Cluster membership (docs/cluster.md): claim the lowest free node
     /// number for this process (`instance`, random per start), with the
     /// address of its node-to-node link, held until `now_ms + ttl_ms`.
-    fn register_node(&self, instance: &str, link_addr: &str, now_ms: u64, ttl_ms: u64)
-        -> Result<u16>;
+    fn register_node(
+        &self,
+        instance: &str,
+        link_addr: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<u16>;
     /// Renew the claim on `node`: false if another instance holds it now.
     fn heartbeat_node(
         &self,

@@ -70,7 +70,13 @@ pub(crate) fn register(
                 max: u32::from(MAX_NODE),
             });
         };
-        if store.claim(n, instance, link_addr, now_ms, now_ms.saturating_add(ttl_ms))? {
+        if store.claim(
+            n,
+            instance,
+            link_addr,
+            now_ms,
+            now_ms.saturating_add(ttl_ms),
+        )? {
             return Ok(n);
         }
     }
@@ -80,8 +86,7 @@ pub(crate) fn register(
 }
 
 pub(crate) fn check(instance: &str, link_addr: &str) -> Result<()> {
-    if instance.is_empty() || instance.len() > 64 || link_addr.is_empty() || link_addr.len() > 256
-    {
+    if instance.is_empty() || instance.len() > 64 || link_addr.is_empty() || link_addr.len() > 256 {
         return Err(RegistryError::Invalid(
             "node instance (1..=64 bytes) and link address (1..=256 bytes)".into(),
         ));

@@ -214,7 +214,9 @@ pub fn decode_answer(b: &[u8]) -> Option<Result<Moved, ResumeRefusal>> {
     let cut = (0..n)
         .map(|_| Some((r.u32()? as i32, r.u64()?)))
         .collect::<Option<Vec<(i32, u64)>>>()?;
-    let partitions_ok = cut.iter().all(|(p, _)| (0..MAX_PARTITIONS as i32).contains(p));
+    let partitions_ok = cut
+        .iter()
+        .all(|(p, _)| (0..MAX_PARTITIONS as i32).contains(p));
     if !partitions_ok || !cut.windows(2).all(|w| w[0].0 < w[1].0) || !r.0.is_empty() {
         return None;
     }
@@ -335,9 +337,15 @@ mod tests {
         let back = decode_answer(&out).unwrap().unwrap();
         let want = sample();
         assert_eq!(back.identity.session_id, want.identity.session_id);
-        assert_eq!(back.identity.guilds[0].channels, want.identity.guilds[0].channels);
+        assert_eq!(
+            back.identity.guilds[0].channels,
+            want.identity.guilds[0].channels
+        );
         assert_eq!(&*back.identity.user_json, &*want.identity.user_json);
-        assert_eq!((back.seq, back.events, back.tail), (41, want.events, want.tail));
+        assert_eq!(
+            (back.seq, back.events, back.tail),
+            (41, want.events, want.tail)
+        );
         assert_eq!(back.cut, want.cut);
         for why in ResumeRefusal::ALL {
             encode_answer(&Err(why), &mut out);
@@ -350,7 +358,10 @@ mod tests {
         let mut out = Vec::new();
         encode_answer(&Ok(sample()), &mut out);
         for n in 0..out.len() {
-            assert!(decode_answer(&out[..n]).is_none_or(|r| r.is_err()), "cut at {n}");
+            assert!(
+                decode_answer(&out[..n]).is_none_or(|r| r.is_err()),
+                "cut at {n}"
+            );
         }
         // A forged huge count is refused before anything is allocated.
         let mut forged = out.clone();

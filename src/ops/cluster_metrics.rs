@@ -20,6 +20,9 @@ pub fn render(c: &ClusterStats, out: &mut String) {
         ("gatewayd_cluster_claim_lost_total", "counter", "Heartbeats that found this node's number held by another node.", c.claim_lost.load(Relaxed)),
     ];
     for (name, kind, help, v) in fams {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+        );
     }
 }

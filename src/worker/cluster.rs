@@ -88,27 +88,25 @@ impl Worker {
     /// Another node asks for one of our sessions.
     pub(super) fn hand_out(&mut self, take: &Take, reply: &crossbeam_channel::Sender<Vec<u8>>) {
         let found = self.fan.lookup(&take.session_id);
-        let answer = found
-            .ok_or(ResumeRefusal::UnknownSession)
-            .and_then(|idx| {
-                let s = self.fan.get(idx).ok_or(ResumeRefusal::UnknownSession)?;
-                if s.identity.token_digest != take.token_digest {
-                    // A wrong token must not end, or even disturb, someone's session.
-                    return Err(ResumeRefusal::TokenMismatch);
-                }
-                if !take.in_time(registry::snowflake::unix_ms_now()) {
-                    // The taker has given up by now: keep it.
-                    return Err(ResumeRefusal::NodeUnreachable);
-                }
-                let events = self.fan.export(idx, take)?;
-                Ok(Moved {
-                    identity: (*s.identity).clone(),
-                    seq: take.seq,
-                    events,
-                    tail: self.clu.tail(),
-                    cut: self.clu.cut(),
-                })
-            });
+        let answer = found.ok_or(ResumeRefusal::UnknownSession).and_then(|idx| {
+            let s = self.fan.get(idx).ok_or(ResumeRefusal::UnknownSession)?;
+            if s.identity.token_digest != take.token_digest {
+                // A wrong token must not end, or even disturb, someone's session.
+                return Err(ResumeRefusal::TokenMismatch);
+            }
+            if !take.in_time(registry::snowflake::unix_ms_now()) {
+                // The taker has given up by now: keep it.
+                return Err(ResumeRefusal::NodeUnreachable);
+            }
+            let events = self.fan.export(idx, take)?;
+            Ok(Moved {
+                identity: (*s.identity).clone(),
+                seq: take.seq,
+                events,
+                tail: self.clu.tail(),
+                cut: self.clu.cut(),
+            })
+        });
         let mut bytes = Vec::new();
         moved::encode_answer(&answer, &mut bytes);
         // Let go only once the link thread has the answer (it may have

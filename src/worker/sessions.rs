@@ -134,8 +134,11 @@ impl Worker {
         w.session.authenticated();
         let mut random = [0u8; 16];
         let _ = getrandom::fill(&mut random);
-        let session_id =
-            SessionId::on_node(self.shared.node(), worker as u8, u128::from_le_bytes(random));
+        let session_id = SessionId::on_node(
+            self.shared.node(),
+            worker as u8,
+            u128::from_le_bytes(random),
+        );
         let ready_d = payload::ready_d(
             &payload::Ready {
                 user_json: &ok.user_json,

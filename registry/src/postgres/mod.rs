@@ -1059,7 +1059,13 @@ impl Registry for PostgresRegistry {
         Ok(won)
     }
 
-    fn register_node(&self, instance: &str, link_addr: &str, now_ms: u64, ttl_ms: u64) -> Result<u16> {
+    fn register_node(
+        &self,
+        instance: &str,
+        link_addr: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<u16> {
         self.run(WriteKind::Single, |t| {
             crate::nodes::register(t, instance, link_addr, now_ms, ttl_ms)
         })
@@ -1076,7 +1082,13 @@ impl Registry for PostgresRegistry {
         use crate::nodes::NodeStore;
         crate::nodes::check(instance, link_addr)?;
         self.run(WriteKind::Single, |t| {
-            t.claim(node, instance, link_addr, now_ms, now_ms.saturating_add(ttl_ms))
+            t.claim(
+                node,
+                instance,
+                link_addr,
+                now_ms,
+                now_ms.saturating_add(ttl_ms),
+            )
         })
     }
 

@@ -31,7 +31,13 @@ impl NodeStore for Tx<'_> {
                SET instance = excluded.instance, link_addr = excluded.link_addr,
                    expires_at_ms = excluded.expires_at_ms
              WHERE cluster_nodes.instance = excluded.instance OR cluster_nodes.expires_at_ms <= $4",
-            &[&i64::from(node), &instance, &link_addr, &to_i(now_ms), &to_i(until_ms)],
+            &[
+                &i64::from(node),
+                &instance,
+                &link_addr,
+                &to_i(now_ms),
+                &to_i(until_ms),
+            ],
         )? == 1)
     }
 

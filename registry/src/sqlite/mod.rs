@@ -495,7 +495,13 @@ impl Registry for SqliteRegistry {
         Ok(won)
     }
 
-    fn register_node(&self, instance: &str, link_addr: &str, now_ms: u64, ttl_ms: u64) -> Result<u16> {
+    fn register_node(
+        &self,
+        instance: &str,
+        link_addr: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<u16> {
         // Autocommit statements, outside `write`: membership is not a registry change.
         let c = self.lock();
         crate::nodes::register(&mut &*c, instance, link_addr, now_ms, ttl_ms)
@@ -512,7 +518,13 @@ impl Registry for SqliteRegistry {
         use crate::nodes::NodeStore;
         crate::nodes::check(instance, link_addr)?;
         let c = self.lock();
-        (&*c).claim(node, instance, link_addr, now_ms, now_ms.saturating_add(ttl_ms))
+        (&*c).claim(
+            node,
+            instance,
+            link_addr,
+            now_ms,
+            now_ms.saturating_add(ttl_ms),
+        )
     }
 
     fn live_nodes(&self, now_ms: u64) -> Result<Vec<(u16, String)>> {

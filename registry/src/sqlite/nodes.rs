@@ -24,7 +24,9 @@ impl NodeStore for &Connection {
         let mut st = self.prepare_cached(
             "SELECT node_id, link_addr FROM cluster_nodes WHERE expires_at_ms > ?1 ORDER BY node_id",
         )?;
-        let rows = st.query_map([to_i(now_ms)], |r| Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?)))?;
+        let rows = st.query_map([to_i(now_ms)], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, String>(1)?))
+        })?;
         let mut out = Vec::new();
         for r in rows {
             let (n, a) = r?;
@@ -48,7 +50,13 @@ impl NodeStore for &Connection {
                SET instance = excluded.instance, link_addr = excluded.link_addr,
                    expires_at_ms = excluded.expires_at_ms
              WHERE cluster_nodes.instance = excluded.instance OR cluster_nodes.expires_at_ms <= ?4",
-            params![i64::from(node), instance, link_addr, to_i(now_ms), to_i(until_ms)],
+            params![
+                i64::from(node),
+                instance,
+                link_addr,
+                to_i(now_ms),
+                to_i(until_ms)
+            ],
         )? == 1)
     }
 

@@ -17,7 +17,11 @@ impl FanOut {
     /// The events after `take.seq` of session `idx`, as (t, d), if a Resume
     /// from there would be served here and the taker can hold them. The
     /// session is not touched.
-    pub fn export(&self, idx: SessionIdx, take: &Take) -> Result<Vec<(String, Vec<u8>)>, ResumeRefusal> {
+    pub fn export(
+        &self,
+        idx: SessionIdx,
+        take: &Take,
+    ) -> Result<Vec<(String, Vec<u8>)>, ResumeRefusal> {
         let s = self.get(idx).ok_or(ResumeRefusal::UnknownSession)?;
         if s.lost {
             return Err(ResumeRefusal::EventsLost);
@@ -32,7 +36,10 @@ impl FanOut {
         let mut out = Vec::with_capacity(n as usize);
         let mut bytes = 0u64;
         for seq in take.seq + 1..=s.ring.last_seq() {
-            let e = s.ring.get(&self.slab, seq).ok_or(ResumeRefusal::SeqNotHeld)?;
+            let e = s
+                .ring
+                .get(&self.slab, seq)
+                .ok_or(ResumeRefusal::SeqNotHeld)?;
             let rec = self.arena.get(e.record).ok_or(ResumeRefusal::Overwritten)?;
             let (t, d) = record::parts(rec);
             bytes += d.len() as u64;
@@ -47,7 +54,12 @@ impl FanOut {
     /// A session arriving from another node, detached: its ring continues
     /// at `m.seq` and holds `m.events` as unsent (the replay). On error
     /// nothing is left behind.
-    pub fn import(&mut self, m: &Moved, now_ms: u64, window_ms: u64) -> Result<SessionIdx, ResumeRefusal> {
+    pub fn import(
+        &mut self,
+        m: &Moved,
+        now_ms: u64,
+        window_ms: u64,
+    ) -> Result<SessionIdx, ResumeRefusal> {
         if self.by_id.contains_key(&m.identity.session_id) || m.seq >= u64::MAX / 4 {
             return Err(ResumeRefusal::UnknownSession);
         }

@@ -119,7 +119,12 @@ pub fn start(
     };
     {
         let (reg, stats, stop) = (j.registry.clone(), stats.clone(), stop.clone());
-        let (node, instance, addr, cfg) = (j.node, j.instance.clone(), j.advertised.clone(), j.cfg.clone());
+        let (node, instance, addr, cfg) = (
+            j.node,
+            j.instance.clone(),
+            j.advertised.clone(),
+            j.cfg.clone(),
+        );
         threads.push(spawn(
             "cluster-beat".into(),
             Box::new(move || heartbeat(&*reg, node, &instance, &addr, &cfg, &stats, &stop)),

@@ -87,7 +87,11 @@ fn serve(mut stream: TcpStream, ctx: &Ctx) {
     let deadline = deadline.min(Instant::now() + left);
     let answer = ask_worker(ctx, take, deadline);
     let len = (answer.len() as u32).to_le_bytes();
-    if stream.write_all(&len).and_then(|_| stream.write_all(&answer)).is_ok() {
+    if stream
+        .write_all(&len)
+        .and_then(|_| stream.write_all(&answer))
+        .is_ok()
+    {
         ctx.stats.served.fetch_add(1, Relaxed);
     }
 }

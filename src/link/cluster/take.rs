@@ -33,12 +33,17 @@ pub(super) struct Ctx {
     pub stats: Arc<ClusterStats>,
 }
 
+/// The live nodes as last read, and when.
+type Peers = (Vec<(u16, SocketAddr)>, Option<Instant>);
+/// A node's link address as last read (None: no live claim), and when.
+type Cached = HashMap<u16, (Option<SocketAddr>, Instant)>;
+
 /// Node number to link address, from the registry (at most 65,535 entries).
 pub(super) struct Resolver {
     registry: Arc<dyn Registry>,
-    cache: Mutex<HashMap<u16, (Option<SocketAddr>, Instant)>>,
+    cache: Mutex<Cached>,
     /// Every live node, as last read.
-    peers: Mutex<(Vec<(u16, SocketAddr)>, Option<Instant>)>,
+    peers: Mutex<Peers>,
 }
 
 impl Resolver {
@@ -94,7 +99,7 @@ impl Resolver {
         self.lock().remove(&node);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u16, (Option<SocketAddr>, Instant)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Cached> {
         self.cache.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -115,7 +120,10 @@ pub(super) fn run(jobs: crossbeam_channel::Receiver<TakeJob>, ctx: Ctx, stop: &A
         };
         if let Some(w) = ctx.workers.get(job.worker) {
             if !w.send(msg) {
-                tracing::warn!(worker = job.worker, "cluster: worker inbox full, hand-off answer dropped");
+                tracing::warn!(
+                    worker = job.worker,
+                    "cluster: worker inbox full, hand-off answer dropped"
+                );
             }
         }
     }
@@ -177,7 +185,11 @@ fn ask(
 
 /// One request, one answer, all before `deadline`; None on any failure.
 fn exchange(addr: SocketAddr, req: &[u8], max_bytes: u64, deadline: Instant) -> Option<Vec<u8>> {
-    let left = || deadline.checked_duration_since(Instant::now()).filter(|d| !d.is_zero());
+    let left = || {
+        deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+    };
     let mut s = TcpStream::connect_timeout(&addr, left()?).ok()?;
     let _ = s.set_nodelay(true);
     s.set_write_timeout(Some(left()?)).ok()?;
@@ -186,7 +198,10 @@ fn exchange(addr: SocketAddr, req: &[u8], max_bytes: u64, deadline: Instant) -> 
     read_by(&mut s, &mut len, &left)?;
     let len = u32::from_le_bytes(len) as usize;
     // The answer holds at most what we said we could take, plus framing.
-    let cap = (max_bytes as usize).saturating_mul(2).saturating_add(1 << 20).min(MAX_FRAME);
+    let cap = (max_bytes as usize)
+        .saturating_mul(2)
+        .saturating_add(1 << 20)
+        .min(MAX_FRAME);
     if len > cap {
         return None;
     }

@@ -77,7 +77,9 @@ impl Cut {
                 }
                 let floor = holder.get(&pos.partition).map_or(0, |at| at + 1);
                 // A record consumed twice (a rebalance) is offered once.
-                let next = done.get(&pos.partition).map_or(floor, |at| (at + 1).max(floor));
+                let next = done
+                    .get(&pos.partition)
+                    .map_or(floor, |at| (at + 1).max(floor));
                 if pos.at < next {
                     return false;
                 }
@@ -122,7 +124,10 @@ impl ClusterState {
         let Some(log) = self.log.as_mut() else { return };
         self.records_seen += 1;
         if pos.is_some() {
-            match usize::try_from(pos.partition).ok().filter(|p| *p < MAX_PARTITIONS) {
+            match usize::try_from(pos.partition)
+                .ok()
+                .filter(|p| *p < MAX_PARTITIONS)
+            {
                 Some(p) => {
                     if self.first[p] == 0 {
                         self.first[p] = pos.at + 1;
@@ -164,7 +169,10 @@ impl ClusterState {
     /// Digests of the last `TAIL` records taken, oldest first.
     pub(super) fn tail(&self) -> Vec<u64> {
         let skip = self.recent.len().saturating_sub(TAIL);
-        self.records().skip(skip).map(|(b, _)| moved::digest(b)).collect()
+        self.records()
+            .skip(skip)
+            .map(|(b, _)| moved::digest(b))
+            .collect()
     }
 
     /// The last position taken in every partition seen, by partition.
@@ -198,7 +206,10 @@ impl ClusterState {
         }
         let mut past = HashMap::with_capacity(holder.len());
         for &(p, at) in holder {
-            let ours = usize::try_from(p).ok().and_then(|p| self.last.get(p)).copied();
+            let ours = usize::try_from(p)
+                .ok()
+                .and_then(|p| self.last.get(p))
+                .copied();
             match ours {
                 Some(last) if last > at => {}
                 Some(_) => return Cut::NotYet, // we have not taken that far yet
@@ -240,7 +251,9 @@ impl ClusterState {
         let Some((&last, before)) = tail.split_last() else {
             // The holder had taken nothing: all we took is after its cut,
             // if we still have all of it.
-            return if self.records_seen == ours.len() as u64 && self.records_kept == self.records_seen {
+            return if self.records_seen == ours.len() as u64
+                && self.records_kept == self.records_seen
+            {
                 Cut::After(0)
             } else {
                 Cut::Mismatch("the holder took nothing and we no longer have all we took")

@@ -84,7 +84,10 @@ fn serve(mut stream: TcpStream, ctx: &Ctx) {
         return;
     }
     let left = Duration::from_millis(take.deadline_unix_ms - now - DEADLINE_MARGIN_MS);
-    let deadline = deadline.min(Instant::now() + left);
+    // A deadline far in the future (a broken peer) is ours, not an overflow.
+    let deadline = Instant::now()
+        .checked_add(left)
+        .map_or(deadline, |d| deadline.min(d));
     let answer = ask_worker(ctx, take, deadline);
     let len = (answer.len() as u32).to_le_bytes();
     if stream

@@ -75,11 +75,13 @@ impl Cut {
                 if !pos.is_some() {
                     return false; // a record only this node has
                 }
-                let floor = holder.get(&pos.partition).map_or(0, |at| at + 1);
+                let floor = holder
+                    .get(&pos.partition)
+                    .map_or(0, |at| at.saturating_add(1));
                 // A record consumed twice (a rebalance) is offered once.
                 let next = done
                     .get(&pos.partition)
-                    .map_or(floor, |at| (at + 1).max(floor));
+                    .map_or(floor, |at| at.saturating_add(1).max(floor));
                 if pos.at < next {
                     return false;
                 }
@@ -130,9 +132,9 @@ impl ClusterState {
             {
                 Some(p) => {
                     if self.first[p] == 0 {
-                        self.first[p] = pos.at + 1;
+                        self.first[p] = pos.at.saturating_add(1);
                     }
-                    self.last[p] = self.last[p].max(pos.at + 1);
+                    self.last[p] = self.last[p].max(pos.at.saturating_add(1));
                 }
                 None => self.positions_broken = true,
             }
@@ -269,5 +271,112 @@ impl ClusterState {
             return Cut::Mismatch("the records before the cut differ");
         }
         Cut::After(p + 1)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::session::Identity;
+    use shards::SessionId;
+
+    fn moved(tail: Vec<u64>, cut: Vec<(i32, u64)>) -> Moved {
+        Moved {
+            identity: Identity {
+                session_id: SessionId::on_node(1, 0, 7),
+                application_id: proto::AppId(1),
+                bot_user_id: 1,
+                intents: 0,
+                token_digest: [0; 32],
+                guilds: Vec::new(),
+                user_json: "{}".into(),
+            },
+            seq: 0,
+            events: Vec::new(),
+            tail,
+            cut,
+        }
+    }
+
+    fn at(partition: i32, offset: i64) -> StreamPos {
+        StreamPos::kafka(partition, offset, 0)
+    }
+
+    /// What `install` would offer the session, as (partition, offset).
+    fn offered(s: &ClusterState, cut: &Cut) -> Vec<(i32, u64)> {
+        let mut done = HashMap::new();
+        s.records()
+            .enumerate()
+            .filter(|(i, (_, pos))| cut.takes(*i, *pos, &mut done))
+            .map(|(_, (_, pos))| (pos.partition, pos.at >> 16))
+            .collect()
+    }
+
+    #[test]
+    fn by_position_takes_exactly_what_is_past_the_holder_in_each_partition() {
+        let mut b = ClusterState::new(true);
+        // B took partitions 0 and 1 interleaved its own way, and one record twice.
+        for (p, o) in [
+            (0, 1),
+            (1, 1),
+            (1, 2),
+            (0, 2),
+            (0, 3),
+            (1, 3),
+            (1, 2),
+            (0, 4),
+        ] {
+            b.keep(b"{}", at(p, o), 0);
+        }
+        // A had taken 0 up to offset 2 and 1 up to offset 1.
+        let cut = b.locate(&moved(vec![], vec![(0, 2 << 16), (1, 1 << 16)]));
+        assert!(matches!(cut, Cut::Past(_)));
+        assert_eq!(offered(&b, &cut), vec![(1, 2), (0, 3), (1, 3), (0, 4)]);
+        // A ahead of B in a partition: wait.
+        let cut = b.locate(&moved(vec![], vec![(0, 9 << 16)]));
+        assert!(matches!(cut, Cut::NotYet));
+    }
+
+    #[test]
+    fn by_position_refuses_what_it_cannot_prove() {
+        let mut b = ClusterState::new(true);
+        for o in 1..=(RECENT_RECORDS as i64 + 10) {
+            b.keep(b"{}", at(0, o), 0);
+        }
+        // Our log no longer reaches back to A's last record of partition 0.
+        assert!(matches!(
+            b.locate(&moved(vec![], vec![(0, 3 << 16)])),
+            Cut::Mismatch(_)
+        ));
+        // A never saw partition 0 and we no longer hold its first record.
+        assert!(matches!(b.locate(&moved(vec![], vec![])), Cut::Mismatch(_)));
+        // A partition id beyond the table: no cut by position at all.
+        let mut c = ClusterState::new(true);
+        c.keep(b"{}", at(5000, 1), 0);
+        assert!(matches!(c.locate(&moved(vec![], vec![])), Cut::Mismatch(_)));
+    }
+
+    #[test]
+    fn by_digest_lines_up_on_the_tail_and_refuses_another_order() {
+        let mut b = ClusterState::new(true);
+        for body in [b"{\"a\":1}", b"{\"a\":2}", b"{\"a\":3}", b"{\"a\":4}"] {
+            b.keep(body, StreamPos::NONE, 0);
+        }
+        let d = |x: &[u8]| moved::digest(x);
+        let tail = vec![d(b"{\"a\":1}"), d(b"{\"a\":2}")];
+        let cut = b.locate(&moved(tail, vec![]));
+        assert!(matches!(cut, Cut::After(2)));
+        // The same last record after another one: not the same order.
+        let tail = vec![d(b"{\"a\":3}"), d(b"{\"a\":2}")];
+        assert!(matches!(b.locate(&moved(tail, vec![])), Cut::Mismatch(_)));
+        // A record we have not taken yet: wait.
+        let tail = vec![d(b"{\"a\":5}")];
+        assert!(matches!(b.locate(&moved(tail, vec![])), Cut::NotYet));
+        // Outside a cluster nothing is kept and nothing can be lined up.
+        let none = ClusterState::new(false);
+        assert!(matches!(
+            none.locate(&moved(vec![], vec![])),
+            Cut::Mismatch(_)
+        ));
     }
 }

@@ -372,6 +372,23 @@ mod tests {
         assert!(decode_answer(&[1, 0]).is_none());
     }
 
+    proptest::proptest! {
+        #[test]
+        fn no_bytes_make_the_decoders_panic(b in proptest::collection::vec(proptest::prelude::any::<u8>(), 0..600)) {
+            let _ = decode_answer(&b);
+            let _ = Take::decode(&b);
+        }
+
+        #[test]
+        fn a_damaged_answer_is_refused_or_read_without_panic(at in 0usize..200, byte in proptest::prelude::any::<u8>()) {
+            let mut out = Vec::new();
+            encode_answer(&Ok(sample()), &mut out);
+            let i = at % out.len();
+            out[i] = byte;
+            let _ = decode_answer(&out);
+        }
+    }
+
     #[test]
     fn digest_is_fnv1a() {
         assert_eq!(digest(b""), 0xcbf2_9ce4_8422_2325);

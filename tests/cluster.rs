@@ -571,3 +571,71 @@ fn a_session_moves_twice_and_is_found_after_its_first_node_died() {
     assert_eq!(handoffs(&c.b, "gatewayd_handoffs_out_total"), 1.0);
     assert_eq!(handoffs(&third, "gatewayd_handoffs_in_total"), 1.0);
 }
+
+#[test]
+#[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
+fn a_revocation_the_holder_had_not_applied_reaches_the_moved_session() {
+    let (admin_url, url) = support::registry::pg_database();
+    // A applies no pushed revocations at all (only its leases would end
+    // them); B applies them at once.
+    let a = Node::start(&[
+        "--registry-url",
+        url.as_str(),
+        "--no-demo",
+        "--revocation-poll-ms",
+        "0",
+    ]);
+    let b = Node::start(&["--registry-url", url.as_str(), "--no-demo"]);
+    let c = Cluster {
+        admin_url,
+        url,
+        a,
+        b,
+    };
+    let reg = support::registry::Registry::with_url(c.a.dir.path(), Some(&c.url));
+    let (ws, _, _, _) = login(&c.a, &c.a.token);
+    let app = {
+        let mut probe = Ws::connect(c.a.gateway, "/?v=10&encoding=json");
+        let ready = probe.login(&format!("Bot {}", c.a.token), BOT_INTENTS);
+        ready["d"]["application"]["id"]
+            .as_str()
+            .unwrap()
+            .parse::<u64>()
+            .unwrap()
+    };
+    drop(ws);
+    let (other, other_general) = reg.add_server("Revoked Later");
+    reg.install(app, other, None);
+    let (mut ws, sid, server, channel) = login(&c.a, &c.a.token);
+    let mut feed = Feed::new(&[&c.a, &c.b]);
+    feed.message(1, other, other_general);
+    let r = read(&mut ws, Duration::from_secs(5), |s| {
+        s.dispatches.iter().any(|d| d.2 == 1)
+    });
+    assert!(
+        r.dispatches.iter().any(|d| d.2 == 1),
+        "installed in the second server: {r:?}"
+    );
+    let seq = r.dispatches.last().unwrap().0;
+    drop(ws);
+    reg.uninstall(app, other);
+    std::thread::sleep(Duration::from_millis(500)); // B applied it; A never will
+    let mut on_b = resume(&c.b, &c.a.token, &sid, seq);
+    let r = read(&mut on_b, Duration::from_secs(5), |s| {
+        s.dispatches.iter().any(|d| d.1 == "RESUMED")
+    });
+    assert!(r.dispatches.iter().any(|d| d.1 == "RESUMED"), "{r:?}");
+    feed.message(2, other, other_general);
+    feed.message(3, server, channel);
+    let r = read(&mut on_b, Duration::from_secs(5), |s| {
+        s.dispatches.iter().any(|d| d.2 == 3)
+    });
+    assert!(
+        r.dispatches.iter().any(|d| d.2 == 3),
+        "the server it is still in: {r:?}"
+    );
+    assert!(
+        !r.dispatches.iter().any(|d| d.2 == 2),
+        "an event of the server it was uninstalled from reached the moved session: {r:?}"
+    );
+}

@@ -19,7 +19,7 @@ use std::collections::HashMap;
 
 use super::*;
 use crate::delivery::moved::{self, Moved, Take};
-pub(super) use cut::ClusterState;
+pub(super) use cut::{Change, ClusterState};
 use cut::{Cut, Pending, MAX_PENDING};
 
 impl Worker {
@@ -192,6 +192,15 @@ impl Worker {
             Ok(idx) => idx,
             Err(why) => return self.refuse_resume(key, why),
         };
+        // The permission changes we applied lately, in order: the holder
+        // may not have had them yet (narrowing first, before any record).
+        if let Err(close) = self.apply_recent_changes(idx) {
+            self.fan.remove(idx);
+            return match close {
+                Some(close) => self.begin_close(key, Some(close)),
+                None => self.refuse_resume(key, ResumeRefusal::StreamCut),
+            };
+        }
         let Worker { fan, clu, .. } = self;
         let mut mentions = Vec::new();
         let mut done = HashMap::new();
@@ -244,6 +253,45 @@ impl Worker {
             self.overflowed(idx, key);
         }
         self.queue_flush(key);
+    }
+
+    /// Re-apply this worker's recent permission changes to an arrived
+    /// session. Err: it must not go on (Some: close with this; None: op 9,
+    /// its token was reset lately, so it cannot be told from a new one).
+    fn apply_recent_changes(&mut self, idx: SessionIdx) -> Result<(), Option<Close>> {
+        use registry::Revocation as R;
+        let Some(s) = self.fan.get(idx) else {
+            return Ok(());
+        };
+        let (app, uses) = (s.identity.application_id, s.identity.intents);
+        let Worker { fan, clu, .. } = self;
+        for (_, change) in &clu.changes {
+            match change {
+                Change::Access(u) => fan.update_access_of(idx, u.server_id, &u.by_app),
+                Change::Revoke(msg) if msg.revocation.application_id() == app.0 => {
+                    match msg.revocation {
+                        R::Uninstalled { server_id, .. } => {
+                            fan.revoke_server_of(idx, ServerId(server_id))
+                        }
+                        R::PermissionsChanged { server_id, .. } => match &msg.access {
+                            Some(access) => fan.set_access_of(idx, access),
+                            None => fan.revoke_server_of(idx, ServerId(server_id)),
+                        },
+                        R::TokenReset { .. } => return Err(None),
+                        R::IntentsChanged { .. } => {
+                            if uses & intents::PRIVILEGED & !msg.approved_intents != 0 {
+                                return Err(Some(Close::new(
+                                    CloseCode::DisallowedIntents,
+                                    "disallowed intents: a privileged intent was withdrawn",
+                                )));
+                            }
+                        }
+                    }
+                }
+                Change::Revoke(_) => {}
+            }
+        }
+        Ok(())
     }
 
     /// Arrived sessions whose cut never came are refused (the tick).

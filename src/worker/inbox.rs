@@ -2,6 +2,7 @@
 //! batches, permission changes, revocations, handed-over connections,
 //! shutdown), and delivery of events to the fan-out.
 
+use super::cluster::Change;
 use super::*;
 
 impl Worker {
@@ -25,12 +26,16 @@ impl Worker {
                 self.fan.renew_leases(&pairs, until_ms);
                 self.api.views.renew(&pairs, until_ms);
             }
-            ToWorker::Revoke(msg) => self.revoke(&msg),
+            ToWorker::Revoke(msg) => {
+                self.revoke(&msg);
+                self.clu.remember(Change::Revoke(msg), self.now_ms());
+            }
             ToWorker::Access(update) => {
                 self.fan.update_access(update.server_id, &update.by_app);
                 self.api
                     .views
                     .update_access(update.server_id, &update.by_app);
+                self.clu.remember(Change::Access(update), self.now_ms());
             }
             ToWorker::Adopt {
                 token,

@@ -5,13 +5,15 @@
 
 use ringbuf::{Entry, SessionRing};
 
-use super::{FanOut, SessionSlot};
+use super::{unlist, FanOut, SessionSlot};
 use crate::delivery::entitlement::{self, Requirement, Variant};
 use crate::delivery::fanout::EventIn;
 use crate::delivery::moved::{Moved, Take};
 use crate::delivery::record;
 use crate::delivery::resume::ResumeRefusal;
+use crate::protocol::session::GuildAccess;
 use proto::SessionIdx;
+use proto::{AppId, ServerId};
 
 impl FanOut {
     /// The events after `take.seq` of session `idx`, as (t, d), if a Resume
@@ -142,5 +144,45 @@ impl FanOut {
             s.lost = true;
         }
         kept
+    }
+
+    /// A server's recomputed access (after a server change), for session
+    /// `idx` only (the lease carries over).
+    pub fn update_access_of(
+        &mut self,
+        idx: SessionIdx,
+        server_id: ServerId,
+        by_app: &[(AppId, GuildAccess)],
+    ) {
+        let Some(s) = self.get_mut(idx) else { return };
+        let Ok(i) = by_app.binary_search_by_key(&s.identity.application_id, |(a, _)| *a) else {
+            return;
+        };
+        if let Ok(g) = s.identity.guilds.binary_search_by_key(&server_id, |g| g.id) {
+            let lease = s.identity.guilds[g].lease_until_ms;
+            s.identity.guilds[g] = by_app[i].1.clone();
+            s.identity.guilds[g].lease_until_ms = lease;
+        }
+    }
+
+    /// A changed grant in one server, for session `idx` only.
+    pub fn set_access_of(&mut self, idx: SessionIdx, access: &GuildAccess) {
+        let Some(s) = self.get_mut(idx) else { return };
+        if let Ok(g) = s.identity.guilds.binary_search_by_key(&access.id, |g| g.id) {
+            let lease = s.identity.guilds[g].lease_until_ms;
+            s.identity.guilds[g] = access.clone();
+            s.identity.guilds[g].lease_until_ms = lease;
+        }
+    }
+
+    /// Session `idx` loses a server (its application was uninstalled).
+    pub fn revoke_server_of(&mut self, idx: SessionIdx, server_id: ServerId) {
+        let Some(s) = self.sessions.get_mut(idx.index()).and_then(Option::as_mut) else {
+            return;
+        };
+        if let Ok(g) = s.identity.guilds.binary_search_by_key(&server_id, |g| g.id) {
+            s.identity.guilds.remove(g);
+            unlist(&mut self.index, server_id, idx.0);
+        }
     }
 }

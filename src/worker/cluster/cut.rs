@@ -30,6 +30,19 @@ const RECENT_RECORDS: usize = 8_192;
 const RECENT_MS: u64 = 2_000;
 /// Arrived sessions waiting for our stream to reach their cut.
 pub(super) const MAX_PENDING: usize = 1_024;
+/// Permission changes kept for sessions arriving after them: this many ...
+const RECENT_CHANGES: usize = 1_024;
+/// ... for this long (beyond it the holder has had them too, or the cut
+/// fails: its stream is further behind than the log reaches).
+const CHANGES_MS: u64 = 10_000;
+
+/// A permission change this worker applied (pushed revocations, and the
+/// recomputed access after a server change from the stream): a session
+/// that arrives from a node that had not applied it yet gets it at install.
+pub(in crate::worker) enum Change {
+    Revoke(std::sync::Arc<crate::worker::mail::RevokeMsg>),
+    Access(std::sync::Arc<crate::worker::mail::AccessUpdate>),
+}
 
 pub(in crate::worker) struct ClusterState {
     /// The recent records (None: not clustered, nothing kept).
@@ -48,6 +61,8 @@ pub(in crate::worker) struct ClusterState {
     /// positions can be trusted.
     positions_broken: bool,
     pub(super) pending: Vec<Pending>,
+    /// (when applied, the change), oldest first.
+    pub(super) changes: VecDeque<(u64, Change)>,
 }
 
 pub(super) struct Pending {
@@ -95,7 +110,7 @@ impl Cut {
 
 impl ClusterState {
     pub(in crate::worker) fn new(clustered: bool) -> ClusterState {
-        let log = clustered
+        let log: Option<Arena> = clustered
             .then(|| Arena::new(ArenaConfig::new(RECENT_BYTES)))
             .and_then(|a| match a {
                 Ok(a) => Some(a),
@@ -114,6 +129,25 @@ impl ClusterState {
             last: vec![0; table].into_boxed_slice(),
             positions_broken: false,
             pending: Vec::new(),
+            changes: VecDeque::with_capacity(if table > 0 { RECENT_CHANGES + 1 } else { 0 }),
+        }
+    }
+
+    /// Keep a change this worker applied (clustered only; no allocation).
+    pub(in crate::worker) fn remember(&mut self, change: Change, now_ms: u64) {
+        if self.log.is_none() {
+            return;
+        }
+        if self.changes.len() == RECENT_CHANGES {
+            self.changes.pop_front();
+        }
+        self.changes.push_back((now_ms, change));
+        while self
+            .changes
+            .front()
+            .is_some_and(|(at, _)| at + CHANGES_MS < now_ms)
+        {
+            self.changes.pop_front();
         }
     }
 

@@ -639,3 +639,43 @@ fn a_revocation_the_holder_had_not_applied_reaches_the_moved_session() {
         "an event of the server it was uninstalled from reached the moved session: {r:?}"
     );
 }
+
+#[test]
+#[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
+fn a_full_taker_refuses_with_op_9_and_the_session_stays_with_its_node() {
+    let (admin_url, url) = support::registry::pg_database();
+    let a = Node::start(&["--registry-url", url.as_str(), "--no-demo"]);
+    let b = Node::start(&[
+        "--registry-url",
+        url.as_str(),
+        "--no-demo",
+        "--workers",
+        "1",
+        "--max-sessions-per-worker",
+        "1",
+    ]);
+    let c = Cluster {
+        admin_url,
+        url,
+        a,
+        b,
+    };
+    let (ws, sid, _, _) = login(&c.a, &c.a.token);
+    let seq = ws.seq.unwrap();
+    drop(ws);
+    // B's one worker holds its one session.
+    let (_occupant, _, _, _) = login(&c.b, &c.a.token);
+    let mut on_b = resume(&c.b, &c.a.token, &sid, seq);
+    let r = read(&mut on_b, Duration::from_secs(5), |s| s.invalid_session);
+    assert!(r.invalid_session && r.dispatches.is_empty(), "{r:?}");
+    assert_eq!(refusals(&c.b, "no_room"), 1.0);
+    assert_eq!(handoffs(&c.a, "gatewayd_handoffs_out_total"), 0.0);
+    let mut on_a = resume(&c.a, &c.a.token, &sid, seq);
+    let r = read(&mut on_a, Duration::from_secs(5), |s| {
+        !s.dispatches.is_empty()
+    });
+    assert!(
+        r.dispatches.iter().any(|d| d.1 == "RESUMED"),
+        "still A's: {r:?}"
+    );
+}

@@ -6,10 +6,14 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+mod cluster;
 mod egress;
 mod portal;
+mod sections;
+pub use cluster::Cluster;
 pub use egress::Egress;
 pub use portal::{Portal, PortalArgs};
+pub use sections::{Chat, Rest};
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -49,87 +53,7 @@ pub struct Config {
     pub chat: Chat,
     pub egress: Egress,
     pub portal: Portal,
-}
-
-/// The chat service behind the REST edge: embedded, or an upstream one
-/// (docs/chat-upstream.md).
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Chat {
-    /// `http://host:port/path` of the chat service every validated,
-    /// permitted action is POSTed to (its answer is relayed; it commits).
-    /// Empty: the embedded chat service. http only for now.
-    pub upstream_url: String,
-    /// Keep-alive connections to it, one call at a time on each (1-64).
-    pub upstream_connections: usize,
-    /// Each call's deadline (waiting for a connection, connect, send, answer).
-    pub upstream_timeout_ms: u64,
-    /// How long an interaction's token works for follow-ups (the
-    /// platform's 15 minutes; shortened in tests).
-    pub interaction_token_ttl_ms: u64,
-}
-
-impl Default for Chat {
-    fn default() -> Self {
-        Chat {
-            upstream_url: String::new(),
-            upstream_connections: 4,
-            upstream_timeout_ms: 2_000,
-            interaction_token_ttl_ms: 15 * 60 * 1000,
-        }
-    }
-}
-
-/// The REST edge's rate limits (docs/rate-limits.md).
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Rest {
-    /// Multiplies every route bucket's published limit (1: as published).
-    pub limit_scale: u32,
-    /// Requests per second per bot token across all routes.
-    pub global_per_second: u32,
-    /// Invalid requests (401, 403, 429) per token per 10 minutes before a restriction.
-    pub invalid_per_10_minutes: u32,
-    /// Invalid requests per source address per 10 minutes (across its
-    /// tokens) before the address is restricted; 0: never.
-    pub invalid_per_address: u32,
-    /// 429s within 10 s after which a token is banned for `ban_seconds`.
-    pub ban_after_429s: u32,
-    pub ban_seconds: u64,
-    /// How often a worker rebuilds an application's REST view from the
-    /// registry (new installations become visible).
-    pub view_refresh_ms: u64,
-    /// Share the rate-limit counters with other nodes through Redis
-    /// (`redis://[:password@]host[:port][/db]`); empty: each node alone.
-    pub redis_url: String,
-    /// Every admission reaches every other node's limiter within this
-    /// (plus two Redis round trips): the counters thread runs a round every
-    /// half of it. 2..=100.
-    pub redis_sync_ms: u64,
-    /// Deadline of each Redis connect and round; past it the node falls
-    /// back to its local share of each limit.
-    pub redis_timeout_ms: u64,
-    /// How many nodes share the limits, for the fallback share; 0: learn
-    /// it from the nodes' heartbeats in Redis.
-    pub nodes: u32,
-}
-
-impl Default for Rest {
-    fn default() -> Self {
-        Rest {
-            limit_scale: 1,
-            global_per_second: 50,
-            invalid_per_10_minutes: 10_000,
-            invalid_per_address: 10_000,
-            ban_after_429s: 100,
-            ban_seconds: 60,
-            view_refresh_ms: 60_000,
-            redis_url: String::new(),
-            redis_sync_ms: 100,
-            redis_timeout_ms: 50,
-            nodes: 0,
-        }
-    }
+    pub cluster: Cluster,
 }
 
 /// How the node uses the registry: leases, revocations, limits, brownout.
@@ -308,6 +232,7 @@ impl Default for Config {
             chat: Chat::default(),
             egress: Egress::default(),
             portal: Portal::default(),
+            cluster: Cluster::default(),
         }
     }
 }
@@ -482,6 +407,11 @@ pub struct RunArgs {
     /// REST: nodes sharing the limits, for the fallback share (0: from Redis heartbeats).
     #[arg(long)]
     pub rest_nodes: Option<u32>,
+    /// Cluster: where the node-to-node link listens (docs/cluster.md).
+    #[arg(long)]
+    pub cluster_link_addr: Option<SocketAddr>,
+    #[arg(long)]
+    pub cluster_handoff_timeout_ms: Option<u64>,
     /// Where the node's child egress listens (Unix socket path or host:port).
     #[arg(long)]
     pub egress_addr: Option<String>,
@@ -562,6 +492,8 @@ impl Config {
         set!(args.rest_redis_sync_ms => cfg.rest.redis_sync_ms);
         set!(args.rest_redis_timeout_ms => cfg.rest.redis_timeout_ms);
         set!(args.rest_nodes => cfg.rest.nodes);
+        set!(args.cluster_link_addr => cfg.cluster.link_addr);
+        set!(args.cluster_handoff_timeout_ms => cfg.cluster.handoff_timeout_ms);
         set!(args.egress_addr => cfg.egress.addr);
         set!(args.egress_remote => cfg.egress.remote);
         set!(args.egress_allow_private_cidrs => cfg.egress.allow_private_cidrs);

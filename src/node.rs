@@ -120,6 +120,10 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     }
     let handles: Arc<[WorkerHandle]> = handles.into();
     let (sidecar_tx, sidecar_rx) = crossbeam_channel::bounded(SIDECAR_QUEUE);
+    // A shared registry makes a cluster: claim a node number (it goes into
+    // every session id) before the workers start (docs/cluster.md).
+    let joined = join_cluster(&cfg)?;
+    let (take_tx, take_rx) = crossbeam_channel::bounded(cfg.cluster.handoff_queue.max(1));
     let (chat_tx, chat_rx) = crossbeam_channel::bounded(crate::chat::QUEUE);
     drop(placeholder);
     let gateway_url = cfg.gateway_url();
@@ -170,6 +174,10 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         compress_budget: crate::protocol::compress::Budget::new(cfg.limits.max_compressed_sessions),
         shutting_down: AtomicBool::new(false),
         started: Instant::now(),
+        cluster: joined.as_ref().map(|j| crate::worker::shared::ClusterLink {
+            node: j.node,
+            jobs: take_tx,
+        }),
         cfg: cfg.clone(),
     });
 
@@ -247,6 +255,19 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         worker_threads.push(handle);
     }
 
+    let cluster_stats: Arc<crate::link::cluster::ClusterStats> = Arc::new(Default::default());
+    let link_addr = joined.as_ref().map(|j| j.link_addr);
+    let cluster = joined
+        .map(|j| {
+            crate::link::cluster::start(
+                j,
+                handles.clone(),
+                take_rx,
+                cluster_stats.clone(),
+                stop.clone(),
+            )
+        })
+        .transpose()?;
     let chat_stats: Arc<crate::chat::ChatStats> = Arc::new(Default::default());
     let interaction_board: Arc<crate::chat::interactions::Board> = Arc::new(Default::default());
     let interaction_stats: Arc<crate::chat::interactions::InteractionStats> =
@@ -266,6 +287,7 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
             endpoint: endpoint_stats.clone(),
             egress: egress.stats.clone(),
             portal: portal_stats.clone(),
+            cluster: cluster_stats.clone(),
         },
     )
     .map_err(|e| format!("admin {}: {e}", cfg.admin_addr))?;
@@ -394,11 +416,17 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         .map_err(|e| format!("writing gatewayd.portal-addr: {e}"))?;
     }
     // The addresses actually bound (ports chosen by the kernel when the config said 0).
-    let addrs = format!(
+    let mut addrs = format!(
         "gateway={}\nadmin={}\ningest={}\n",
         cfg.gateway_addr, admin.addr, ingest_addr
     );
-    std::fs::write(cfg.data_path("gatewayd.addrs"), addrs)
+    if let Some(a) = link_addr {
+        addrs.push_str(&format!("link={a}\n"));
+    }
+    // Written whole, then renamed: a reader never sees half of it.
+    let tmp = cfg.data_path("gatewayd.addrs.tmp");
+    std::fs::write(&tmp, addrs)
+        .and_then(|_| std::fs::rename(&tmp, cfg.data_path("gatewayd.addrs")))
         .map_err(|e| format!("writing gatewayd.addrs: {e}"))?;
     println!(
         "  demo bot token: stored in {}",
@@ -428,6 +456,9 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     }
     stop.store(true, Ordering::SeqCst);
     let _ = sidecar_thread.join();
+    if let Some(c) = cluster {
+        c.join();
+    }
     let _ = chat_thread.join();
     if let Some(t) = counters_thread {
         let _ = t.join();
@@ -470,6 +501,22 @@ fn start_portal(
     crate::portal::start(cfg.portal.clone(), secure, views, open_registry(cfg)?)
         .map(Some)
         .map_err(|e| format!("portal {}: {e}", cfg.portal.addr))
+}
+
+/// Join the cluster when the registry is shared and `cluster.enabled`: its
+/// own registry connection, whose calls fit in a hand-off's deadline.
+fn join_cluster(cfg: &Config) -> Result<Option<crate::link::cluster::Joined>, String> {
+    if !cfg.cluster.enabled || cfg.registry_url.is_empty() {
+        return Ok(None);
+    }
+    let ms = cfg
+        .registry
+        .timeout_ms
+        .min(cfg.cluster.handoff_timeout_ms)
+        .max(50);
+    let reg = registry::PostgresRegistry::connect(&cfg.registry_url, Duration::from_millis(ms))
+        .map_err(|e| format!("connecting to the PostgreSQL registry (cluster): {e}"))?;
+    crate::link::cluster::join(&cfg.cluster, Arc::new(reg)).map(Some)
 }
 
 /// The egress client, and the child egress it talks to unless

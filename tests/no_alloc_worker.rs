@@ -82,14 +82,27 @@ static GLOBAL: Counting = Counting;
 
 /// (thread name, allocations so far, of them inside a turn) of every worker
 /// thread of this process.
-fn worker_allocations() -> Vec<(String, u64, u64)> {
+/// The worker threads of this process (an earlier test's node runs on).
+fn worker_tids() -> std::collections::BTreeSet<i32> {
+    let mut out = std::collections::BTreeSet::new();
+    for e in std::fs::read_dir("/proc/self/task").unwrap() {
+        let e = e.unwrap();
+        let name = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
+        if name.trim().starts_with("worker-") {
+            out.insert(e.file_name().to_str().unwrap().parse().unwrap());
+        }
+    }
+    out
+}
+
+fn worker_allocations(not: &std::collections::BTreeSet<i32>) -> Vec<(String, u64, u64)> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc/self/task").unwrap() {
         let e = e.unwrap();
         let tid: i32 = e.file_name().to_str().unwrap().parse().unwrap();
         let name = std::fs::read_to_string(e.path().join("comm")).unwrap_or_default();
         let name = name.trim();
-        if !name.starts_with("worker-") {
+        if !name.starts_with("worker-") || not.contains(&tid) {
             continue;
         }
         let n = NEXT.load(Relaxed).min(SLOTS);
@@ -102,11 +115,15 @@ fn worker_allocations() -> Vec<(String, u64, u64)> {
     out
 }
 
-fn start_node(dir: &std::path::Path) -> (SocketAddr, SocketAddr, SocketAddr) {
+fn start_node(
+    dir: &std::path::Path,
+    registry_url: Option<String>,
+) -> (SocketAddr, SocketAddr, SocketAddr) {
     let mut cfg = gatewayd::config::Config {
         data_dir: dir.to_path_buf(),
         gateway_addr: "127.0.0.1:0".parse().unwrap(),
         admin_addr: "127.0.0.1:0".parse().unwrap(),
+        registry_url: registry_url.unwrap_or_default(),
         ..Default::default()
     };
     cfg.events.ingest_addr = "127.0.0.1:0".parse().unwrap();
@@ -132,16 +149,36 @@ fn start_node(dir: &std::path::Path) -> (SocketAddr, SocketAddr, SocketAddr) {
     support::node::wait_for_addrs(dir, || {})
 }
 
+/// The tests share the counting tables: one node at a time is counted.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[test]
 fn worker_event_path_allocates_nothing() {
+    event_path_allocates_nothing(None);
+}
+
+/// With a shared registry the node is in a cluster: its workers also copy
+/// every record into their recent-stream log (docs/cluster.md).
+#[test]
+#[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
+fn clustered_worker_event_path_allocates_nothing() {
+    let (_admin, url) = support::registry::pg_database();
+    event_path_allocates_nothing(Some(url));
+}
+
+fn event_path_allocates_nothing(registry_url: Option<String>) {
+    let _one = ONE_AT_A_TIME
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let earlier = worker_tids();
     // Eight applications (placed on workers by application id), three
     // sessions each, all installed on one server: every session receives
     // every event.
     const APPS: usize = 8;
     const PER_APP: usize = 3;
     let dir = tempfile::tempdir().unwrap();
-    let (gateway, admin, ingest) = start_node(dir.path());
-    let reg = Registry::new(dir.path());
+    let (gateway, admin, ingest) = start_node(dir.path(), registry_url.clone());
+    let reg = Registry::with_url(dir.path(), registry_url.as_deref());
     let (server, channel) = reg.add_server("Quiet Server");
     let apps: Vec<_> = (0..APPS)
         .map(|i| {
@@ -211,9 +248,19 @@ fn worker_event_path_allocates_nothing() {
         by_worker.len() == 2 && by_worker.values().all(|&d| d > 0.0),
         "both workers deliver: {by_worker:?}"
     );
+    let node = support::metrics::metric_sum(
+        &support::metrics::metrics(admin),
+        "gatewayd_cluster_node",
+        &[],
+    );
+    assert_eq!(
+        node > 0.0,
+        registry_url.is_some(),
+        "in a cluster iff the registry is shared"
+    );
     // Each worker is a thread named worker-<id>-<core> (glommio's helper
     // threads inherit the name; they are counted too).
-    let before = worker_allocations();
+    let before = worker_allocations(&earlier);
     let names: std::collections::BTreeSet<_> = before
         .iter()
         .map(|(n, ..)| n.split(' ').next().unwrap())
@@ -221,7 +268,7 @@ fn worker_event_path_allocates_nothing() {
     assert_eq!(names.len(), 2, "two workers: {before:?}");
     let total = send(&mut producer, 2_000);
     wait_for(total);
-    let after = worker_allocations();
+    let after = worker_allocations(&earlier);
     stop.store(true, Relaxed);
     for r in readers {
         r.join().unwrap();

@@ -9,6 +9,7 @@
 pub mod commands;
 mod members;
 pub mod model;
+mod nodes;
 mod ops;
 pub mod postgres;
 mod rows;
@@ -22,6 +23,7 @@ mod validate;
 
 pub use self::postgres::{PostgresRegistry, RevocationListener};
 pub use model::*;
+pub use nodes::MAX_NODE;
 pub use signing::MAX_ENDPOINT_URL;
 pub use sqlite::{SqliteRegistry, BUSY_TIMEOUT};
 
@@ -260,6 +262,32 @@ pub trait Registry: Send + Sync {
     ) -> Result<Command>;
     /// False if there was no such command in that scope.
     fn delete_command(&self, app_id: u64, guild_id: Option<u64>, id: u64) -> Result<bool>;
+
+    /// Cluster membership (docs/cluster.md): claim the lowest free node
+    /// number for this process (`instance`, random per start), with the
+    /// address of its node-to-node link, held until `now_ms + ttl_ms`.
+    fn register_node(
+        &self,
+        instance: &str,
+        link_addr: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<u16>;
+    /// Renew the claim on `node`: false if another instance holds it now.
+    fn heartbeat_node(
+        &self,
+        node: u16,
+        instance: &str,
+        link_addr: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<bool>;
+    /// (number, link address) of every live node.
+    fn live_nodes(&self, now_ms: u64) -> Result<Vec<(u16, String)>>;
+    /// Where the link of live node `node` listens (None: no live claim).
+    fn node_link(&self, node: u16, now_ms: u64) -> Result<Option<String>>;
+    /// Give up the claim (a clean stop).
+    fn leave_node(&self, node: u16, instance: &str) -> Result<()>;
 }
 
 /// Something taken away from a bot, as written to the outbox.

@@ -264,6 +264,19 @@ const MIGRATIONS: &[&str] = &[
     CREATE INDEX interaction_state_expiry ON interaction_state(expires_at_ms);
     CREATE INDEX interaction_state_node ON interaction_state(node, state);
     "#,
+    // 10: cluster membership (docs/cluster.md). One row per node number
+    // (1..=65535, named in the session ids it issues): the process holding
+    // it (`instance`, random per start), the address of its node-to-node
+    // link, and when the claim lapses unless renewed by its heartbeat. A
+    // lapsed row is free for the next node to claim: at most 65,535 rows.
+    r#"
+    CREATE TABLE cluster_nodes (
+        node_id       {i64} PRIMARY KEY,
+        instance      TEXT NOT NULL,
+        link_addr     TEXT NOT NULL,
+        expires_at_ms {i64} NOT NULL
+    );
+    "#,
 ];
 
 /// Where the schema version and the revision counter live (created before
@@ -356,6 +369,8 @@ mod tests {
             "5dabc41a7640143645d8599a19622e5799b00621139fee31ad6cc054d47146dd",
             // 9: interaction_state.
             "99b1786436fcb8131a4b7d377d7272fefe597ac8350520278e5980b094e65fa6",
+            // 10: cluster_nodes.
+            "0aeaa32dcd3e93de4f41a90e017005aa440b0804d073ebb9be0f1a661fdf1007",
         ];
         let postgres = [
             "1a3cb466e916e54db1de963200edb5cc45643a0fd53b9acfb3007df2d641032a",
@@ -370,6 +385,8 @@ mod tests {
             "7675dfd2a3aa89b56d4d1a02800b13d07e51a05aede5b8d08ad1919cedc7c206",
             // 9: interaction_state.
             "fd582d8e57c02bfaaabbd517b9e6e6372524246ad8b4fb0562baa8ee28dd9cce",
+            // 10: cluster_nodes.
+            "5a5b3cc6f3c13017212d4cb709e2cf3fe866824617e0b9be0a397b846103732e",
         ];
         for (dialect, pinned) in [(&SQLITE, sqlite), (&POSTGRES, postgres)] {
             let got: Vec<String> = dialect.migrations_after(0).map(|m| sha256(&m)).collect();

@@ -1,5 +1,7 @@
-//! Session ids: 32 lowercase hex chars (like Discord's) that encode the owning
-//! worker, so a Resume is routed by arithmetic.
+//! Session ids: 32 lowercase hex chars (like Discord's) that encode the
+//! worker and the node that created the session, so a Resume is routed by
+//! arithmetic. The id is a hint, never a credential: whoever holds the
+//! session checks the token, and a forged id only finds no session.
 
 use std::fmt;
 use std::str::FromStr;
@@ -9,16 +11,24 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 /// Length of a session id in characters.
 pub const SESSION_ID_LEN: usize = 32;
 
-/// `wwrrrrrrrrrrrrrrrrrrrrrrrrrrrrrr`: 2 hex digits of worker index, then 30
-/// hex digits (120 bits) of caller-supplied randomness. Stored inline, no heap.
+/// `wwnnnnrrrrrrrrrrrrrrrrrrrrrrrrrr`: 2 hex digits of worker index, 4 of
+/// node number (0: a node outside a cluster), then 26 hex digits (104 bits)
+/// of caller-supplied randomness. Stored inline, no heap.
 #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SessionId([u8; SESSION_ID_LEN]);
 
 impl SessionId {
-    /// Builds the id of a session owned by `worker`; only the low 120 bits of
-    /// `random` are used (pass a value from a CSPRNG).
+    /// Builds the id of a session owned by `worker` of node 0; only the low
+    /// 104 bits of `random` are used (pass a value from a CSPRNG).
     pub fn new(worker: u8, random: u128) -> SessionId {
-        let value = (u128::from(worker) << 120) | (random & ((1u128 << 120) - 1));
+        SessionId::on_node(0, worker, random)
+    }
+
+    /// Builds the id of a session created by `worker` of node `node`.
+    pub fn on_node(node: u16, worker: u8, random: u128) -> SessionId {
+        let value = (u128::from(worker) << 120)
+            | (u128::from(node) << 104)
+            | (random & ((1u128 << 104) - 1));
         let mut buf = [0u8; SESSION_ID_LEN];
         for (i, b) in buf.iter_mut().enumerate() {
             let shift = 4 * (SESSION_ID_LEN - 1 - i);
@@ -54,9 +64,16 @@ impl SessionId {
         (nibble(self.0[0]) << 4) | nibble(self.0[1])
     }
 
-    /// The 120 random bits.
+    /// Number of the node that created the session (0: no cluster).
+    pub fn node(&self) -> u16 {
+        self.0[2..6]
+            .iter()
+            .fold(0u16, |acc, &b| (acc << 4) | u16::from(nibble(b)))
+    }
+
+    /// The 104 random bits.
     pub fn random_bits(&self) -> u128 {
-        self.0[2..]
+        self.0[6..]
             .iter()
             .fold(0u128, |acc, &b| (acc << 4) | u128::from(nibble(b)))
     }
@@ -116,10 +133,14 @@ mod tests {
     #[test]
     fn layout() {
         let id = SessionId::new(0x2a, 0x0123_4567_89ab_cdef_0011_2233_4455_6677);
-        // Bits above 120 of `random` are dropped.
-        assert_eq!(id.as_str(), "2a23456789abcdef0011223344556677");
+        // Bits above 104 of `random` are dropped; node 0.
+        assert_eq!(id.as_str(), "2a00006789abcdef0011223344556677");
         assert_eq!(id.worker(), 0x2a);
-        assert_eq!(id.random_bits(), 0x0023_4567_89ab_cdef_0011_2233_4455_6677);
+        assert_eq!(id.node(), 0);
+        assert_eq!(id.random_bits(), 0x0000_0067_89ab_cdef_0011_2233_4455_6677);
+        let id = SessionId::on_node(0xbeef, 3, u128::MAX);
+        assert_eq!(id.as_str(), "03beefffffffffffffffffffffffffff");
+        assert_eq!((id.node(), id.worker()), (0xbeef, 3));
         assert_eq!(SessionId::new(0, 0).as_str(), "0".repeat(32));
         assert_eq!(SessionId::new(255, u128::MAX).as_str(), "f".repeat(32));
         assert_eq!(SessionId::new(255, u128::MAX).worker(), 255);
@@ -132,7 +153,8 @@ mod tests {
             let parsed = SessionId::parse(id.as_str()).unwrap();
             assert_eq!(parsed, id);
             assert_eq!(parsed.worker(), w);
-            assert_eq!(parsed.random_bits(), r & ((1 << 120) - 1));
+            assert_eq!(parsed.random_bits(), r & ((1 << 104) - 1));
+            assert_eq!(parsed.node(), 0);
             assert_eq!(id.to_string().parse::<SessionId>(), Ok(id));
         }
     }
@@ -170,12 +192,13 @@ mod tests {
         }
 
         #[test]
-        fn new_round_trips(w in any::<u8>(), r in any::<u128>()) {
-            let id = SessionId::new(w, r);
+        fn new_round_trips(n in any::<u16>(), w in any::<u8>(), r in any::<u128>()) {
+            let id = SessionId::on_node(n, w, r);
             let back = SessionId::parse(id.as_str()).unwrap();
             prop_assert_eq!(back, id);
             prop_assert_eq!(back.worker(), w);
-            prop_assert_eq!(back.random_bits(), r & ((1u128 << 120) - 1));
+            prop_assert_eq!(back.node(), n);
+            prop_assert_eq!(back.random_bits(), r & ((1u128 << 104) - 1));
         }
     }
 }

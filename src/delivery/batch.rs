@@ -8,6 +8,37 @@ use rkyv::util::AlignedVec;
 pub struct Batch {
     buf: AlignedVec<16>,
     spans: Vec<(u32, u32)>,
+    /// Where each record is in its stream (Kafka: partition and offset);
+    /// `StreamPos::NONE` for sources without positions (the listener).
+    pos: Vec<StreamPos>,
+}
+
+/// A record's place in a partitioned stream, equal on every node that
+/// consumes it: the partition, and `(offset << 16) | frame` (the frame's
+/// index inside its message), which grows with the stream in a partition.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StreamPos {
+    pub partition: i32,
+    pub at: u64,
+}
+
+impl StreamPos {
+    pub const NONE: StreamPos = StreamPos {
+        partition: -1,
+        at: 0,
+    };
+
+    /// Frame `frame` of the message at `offset` in `partition`.
+    pub fn kafka(partition: i32, offset: i64, frame: u16) -> StreamPos {
+        StreamPos {
+            partition,
+            at: (u64::try_from(offset).unwrap_or(0) << 16) | u64::from(frame),
+        }
+    }
+
+    pub fn is_some(&self) -> bool {
+        self.partition >= 0
+    }
 }
 
 impl Batch {
@@ -16,10 +47,17 @@ impl Batch {
         Batch {
             buf: AlignedVec::with_capacity(bytes),
             spans: Vec::with_capacity(records),
+            pos: Vec::with_capacity(records),
         }
     }
 
     pub fn push(&mut self, body: &[u8]) {
+        self.push_at(body, StreamPos::NONE);
+    }
+
+    /// A record with its place in the stream.
+    pub fn push_at(&mut self, body: &[u8], at: StreamPos) {
+        self.pos.push(at);
         let pad = self.buf.len().next_multiple_of(ingest::BODY_ALIGN) - self.buf.len();
         self.buf.extend_from_slice(&[0u8; 8][..pad]);
         let start = self.buf.len();
@@ -44,12 +82,18 @@ impl Batch {
     pub fn clear(&mut self) {
         self.buf.clear();
         self.spans.clear();
+        self.pos.clear();
     }
 
     pub fn bodies(&self) -> impl Iterator<Item = &[u8]> {
         self.spans
             .iter()
             .map(|&(s, l)| &self.buf.as_slice()[s as usize..(s + l) as usize])
+    }
+
+    /// The bodies with their places in the stream.
+    pub fn records(&self) -> impl Iterator<Item = (&[u8], StreamPos)> {
+        self.bodies().zip(self.pos.iter().copied())
     }
 }
 

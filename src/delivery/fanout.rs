@@ -10,6 +10,8 @@
 
 use std::collections::HashMap;
 
+mod handoff;
+
 use ringbuf::{Arena, ArenaConfig, Entry, PushError, RecordRef, RingConfig, RingSlab, SessionRing};
 use shards::SessionId;
 
@@ -135,13 +137,21 @@ impl FanOut {
 
     /// A new session after Identify; it is indexed under its servers.
     pub fn create(&mut self, identity: Box<Identity>, conn: ConnKey) -> SessionIdx {
-        let slot = SessionSlot {
+        self.insert(SessionSlot {
             ring: SessionRing::new(&self.cfg.ring, 0),
             identity,
             conn: Some(conn),
             expires_ms: u64::MAX,
             lost: false,
-        };
+        })
+    }
+
+    /// Sessions held (attached or not).
+    pub fn live(&self) -> usize {
+        self.by_id.len()
+    }
+
+    fn insert(&mut self, slot: SessionSlot) -> SessionIdx {
         let idx = match self.free.pop() {
             Some(i) => {
                 self.sessions[i as usize] = Some(slot);

@@ -20,16 +20,29 @@ pub enum ResumeRefusal {
     /// The session is on another worker and the connection could not be
     /// moved there.
     NotMovable,
+    /// The session is held by another node that did not answer within the
+    /// hand-off deadline (dead, frozen, unreachable), or gave a broken answer.
+    NodeUnreachable,
+    /// This node has no room for the session (worker full, ring storage
+    /// used up, the hand-off queue full).
+    NoRoom,
+    /// The holder's and this node's streams could not be lined up (the
+    /// nodes do not consume the same stream in the same order, or are too
+    /// far apart): moving it would risk a gap or a duplicate.
+    StreamCut,
 }
 
 impl ResumeRefusal {
-    pub const ALL: [ResumeRefusal; 6] = [
+    pub const ALL: [ResumeRefusal; 9] = [
         ResumeRefusal::UnknownSession,
         ResumeRefusal::TokenMismatch,
         ResumeRefusal::EventsLost,
         ResumeRefusal::SeqNotHeld,
         ResumeRefusal::Overwritten,
         ResumeRefusal::NotMovable,
+        ResumeRefusal::NodeUnreachable,
+        ResumeRefusal::NoRoom,
+        ResumeRefusal::StreamCut,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -42,11 +55,19 @@ impl ResumeRefusal {
             ResumeRefusal::SeqNotHeld => "seq_not_held",
             ResumeRefusal::Overwritten => "overwritten",
             ResumeRefusal::NotMovable => "not_movable",
+            ResumeRefusal::NodeUnreachable => "node_unreachable",
+            ResumeRefusal::NoRoom => "no_room",
+            ResumeRefusal::StreamCut => "stream_cut",
         }
     }
 
     pub fn index(self) -> usize {
         self as usize
+    }
+
+    /// The reason with this index (a hand-off answer's status byte).
+    pub fn from_index(i: usize) -> Option<ResumeRefusal> {
+        Self::ALL.get(i).copied()
     }
 }
 
@@ -59,6 +80,9 @@ impl std::fmt::Display for ResumeRefusal {
             ResumeRefusal::SeqNotHeld => "seq no longer held",
             ResumeRefusal::Overwritten => "events after seq were overwritten in the arena",
             ResumeRefusal::NotMovable => "the session is on a worker the connection cannot reach",
+            ResumeRefusal::NodeUnreachable => "the node holding the session did not answer in time",
+            ResumeRefusal::NoRoom => "no room for the session on this node",
+            ResumeRefusal::StreamCut => "the two nodes' event streams could not be lined up",
         })
     }
 }

@@ -226,8 +226,8 @@ impl Link {
                 Some(Ok(msg)) => {
                     let (partition, offset) = (msg.partition(), msg.offset());
                     match msg.payload() {
-                        Some(value) => self.take(value, &mut reader),
-                        None => self.take(&[], &mut reader),
+                        Some(value) => self.take(value, &mut reader, partition, offset),
+                        None => self.take(&[], &mut reader, partition, offset),
                     }
                     // Committed with the batch the message's record went to
                     // (a GUILD_STATE record goes to the batch after the flush).
@@ -241,8 +241,10 @@ impl Link {
         }
     }
 
-    /// Validate a message value and add its record(s) to the batch.
-    fn take(&mut self, value: &[u8], reader: &mut FrameReader) {
+    /// Validate a message value and add its record(s) to the batch, each
+    /// with its place in the topic (partition, offset, frame in the value).
+    fn take(&mut self, value: &[u8], reader: &mut FrameReader, partition: i32, offset: i64) {
+        let mut frame: u16 = 0;
         self.pipeline
             .stats()
             .bytes
@@ -263,7 +265,9 @@ impl Link {
                     self.flush();
                     self.pipeline.apply_state(server_id, change);
                 }
-                self.pipeline.push(body);
+                let at = crate::delivery::batch::StreamPos::kafka(partition, offset, frame);
+                frame = frame.saturating_add(1);
+                self.pipeline.push_at(body, at);
             }
             ValueItem::Rejected(e) => {
                 self.pipeline.stats().errors[e.index()].fetch_add(1, Relaxed);

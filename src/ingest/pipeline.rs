@@ -102,9 +102,14 @@ impl Pipeline {
 
     /// Add a validated record body to the batch being filled.
     pub fn push(&mut self, body: &[u8]) {
+        self.push_at(body, crate::delivery::batch::StreamPos::NONE);
+    }
+
+    /// The same, with the record's place in its stream (Kafka).
+    pub fn push_at(&mut self, body: &[u8], at: crate::delivery::batch::StreamPos) {
         Arc::get_mut(self.batch.as_mut().expect("batch"))
             .expect("unshared until sent")
-            .push(body);
+            .push_at(body, at);
         self.since.get_or_insert_with(Instant::now);
     }
 

@@ -23,6 +23,7 @@ use crate::protocol::intents;
 use crate::protocol::{Close, CloseCode};
 use crate::worker::mail::*;
 
+pub mod cluster;
 mod commands;
 pub mod counters;
 mod interactions;

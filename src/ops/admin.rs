@@ -28,6 +28,8 @@ pub struct Views {
     pub egress: Arc<crate::egress::EgressStats>,
     /// The developer portal's counters.
     pub portal: Arc<crate::portal::PortalStats>,
+    /// The cluster link (docs/cluster.md).
+    pub cluster: Arc<crate::link::cluster::ClusterStats>,
 }
 
 pub struct Admin {
@@ -141,6 +143,7 @@ fn serve(mut s: TcpStream, views: &Views) -> std::io::Result<()> {
             );
             crate::ops::rest_metrics::render_egress(&views.egress, &mut out);
             crate::ops::rest_metrics::render_portal(&views.portal, &shared.apps, &mut out);
+            crate::ops::cluster_metrics::render(&views.cluster, &mut out);
             (200, "text/plain; version=0.0.4; charset=utf-8", out)
         }
         "/healthz" => (200, "text/plain", "ok\n".to_string()),

@@ -21,7 +21,7 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
         &'static str,
         fn(&WorkerMetrics) -> &AtomicU64,
     );
-    let per_worker: [Family; 33] = [
+    let per_worker: [Family; 35] = [
         ("gatewayd_connections", "gauge", "Open TCP connections (HTTP, WebSocket, closing).", |m| &m.connections_open),
         ("gatewayd_connections_accepted_total", "counter", "TCP connections accepted.", |m| &m.connections_accepted),
         ("gatewayd_accept_errors_total", "counter", "Accepts that failed (e.g. fixed file table full).", |m| &m.accept_errors),
@@ -46,6 +46,8 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
         ("gatewayd_ring_exhausted_total", "counter", "Identifies refused (op 9) because the worker's ring storage (events.ring_chunks) was used up.", |m| &m.ring_exhausted),
         ("gatewayd_history_reclaims_total", "counter", "Times ring storage ran out and every session's sent (resume) history was halved to make room.", |m| &m.history_reclaims),
         ("gatewayd_reconnects_sent_total", "counter", "Op 7 Reconnect sent (drain).", |m| &m.reconnects_sent),
+        ("gatewayd_handoffs_in_total", "counter", "Sessions taken over from another node of the cluster (RESUMED here).", |m| &m.handoffs_in),
+        ("gatewayd_handoffs_out_total", "counter", "Sessions given to another node of the cluster that a Resume reached.", |m| &m.handoffs_out),
         ("gatewayd_sessions_degraded", "gauge", "Sessions whose send queue is at least 80 % full.", |m| &m.sessions_degraded),
         ("gatewayd_arena_records_total", "counter", "Event records copied into the worker's arena (at most one per variant per event).", |m| &m.arena_records),
         ("gatewayd_arena_wraps_total", "counter", "Times the worker's event arena wrapped around.", |m| &m.arena_wraps),

@@ -2,6 +2,7 @@
 //! (`metrics`), and the `gatewayd stats` client (`stats`).
 
 pub mod admin;
+pub mod cluster_metrics;
 pub mod metrics;
 pub mod rest_metrics;
 pub mod stats;

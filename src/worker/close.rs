@@ -164,7 +164,9 @@ impl Worker {
     pub(super) fn end_session(&mut self, sid: Option<SessionIdx>, resumable: bool, now: u64) {
         let Some(sid) = sid else { return };
         WorkerMetrics::dec(&self.metrics().sessions_ready);
-        if resumable && self.draining_until.is_none() {
+        // Draining alone, a session has nowhere to resume; in a cluster it
+        // waits for the node its client reconnects to (docs/cluster.md).
+        if resumable && (self.draining_until.is_none() || self.shared.cluster.is_some()) {
             self.fan.detach(sid, now);
         } else {
             self.fan.remove(sid);

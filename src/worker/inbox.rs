@@ -2,6 +2,7 @@
 //! batches, permission changes, revocations, handed-over connections,
 //! shutdown), and delivery of events to the fan-out.
 
+use super::cluster::Change;
 use super::*;
 
 impl Worker {
@@ -16,18 +17,25 @@ impl Worker {
                 Ok(None) => self.api.views.forget_app(app),
                 Err(()) => {} // the old view stands; its leases lapse as usual
             },
-            ToWorker::Batch(batch) => self.deliver_batch(&batch),
+            ToWorker::Batch(batch) => {
+                self.deliver_batch(&batch);
+                self.retain_batch(&batch);
+            }
             // Sessions and REST views take every change at the same moment.
             ToWorker::Leases { pairs, until_ms } => {
                 self.fan.renew_leases(&pairs, until_ms);
                 self.api.views.renew(&pairs, until_ms);
             }
-            ToWorker::Revoke(msg) => self.revoke(&msg),
+            ToWorker::Revoke(msg) => {
+                self.revoke(&msg);
+                self.clu.remember(Change::Revoke(msg), self.now_ms());
+            }
             ToWorker::Access(update) => {
                 self.fan.update_access(update.server_id, &update.by_app);
                 self.api
                     .views
                     .update_access(update.server_id, &update.by_app);
+                self.clu.remember(Change::Access(update), self.now_ms());
             }
             ToWorker::Adopt {
                 token,
@@ -44,6 +52,8 @@ impl Worker {
             }
             ToWorker::RestCounters(answer) => self.api.limiter.apply(&answer),
             ToWorker::Shutdown { spread_ms } => self.drain(spread_ms),
+            ToWorker::HandOut { take, reply } => self.hand_out(&take, &reply),
+            ToWorker::HandedIn { conn, result } => self.handed_in(conn, result),
         }
     }
 

@@ -14,6 +14,8 @@ use crate::api::permit::Target;
 use crate::api::route::ApiRoute;
 use crate::api::view::AppView;
 pub use crate::delivery::batch::Batch;
+pub use crate::delivery::moved::{Moved, Take};
+pub use crate::delivery::resume::ResumeRefusal;
 pub use crate::delivery::ConnKey;
 pub use crate::protocol::rest::RestRoute;
 
@@ -174,6 +176,29 @@ pub enum ToWorker {
     Shutdown {
         spread_ms: u64,
     },
+    /// Another node asks for a session of ours (`link::cluster`): answer
+    /// with `moved::encode_answer`'s bytes; let go of the session only if
+    /// the answer was taken.
+    HandOut {
+        take: Take,
+        reply: crossbeam_channel::Sender<Vec<u8>>,
+    },
+    /// The answer to a `TakeJob`: the session, to rebuild here, or why not.
+    HandedIn {
+        conn: ConnKey,
+        result: Result<Box<Moved>, ResumeRefusal>,
+    },
+}
+
+/// A Resume for a session another node holds: a hand-off thread asks that
+/// node (`link::cluster`) and answers with `ToWorker::HandedIn`.
+pub struct TakeJob {
+    pub worker: usize,
+    pub conn: ConnKey,
+    pub node: u16,
+    pub take: Take,
+    /// When the Resume arrived: the hand-off deadline counts from here.
+    pub since: std::time::Instant,
 }
 
 /// The sending half of a worker's inbox. Writing the eventfd wakes the

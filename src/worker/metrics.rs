@@ -75,6 +75,9 @@ pub struct WorkerMetrics {
     pub handovers_in: AtomicU64,
     pub slow_consumer_closes: AtomicU64,
     pub reconnects_sent: AtomicU64,
+    /// Sessions taken over from another node (RESUMED here) and given to one.
+    pub handoffs_in: AtomicU64,
+    pub handoffs_out: AtomicU64,
     pub rejected_full: AtomicU64,
     pub ring_exhausted: AtomicU64,
     pub history_reclaims: AtomicU64,

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 mod accept;
 pub mod app_stats;
 mod close;
+mod cluster;
 mod conn;
 mod handover;
 mod housekeeping;
@@ -56,7 +57,7 @@ use crate::protocol::upgrade::{upgrade_refusal, ws_error_close};
 use crate::protocol::{intents, payload, Close, CloseCode};
 use crate::worker::mail::*;
 use crate::worker::metrics::WorkerMetrics;
-use crate::worker::shared::Shared;
+use crate::worker::shared::{home_worker, Shared};
 
 /// Ring entries beyond `max_unsent` a session may hold (see FanOutConfig).
 const RING_HEADROOM: u32 = 64;
@@ -157,6 +158,8 @@ pub struct Worker {
     /// Parks that timed out with the eventfd signalled (see PARK_MAX).
     lost_wakeups: u64,
     api: rest_edge::ApiState,
+    /// Sessions arriving from other nodes, and the recent stream they line up on.
+    clu: cluster::ClusterState,
 }
 
 /// Everything a worker needs, built on the main thread so setup errors
@@ -266,6 +269,7 @@ impl Worker {
             .collect();
         let max_conns: usize = rings.iter().map(|r| r.conns.len()).sum();
         let fan = setup.fan;
+        let clustered = shared.cluster.is_some();
         Worker {
             id,
             shared,
@@ -297,6 +301,7 @@ impl Worker {
             lease_pairs: Vec::new(),
             lost_wakeups: 0,
             api,
+            clu: cluster::ClusterState::new(clustered),
         }
     }
 
@@ -373,7 +378,11 @@ impl Worker {
 
     fn finished(&self) -> bool {
         match self.draining_until {
-            Some(until) => self.open == 0 || self.now_ms() > until + LINGER_MS + 1000,
+            // Clustered, the sessions wait a while for other nodes to take them.
+            Some(until) => {
+                let keep = self.handoff_grace_ms(until);
+                (self.open == 0 && keep == 0) || self.now_ms() > until + LINGER_MS + 1000 + keep
+            }
             None => false,
         }
     }

@@ -7,14 +7,23 @@ impl Worker {
     pub(super) fn on_resume(&mut self, key: ConnKey, r: Resume) {
         let now = self.now_ms();
         let sid = SessionId::parse(&r.session_id);
-        // The session lives on the worker its id names: move the connection there.
-        if let Some(to) = sid.map(|s| s.worker() as usize) {
-            if to != self.id && to < self.shared.workers.len() {
+        let node = self.shared.node();
+        // The session lives on the worker its id names (modulo ours, if it
+        // came from another node): move the connection there.
+        if let Some(to) = sid.and_then(|s| home_worker(&s, node, self.shared.workers.len())) {
+            if to != self.id {
                 self.start_handover(key, to, Action::Resume(r));
                 return;
             }
         }
         let idx = sid.and_then(|s| self.fan.lookup(&s));
+        if let (None, Some(s)) = (idx, sid) {
+            // Not here: another node of the cluster may hold it.
+            if s.node() != node && s.node() != 0 && self.shared.cluster.is_some() {
+                self.ask_holder(key, s, &r);
+                return;
+            }
+        }
         let outcome: Result<SessionIdx, ResumeRefusal> = match idx {
             None => Err(ResumeRefusal::UnknownSession),
             Some(idx) => {
@@ -66,17 +75,21 @@ impl Worker {
                     self.overflowed(idx, key);
                 }
             }
-            Err(why) => {
-                tracing::debug!(worker = self.id, %why, "resume refused");
-                self.resume_refused(why);
-                let Some(conn) = self.conn(key) else { return };
-                let ConnState::WebSocket(w, _) = &mut conn.state else {
-                    return;
-                };
-                w.session.authentication_failed();
-                payload::invalid_session(&mut conn.out, false);
-            }
+            Err(why) => return self.refuse_resume(key, why),
         }
+        self.queue_flush(key);
+    }
+
+    /// Op 9 for a Resume, counted by reason.
+    pub(super) fn refuse_resume(&mut self, key: ConnKey, why: ResumeRefusal) {
+        tracing::debug!(worker = self.id, %why, "resume refused");
+        self.resume_refused(why);
+        let Some(conn) = self.conn(key) else { return };
+        let ConnState::WebSocket(w, _) = &mut conn.state else {
+            return;
+        };
+        w.session.authentication_failed();
+        payload::invalid_session(&mut conn.out, false);
         self.queue_flush(key);
     }
 
@@ -125,7 +138,11 @@ impl Worker {
         w.session.authenticated();
         let mut random = [0u8; 16];
         let _ = getrandom::fill(&mut random);
-        let session_id = SessionId::new(worker as u8, u128::from_le_bytes(random));
+        let session_id = SessionId::on_node(
+            self.shared.node(),
+            worker as u8,
+            u128::from_le_bytes(random),
+        );
         let ready_d = payload::ready_d(
             &payload::Ready {
                 user_json: &ok.user_json,

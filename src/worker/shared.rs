@@ -43,4 +43,33 @@ pub struct Shared {
     pub compress_budget: Arc<crate::protocol::compress::Budget>,
     pub shutting_down: AtomicBool,
     pub started: Instant,
+    /// This node in a cluster (docs/cluster.md); None: on its own.
+    pub cluster: Option<ClusterLink>,
+}
+
+/// What a worker of a clustered node needs: its node number (named in the
+/// session ids it issues) and the queue of the hand-off threads.
+pub struct ClusterLink {
+    pub node: u16,
+    pub jobs: Sender<crate::worker::mail::TakeJob>,
+}
+
+impl Shared {
+    /// This node's number in session ids (0: not in a cluster).
+    pub fn node(&self) -> u16 {
+        self.cluster.as_ref().map_or(0, |c| c.node)
+    }
+}
+
+/// The worker of this node that holds (or would hold) session `sid`: the
+/// one its id names if this node created it, else the id's worker modulo
+/// the workers here (a session moved in from another node). None: a
+/// worker number this node does not have (a forged id).
+pub fn home_worker(sid: &shards::SessionId, node: u16, workers: usize) -> Option<usize> {
+    let w = usize::from(sid.worker());
+    if sid.node() == node {
+        (w < workers).then_some(w)
+    } else {
+        Some(w % workers.max(1))
+    }
 }

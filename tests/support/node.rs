@@ -157,7 +157,7 @@ pub fn wait_for_addrs(dir: &Path, mut check: impl FnMut()) -> (SocketAddr, Socke
     let text = loop {
         check();
         if let Ok(text) = std::fs::read_to_string(&path) {
-            if text.lines().count() == 3 {
+            if text.lines().count() >= 3 {
                 break text;
             }
         }

@@ -5,6 +5,7 @@ mod apps;
 mod commands;
 mod installs;
 mod interactions;
+mod nodes;
 mod people;
 mod schema;
 mod servers;
@@ -522,6 +523,56 @@ impl Registry for SqliteRegistry {
 
     fn waiting_interactions(&self, node: &str, limit: u32) -> Result<Vec<PendingInteraction>> {
         self.waiting_interaction_rows(node, limit)
+    }
+
+    fn register_node(
+        &self,
+        instance: &str,
+        link_addr: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<u16> {
+        // Autocommit statements, outside `write`: membership is not a registry change.
+        let c = self.lock();
+        crate::nodes::register(&mut &*c, instance, link_addr, now_ms, ttl_ms)
+    }
+
+    fn heartbeat_node(
+        &self,
+        node: u16,
+        instance: &str,
+        link_addr: &str,
+        now_ms: u64,
+        ttl_ms: u64,
+    ) -> Result<bool> {
+        use crate::nodes::NodeStore;
+        crate::nodes::check(instance, link_addr)?;
+        let c = self.lock();
+        (&*c).claim(
+            node,
+            instance,
+            link_addr,
+            now_ms,
+            now_ms.saturating_add(ttl_ms),
+        )
+    }
+
+    fn live_nodes(&self, now_ms: u64) -> Result<Vec<(u16, String)>> {
+        use crate::nodes::NodeStore;
+        let c = self.lock();
+        (&*c).live_links(now_ms)
+    }
+
+    fn node_link(&self, node: u16, now_ms: u64) -> Result<Option<String>> {
+        use crate::nodes::NodeStore;
+        let c = self.lock();
+        (&*c).link_of(node, now_ms)
+    }
+
+    fn leave_node(&self, node: u16, instance: &str) -> Result<()> {
+        use crate::nodes::NodeStore;
+        let c = self.lock();
+        (&*c).leave(node, instance)
     }
 
     fn signing_seed(&self, app_id: u64) -> Result<[u8; 32]> {

@@ -12,8 +12,10 @@ use registry::permissions::*;
 use registry::*;
 
 mod commands;
+mod nodes;
 mod people;
 pub use commands::*;
+pub use nodes::*;
 pub use people::*;
 
 /// What the suite needs beyond the trait.
@@ -48,6 +50,7 @@ macro_rules! behaviour_tests {
             token_round_trip_and_rejections,
             seed_demo_idempotent_and_reopen_keeps_data,
             two_handles_on_one_store,
+            cluster_nodes_claim_renew_lapse_and_find,
         );
         behaviour_tests!(@fresh [$(#[$m])*] $fresh;
             reset_token_invalidates_old,

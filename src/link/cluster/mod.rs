@@ -1,0 +1,214 @@
+//! The node in its cluster (docs/cluster.md): its claim in the shared
+//! registry (a node number, the address of its link, renewed by a
+//! heartbeat), the link listener that answers other nodes' hand-off
+//! requests (`serve`), and the threads that make ours (`take`).
+//!
+//! Threads: "cluster-beat" (the heartbeat, its own registry connection),
+//! "cluster-link" (accepts; one thread per served request, at most
+//! `cluster.max_link_connections`), "cluster-take-N" (four, each one
+//! request at a time, every one under `cluster.handoff_timeout_ms`).
+//! None of them is a worker: a frozen peer costs a hand-off thread one
+//! deadline, never a worker anything.
+
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use registry::Registry;
+
+use crate::config::Cluster as ClusterConfig;
+use crate::worker::mail::{TakeJob, WorkerHandle};
+
+mod serve;
+mod take;
+
+/// Hand-off threads of this node.
+const TAKE_THREADS: usize = 4;
+
+/// Counters of the link (read by the admin port).
+#[derive(Default)]
+pub struct ClusterStats {
+    /// This node's number (0: not in a cluster).
+    pub node: AtomicU64,
+    /// Hand-off requests served, by outcome.
+    pub served: AtomicU64,
+    pub served_refused_busy: AtomicU64,
+    pub served_bad_request: AtomicU64,
+    /// Requests that reached us after the asker's deadline (dropped, the session kept).
+    pub served_late: AtomicU64,
+    /// Our requests that failed on the link (no answer in time, no such node).
+    pub take_unreachable: AtomicU64,
+    /// Heartbeats that found our claim taken by another node.
+    pub claim_lost: AtomicU64,
+    pub heartbeat_failures: AtomicU64,
+}
+
+/// A node that has joined: its number and what to start once workers exist.
+pub struct Joined {
+    pub node: u16,
+    pub link_addr: SocketAddr,
+    instance: String,
+    advertised: String,
+    listener: TcpListener,
+    registry: Arc<dyn Registry>,
+    cfg: ClusterConfig,
+}
+
+/// Bind the link listener and claim a node number (before the workers
+/// start: the number goes into every session id they issue).
+pub fn join(cfg: &ClusterConfig, registry: Arc<dyn Registry>) -> Result<Joined, String> {
+    let listener = TcpListener::bind(cfg.link_addr)
+        .map_err(|e| format!("cluster link {}: {e}", cfg.link_addr))?;
+    let link_addr = listener.local_addr().map_err(|e| e.to_string())?;
+    let advertised = if cfg.advertise_addr.is_empty() {
+        link_addr.to_string()
+    } else {
+        cfg.advertise_addr.clone()
+    };
+    let mut random = [0u8; 16];
+    getrandom::fill(&mut random).map_err(|e| format!("random instance id: {e}"))?;
+    let instance: String = random.iter().map(|b| format!("{b:02x}")).collect();
+    let now = registry::snowflake::unix_ms_now();
+    let node = registry
+        .register_node(&instance, &advertised, now, cfg.node_ttl_ms)
+        .map_err(|e| format!("joining the cluster: {e}"))?;
+    tracing::info!(node, link = %advertised, "joined the cluster");
+    Ok(Joined {
+        node,
+        link_addr,
+        instance,
+        advertised,
+        listener,
+        registry,
+        cfg: cfg.clone(),
+    })
+}
+
+/// The running cluster threads; `stop` ends them, then the claim is given up.
+pub struct Running {
+    threads: Vec<JoinHandle<()>>,
+    leave: Box<dyn FnOnce() + Send>,
+}
+
+impl Running {
+    pub fn join(self) {
+        for t in self.threads {
+            let _ = t.join();
+        }
+        (self.leave)();
+    }
+}
+
+/// Start the heartbeat, the link listener and the hand-off threads.
+pub fn start(
+    j: Joined,
+    workers: Arc<[WorkerHandle]>,
+    jobs: crossbeam_channel::Receiver<TakeJob>,
+    stats: Arc<ClusterStats>,
+    stop: Arc<AtomicBool>,
+) -> Result<Running, String> {
+    stats.node.store(u64::from(j.node), Relaxed);
+    let mut threads = Vec::new();
+    let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
+        std::thread::Builder::new()
+            .name(name)
+            .spawn(f)
+            .map_err(|e| e.to_string())
+    };
+    {
+        let (reg, stats, stop) = (j.registry.clone(), stats.clone(), stop.clone());
+        let (node, instance, addr, cfg) = (
+            j.node,
+            j.instance.clone(),
+            j.advertised.clone(),
+            j.cfg.clone(),
+        );
+        threads.push(spawn(
+            "cluster-beat".into(),
+            Box::new(move || heartbeat(&*reg, node, &instance, &addr, &cfg, &stats, &stop)),
+        )?);
+    }
+    {
+        let ctx = serve::Ctx {
+            node: j.node,
+            workers: workers.clone(),
+            timeout: Duration::from_millis(j.cfg.handoff_timeout_ms),
+            max_connections: j.cfg.max_link_connections,
+            stats: stats.clone(),
+        };
+        let (listener, stop) = (j.listener, stop.clone());
+        threads.push(spawn(
+            "cluster-link".into(),
+            Box::new(move || serve::run(listener, ctx, &stop)),
+        )?);
+    }
+    let resolver = Arc::new(take::Resolver::new(j.registry.clone()));
+    for i in 0..TAKE_THREADS {
+        let ctx = take::Ctx {
+            node: j.node,
+            workers: workers.clone(),
+            timeout: Duration::from_millis(j.cfg.handoff_timeout_ms),
+            resolver: resolver.clone(),
+            stats: stats.clone(),
+        };
+        let (jobs, stop) = (jobs.clone(), stop.clone());
+        threads.push(spawn(
+            format!("cluster-take-{i}"),
+            Box::new(move || take::run(jobs, ctx, &stop)),
+        )?);
+    }
+    let (reg, node, instance) = (j.registry, j.node, j.instance);
+    Ok(Running {
+        threads,
+        leave: Box::new(move || {
+            if let Err(e) = reg.leave_node(node, &instance) {
+                tracing::warn!(node, error = %e, "leaving the cluster");
+            }
+        }),
+    })
+}
+
+fn heartbeat(
+    reg: &dyn Registry,
+    node: u16,
+    instance: &str,
+    addr: &str,
+    cfg: &ClusterConfig,
+    stats: &ClusterStats,
+    stop: &AtomicBool,
+) {
+    let every = Duration::from_millis(cfg.heartbeat_ms.max(50));
+    while !stop.load(Relaxed) {
+        sleep_unless(stop, every);
+        let now = registry::snowflake::unix_ms_now();
+        match reg.heartbeat_node(node, instance, addr, now, cfg.node_ttl_ms) {
+            Ok(true) => {}
+            Ok(false) => {
+                // Our claim lapsed and another node took the number: its
+                // sessions and ours share ids' node part now. Ours stay
+                // served here; hand-offs for them reach the other node,
+                // which knows none of them (op 9). Loud, counted.
+                stats.claim_lost.fetch_add(1, Relaxed);
+                tracing::error!(node, "cluster: our node number was claimed by another node");
+            }
+            Err(e) => {
+                stats.heartbeat_failures.fetch_add(1, Relaxed);
+                tracing::warn!(node, error = %e, "cluster heartbeat failed");
+            }
+        }
+    }
+}
+
+/// Sleep `d`, waking early (in 50 ms steps) when `stop` is set.
+fn sleep_unless(stop: &AtomicBool, d: Duration) {
+    let end = std::time::Instant::now() + d;
+    while !stop.load(Relaxed) {
+        let left = end.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        std::thread::sleep(left.min(Duration::from_millis(50)));
+    }
+}

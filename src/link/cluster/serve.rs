@@ -1,0 +1,124 @@
+//! The link listener: another node asks for one of our sessions. One
+//! request per connection: a fixed-size `Take`, answered with a
+//! length-prefixed answer. Reads, the worker's answer and the write are
+//! each bounded by the hand-off deadline; at most `max_connections` are
+//! served at once (the rest are closed at once: the asker sees op 9).
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::ClusterStats;
+use crate::delivery::moved::{self, Take, DEADLINE_MARGIN_MS, TAKE_LEN};
+use crate::delivery::resume::ResumeRefusal;
+use crate::worker::mail::{ToWorker, WorkerHandle};
+use crate::worker::shared::home_worker;
+
+pub(super) struct Ctx {
+    pub node: u16,
+    pub workers: Arc<[WorkerHandle]>,
+    pub timeout: Duration,
+    pub max_connections: usize,
+    pub stats: Arc<ClusterStats>,
+}
+
+pub(super) fn run(listener: TcpListener, ctx: Ctx, stop: &AtomicBool) {
+    let ctx = Arc::new(ctx);
+    let busy = Arc::new(AtomicUsize::new(0));
+    if let Err(e) = listener.set_nonblocking(true) {
+        tracing::error!(error = %e, "cluster link: cannot poll the listener");
+        return;
+    }
+    while !stop.load(Relaxed) {
+        let stream = match listener.accept() {
+            Ok((s, _)) => s,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(5));
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cluster link accept");
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        if busy.fetch_add(1, Relaxed) >= ctx.max_connections {
+            busy.fetch_sub(1, Relaxed);
+            ctx.stats.served_refused_busy.fetch_add(1, Relaxed);
+            continue; // dropped: closed
+        }
+        let (ctx, busy) = (ctx.clone(), busy.clone());
+        let spawned = std::thread::Builder::new()
+            .name("cluster-serve".into())
+            .spawn(move || {
+                serve(stream, &ctx);
+                busy.fetch_sub(1, Relaxed);
+            });
+        if spawned.is_err() {
+            tracing::warn!("cluster link: no thread for a request");
+        }
+    }
+}
+
+fn serve(mut stream: TcpStream, ctx: &Ctx) {
+    let deadline = Instant::now() + ctx.timeout;
+    let _ = stream.set_nonblocking(false);
+    let _ = stream.set_nodelay(true);
+    let _ = stream.set_read_timeout(Some(ctx.timeout));
+    let _ = stream.set_write_timeout(Some(ctx.timeout));
+    let mut req = [0u8; TAKE_LEN];
+    if stream.read_exact(&mut req).is_err() {
+        return;
+    }
+    let Some(take) = Take::decode(&req) else {
+        ctx.stats.served_bad_request.fetch_add(1, Relaxed);
+        return;
+    };
+    // The request may have waited in the socket (we were frozen): never
+    // wait longer than the taker does.
+    let now = registry::snowflake::unix_ms_now();
+    if !take.in_time(now) {
+        ctx.stats.served_late.fetch_add(1, Relaxed);
+        return;
+    }
+    let left = Duration::from_millis(take.deadline_unix_ms - now - DEADLINE_MARGIN_MS);
+    // A deadline far in the future (a broken peer) is ours, not an overflow.
+    let deadline = Instant::now()
+        .checked_add(left)
+        .map_or(deadline, |d| deadline.min(d));
+    let answer = ask_worker(ctx, take, deadline);
+    let len = (answer.len() as u32).to_le_bytes();
+    if stream
+        .write_all(&len)
+        .and_then(|_| stream.write_all(&answer))
+        .is_ok()
+    {
+        ctx.stats.served.fetch_add(1, Relaxed);
+    }
+}
+
+/// The worker holding the session answers (or we answer why not).
+fn ask_worker(ctx: &Ctx, take: Take, deadline: Instant) -> Vec<u8> {
+    let refuse = |why| {
+        let mut out = Vec::new();
+        moved::encode_answer(&Err(why), &mut out);
+        out
+    };
+    let Some(w) = home_worker(&take.session_id, ctx.node, ctx.workers.len()) else {
+        return refuse(ResumeRefusal::UnknownSession);
+    };
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    if ctx.workers[w]
+        .try_send(ToWorker::HandOut { take, reply: tx })
+        .is_err()
+    {
+        return refuse(ResumeRefusal::NoRoom);
+    }
+    // If this passes, the receiver is dropped and the worker keeps the session.
+    match rx.recv_deadline(deadline) {
+        Ok(bytes) => bytes,
+        Err(_) => refuse(ResumeRefusal::NodeUnreachable),
+    }
+}

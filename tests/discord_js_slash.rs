@@ -15,8 +15,6 @@ mod support;
 
 use std::time::Duration;
 
-use support::http::json_request;
-use support::interact::click;
 use support::node::Node;
 
 #[test]
@@ -38,58 +36,19 @@ fn discord_js_slash_commands_defer_edit_follow_up_and_buttons() {
     if support::wait_until(Duration::from_secs(60), || bot.stdout().contains("READY")).is_none() {
         panic!("slash_bot.js never became ready\n{}", bot.kill());
     }
-    let r = json_request(
-        node.gateway,
-        "GET",
-        &format!("/api/v10/applications/{}/guilds/{server}/commands", app.id),
-        Some(&format!("Bot {}", app.token)),
-        None,
-    );
-    assert_eq!(r.status, 200, "{}", r.body);
-    let mut names: Vec<String> = r
-        .json()
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["name"].as_str().unwrap().to_string())
-        .collect();
-    names.sort();
-    assert_eq!(
-        names,
-        ["menu", "ping", "slow"],
-        "commands.set(guild): {}",
-        r.body
-    );
-
+    let names = support::interact::guild_command_names(&node, &app, server);
+    assert_eq!(names, ["menu", "ping", "slow"], "commands.set(guild)");
     let some = |v: &str| Some(v.to_string());
-    let (status, seen) = click(&node, at, &["--command", "ping"]).wait();
-    let ping = (
-        status,
-        seen.get("state").cloned(),
-        seen.get("content").cloned(),
-    );
     // deferReply, then editReply("done") 2 s later, then followUp("and more").
-    let (status, seen) = click(&node, at, &["--command", "slow", "--wait-ms", "20000"]).wait();
-    let slow = (status, seen.get("state").cloned());
-    let slow_seen: serde_json::Value = seen
-        .get("seen")
-        .and_then(|s| serde_json::from_str(s).ok())
-        .unwrap_or_default();
-    let (status, seen) = click(&node, at, &["--command", "menu"]).wait();
-    let menu = (status, seen.get("content").cloned());
-    let mid = seen.get("message_id").cloned().unwrap_or_default();
-    let (status, seen) = if mid.is_empty() {
-        (-1, Default::default())
-    } else {
-        click(&node, at, &["--button", "menu:click", "--message", &mid]).wait()
-    };
-    let button = (
-        status,
-        seen.get("state").cloned(),
-        seen.get("content").cloned(),
-        seen.get("message_id").cloned(),
+    let t = support::interact::tour(&node, at);
+    let (ping, slow, slow_seen, menu, mid, button) = (
+        t.ping,
+        t.slow,
+        t.slow_seen,
+        t.menu,
+        t.menu_message,
+        t.button,
     );
-
     let run = bot.wait();
     let explain = run.explain();
     assert_eq!(

@@ -14,9 +14,6 @@ mod support;
 
 use std::time::Duration;
 
-use serde_json::Value;
-use support::http::json_request;
-use support::interact::click;
 use support::node::Node;
 use support::python::Script;
 
@@ -42,59 +39,19 @@ fn discord_py_slash_commands_defer_follow_up_and_buttons() {
         panic!("slash_bot.py never reached on_ready\n{}", bot.kill());
     }
     // tree.sync(guild=...) registered the three commands in the server's scope.
-    let r = json_request(
-        node.gateway,
-        "GET",
-        &format!("/api/v10/applications/{}/guilds/{server}/commands", app.id),
-        Some(&format!("Bot {}", app.token)),
-        None,
+    let names = support::interact::guild_command_names(&node, &app, server);
+    assert_eq!(names, ["menu", "ping", "slow"]);
+    // /ping: send_message("pong"); /slow: defer(), 5 s later followup.send("done");
+    // /menu: a message with a View whose button the person clicks.
+    let t = support::interact::tour(&node, at);
+    let (ping, slow, slow_seen, menu, mid, button) = (
+        t.ping,
+        t.slow,
+        t.slow_seen,
+        t.menu,
+        t.menu_message,
+        t.button,
     );
-    assert_eq!(r.status, 200, "{}", r.body);
-    let mut names: Vec<String> = r
-        .json()
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|c| c["name"].as_str().unwrap().to_string())
-        .collect();
-    names.sort();
-    assert_eq!(names, ["menu", "ping", "slow"], "{}", r.body);
-
-    // /ping: interaction.response.send_message("pong").
-    let (status, seen) = click(&node, at, &["--command", "ping"]).wait();
-    let ping = (
-        status,
-        seen.get("state").cloned(),
-        seen.get("content").cloned(),
-    );
-    // /slow: defer(), then 5 s later followup.send("done"). The bound is
-    // generous: the CLI returns as soon as the follow-up exists.
-    let (status, seen) = click(&node, at, &["--command", "slow", "--wait-ms", "20000"]).wait();
-    let slow = (
-        status,
-        seen.get("state").cloned(),
-        seen.get("content").cloned(),
-    );
-    let slow_seen: Value = seen
-        .get("seen")
-        .and_then(|s| serde_json::from_str(s).ok())
-        .unwrap_or(Value::Null);
-    // /menu: a message with a View; the person clicks its button.
-    let (status, seen) = click(&node, at, &["--command", "menu"]).wait();
-    let menu = (status, seen.get("content").cloned());
-    let mid = seen.get("message_id").cloned().unwrap_or_default();
-    let (status, seen) = if mid.is_empty() {
-        (-1, Default::default())
-    } else {
-        click(&node, at, &["--button", "menu:click", "--message", &mid]).wait()
-    };
-    let button = (
-        status,
-        seen.get("state").cloned(),
-        seen.get("content").cloned(),
-        seen.get("message_id").cloned(),
-    );
-
     let run = bot.wait();
     let explain = run.explain();
     let s = &run.summary;

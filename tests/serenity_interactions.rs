@@ -23,7 +23,6 @@ use serenity::all::{
     GuildId, HttpBuilder, Interaction, Ready,
 };
 use serenity::async_trait;
-use support::interact::click;
 use support::node::Node;
 
 /// What the handler saw and did, for the test's asserts.
@@ -185,40 +184,23 @@ fn serenity_answers_slash_commands_a_deferral_and_a_button() {
     assert_eq!(synced, ["menu", "ping", "slow"]);
 
     let some = |v: &str| Some(v.to_string());
-    let (status, seen) = click(&node, at, &["--command", "ping"]).wait();
+    let t = support::interact::tour(&node, at);
+    let mid = t.menu_message.clone();
     assert_eq!(
-        (
-            status,
-            seen.get("state").cloned(),
-            seen.get("content").cloned()
-        ),
+        t.ping,
         (0, some("answered"), some("pong")),
         "/ping: {}",
         errors()
     );
-    let (status, seen) = click(&node, at, &["--command", "slow", "--wait-ms", "20000"]).wait();
-    let shown: serde_json::Value = seen
-        .get("seen")
-        .and_then(|s| serde_json::from_str(s).ok())
-        .unwrap_or_default();
-    assert_eq!(status, 0, "/slow: {seen:?} {}", errors());
-    assert_eq!(shown["response_type"], 5, "deferred first: {shown}");
-    let (status, seen) = click(&node, at, &["--command", "menu"]).wait();
+    assert_eq!(t.slow.0, 0, "/slow: {:?} {}", t.slow, errors());
     assert_eq!(
-        (status, seen.get("content").cloned()),
-        (0, some("Pick one")),
-        "{}",
-        errors()
+        t.slow_seen["response_type"], 5,
+        "deferred first: {}",
+        t.slow_seen
     );
-    let mid = seen.get("message_id").cloned().unwrap_or_default();
-    let (status, seen) = click(&node, at, &["--button", "menu:click", "--message", &mid]).wait();
+    assert_eq!(t.menu, (0, some("Pick one")), "{}", errors());
     assert_eq!(
-        (
-            status,
-            seen.get("state").cloned(),
-            seen.get("content").cloned(),
-            seen.get("message_id").cloned()
-        ),
+        t.button,
         (0, some("answered"), some("clicked"), Some(mid.clone())),
         "the button's update edits the /menu message: {}",
         errors()

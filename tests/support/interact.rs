@@ -67,3 +67,85 @@ pub fn installed(node: &Node, name: &str) -> (App, Place) {
     };
     (app, at)
 }
+
+/// The names of the server-scoped commands `app` has in `server`, sorted
+/// (what a library's sync registered).
+pub fn guild_command_names(node: &Node, app: &App, server: u64) -> Vec<String> {
+    let r = super::http::json_request(
+        node.gateway,
+        "GET",
+        &format!("/api/v10/applications/{}/guilds/{server}/commands", app.id),
+        Some(&format!("Bot {}", app.token)),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    let mut names: Vec<String> = r
+        .json()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["name"].as_str().unwrap().to_string())
+        .collect();
+    names.sort();
+    names
+}
+
+/// What a person saw of the library tests' three commands, used in turn:
+/// `/ping`, `/slow` (a deferral, waited for up to 20 s), `/menu`, then the
+/// button on `/menu`'s message (`menu:click`). Each is (exit status,
+/// `state`, `content`) as `gatewayd interact` printed them.
+pub struct Tour {
+    pub ping: (i32, Option<String>, Option<String>),
+    pub slow: (i32, Option<String>, Option<String>),
+    /// `/slow`'s whole `seen=` object.
+    pub slow_seen: serde_json::Value,
+    pub menu: (i32, Option<String>),
+    /// The `/menu` message's id (empty if there was none).
+    pub menu_message: String,
+    /// With the edited message's id last.
+    pub button: (i32, Option<String>, Option<String>, Option<String>),
+}
+
+pub fn tour(node: &Node, at: Place) -> Tour {
+    let triple = |(status, seen): (i32, BTreeMap<String, String>)| {
+        (
+            status,
+            seen.get("state").cloned(),
+            seen.get("content").cloned(),
+        )
+    };
+    let ping = triple(click(node, at, &["--command", "ping"]).wait());
+    let (status, seen) = click(node, at, &["--command", "slow", "--wait-ms", "20000"]).wait();
+    let slow_seen = seen
+        .get("seen")
+        .and_then(|s| serde_json::from_str(s).ok())
+        .unwrap_or_default();
+    let slow = triple((status, seen));
+    let (status, seen) = click(node, at, &["--command", "menu"]).wait();
+    let menu = (status, seen.get("content").cloned());
+    let menu_message = seen.get("message_id").cloned().unwrap_or_default();
+    let button = if menu_message.is_empty() {
+        (-1, None, None, None)
+    } else {
+        let (status, seen) = click(
+            node,
+            at,
+            &["--button", "menu:click", "--message", &menu_message],
+        )
+        .wait();
+        (
+            status,
+            seen.get("state").cloned(),
+            seen.get("content").cloned(),
+            seen.get("message_id").cloned(),
+        )
+    };
+    Tour {
+        ping,
+        slow,
+        slow_seen,
+        menu,
+        menu_message,
+        button,
+    }
+}

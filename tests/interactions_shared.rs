@@ -133,16 +133,8 @@ fn click(node: &Node, at: Place, user: u64, what: &[&str]) -> Click {
 #[test]
 fn an_interaction_outlives_a_crash_of_its_node() {
     let node = Node::start(&["--no-demo"]);
-    let reg = Registry::new(node.dir.path());
-    let app = reg.add_app("slash-bot", 0);
-    let (server, channel) = reg.add_server("slash-server");
-    reg.install(app.id, server, None);
-    let alice = reg.add_member(server, "alice", &[]);
-    let at = Place {
-        app: app.id,
-        server,
-        channel,
-    };
+    let (app, at, alice) =
+        support::interact::installed_in(&Registry::new(node.dir.path()), "slash-bot");
     register_commands(node.gateway, &app);
     let mut s = session(node.gateway, &app.token);
 
@@ -275,15 +267,7 @@ fn a_callback_and_a_follow_up_may_land_on_either_node() {
     let a = Node::start(&flags);
     let b = Node::start(&flags);
     let reg = Registry::with_url(a.dir.path(), Some(&url));
-    let app = reg.add_app("slash-bot", 0);
-    let (server, channel) = reg.add_server("slash-server");
-    reg.install(app.id, server, None);
-    let alice = reg.add_member(server, "alice", &[]);
-    let at = Place {
-        app: app.id,
-        server,
-        channel,
-    };
+    let (app, at, alice) = support::interact::installed_in(&reg, "slash-bot");
     register_commands(a.gateway, &app);
     // The bot's session is on A; the person's interactions arrive at A.
     let mut s = session(a.gateway, &app.token);

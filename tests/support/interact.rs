@@ -55,17 +55,23 @@ pub fn click(node: &Node, at: Place, what: &[&str]) -> Click {
 /// server whose `#general` has alice, its one person: where the person
 /// will use the bot's commands.
 pub fn installed(node: &Node, name: &str) -> (App, Place) {
-    let reg = Registry::new(node.dir.path());
+    let (app, at, _) = installed_in(&Registry::new(node.dir.path()), name);
+    (app, at)
+}
+
+/// [`installed`] through `reg` (e.g. a shared PostgreSQL registry); also
+/// alice's user id.
+pub fn installed_in(reg: &Registry, name: &str) -> (App, Place, u64) {
     let app = reg.add_app(name, 0);
     let (server, channel) = reg.add_server("slash-server");
     reg.install(app.id, server, None);
-    reg.add_member(server, "alice", &[]);
+    let alice = reg.add_member(server, "alice", &[]);
     let at = Place {
         app: app.id,
         server,
         channel,
     };
-    (app, at)
+    (app, at, alice)
 }
 
 /// The names of the server-scoped commands `app` has in `server`, sorted

@@ -80,6 +80,7 @@ mod tests {
                 application_id: proto::AppId(i as u64),
                 bot_user_id: 1000 + i as u64,
                 intents: intents::GUILDS | intents::GUILD_MESSAGES | content,
+                shard: [0, 1],
                 token_digest: [0; 32],
                 guilds: vec![GuildAccess {
                     id: proto::ServerId(SERVER),

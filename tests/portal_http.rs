@@ -63,6 +63,32 @@ fn sign_in_gives_a_strict_cookie_and_one_application_sees_only_its_own() {
     assert!(wait_until(Duration::from_secs(5), || live(&demo) == 1).is_some());
     assert_eq!(live(&mine), 0);
     assert_eq!(mine.health()["identifies"], 0);
+    // Sessions by shard: a second one on shard [1, 2].
+    let s2 = bot::identify(
+        node.gateway,
+        "demo-1",
+        &node.token,
+        BOT_INTENTS,
+        Some((1, 2)),
+    )
+    .unwrap();
+    assert!(wait_until(Duration::from_secs(5), || live(&demo) == 2).is_some());
+    let shards = || demo.health()["sessions"]["by_shard"].clone();
+    assert!(
+        wait_until(Duration::from_secs(5), || shards()
+            .as_array()
+            .is_some_and(|a| a.len() == 2))
+        .is_some(),
+        "{}",
+        shards()
+    );
+    assert_eq!(
+        shards(),
+        json!([{"shard": [0, 1], "live": 1}, {"shard": [1, 2], "live": 1}])
+    );
+    assert_eq!(mine.health()["sessions"]["by_shard"], json!([]));
+    s2.close_politely();
+    assert!(wait_until(Duration::from_secs(5), || live(&demo) == 1).is_some());
 
     // Names are text, in the page and everywhere.
     let page = mine.get("/").body;

@@ -364,6 +364,7 @@ mod tests {
             application_id: proto::AppId(1),
             bot_user_id: BOT,
             intents,
+            shard: [0, 1],
             token_digest: [0; 32],
             guilds: vec![GuildAccess {
                 id: proto::ServerId(S),

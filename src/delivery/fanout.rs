@@ -553,12 +553,19 @@ impl FanOut {
     }
 
     /// Every session as (application, degraded: ring at 80 %, attached,
-    /// last seq), for the per-application gauges (`worker::app_stats`).
-    pub fn each_session(&self, f: &mut dyn FnMut(u64, bool, bool, u64)) {
+    /// last seq, its shard), for the per-application gauges (`worker::app_stats`).
+    pub fn each_session(&self, f: &mut dyn FnMut(u64, bool, bool, u64, [u32; 2])) {
         for s in self.sessions.iter().flatten() {
             let on = s.conn.is_some();
             let degraded = on && s.ring.fill_ratio() >= 0.8;
-            f(s.identity.application_id.0, degraded, on, s.ring.last_seq());
+            let id = &s.identity;
+            f(
+                id.application_id.0,
+                degraded,
+                on,
+                s.ring.last_seq(),
+                id.shard,
+            );
         }
     }
 
@@ -600,6 +607,7 @@ mod tests {
                 application_id: proto::AppId(1),
                 bot_user_id: 7,
                 intents: intents::GUILD_MESSAGES,
+                shard: [0, 1],
                 token_digest: [0; 32],
                 guilds: vec![GuildAccess {
                     id: proto::ServerId(5),

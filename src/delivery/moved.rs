@@ -126,6 +126,9 @@ pub fn encode_answer(answer: &Result<Moved, ResumeRefusal>, out: &mut Vec<u8>) {
     for v in [id.application_id.0, id.bot_user_id, id.intents, m.seq] {
         out.extend_from_slice(&v.to_le_bytes());
     }
+    for v in id.shard {
+        out.extend_from_slice(&v.to_le_bytes());
+    }
     out.extend_from_slice(&id.token_digest);
     put_bytes(out, id.user_json.as_bytes());
     put_u32(out, id.guilds.len());
@@ -165,6 +168,10 @@ pub fn decode_answer(b: &[u8]) -> Option<Result<Moved, ResumeRefusal>> {
     let mut r = Reader(rest);
     let session_id = SessionId::parse(std::str::from_utf8(r.bytes(32)?).ok()?)?;
     let (app, bot, intents, seq) = (r.u64()?, r.u64()?, r.u64()?, r.u64()?);
+    let shard = [r.u32()?, r.u32()?];
+    if shard[1] == 0 || shard[0] >= shard[1] {
+        return None;
+    }
     let token_digest: [u8; 32] = r.bytes(32)?.try_into().ok()?;
     let user = r.sized()?;
     if user.len() > MAX_USER_JSON {
@@ -226,6 +233,7 @@ pub fn decode_answer(b: &[u8]) -> Option<Result<Moved, ResumeRefusal>> {
             application_id: AppId(app),
             bot_user_id: bot,
             intents,
+            shard,
             token_digest,
             guilds,
             user_json,
@@ -290,6 +298,7 @@ mod tests {
                 application_id: AppId(7),
                 bot_user_id: 8,
                 intents: 1 << 9,
+                shard: [1, 4],
                 token_digest: [5; 32],
                 guilds: vec![GuildAccess {
                     id: ServerId(10),

@@ -104,6 +104,11 @@ pub fn json(ctx: &Ctx, app: u64) -> Value {
         })
         .collect();
     let sum = |f: fn(&(u32, u32, u32)) -> u32| snap.workers.iter().map(f).sum::<u32>();
+    let by_shard: Vec<Value> = snap
+        .shards
+        .iter()
+        .map(|(id, of, live)| json!({"shard": [id, of], "live": live}))
+        .collect();
     let closes: Vec<Value> = snap
         .closes_hour
         .iter()
@@ -150,7 +155,8 @@ pub fn json(ctx: &Ctx, app: u64) -> Value {
         "application_id": app.to_string(),
         "now_ms": now,
         "sessions": {"live": sum(|w| w.0), "degraded": sum(|w| w.1), "detached": sum(|w| w.2),
-                     "by_worker": by_worker},
+                     "by_worker": by_worker, "by_shard": by_shard,
+                     "other_shards": snap.shards_other},
         "events_dispatched": snap.events,
         "identifies": snap.identifies, "resumes": snap.resumes,
         "identifies_hour": snap.identifies_hour, "resumes_hour": snap.resumes_hour,

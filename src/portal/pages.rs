@@ -102,7 +102,7 @@ pub fn dashboard(ctx: &Ctx, s: &Session) -> String {
         b,
         "<section aria-labelledby=\"h-sessions\"><h2 id=\"h-sessions\">Sessions</h2>\
          <div class=\"stats\">{}{}{}{}{}{}</div>\
-         <p id=\"degraded-note\" class=\"warn\" role=\"status\" hidden></p>{}\
+         <p id=\"degraded-note\" class=\"warn\" role=\"status\" hidden></p>{}{}\
          <figure><svg id=\"chart-sessions\" role=\"img\" aria-label=\"Live sessions per minute, last hour\" viewBox=\"0 0 600 160\"></svg>\
          <figcaption>Live sessions per minute, last hour</figcaption></figure></section>",
         stat("live", "Live"),
@@ -112,6 +112,7 @@ pub fn dashboard(ctx: &Ctx, s: &Session) -> String {
         stat("identifies-hour", "Identifies, last hour"),
         stat("resumes-hour", "Resumes, last hour"),
         table("by-worker", "By worker", &["Worker", "Live", "Degraded", "Detached"]),
+        table("by-shard", "Live by shard", &["Shard", "Live"]),
     );
     let _ = write!(
         b,

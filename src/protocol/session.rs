@@ -63,6 +63,8 @@ pub struct Identity {
     pub application_id: AppId,
     pub bot_user_id: u64,
     pub intents: u64,
+    /// `[shard_id, num_shards]` from its Identify (`[0, 1]` without one).
+    pub shard: [u32; 2],
     pub token_digest: [u8; 32],
     /// Sorted by server id.
     pub guilds: Vec<GuildAccess>,

@@ -16,7 +16,10 @@
 //!   429s by (route, scope) in `LIMITED_ENTRIES`; past those, `rest_other`;
 //! - per worker, its live, degraded (ring at 80 %) and detached sessions,
 //!   recounted by that worker once a second (`tally`), double-buffered so a
-//!   reader never sees a half-done count.
+//!   reader never sees a half-done count; with them its live sessions by
+//!   shard (`[shard_id, num_shards]` of their Identify) in `SHARD_ENTRIES`
+//!   claimed entries per worker (more shards than that on one worker are
+//!   counted together as `shards_other`; 512 KiB per worker).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 
@@ -29,6 +32,9 @@ pub const BUCKETS: usize = 6;
 pub const BUCKET_MS: u64 = 10 * 60 * 1000;
 pub const REST_ENTRIES: usize = 24;
 pub const LIMITED_ENTRIES: usize = 8;
+/// Shards told apart per (application, worker).
+pub const SHARD_ENTRIES: usize = 8;
+const SHARD_COUNT_BITS: u32 = 24;
 /// Columns of a bucket: identifies, resumes, then closes 4000..=4014, other.
 const COLS: usize = 2 + 16;
 const COUNT_BITS: u32 = 48;
@@ -60,6 +66,11 @@ pub struct AppTable {
     /// Per (bank, slot, worker): the sum of the sessions' last sequence
     /// numbers (events dispatched to them; its growth is events per second).
     seqs: Box<[AtomicU64]>,
+    /// Per (bank, slot, worker, entry): `tag << 24 | live sessions`, tag =
+    /// (shard_id + 1) << 20 | num_shards; 0: unused.
+    shards: Box<[AtomicU64]>,
+    /// Per (bank, slot, worker): live sessions on shards past the entries.
+    shards_other: Box<[AtomicU64]>,
     /// Per worker: the bank readers use.
     published: Box<[AtomicU8]>,
     /// Per worker: the Unix second of its last tally.
@@ -87,6 +98,31 @@ pub struct AppSnapshot {
     /// Events dispatched to the application's sessions held now (the sum
     /// of their sequence numbers).
     pub events: u64,
+    /// (shard_id, num_shards, live sessions), by shard id.
+    pub shards: Vec<(u32, u32, u32)>,
+    /// Live sessions on shards past `SHARD_ENTRIES` on their worker.
+    pub shards_other: u32,
+}
+
+/// The entry tag of a shard (None: beyond what an entry holds).
+fn shard_tag([id, n]: [u32; 2]) -> Option<u64> {
+    (id < n && n < 1 << 20).then(|| (u64::from(id) + 1) << 20 | u64::from(n))
+}
+
+/// One more live session under `tag`; false if every entry is taken.
+/// Only the tallying worker writes its entries, so no compare-and-swap.
+fn bump_shard(entries: &[AtomicU64], tag: u64) -> bool {
+    for e in entries {
+        let v = e.load(Relaxed);
+        if v >> SHARD_COUNT_BITS == tag || v == 0 {
+            e.store(
+                (tag << SHARD_COUNT_BITS) | ((v & ((1 << SHARD_COUNT_BITS) - 1)) + 1),
+                Relaxed,
+            );
+            return true;
+        }
+    }
+    false
 }
 
 fn hash(app: u64) -> usize {
@@ -151,6 +187,12 @@ impl AppTable {
                 .map(|_| AtomicU64::new(0))
                 .collect(),
             seqs: (0..2 * SLOTS * workers)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            shards: (0..2 * SLOTS * workers * SHARD_ENTRIES)
+                .map(|_| AtomicU64::new(0))
+                .collect(),
+            shards_other: (0..2 * SLOTS * workers)
                 .map(|_| AtomicU64::new(0))
                 .collect(),
             published: (0..workers).map(|_| AtomicU8::new(0)).collect(),
@@ -275,9 +317,18 @@ impl AppTable {
         t.load(Relaxed) != sec && t.swap(sec, Relaxed) != sec
     }
 
+    fn shard_entries(&self, col: usize) -> &[AtomicU64] {
+        &self.shards[col * SHARD_ENTRIES..(col + 1) * SHARD_ENTRIES]
+    }
+
     /// `worker` recounts its sessions: `each` calls its argument once per
-    /// session with (application, degraded, attached, its last sequence number).
-    pub fn tally(&self, worker: usize, each: impl FnOnce(&mut dyn FnMut(u64, bool, bool, u64))) {
+    /// session with (application, degraded, attached, its last sequence
+    /// number, its `[shard_id, num_shards]`).
+    pub fn tally(
+        &self,
+        worker: usize,
+        each: impl FnOnce(&mut dyn FnMut(u64, bool, bool, u64, [u32; 2])),
+    ) {
         if worker >= self.workers {
             return;
         }
@@ -286,11 +337,22 @@ impl AppTable {
         for slot in 0..SLOTS {
             self.gauges[col(slot)].store(0, Relaxed);
             self.seqs[col(slot)].store(0, Relaxed);
+            self.shards_other[col(slot)].store(0, Relaxed);
+            for e in self.shard_entries(col(slot)) {
+                e.store(0, Relaxed);
+            }
         }
-        each(&mut |app, degraded, attached, seq| {
+        each(&mut |app, degraded, attached, seq, shard| {
             let Some(slot) = self.claim(app) else {
                 return;
             };
+            if attached {
+                let counted =
+                    shard_tag(shard).is_some_and(|t| bump_shard(self.shard_entries(col(slot)), t));
+                if !counted {
+                    self.shards_other[col(slot)].fetch_add(1, Relaxed);
+                }
+            }
             let add = if attached {
                 pack3(1, degraded as u32, 0)
             } else {
@@ -317,7 +379,24 @@ impl AppTable {
             let at = (bank * SLOTS + i) * self.workers + w;
             out.workers.push(unpack3(self.gauges[at].load(Relaxed)));
             out.events += self.seqs[at].load(Relaxed);
+            out.shards_other += self.shards_other[at].load(Relaxed) as u32;
+            for e in self.shard_entries(at) {
+                let v = e.load(Relaxed);
+                let (tag, n) = (
+                    v >> SHARD_COUNT_BITS,
+                    (v & ((1 << SHARD_COUNT_BITS) - 1)) as u32,
+                );
+                if tag == 0 {
+                    continue;
+                }
+                let (id, of) = ((tag >> 20) as u32 - 1, (tag & ((1 << 20) - 1)) as u32);
+                match out.shards.iter_mut().find(|s| (s.0, s.1) == (id, of)) {
+                    Some(s) => s.2 += n,
+                    None => out.shards.push((id, of, n)),
+                }
+            }
         }
+        out.shards.sort_unstable();
         let now = (now_ms / BUCKET_MS) as u32 + 1;
         for b in &s.hour {
             let stamp = b.stamp.load(Relaxed);
@@ -388,9 +467,9 @@ mod tests {
         t.rest(7, 3, 200, None);
         t.rest(7, 3, 429, Some(0));
         t.tally(1, |f| {
-            f(7, true, true, 5);
-            f(7, false, true, 6);
-            f(8, false, false, 1);
+            f(7, true, true, 5, [0, 2]);
+            f(7, false, true, 6, [1, 2]);
+            f(8, false, false, 1, [0, 1]);
         });
         let a = t.snapshot(7, 2_000).unwrap();
         assert_eq!((a.identifies_hour, a.resumes_hour), (1, 1));
@@ -398,6 +477,11 @@ mod tests {
         assert_eq!(a.closes_hour[4], 0);
         assert_eq!(a.workers, vec![(0, 0, 0), (2, 1, 0)]);
         assert_eq!(a.events, 11);
+        assert_eq!(
+            a.shards,
+            vec![(0, 2, 1), (1, 2, 1)],
+            "live sessions by shard"
+        );
         assert!(a.rest.contains(&(3, 200, 1)) && a.rest.contains(&(3, 429, 1)));
         assert_eq!(a.limited, vec![(3, 0, 1)]);
         let b = t.snapshot(8, 2_000).unwrap();
@@ -407,6 +491,22 @@ mod tests {
         let later = t.snapshot(7, 1_000 + BUCKETS as u64 * BUCKET_MS).unwrap();
         assert_eq!(later.closes_hour[0], 0);
         assert_eq!(later.identifies, 1);
+    }
+
+    #[test]
+    fn shards_past_the_entries_are_counted_together() {
+        let t = AppTable::new(1);
+        t.tally(0, |f| {
+            for id in 0..(SHARD_ENTRIES as u32 + 3) {
+                f(7, false, true, 1, [id, 64]);
+            }
+            f(7, false, true, 1, [5, 3]); // not a shard: id >= count
+            f(7, false, false, 1, [0, 64]); // detached: not live
+        });
+        let a = t.snapshot(7, 0).unwrap();
+        assert_eq!(a.shards.len(), SHARD_ENTRIES);
+        assert_eq!(a.shards_other, 4);
+        assert!(a.shards.iter().all(|s| s.1 == 64 && s.2 == 1));
     }
 
     #[test]

@@ -159,6 +159,7 @@ impl Worker {
             application_id: ok.application_id,
             bot_user_id: ok.bot_user_id,
             intents: ok.intents,
+            shard: [ok.shard.0, ok.shard.1],
             token_digest: ok.token_digest,
             guilds: ok.guilds.iter().map(|g| g.0.clone()).collect(),
             user_json: ok.user_json.clone(),

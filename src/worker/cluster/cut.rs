@@ -321,6 +321,7 @@ mod tests {
                 application_id: proto::AppId(1),
                 bot_user_id: 1,
                 intents: 0,
+                shard: [0, 1],
                 token_digest: [0; 32],
                 guilds: Vec::new(),
                 user_json: "{}".into(),

@@ -100,6 +100,7 @@ pub fn identity(bot: u64, intents_: u64, n_guilds: u64, n_channels: u64) -> Iden
         application_id: AppId(bot),
         bot_user_id: bot,
         intents: intents_,
+        shard: [0, 1],
         token_digest: [0; 32],
         guilds,
         user_json: "{}".into(),

@@ -1,5 +1,5 @@
 //! Cluster membership: which node numbers are held, by which process, and
-//! where each one's node-to-node link listens (migration 9). The rules live
+//! where each one's node-to-node link listens (migration 10). The rules live
 //! here once; the statements per backend (`NodeStore`).
 //!
 //! A node claims the lowest number that is free (never held, or its claim

@@ -13,8 +13,10 @@
 #                    prints the server's bin dir (idempotent, quick when present)
 #   init DIR         initdb a fresh cluster in DIR/data, sockets in DIR/sock
 #   free-port [P]    first loopback port >= P (default 54329) nobody listens on
-#   run DIR PORT     exec the server in the foreground: the caller's PID *is*
-#                    the postmaster (stop it with SIGINT, "fast shutdown")
+#   run DIR PORT [kill-safe]
+#                    exec the server in the foreground: the caller's PID *is*
+#                    the postmaster (stop it with SIGINT, "fast shutdown");
+#                    kill-safe: commits survive a kill -9 of the server
 #   url PORT [DB]    the URL for GATEWAYD_TEST_DATABASE_URL
 #
 # As root (CI), initdb and postgres refuse to run; they run as the system
@@ -96,14 +98,19 @@ cmd_init() {
 cmd_free_port() { free_port_from "${1:-54329}"; }
 
 cmd_run() {
-    local dir="${1:?run DIR PORT}" port="${2:?run DIR PORT}" bin
+    local dir="${1:?run DIR PORT [kill-safe]}" port="${2:?run DIR PORT [kill-safe]}" bin sync=off
     bin="$(bindir)"
     [[ -n "$bin" ]] || die "PostgreSQL is not installed (run: $0 install)"
-    # Test settings: loopback only, nothing durable (a crash loses the
-    # throwaway data, not correctness), room for parallel test threads.
+    # `kill-safe`: every commit is in the WAL (written to the kernel, not
+    # fsynced) before it is acknowledged, so a kill -9 of the server loses
+    # no committed row (the fault drills kill it); the default acknowledges
+    # first and can lose the last ~0.6 s of commits to a kill.
+    [[ "${3:-}" == kill-safe ]] && sync=on
+    # Test settings: loopback only, nothing durable against a machine
+    # crash (the data is throwaway), room for parallel test threads.
     as_server_user "$bin/postgres" -D "$dir/data" -k "$dir/sock" -p "$port" \
         -c listen_addresses=127.0.0.1 \
-        -c fsync=off -c synchronous_commit=off -c full_page_writes=off \
+        -c fsync=off -c synchronous_commit="$sync" -c full_page_writes=off \
         -c max_connections=200 \
         -c log_min_messages=warning -c log_min_error_statement=panic
 }

@@ -416,16 +416,22 @@ impl RegistryRig {
     /// Until an identify gets READY again (and brownout is over): how long.
     fn recovered_after(&self, since: Instant) -> Duration {
         let limit = Duration::from_secs(60);
+        let mut last = None;
         loop {
             if metric(&self.node, "gatewayd_registry_brownout") == 0.0 {
-                if let Outcome::Ready(id) = try_identify(self.node.gateway, &self.token) {
-                    assert!(!id.is_empty(), "READY without a session id");
-                    return since.elapsed();
+                match try_identify(self.node.gateway, &self.token) {
+                    Outcome::Ready(id) => {
+                        assert!(!id.is_empty(), "READY without a session id");
+                        return since.elapsed();
+                    }
+                    other => last = Some(other),
                 }
             }
             assert!(
                 since.elapsed() < limit,
-                "identifies still refused {limit:?} after the registry came back: {}",
+                "identifies still refused {limit:?} after the registry came back (the last \
+                 identify: {last:?}; brownout gauge {}); the server's log: {}",
+                metric(&self.node, "gatewayd_registry_brownout"),
                 self.pg.log()
             );
             std::thread::sleep(Duration::from_millis(50));

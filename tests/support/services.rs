@@ -186,7 +186,10 @@ impl PgServer {
             String::from_utf8_lossy(&out.stdout).trim().to_string()
         };
         run(&["init", dir.path().to_str().unwrap()]);
-        let port: u16 = run(&["free-port", "55100"]).parse().unwrap();
+        // Below the kernel's ephemeral range (32768-60999 here), so no
+        // client connection of a parallel test takes the port between the
+        // check and the bind (the drill restarts the server on it too).
+        let port: u16 = run(&["free-port", "25100"]).parse().unwrap();
         let mut pg = PgServer {
             port,
             dir,
@@ -203,6 +206,9 @@ impl PgServer {
             .arg("run")
             .arg(self.dir.path())
             .arg(self.port.to_string())
+            // The drills kill -9 it: what the node committed must survive,
+            // as with a production server.
+            .arg("kill-safe")
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)

@@ -49,6 +49,30 @@ pub struct EventIn<'a> {
     pub d: &'a [u8],
 }
 
+impl<'a> EventIn<'a> {
+    /// The event of an ingest record. Its mentions are copied into
+    /// `mentions` (cleared first), at most its capacity, so the event path
+    /// never reallocates and live delivery and a hand-off's replay see the
+    /// same event.
+    pub fn of(rec: &'a ingest::ArchivedRecord, mentions: &'a mut Vec<u64>) -> EventIn<'a> {
+        mentions.clear();
+        let cap = mentions.capacity().max(1);
+        mentions.extend(rec.mentions().iter().take(cap).map(|m| m.to_native()));
+        let mentions: &'a Vec<u64> = mentions;
+        EventIn {
+            t: rec.event_type(),
+            server_id: ServerId(rec.server_id()),
+            channel_id: ChannelId(rec.channel_id()),
+            intent: rec.intent(),
+            permissions: rec.permissions(),
+            has_content: rec.has_content(),
+            addressed: rec.is_addressed(),
+            mentions,
+            d: rec.d(),
+        }
+    }
+}
+
 /// What `deliver` did, for metrics.
 #[derive(Default, Clone, Copy, Debug)]
 pub struct Delivered {

@@ -201,8 +201,10 @@ impl Worker {
                 None => self.refuse_resume(key, ResumeRefusal::StreamCut),
             };
         }
-        let Worker { fan, clu, .. } = self;
-        let mut mentions = Vec::new();
+        // The live path's buffer: the replayed events are the live ones.
+        let Worker {
+            fan, clu, mentions, ..
+        } = self;
         let mut done = HashMap::new();
         for (i, (body, pos)) in clu.records().enumerate() {
             if !cut.takes(i, pos, &mut done) {
@@ -211,20 +213,7 @@ impl Worker {
             // SAFETY: the ingest thread accepted exactly these bytes; `keep`
             // copied them unchanged into the log, whose records are 8-aligned.
             let rec = unsafe { ingest::access_trusted(body) };
-            mentions.clear();
-            mentions.extend(rec.mentions().iter().map(|m| m.to_native()));
-            let ev = EventIn {
-                t: rec.event_type(),
-                server_id: ServerId(rec.server_id()),
-                channel_id: ChannelId(rec.channel_id()),
-                intent: rec.intent(),
-                permissions: rec.permissions(),
-                has_content: rec.has_content(),
-                addressed: rec.is_addressed(),
-                mentions: &mentions,
-                d: rec.d(),
-            };
-            fan.deliver_to(idx, &ev, now, unix);
+            fan.deliver_to(idx, &EventIn::of(rec, mentions), now, unix);
         }
         WorkerMetrics::inc(&self.metrics().handoffs_in);
         let waiting = self

@@ -100,25 +100,7 @@ impl Worker {
             // SAFETY: the ingest thread accepted exactly these bytes.
             let rec = unsafe { ingest::access_trusted(body) };
             let mut mentions = std::mem::take(&mut self.mentions);
-            mentions.clear();
-            mentions.extend(
-                rec.mentions()
-                    .iter()
-                    .take(mentions.capacity().max(1))
-                    .map(|m| m.to_native()),
-            );
-            let ev = EventIn {
-                t: rec.event_type(),
-                server_id: ServerId(rec.server_id()),
-                channel_id: ChannelId(rec.channel_id()),
-                intent: rec.intent(),
-                permissions: rec.permissions(),
-                has_content: rec.has_content(),
-                addressed: rec.is_addressed(),
-                mentions: &mentions,
-                d: rec.d(),
-            };
-            self.deliver(&ev);
+            self.deliver(&EventIn::of(rec, &mut mentions));
             self.mentions = mentions;
         }
     }

@@ -43,7 +43,7 @@ use net::http::{self, RequestHead};
 use net::tls::TlsSession;
 use net::uring::{Completion, Ring, RingConfig};
 use net::ws::{self, Message, OpCode};
-use proto::{AppId, ChannelId, ServerId, SessionIdx};
+use proto::{AppId, ServerId, SessionIdx};
 use shards::SessionId;
 
 use crate::delivery::fanout::{EventIn, FanOut, FanOutConfig};

@@ -110,7 +110,7 @@ uname -srm
 rustc --version
 cargo --version
 "$GATEWAYD_PYTHON" -c 'import discord, aiohttp, sys; print("python", sys.version.split()[0], "/ discord.py", discord.__version__, "/ aiohttp", aiohttp.__version__)'
-echo "node $(node --version) / discord.js $(NODE_PATH="$GATEWAYD_NODE_MODULES" node -p 'require("discord.js/package.json").version')"
+echo "node $(node --version) / discord.js $(node -p 'JSON.parse(require("fs").readFileSync(process.argv[1])).version' "$GATEWAYD_NODE_MODULES/discord.js/package.json")"
 if command -v cmake >/dev/null 2>&1; then
     echo "cmake: $(command -v cmake) (not needed by the build)"
 else

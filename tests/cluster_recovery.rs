@@ -24,7 +24,6 @@ use support::services::{RedisServer, Server};
 use support::BOT_INTENTS;
 
 const SERVERS: usize = 6;
-const NEEDS: &str = "needs PostgreSQL, a Kafka-protocol broker and redis-server: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL, GATEWAYD_TEST_KAFKA_BROKERS and GATEWAYD_TEST_REDIS_SERVER";
 
 /// Short clocks so a crash is provable in 2 s.
 const CONFIG: &str = "[cluster]\nheartbeat_ms = 400\nnode_ttl_ms = 2000\n\n[recovery]\ncheckpoint_ms = 300\nresume_timeout_ms = 9000\n";
@@ -264,7 +263,6 @@ fn kill9(node: &mut Node) {
 #[test]
 #[ignore = "needs PostgreSQL, a Kafka-protocol broker and redis-server: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL, GATEWAYD_TEST_KAFKA_BROKERS and GATEWAYD_TEST_REDIS_SERVER"]
 fn a_crashed_nodes_session_resumes_on_a_survivor_byte_for_byte() {
-    let _ = NEEDS;
     let mut w = World::new(2);
     let targets = w.servers();
     let token = w.token();
@@ -343,10 +341,8 @@ fn a_crashed_nodes_session_resumes_on_a_survivor_byte_for_byte() {
     }
     assert_eq!(compared, 25);
     // Contiguous s from the client's seq on, across the join.
-    let mut expect = seq + 1;
-    for s in &on_b.order {
+    for (expect, s) in (seq + 1..).zip(&on_b.order) {
         assert_eq!(*s, expect, "s must grow by exactly 1: {:?}", on_b.order);
-        expect += 1;
     }
     // Every message exactly once, in per-server order.
     let ids: Vec<u64> = on_a
@@ -382,5 +378,286 @@ fn a_crashed_nodes_session_resumes_on_a_survivor_byte_for_byte() {
     assert_eq!(
         metric_sum(&metrics(b.admin), "gatewayd_recovery_recovered_total", &[]),
         1.0
+    );
+}
+
+/// The bot on the first node, past its first checkpoint: (connection,
+/// session id, what it received).
+fn bot_on_first(w: &World) -> (Ws, String, Seen) {
+    let token = w.token();
+    let mut ws = Ws::connect(w.nodes[0].gateway, "/?v=10&encoding=json");
+    let ready = ws.login(&format!("Bot {token}"), BOT_INTENTS);
+    let sid = ready["d"]["session_id"].as_str().unwrap().to_string();
+    let mut seen = Seen::default();
+    read(
+        &mut ws,
+        Instant::now() + Duration::from_secs(5),
+        |s| s.frames.len() >= SERVERS,
+        &mut seen,
+    );
+    std::thread::sleep(Duration::from_millis(2500));
+    (ws, sid, seen)
+}
+
+/// Read on a resumed connection until RESUMED, op 9 or the end.
+fn outcome(ws: &mut Ws, secs: u64) -> Seen {
+    let mut seen = Seen::default();
+    read(
+        ws,
+        Instant::now() + Duration::from_secs(secs),
+        |s| s.invalid || s.resumed || s.closed.is_some(),
+        &mut seen,
+    );
+    seen
+}
+
+#[test]
+#[ignore = "needs PostgreSQL, a Kafka-protocol broker and redis-server: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL, GATEWAYD_TEST_KAFKA_BROKERS and GATEWAYD_TEST_REDIS_SERVER"]
+fn a_frozen_session_store_means_op_9_and_live_delivery_goes_on() {
+    let mut w = World::new(2);
+    let targets = w.servers();
+    let token = w.token();
+    let (mut ws, sid, mut on_a) = bot_on_first(&w);
+    // Another session on the survivor, receiving live.
+    let mut live = Ws::connect(w.nodes[1].gateway, "/?v=10&encoding=json");
+    live.login(&format!("Bot {token}"), BOT_INTENTS);
+    let mut on_live = Seen::default();
+    read(
+        &mut live,
+        Instant::now() + Duration::from_secs(5),
+        |s| s.frames.len() >= SERVERS,
+        &mut on_live,
+    );
+    w.redis.freeze();
+    const N: u64 = 200;
+    let producer = produce(&w, &targets, 100, N, Duration::from_millis(5));
+    read(
+        &mut ws,
+        Instant::now() + Duration::from_secs(20),
+        |s| s.messages.len() >= 50,
+        &mut on_a,
+    );
+    kill9(&mut w.nodes[0]);
+    let last = *on_a.order.last().unwrap();
+    let mut again = resume(&w.nodes[1], &token, &sid, last);
+    let got = outcome(&mut again, 20);
+    assert!(
+        got.invalid && !got.resumed,
+        "op 9 with the store frozen: {got:?}"
+    );
+    assert!(
+        got.frames.is_empty(),
+        "nothing delivered on a refused resume"
+    );
+    // Delivery on the live node did not wait for Redis.
+    read(
+        &mut live,
+        Instant::now() + Duration::from_secs(20),
+        |s| s.messages.iter().any(|m| m.1 == 100 + N - 1),
+        &mut on_live,
+    );
+    producer.join().unwrap();
+    let ids: BTreeSet<u64> = on_live
+        .messages
+        .iter()
+        .map(|m| m.1)
+        .filter(|i| *i >= 100)
+        .collect();
+    assert_eq!(
+        ids.len() as u64,
+        N,
+        "the live node delivered every event with Redis frozen"
+    );
+    w.redis.thaw();
+    let b = &w.nodes[1];
+    assert!(
+        refusals(b, "recovery_store_down") >= 1.0,
+        "counted: {:?}",
+        all_refusals(b)
+    );
+}
+
+#[test]
+#[ignore = "needs PostgreSQL, a Kafka-protocol broker and redis-server: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL, GATEWAYD_TEST_KAFKA_BROKERS and GATEWAYD_TEST_REDIS_SERVER"]
+fn what_the_store_cannot_prove_is_op_9_never_a_silent_gap() {
+    let mut w = World::new(2);
+    let targets = w.servers();
+    let token = w.token();
+    let (mut ws, sid, mut on_a) = bot_on_first(&w);
+    // The journal misses what A delivers while Redis is frozen.
+    w.redis.freeze();
+    let producer = produce(&w, &targets, 100, 100, Duration::from_millis(5));
+    read(
+        &mut ws,
+        Instant::now() + Duration::from_secs(20),
+        |s| s.messages.len() >= 100 + SERVERS,
+        &mut on_a,
+    );
+    producer.join().unwrap();
+    kill9(&mut w.nodes[0]);
+    w.redis.thaw();
+    let b = &w.nodes[1];
+    // A seq older than every checkpoint (the summary is too old for it).
+    let mut early = resume(b, &token, &sid, 1);
+    let got = outcome(&mut early, 20);
+    assert!(
+        got.invalid && got.frames.is_empty(),
+        "seq before the checkpoint: {got:?}"
+    );
+    // The client's seq is past what the journal proves.
+    let last = *on_a.order.last().unwrap();
+    let mut late = resume(b, &token, &sid, last);
+    let got = outcome(&mut late, 20);
+    assert!(
+        got.invalid && got.frames.is_empty(),
+        "seq past the proof: {got:?}"
+    );
+    assert!(
+        refusals(b, "recovery_unproven") >= 2.0,
+        "counted: {:?}",
+        all_refusals(b)
+    );
+}
+
+#[test]
+#[ignore = "needs PostgreSQL, a Kafka-protocol broker and redis-server: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL, GATEWAYD_TEST_KAFKA_BROKERS and GATEWAYD_TEST_REDIS_SERVER"]
+fn forged_ids_and_another_bots_token_get_op_9_and_nothing_else() {
+    let mut w = World::new(2);
+    w.servers();
+    let token = w.token();
+    let other = Registry::with_url(w.nodes[0].dir.path(), Some(&w.url)).add_app("intruder", 0);
+    let (_ws, sid, on_a) = bot_on_first(&w);
+    kill9(&mut w.nodes[0]);
+    let b = &w.nodes[1];
+    let last = *on_a.order.last().unwrap();
+    // Same node and worker, other random bits.
+    let forged = format!("{}{}", &sid[..6], "0".repeat(26));
+    let mut f = resume(b, &token, &forged, last);
+    let got = outcome(&mut f, 20);
+    assert!(got.invalid && got.frames.is_empty(), "forged id: {got:?}");
+    let mut t = resume(b, &other.token, &sid, last);
+    let got = outcome(&mut t, 20);
+    assert!(
+        got.invalid && got.frames.is_empty(),
+        "another bot's token: {got:?}"
+    );
+    assert!(
+        refusals(b, "token_mismatch") >= 1.0,
+        "counted: {:?}",
+        all_refusals(b)
+    );
+    // Neither disturbed the session: its own bot still gets it back.
+    let mut real = resume(b, &token, &sid, last);
+    let got = outcome(&mut real, 20);
+    assert!(
+        got.resumed && !got.invalid,
+        "the real bot after the refusals: {:?}",
+        all_refusals(b)
+    );
+}
+
+#[test]
+#[ignore = "needs PostgreSQL, a Kafka-protocol broker and redis-server: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL, GATEWAYD_TEST_KAFKA_BROKERS and GATEWAYD_TEST_REDIS_SERVER"]
+fn two_survivors_racing_for_one_session_leave_exactly_one_owner() {
+    let mut w = World::new(3);
+    let targets = w.servers();
+    let token = w.token();
+    let (_ws, sid, on_a) = bot_on_first(&w);
+    kill9(&mut w.nodes[0]);
+    let last = *on_a.order.last().unwrap();
+    let mut on_b = resume(&w.nodes[1], &token, &sid, last);
+    let mut on_c = resume(&w.nodes[2], &token, &sid, last);
+    let (b, c) = (outcome(&mut on_b, 25), outcome(&mut on_c, 25));
+    assert!(
+        b.resumed ^ c.resumed,
+        "exactly one RESUMED: B {b:?}, C {c:?}"
+    );
+    let (winner, loser, won) = if b.resumed {
+        (&mut on_b, c, 1)
+    } else {
+        (&mut on_c, b, 2)
+    };
+    assert!(
+        loser.invalid && loser.frames.is_empty(),
+        "the other gets op 9: {loser:?}"
+    );
+    // The next event reaches the owner.
+    let (server, general) = targets[0];
+    let kafka = Kafka::new(&w.brokers, &w.topic);
+    kafka.send(
+        server,
+        &frame_message_with_id(777, server, general, "after"),
+    );
+    kafka.flush();
+    let mut next = Seen::default();
+    read(
+        winner,
+        Instant::now() + Duration::from_secs(20),
+        |s| s.messages.iter().any(|m| m.1 == 777),
+        &mut next,
+    );
+    assert!(
+        next.messages.iter().any(|m| m.1 == 777),
+        "owner (node {won}) gets the next event"
+    );
+    let recovered: f64 = w.nodes[1..]
+        .iter()
+        .map(|n| metric_sum(&metrics(n.admin), "gatewayd_recovery_recovered_total", &[]))
+        .sum();
+    assert_eq!(recovered, 1.0);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL, a Kafka-protocol broker and redis-server: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL, GATEWAYD_TEST_KAFKA_BROKERS and GATEWAYD_TEST_REDIS_SERVER"]
+fn a_frozen_holder_woken_after_its_lapse_does_not_keep_delivering() {
+    let w = World::new(2);
+    let targets = w.servers();
+    let token = w.token();
+    let (mut ws, sid, on_a) = bot_on_first(&w);
+    let a_pid = w.nodes[0].child.id() as i32;
+    // SAFETY: kill(2) of our own child.
+    unsafe { libc::kill(a_pid, libc::SIGSTOP) };
+    let last = *on_a.order.last().unwrap();
+    let mut on_b = resume(&w.nodes[1], &token, &sid, last);
+    let got = outcome(&mut on_b, 25);
+    assert!(
+        got.resumed,
+        "recovered while the holder is frozen: {:?}",
+        all_refusals(&w.nodes[1])
+    );
+    // SAFETY: as above.
+    unsafe { libc::kill(a_pid, libc::SIGCONT) };
+    let producer = produce(&w, &targets, 100, 60, Duration::from_millis(10));
+    // A, woken, must not deliver the session any more (it ends it).
+    let mut after = Seen::default();
+    read(
+        &mut ws,
+        Instant::now() + Duration::from_secs(5),
+        |s| s.closed.is_some(),
+        &mut after,
+    );
+    producer.join().unwrap();
+    let late: Vec<u64> = after.order.iter().copied().filter(|s| *s > last).collect();
+    assert!(
+        late.is_empty(),
+        "the woken holder delivered s {late:?} ({after:?})"
+    );
+    let mut on_b_seen = Seen::default();
+    read(
+        &mut on_b,
+        Instant::now() + Duration::from_secs(20),
+        |s| s.messages.iter().any(|m| m.1 == 159),
+        &mut on_b_seen,
+    );
+    assert!(
+        on_b_seen.messages.iter().any(|m| m.1 == 159),
+        "the survivor delivers"
+    );
+    assert!(
+        metric_sum(
+            &metrics(w.nodes[0].admin),
+            "gatewayd_recovery_fenced_sessions_total",
+            &[]
+        ) >= 1.0
     );
 }

@@ -326,7 +326,7 @@ impl Checkpoint {
             sessions.push((id, r.u64()?, r.u32()?));
         }
         // Written in the worker's slot order (no sort on the worker).
-        sessions.sort_unstable_by(|a, b| a.0.cmp(&b.0));
+        sessions.sort_unstable_by_key(|s| s.0);
         if !sessions.windows(2).all(|w| w[0].0 < w[1].0) || !r.0.is_empty() {
             return None;
         }

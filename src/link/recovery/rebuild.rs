@@ -246,7 +246,7 @@ fn prove(
         if e.number != expected || e.flags & (STATE_BEFORE | FOREIGN) != 0 {
             break;
         }
-        expected += 1;
+        expected = e.number + 1;
         if !dropped.contains(&e.number) {
             runs.extend_from_slice(&e.runs);
         }
@@ -255,6 +255,8 @@ fn prove(
 }
 
 type Fetched = (Batch, Batch, Vec<(i32, u64)>);
+/// A partition's fetched records and how many the runs took.
+type Cursor<'a> = (Vec<(&'a [u8], StreamPos)>, usize);
 
 /// The records the runs name, in their order, then every later record of
 /// each partition (partition by partition), and the cut after them.
@@ -297,7 +299,7 @@ fn fetch(
     }
     let got = ctx.topic.read(&ranges, deadline, ctx.cfg.max_fetch_bytes)?;
     // Each partition's records past the checkpoint, with a cursor.
-    let mut lists: HashMap<i32, (Vec<(&[u8], StreamPos)>, usize)> = HashMap::new();
+    let mut lists: HashMap<i32, Cursor<'_>> = HashMap::new();
     for b in &got {
         for (body, pos) in b.records() {
             let keep = match after.get(&pos.partition) {

@@ -273,7 +273,7 @@ fn a_crashed_nodes_session_resumes_on_a_survivor_byte_for_byte() {
     read(
         &mut ws,
         Instant::now() + Duration::from_secs(5),
-        |s| s.frames.len() >= SERVERS,
+        |s| s.frames.len() > SERVERS,
         &mut on_a,
     );
     // A checkpoint holds the session before the traffic starts (and the
@@ -354,7 +354,8 @@ fn a_crashed_nodes_session_resumes_on_a_survivor_byte_for_byte() {
         .collect();
     let set: BTreeSet<u64> = ids.iter().copied().collect();
     assert_eq!(set.len(), ids.len(), "duplicates across the recovery");
-    let want: BTreeSet<u64> = (1..=SERVERS as u64).chain(100..100 + N).collect();
+    // (The warm-up messages went out before the session existed.)
+    let want: BTreeSet<u64> = (100..100 + N).collect();
     let missing: Vec<&u64> = want.difference(&set).collect();
     assert!(
         missing.is_empty(),
@@ -392,7 +393,7 @@ fn bot_on_first(w: &World) -> (Ws, String, Seen) {
     read(
         &mut ws,
         Instant::now() + Duration::from_secs(5),
-        |s| s.frames.len() >= SERVERS,
+        |s| s.frames.len() > SERVERS,
         &mut seen,
     );
     std::thread::sleep(Duration::from_millis(2500));
@@ -425,7 +426,7 @@ fn a_frozen_session_store_means_op_9_and_live_delivery_goes_on() {
     read(
         &mut live,
         Instant::now() + Duration::from_secs(5),
-        |s| s.frames.len() >= SERVERS,
+        |s| s.frames.len() > SERVERS,
         &mut on_live,
     );
     w.redis.freeze();
@@ -457,6 +458,13 @@ fn a_frozen_session_store_means_op_9_and_live_delivery_goes_on() {
         &mut on_live,
     );
     producer.join().unwrap();
+    // Late ones from other partitions may follow the last id.
+    read(
+        &mut live,
+        Instant::now() + Duration::from_secs(2),
+        |_| false,
+        &mut on_live,
+    );
     let ids: BTreeSet<u64> = on_live
         .messages
         .iter()
@@ -466,7 +474,10 @@ fn a_frozen_session_store_means_op_9_and_live_delivery_goes_on() {
     assert_eq!(
         ids.len() as u64,
         N,
-        "the live node delivered every event with Redis frozen"
+        "the live node delivered every event with Redis frozen: {:?}",
+        (100..100 + N)
+            .filter(|i| !ids.contains(i))
+            .collect::<Vec<u64>>()
     );
     w.redis.thaw();
     let b = &w.nodes[1];

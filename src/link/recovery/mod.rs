@@ -153,7 +153,12 @@ impl JournalStore for RedisJournal {
                 true
             }
             Err(e) => {
-                if self.stats.journal_failures.fetch_add(1, Relaxed).is_multiple_of(1000) {
+                if self
+                    .stats
+                    .journal_failures
+                    .fetch_add(1, Relaxed)
+                    .is_multiple_of(1000)
+                {
                     tracing::warn!(error = %e, "recovery: journal append failed (the batch goes on; recovery past it is refused)");
                 }
                 false
@@ -274,7 +279,11 @@ fn writer(
             }
         }
         if let Err(e) = store.round(&cmds, n) {
-            if stats.store_failures.fetch_add(1, Relaxed).is_multiple_of(100) {
+            if stats
+                .store_failures
+                .fetch_add(1, Relaxed)
+                .is_multiple_of(100)
+            {
                 tracing::warn!(error = %e, writes = n, "recovery: writing checkpoints and summaries failed");
             }
         }

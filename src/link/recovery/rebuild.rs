@@ -37,9 +37,23 @@ struct Dead {
     checkpoints: HashMap<u16, Arc<Vec<Checkpoint>>>,
 }
 
+/// Topic records fetched for one dead worker's checkpoint are reused this
+/// long by the next recoveries from the same checkpoint (a storm reads each
+/// range about once per interval; our own log reaches back 2 s, so the cut
+/// at their end stays reachable), for at most this many checkpoints.
+const FETCH_FOR: Duration = Duration::from_millis(500);
+const FETCHES: usize = 64;
+
+/// (partitions with their watermarks, the records read).
+type Ranges = (Vec<(i32, i64, i64)>, Vec<Batch>);
+type Read = Arc<Ranges>;
+/// (dead instance, worker, checkpoint's entry number).
+type ReadKey = (String, u16, u64);
+
 #[derive(Default)]
 pub(super) struct Cache {
     dead: Mutex<HashMap<String, Dead>>,
+    reads: Mutex<HashMap<ReadKey, (Instant, Read)>>,
 }
 
 pub(super) struct Ctx {
@@ -122,7 +136,8 @@ fn recover(ctx: &mut Ctx, job: &RecoverJob) -> Result<Rebuilt, ResumeRefusal> {
         });
     };
     let runs = prove(&journal, ckpt, usize::from(summary.worker))?;
-    let (proven, tail, cut) = fetch(ctx, ckpt, &runs, deadline)?;
+    let key = (summary.instance.clone(), summary.worker, ckpt.number);
+    let (proven, tail, cut) = fetch(ctx, key, ckpt, &runs, deadline)?;
     if Instant::now() >= deadline {
         return Err(ResumeRefusal::NodeUnreachable);
     }
@@ -262,29 +277,52 @@ type Cursor<'a> = (Vec<(&'a [u8], StreamPos)>, usize);
 /// each partition (partition by partition), and the cut after them.
 fn fetch(
     ctx: &Ctx,
+    key: ReadKey,
     c: &Checkpoint,
     runs: &[(u16, u64, u16)],
     deadline: Instant,
 ) -> Result<Fetched, ResumeRefusal> {
+    let cached = {
+        let mut reads = ctx
+            .cache
+            .reads
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        reads.retain(|_, (at, _)| at.elapsed() < FETCH_FOR);
+        reads.get(&key).map(|(_, r)| r.clone())
+    };
+    let read = match cached {
+        Some(r) => r,
+        None => {
+            let r = Arc::new(read_ranges(ctx, c, runs, deadline)?);
+            let mut reads = ctx
+                .cache
+                .reads
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if reads.len() < FETCHES {
+                reads.insert(key, (Instant::now(), r.clone()));
+            }
+            r
+        }
+    };
+    assemble(&read.0, &read.1, c, runs)
+}
+
+/// Each partition of the topic from where the checkpoint (or the first
+/// run) left it to its high watermark now.
+fn read_ranges(
+    ctx: &Ctx,
+    c: &Checkpoint,
+    runs: &[(u16, u64, u16)],
+    deadline: Instant,
+) -> Result<Ranges, ResumeRefusal> {
     let parts = ctx.topic.partitions(deadline)?;
     let mut ranges = Vec::new();
-    // Per partition: positions after this go to the session.
-    let mut after: HashMap<i32, Option<u64>> = HashMap::new();
     for &(p, low, high) in &parts {
-        let from_ckpt = u16::try_from(p)
-            .ok()
-            .and_then(|p16| c.cut.binary_search_by_key(&p16, |x| x.0).ok())
-            .map(|i| c.cut[i].1);
         let first_run = runs.iter().find(|r| i32::from(r.0) == p).map(|r| r.1);
-        let start = match (from_ckpt, first_run) {
-            (Some(at), _) => {
-                after.insert(p, Some(at));
-                (at >> 16) as i64
-            }
-            (None, Some(at)) => {
-                after.insert(p, None);
-                (at >> 16) as i64
-            }
+        let start = match (after_of(c, p), first_run) {
+            (Some(at), _) | (None, Some(at)) => (at >> 16) as i64,
             // The dead worker had taken nothing of a partition that has
             // records: where its stream would have begun is unknown.
             (None, None) if high > low => return Err(ResumeRefusal::RecoveryUnproven),
@@ -298,13 +336,31 @@ fn fetch(
         }
     }
     let got = ctx.topic.read(&ranges, deadline, ctx.cfg.max_fetch_bytes)?;
+    Ok((parts, got))
+}
+
+/// Where the checkpoint left partition `p`: positions after this go to the
+/// session (None: all of what was read, from the first run on).
+fn after_of(c: &Checkpoint, p: i32) -> Option<u64> {
+    let p16 = u16::try_from(p).ok()?;
+    let i = c.cut.binary_search_by_key(&p16, |x| x.0).ok()?;
+    Some(c.cut[i].1)
+}
+
+/// The proven records in the runs' order, the rest by partition, the cut.
+fn assemble(
+    parts: &[(i32, i64, i64)],
+    got: &[Batch],
+    c: &Checkpoint,
+    runs: &[(u16, u64, u16)],
+) -> Result<Fetched, ResumeRefusal> {
     // Each partition's records past the checkpoint, with a cursor.
     let mut lists: HashMap<i32, Cursor<'_>> = HashMap::new();
-    for b in &got {
+    for b in got {
         for (body, pos) in b.records() {
-            let keep = match after.get(&pos.partition) {
-                Some(Some(at)) => pos.at > *at,
-                _ => true,
+            let keep = match after_of(c, pos.partition) {
+                Some(at) => pos.at > at,
+                None => true,
             };
             if keep {
                 lists.entry(pos.partition).or_default().0.push((body, pos));
@@ -325,7 +381,7 @@ fn fetch(
     }
     let mut tail = Batch::with_capacity(64, 1 << 16);
     let mut cut: Vec<(i32, u64)> = Vec::new();
-    for &(p, _, _) in &parts {
+    for &(p, _, _) in parts {
         if let Some((list, i)) = lists.get(&p) {
             for (body, pos) in &list[*i..] {
                 tail.push_at(body, *pos);
@@ -335,8 +391,8 @@ fn fetch(
                 continue;
             }
         }
-        if let Some(Some(at)) = after.get(&p) {
-            cut.push((p, *at));
+        if let Some(at) = after_of(c, p) {
+            cut.push((p, at));
         }
     }
     cut.sort_unstable();

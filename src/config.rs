@@ -9,10 +9,12 @@ use serde::Deserialize;
 mod cluster;
 mod egress;
 mod portal;
+mod recovery;
 mod sections;
 pub use cluster::Cluster;
 pub use egress::Egress;
 pub use portal::{Portal, PortalArgs};
+pub use recovery::Recovery;
 pub use sections::{Chat, Rest};
 
 #[derive(Clone, Debug, Deserialize)]
@@ -54,6 +56,7 @@ pub struct Config {
     pub egress: Egress,
     pub portal: Portal,
     pub cluster: Cluster,
+    pub recovery: Recovery,
 }
 
 /// How the node uses the registry: leases, revocations, limits, brownout.
@@ -233,6 +236,7 @@ impl Default for Config {
             egress: Egress::default(),
             portal: Portal::default(),
             cluster: Cluster::default(),
+            recovery: Recovery::default(),
         }
     }
 }
@@ -412,6 +416,11 @@ pub struct RunArgs {
     pub cluster_link_addr: Option<SocketAddr>,
     #[arg(long)]
     pub cluster_handoff_timeout_ms: Option<u64>,
+    /// Crash recovery: the session store (redis://host:port); turns [recovery] on.
+    #[arg(long, env = "GATEWAYD_RECOVERY_REDIS_URL")]
+    pub recovery_redis_url: Option<String>,
+    #[arg(long)]
+    pub recovery_checkpoint_ms: Option<u64>,
     /// Where the node's child egress listens (Unix socket path or host:port).
     #[arg(long)]
     pub egress_addr: Option<String>,
@@ -494,6 +503,11 @@ impl Config {
         set!(args.rest_nodes => cfg.rest.nodes);
         set!(args.cluster_link_addr => cfg.cluster.link_addr);
         set!(args.cluster_handoff_timeout_ms => cfg.cluster.handoff_timeout_ms);
+        if let Some(url) = args.recovery_redis_url.clone() {
+            cfg.recovery.enabled = true;
+            cfg.recovery.redis_url = url;
+        }
+        set!(args.recovery_checkpoint_ms => cfg.recovery.checkpoint_ms);
         set!(args.egress_addr => cfg.egress.addr);
         set!(args.egress_remote => cfg.egress.remote);
         set!(args.egress_allow_private_cidrs => cfg.egress.allow_private_cidrs);
@@ -581,6 +595,13 @@ impl Config {
             return Err("rest.redis_timeout_ms must be 1..=5000".into());
         }
         self.egress.validate()?;
+        self.recovery.validate(
+            &self.registry_url,
+            self.cluster.enabled,
+            !self.events.kafka_brokers.is_empty(),
+            self.registry.lease_ttl_ms,
+            self.cluster.node_ttl_ms,
+        )?;
         self.portal.validate(self.admin_addr)?;
         if self.demo.interval_ms == 0 {
             return Err("demo.interval_ms must be positive".into());

@@ -1,6 +1,8 @@
 //! Starting and stopping a node: the registry, the sidecar, one worker per
 //! core, the admin endpoint and the demo source, wired by messages.
 
+mod recovery;
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -124,6 +126,8 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     // every session id) before the workers start (docs/cluster.md).
     let joined = join_cluster(&cfg)?;
     let (take_tx, take_rx) = crossbeam_channel::bounded(cfg.cluster.handoff_queue.max(1));
+    let mut recovery = recovery::prepare(&cfg, joined.as_ref(), workers)?;
+    let journal = recovery.as_ref().map(|r| r.journal.clone());
     let (chat_tx, chat_rx) = crossbeam_channel::bounded(crate::chat::QUEUE);
     drop(placeholder);
     let gateway_url = cfg.gateway_url();
@@ -178,6 +182,7 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
             node: j.node,
             jobs: take_tx,
         }),
+        recovery: recovery.as_mut().and_then(|r| r.link.take()),
         cfg: cfg.clone(),
     });
 
@@ -257,6 +262,9 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
 
     let cluster_stats: Arc<crate::link::cluster::ClusterStats> = Arc::new(Default::default());
     let link_addr = joined.as_ref().map(|j| j.link_addr);
+    let to_recover = recovery
+        .as_ref()
+        .map(|r| (r.jobs.0.clone(), r.fence.clone()));
     let cluster = joined
         .map(|j| {
             crate::link::cluster::start(
@@ -264,10 +272,15 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
                 handles.clone(),
                 take_rx,
                 cluster_stats.clone(),
+                to_recover,
                 stop.clone(),
             )
         })
         .transpose()?;
+    let recovery_threads = match recovery {
+        Some(r) => recovery::start(&cfg, r, handles.clone(), stop.clone())?,
+        None => Vec::new(),
+    };
     let chat_stats: Arc<crate::chat::ChatStats> = Arc::new(Default::default());
     let interaction_board: Arc<crate::chat::interactions::Board> = Arc::new(Default::default());
     let interaction_stats: Arc<crate::chat::interactions::InteractionStats> =
@@ -303,6 +316,7 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         shared.sidecar.clone(),
         ingest_stats.clone(),
         tap.clone(),
+        journal.clone(),
         stop.clone(),
     )
     .map_err(|e| e.to_string())?;
@@ -323,6 +337,7 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
                     topic: cfg.events.kafka_topic.clone(),
                     group,
                     session_timeout_ms: cfg.events.kafka_session_timeout_ms,
+                    journal: journal.clone(),
                 },
                 handles.clone(),
                 shared.sidecar.clone(),
@@ -458,6 +473,9 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     let _ = sidecar_thread.join();
     if let Some(c) = cluster {
         c.join();
+    }
+    for t in recovery_threads {
+        let _ = t.join();
     }
     let _ = chat_thread.join();
     if let Some(t) = counters_thread {

@@ -118,3 +118,32 @@ fn the_egress_section_from_file_and_flags() {
     cfg.egress.connect_timeout_ms = 5_000;
     assert!(cfg.validate().unwrap_err().contains("connect_timeout_ms"));
 }
+
+#[test]
+fn recovery_is_off_by_default_and_refused_without_a_cluster_and_kafka() {
+    assert!(!Config::load(&RunArgs::default()).unwrap().recovery.enabled);
+    let load = |registry: Option<&str>, kafka: Option<&str>| {
+        Config::load(&RunArgs {
+            recovery_redis_url: Some("redis://127.0.0.1:6379".into()),
+            registry_url: registry.map(str::to_string),
+            kafka_brokers: kafka.map(str::to_string),
+            ..Default::default()
+        })
+    };
+    let err = load(None, Some("127.0.0.1:9092")).unwrap_err();
+    assert!(err.contains("needs a cluster"), "{err}");
+    let err = load(Some("postgres://x@127.0.0.1/db"), None).unwrap_err();
+    assert!(err.contains("Kafka"), "{err}");
+    let cfg = load(Some("postgres://x@127.0.0.1/db"), Some("127.0.0.1:9092")).unwrap();
+    assert!(cfg.recovery.enabled);
+    // Leases must outlive what a fenced node can still deliver.
+    let err = Config::load(&RunArgs {
+        recovery_redis_url: Some("redis://127.0.0.1:6379".into()),
+        registry_url: Some("postgres://x@127.0.0.1/db".into()),
+        kafka_brokers: Some("127.0.0.1:9092".into()),
+        lease_ttl_ms: Some(3_000),
+        ..Default::default()
+    })
+    .unwrap_err();
+    assert!(err.contains("lease_ttl_ms"), "{err}");
+}

@@ -11,6 +11,8 @@ pub struct Batch {
     /// Where each record is in its stream (Kafka: partition and offset);
     /// `StreamPos::NONE` for sources without positions (the listener).
     pos: Vec<StreamPos>,
+    /// Its number in the node's recovery journal (0: not journaled).
+    pub number: u64,
 }
 
 /// A record's place in a partitioned stream, equal on every node that
@@ -48,6 +50,7 @@ impl Batch {
             buf: AlignedVec::with_capacity(bytes),
             spans: Vec::with_capacity(records),
             pos: Vec::with_capacity(records),
+            number: 0,
         }
     }
 
@@ -83,6 +86,7 @@ impl Batch {
         self.buf.clear();
         self.spans.clear();
         self.pos.clear();
+        self.number = 0;
     }
 
     pub fn bodies(&self) -> impl Iterator<Item = &[u8]> {

@@ -33,6 +33,8 @@ pub struct SessionSlot {
     /// An event could not be kept for this session (its ring was full while
     /// it was away): a Resume would leave a gap, so it is refused.
     pub lost: bool,
+    /// Crash recovery: its summary's version, `recovery::TAINTED` once it got a dispatch not from the topic.
+    pub recovery: u32,
 }
 
 /// An event as the fan-out sees it (borrowed from an ingest record).
@@ -167,6 +169,7 @@ impl FanOut {
             conn: Some(conn),
             expires_ms: u64::MAX,
             lost: false,
+            recovery: 0,
         })
     }
 

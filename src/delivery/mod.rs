@@ -9,6 +9,7 @@ pub mod entitlement;
 pub mod fanout;
 pub mod moved;
 pub mod record;
+pub mod recovery;
 pub mod resume;
 pub mod sendpath;
 

@@ -30,10 +30,21 @@ pub enum ResumeRefusal {
     /// nodes do not consume the same stream in the same order, or are too
     /// far apart): moving it would risk a gap or a duplicate.
     StreamCut,
+    /// Crash recovery: no summary (or no checkpoint) of the session in the
+    /// session store: it was never recoverable, or has expired there.
+    RecoveryNoSummary,
+    /// Crash recovery: what the dead node sent after its checkpoint cannot
+    /// be proven (a journal gap, the client's seq beyond the proof, a
+    /// permission change, a dispatch from outside the topic).
+    RecoveryUnproven,
+    /// Crash recovery: the session store (Redis) or the topic did not answer.
+    RecoveryStoreDown,
+    /// Crash recovery: the topic no longer retains the records to replay.
+    RecoveryRetention,
 }
 
 impl ResumeRefusal {
-    pub const ALL: [ResumeRefusal; 9] = [
+    pub const ALL: [ResumeRefusal; 13] = [
         ResumeRefusal::UnknownSession,
         ResumeRefusal::TokenMismatch,
         ResumeRefusal::EventsLost,
@@ -43,6 +54,10 @@ impl ResumeRefusal {
         ResumeRefusal::NodeUnreachable,
         ResumeRefusal::NoRoom,
         ResumeRefusal::StreamCut,
+        ResumeRefusal::RecoveryNoSummary,
+        ResumeRefusal::RecoveryUnproven,
+        ResumeRefusal::RecoveryStoreDown,
+        ResumeRefusal::RecoveryRetention,
     ];
     pub const COUNT: usize = Self::ALL.len();
 
@@ -58,6 +73,10 @@ impl ResumeRefusal {
             ResumeRefusal::NodeUnreachable => "node_unreachable",
             ResumeRefusal::NoRoom => "no_room",
             ResumeRefusal::StreamCut => "stream_cut",
+            ResumeRefusal::RecoveryNoSummary => "recovery_no_summary",
+            ResumeRefusal::RecoveryUnproven => "recovery_unproven",
+            ResumeRefusal::RecoveryStoreDown => "recovery_store_down",
+            ResumeRefusal::RecoveryRetention => "recovery_retention",
         }
     }
 
@@ -83,6 +102,18 @@ impl std::fmt::Display for ResumeRefusal {
             ResumeRefusal::NodeUnreachable => "the node holding the session did not answer in time",
             ResumeRefusal::NoRoom => "no room for the session on this node",
             ResumeRefusal::StreamCut => "the two nodes' event streams could not be lined up",
+            ResumeRefusal::RecoveryNoSummary => {
+                "crash recovery: the session is not in the session store"
+            }
+            ResumeRefusal::RecoveryUnproven => {
+                "crash recovery: the dead node's stream cannot be proven"
+            }
+            ResumeRefusal::RecoveryStoreDown => {
+                "crash recovery: the session store or the topic did not answer"
+            }
+            ResumeRefusal::RecoveryRetention => {
+                "crash recovery: the topic no longer has the records"
+            }
         })
     }
 }

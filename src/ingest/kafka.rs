@@ -76,6 +76,8 @@ pub struct KafkaConfig {
     pub topic: String,
     pub group: String,
     pub session_timeout_ms: u32,
+    /// Crash recovery's journal (None: off).
+    pub journal: Option<Arc<crate::delivery::recovery::Journal>>,
 }
 
 /// Poll timeout when there is nothing to flush or commit.
@@ -167,7 +169,7 @@ pub fn start(
         .spawn(move || {
             let mut link = Link {
                 topic: cfg.topic,
-                pipeline: Pipeline::new(workers, sidecar, stats, tap),
+                pipeline: Pipeline::new(workers, sidecar, stats, tap).with_journal(cfg.journal),
                 pending: VecDeque::new(),
                 open: Offsets::new(),
                 to_commit: Offsets::new(),

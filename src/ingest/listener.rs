@@ -15,6 +15,7 @@ use ingest::FrameReader;
 use crate::ingest::pipeline::{state_change, IngestStats, Pipeline};
 use crate::worker::mail::{SidecarRequest, WorkerHandle};
 
+#[allow(clippy::too_many_arguments)]
 pub fn start(
     addr: SocketAddr,
     max_connections: usize,
@@ -22,6 +23,7 @@ pub fn start(
     sidecar: crossbeam_channel::Sender<SidecarRequest>,
     stats: Arc<IngestStats>,
     tap: crate::ingest::pipeline::Tap,
+    journal: Option<Arc<crate::delivery::recovery::Journal>>,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<(SocketAddr, std::thread::JoinHandle<()>)> {
     let listener = TcpListener::bind(addr)
@@ -38,9 +40,9 @@ pub fn start(
                         continue;
                     }
                     stats.connections.fetch_add(1, Relaxed);
-                    let (workers, conn_stats, stop, sidecar, tap) = (workers.clone(), stats.clone(), stop.clone(), sidecar.clone(), tap.clone());
+                    let (workers, conn_stats, stop, sidecar, tap, journal) = (workers.clone(), stats.clone(), stop.clone(), sidecar.clone(), tap.clone(), journal.clone());
                     let spawned = std::thread::Builder::new().name("ingest-conn".into()).spawn(move || {
-                        let pipeline = Pipeline::new(workers, sidecar, conn_stats.clone(), tap);
+                        let pipeline = Pipeline::new(workers, sidecar, conn_stats.clone(), tap).with_journal(journal);
                         if let Err(e) = serve(stream, pipeline, &stop) {
                             tracing::debug!(%peer, error = %e, "ingest connection ended");
                         }

@@ -6,4 +6,5 @@ pub mod demo;
 pub mod kafka;
 pub mod listener;
 pub mod pipeline;
+pub mod replay;
 pub mod state;

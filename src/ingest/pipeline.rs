@@ -76,6 +76,11 @@ pub struct Pipeline {
     batch: Option<Arc<Batch>>,
     since: Option<Instant>,
     tap: Tap,
+    /// Crash recovery's journal (docs/cluster.md): every batch is numbered
+    /// and its order appended before it goes out. None: off.
+    journal: Option<Arc<crate::delivery::recovery::Journal>>,
+    /// A server change was applied since the last batch went out.
+    state_before: bool,
 }
 
 impl Pipeline {
@@ -93,7 +98,18 @@ impl Pipeline {
             batch: Some(new_batch()),
             since: None,
             tap,
+            journal: None,
+            state_before: false,
         }
+    }
+
+    /// Journal every batch of this source (`[recovery]` on).
+    pub fn with_journal(
+        mut self,
+        journal: Option<Arc<crate::delivery::recovery::Journal>>,
+    ) -> Self {
+        self.journal = journal;
+        self
     }
 
     pub fn stats(&self) -> &IngestStats {
@@ -136,13 +152,31 @@ impl Pipeline {
         if self.is_empty() {
             return false;
         }
-        let full = self.batch.take().expect("batch");
+        let mut full = self.batch.take().expect("batch");
+        // With a journal: number it, append its order, hand it to every
+        // worker, note who missed it, all under the journal's lock.
+        let mut journal = self.journal.as_ref().map(|j| j.lock());
+        if let Some(j) = journal.as_mut() {
+            let flags = if std::mem::take(&mut self.state_before) {
+                crate::delivery::recovery::STATE_BEFORE
+            } else {
+                0
+            };
+            let b = Arc::get_mut(&mut full).expect("unshared until sent");
+            j.write(b, flags, registry::snowflake::unix_ms_now());
+        }
+        let number = full.number;
         if let Some(tap) = &self.tap {
             if tap.try_send(full.clone()).is_err() {
                 self.stats.tap_skipped.fetch_add(1, Relaxed);
             }
         }
-        self.batch = Some(send(full, &self.workers, &self.stats, &mut self.out));
+        let (next, dropped) = send(full, &self.workers, &self.stats, &mut self.out);
+        if let Some(j) = journal.as_mut() {
+            j.dropped(number, dropped);
+        }
+        drop(journal);
+        self.batch = Some(next);
         self.since = None;
         true
     }
@@ -177,6 +211,7 @@ impl Pipeline {
     /// on the old permissions and events after it on the new ones.
     pub fn apply_state(&mut self, server_id: u64, change: registry::StateChange) {
         self.flush();
+        self.state_before = true;
         apply_state(server_id, change, &self.workers, &self.sidecar, &self.stats);
     }
 
@@ -237,8 +272,10 @@ fn send(
     workers: &[WorkerHandle],
     stats: &IngestStats,
     out: &mut VecDeque<Arc<Batch>>,
-) -> Arc<Batch> {
-    for w in workers {
+) -> (Arc<Batch>, u64) {
+    // Bit per worker that did not get it (63 and above share bit 63).
+    let mut dropped = 0u64;
+    for (i, w) in workers.iter().enumerate() {
         // A full inbox means a worker is behind: wait a little (backpressure
         // to the producer through TCP) before counting the batch as dropped.
         let deadline = Instant::now() + Duration::from_secs(1);
@@ -249,6 +286,7 @@ fn send(
                 Err(back) => {
                     if Instant::now() > deadline {
                         stats.dropped_batches.fetch_add(1, Relaxed);
+                        dropped |= 1 << i.min(63);
                         break;
                     }
                     msg = back;
@@ -262,7 +300,7 @@ fn send(
     if let Some(front) = out.front_mut() {
         if let Some(b) = Arc::get_mut(front) {
             b.clear();
-            return out.pop_front().expect("front exists");
+            return (out.pop_front().expect("front exists"), dropped);
         }
     }
     if out.len() > BATCHES_IN_FLIGHT {
@@ -271,10 +309,10 @@ fn send(
         loop {
             if let Some(b) = Arc::get_mut(&mut oldest) {
                 b.clear();
-                return oldest;
+                return (oldest, dropped);
             }
             std::thread::sleep(Duration::from_micros(200));
         }
     }
-    new_batch()
+    (new_batch(), dropped)
 }

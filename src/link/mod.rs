@@ -28,6 +28,7 @@ mod commands;
 pub mod counters;
 mod interactions;
 mod members;
+pub mod recovery;
 pub mod resp;
 mod rest;
 

@@ -86,7 +86,13 @@ pub enum Reply {
     /// `None`: the nil bulk string (a missing key).
     Bulk(Option<Vec<u8>>),
     Error(String),
+    /// An array (LRANGE), `None` for nil; only on a connection that
+    /// allows them (`Conn::allow_large`), at most `MAX_ARRAY` items.
+    Array(Option<Vec<Reply>>),
 }
+
+/// Items of an array reply accepted (on connections that allow arrays).
+pub const MAX_ARRAY: usize = 1 << 16;
 
 impl Reply {
     /// An integer reply, or a bulk string holding one (GET), nil as 0.
@@ -114,6 +120,9 @@ pub struct Conn {
     stream: TcpStream,
     buf: Vec<u8>,
     pos: usize,
+    /// The longest bulk string accepted, and whether arrays are.
+    max_bulk: usize,
+    arrays: bool,
 }
 
 fn left(deadline: Instant) -> io::Result<Duration> {
@@ -147,6 +156,8 @@ impl Conn {
                         stream,
                         buf: Vec::with_capacity(16 << 10),
                         pos: 0,
+                        max_bulk: MAX_REPLY,
+                        arrays: false,
                     };
                     let mut hello = Vec::new();
                     let mut n = 0;
@@ -175,6 +186,13 @@ impl Conn {
         Err(last)
     }
 
+    /// Accept bulk strings up to `max_bulk` bytes and array replies (the
+    /// recovery store's blobs and journal reads).
+    pub fn allow_large(&mut self, max_bulk: usize) {
+        self.max_bulk = max_bulk.max(MAX_REPLY);
+        self.arrays = true;
+    }
+
     /// Send `commands` (already encoded, `count` of them) and read their
     /// `count` replies, all by `deadline`. A Redis error is a `Reply`;
     /// I/O, protocol and deadline failures are `Err`.
@@ -199,6 +217,10 @@ impl Conn {
     }
 
     fn reply(&mut self, deadline: Instant) -> io::Result<Reply> {
+        self.reply_at(deadline, 0)
+    }
+
+    fn reply_at(&mut self, deadline: Instant, depth: usize) -> io::Result<Reply> {
         let line = self.line(deadline)?;
         let (kind, rest) = line
             .split_first()
@@ -220,7 +242,7 @@ impl Conn {
                     return Ok(Reply::Bulk(None));
                 }
                 let n = n as usize;
-                if n > MAX_REPLY {
+                if n > self.max_bulk {
                     return Err(protocol(format!("a {n}-byte bulk reply")));
                 }
                 while self.buf.len() - self.pos < n + 2 {
@@ -229,6 +251,21 @@ impl Conn {
                 let b = self.buf[self.pos..self.pos + n].to_vec();
                 self.pos += n + 2;
                 Reply::Bulk(Some(b))
+            }
+            b'*' if self.arrays && depth == 0 => {
+                let n: i64 = text()
+                    .parse()
+                    .map_err(|_| protocol(format!("bad length {:?}", text())))?;
+                if n < 0 {
+                    return Ok(Reply::Array(None));
+                }
+                if n as usize > MAX_ARRAY {
+                    return Err(protocol(format!("a {n}-item array reply")));
+                }
+                let items = (0..n)
+                    .map(|_| self.reply_at(deadline, depth + 1))
+                    .collect::<io::Result<Vec<Reply>>>()?;
+                Reply::Array(Some(items))
             }
             k => return Err(protocol(format!("unexpected reply type {:?}", *k as char))),
         })
@@ -329,6 +366,8 @@ mod tests {
             stream,
             buf: Vec::new(),
             pos: 0,
+            max_bulk: MAX_REPLY,
+            arrays: false,
         };
         let mut cmds = Vec::new();
         command(&mut cmds, &[b"PING"]);
@@ -360,5 +399,42 @@ mod tests {
         let started = Instant::now();
         assert!(Conn::connect(&t, Instant::now() + Duration::from_millis(200)).is_err());
         assert!(started.elapsed() < Duration::from_secs(5));
+    }
+
+    #[test]
+    fn arrays_only_where_allowed_and_bounded() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let canned: &'static [u8] = b"*2\r\n$1\r\na\r\n$-1\r\n*-1\r\n*99999999\r\n";
+        let peer = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut b = [0u8; 256];
+            let _ = s.read(&mut b);
+            s.write_all(canned).unwrap();
+            std::thread::sleep(Duration::from_millis(300));
+        });
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut c = Conn {
+            stream: TcpStream::connect(addr).unwrap(),
+            buf: Vec::new(),
+            pos: 0,
+            max_bulk: MAX_REPLY,
+            arrays: false,
+        };
+        c.allow_large(1 << 20);
+        let mut cmds = Vec::new();
+        command(&mut cmds, &[b"LRANGE", b"k", b"0", b"-1"]);
+        let r = c.pipeline(&cmds, 2, deadline).unwrap();
+        assert_eq!(
+            r[0],
+            Reply::Array(Some(vec![
+                Reply::Bulk(Some(b"a".to_vec())),
+                Reply::Bulk(None)
+            ]))
+        );
+        assert_eq!(r[1], Reply::Array(None));
+        let e = c.pipeline(&[], 1, deadline).unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::InvalidData, "a huge array: {e}");
+        peer.join().unwrap();
     }
 }

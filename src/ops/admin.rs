@@ -144,6 +144,8 @@ fn serve(mut s: TcpStream, views: &Views) -> std::io::Result<()> {
             crate::ops::rest_metrics::render_egress(&views.egress, &mut out);
             crate::ops::rest_metrics::render_portal(&views.portal, &shared.apps, &mut out);
             crate::ops::cluster_metrics::render(&views.cluster, &mut out);
+            let rec = views.shared.recovery.as_ref().map(|r| &*r.stats);
+            crate::ops::cluster_metrics::render_recovery(rec, &mut out);
             (200, "text/plain; version=0.0.4; charset=utf-8", out)
         }
         "/healthz" => (200, "text/plain", "ok\n".to_string()),

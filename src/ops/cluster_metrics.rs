@@ -26,3 +26,27 @@ pub fn render(c: &ClusterStats, out: &mut String) {
         );
     }
 }
+
+/// Crash recovery's counters (docs/cluster.md, "Crash recovery"); all zero
+/// with `[recovery]` off.
+pub fn render_recovery(r: Option<&crate::worker::shared::RecoveryStats>, out: &mut String) {
+    let d = crate::worker::shared::RecoveryStats::default();
+    let r = r.unwrap_or(&d);
+    let fams: [(&str, &str, u64); 9] = [
+        ("gatewayd_recovery_journal_appends_total", "Batches whose order was appended to the journal in Redis before they went out.", r.journal_appends.load(Relaxed)),
+        ("gatewayd_recovery_journal_failures_total", "Batches whose journal append failed or was skipped (Redis down or past recovery.journal_timeout_ms): delivery went on, recovery past them is refused.", r.journal_failures.load(Relaxed)),
+        ("gatewayd_recovery_checkpoints_total", "Worker checkpoints handed to the recovery writer.", r.checkpoints.load(Relaxed)),
+        ("gatewayd_recovery_checkpoints_skipped_total", "Checkpoints skipped: no free buffer or the writer's queue full.", r.checkpoints_skipped.load(Relaxed)),
+        ("gatewayd_recovery_summaries_total", "Session summaries handed to the recovery writer.", r.summaries.load(Relaxed)),
+        ("gatewayd_recovery_summaries_skipped_total", "Session summaries not written (queue full): such a session gets op 9 after a crash.", r.summaries_skipped.load(Relaxed)),
+        ("gatewayd_recovery_store_failures_total", "Rounds of the recovery writer that Redis did not answer in time.", r.store_failures.load(Relaxed)),
+        ("gatewayd_recovery_recovered_total", "Sessions of a dead node rebuilt here (RESUMED once their cut is reached).", r.recovered.load(Relaxed)),
+        ("gatewayd_recovery_fenced_sessions_total", "Sessions ended because this node's cluster claim lapsed (a survivor may have recovered them).", r.fenced_sessions.load(Relaxed)),
+    ];
+    for (name, help, v) in fams {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+        );
+    }
+}

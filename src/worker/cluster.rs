@@ -14,6 +14,7 @@
 //! gap or duplicate.
 
 mod cut;
+mod recover;
 
 use std::collections::HashMap;
 
@@ -37,6 +38,8 @@ impl Worker {
         for (body, pos) in batch.records() {
             self.clu.keep(body, pos, now);
         }
+        // At the batch boundary: the cut and the seqs include this batch.
+        self.checkpoint_if_due(Some(batch.number));
         if !self.clu.pending.is_empty() {
             self.retry_pending();
         }
@@ -216,6 +219,7 @@ impl Worker {
             fan.deliver_to(idx, &EventIn::of(rec, mentions), now, unix);
         }
         WorkerMetrics::inc(&self.metrics().handoffs_in);
+        self.write_summary(idx);
         let waiting = self
             .conn(key)
             .is_some_and(|c| matches!(&c.state, ConnState::WebSocket(w, None) if w.session.phase() == Phase::Authenticating));

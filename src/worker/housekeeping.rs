@@ -7,6 +7,9 @@ use super::*;
 impl Worker {
     pub(super) fn on_tick(&mut self) {
         self.expire_pending();
+        if !self.fenced() {
+            self.checkpoint_if_due(None);
+        }
         if self.unix_ms >= self.next_lease_renewal {
             // Renew well before expiry: a third of the TTL.
             self.next_lease_renewal = self.unix_ms + self.shared.cfg.registry.lease_ttl_ms / 3;

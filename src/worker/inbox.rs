@@ -18,6 +18,9 @@ impl Worker {
                 Err(()) => {} // the old view stands; its leases lapse as usual
             },
             ToWorker::Batch(batch) => {
+                if self.fenced() {
+                    return; // our claim lapsed: a survivor may hold our sessions
+                }
                 self.deliver_batch(&batch);
                 self.retain_batch(&batch);
             }
@@ -28,6 +31,8 @@ impl Worker {
             }
             ToWorker::Revoke(msg) => {
                 self.revoke(&msg);
+                let app = AppId(msg.revocation.application_id());
+                self.identities_changed(Some(app), None);
                 self.clu.remember(Change::Revoke(msg), self.now_ms());
             }
             ToWorker::Access(update) => {
@@ -35,6 +40,7 @@ impl Worker {
                 self.api
                     .views
                     .update_access(update.server_id, &update.by_app);
+                self.identities_changed(None, Some(update.server_id));
                 self.clu.remember(Change::Access(update), self.now_ms());
             }
             ToWorker::Adopt {
@@ -54,6 +60,7 @@ impl Worker {
             ToWorker::Shutdown { spread_ms } => self.drain(spread_ms),
             ToWorker::HandOut { take, reply } => self.hand_out(&take, &reply),
             ToWorker::HandedIn { conn, result } => self.handed_in(conn, result),
+            ToWorker::Recovered { conn, result } => self.recovered(conn, result),
         }
     }
 

@@ -277,6 +277,8 @@ impl Worker {
                     return;
                 };
                 let now = self.now_ms();
+                // Not from the topic: a survivor could not reproduce it.
+                self.taint(sid);
                 for g in guild_ids {
                     if id.guild(ServerId(g)).is_none() {
                         continue;

@@ -188,6 +188,34 @@ pub enum ToWorker {
         conn: ConnKey,
         result: Result<Box<Moved>, ResumeRefusal>,
     },
+    /// A dead node's session, reconstructed by a recovery thread from
+    /// Redis and the topic (`link::recovery`), or why not.
+    Recovered {
+        conn: ConnKey,
+        result: Result<Box<crate::delivery::recovery::Rebuilt>, ResumeRefusal>,
+    },
+}
+
+/// What workers hand the recovery writer thread (`link::recovery`); never
+/// waited for (a full queue skips the write, counted).
+pub enum RecoveryWrite {
+    /// A worker's checkpoint blob (the buffer goes back to its pool).
+    Checkpoint { worker: usize, blob: Vec<u8> },
+    /// A session's summary (`delivery::recovery::Summary` bytes).
+    Summary {
+        session_id: shards::SessionId,
+        bytes: Vec<u8>,
+    },
+}
+
+/// A Resume whose holder is gone: a recovery thread rebuilds the session
+/// from Redis and the topic, or answers why not.
+pub struct RecoverJob {
+    pub worker: usize,
+    pub conn: ConnKey,
+    pub take: Take,
+    /// When the Resume arrived (the recovery budget counts from here).
+    pub since: std::time::Instant,
 }
 
 /// A Resume for a session another node holds: a hand-off thread asks that

@@ -181,7 +181,7 @@ impl Worker {
             }
         }
         match pushed {
-            Ok(_) => {}
+            Ok(_) => self.write_summary(idx),
             Err(ringbuf::PushError::NoChunks) => {
                 // The worker's ring storage is used up: this is capacity, not
                 // the client's fault. Undo the session and ask it to retry.

@@ -45,6 +45,52 @@ pub struct Shared {
     pub started: Instant,
     /// This node in a cluster (docs/cluster.md); None: on its own.
     pub cluster: Option<ClusterLink>,
+    /// Crash recovery (docs/cluster.md, "Crash recovery"); None: off.
+    pub recovery: Option<RecoveryLink>,
+}
+
+/// What the workers of a node with `[recovery]` on need.
+pub struct RecoveryLink {
+    /// This process in the cluster (random per start) and its link address.
+    pub instance: String,
+    pub link: String,
+    pub writes: Sender<crate::worker::mail::RecoveryWrite>,
+    /// Per worker: the checkpoint buffers (allocated at start) come back here.
+    pub pools: Vec<crossbeam_channel::Receiver<Vec<u8>>>,
+    pub fence: Arc<Fence>,
+    pub stats: Arc<RecoveryStats>,
+}
+
+/// Whether this node may still serve its sessions: its claim in the
+/// registry was last renewed at `last_ok_ms` (Unix ms); past `ttl_ms`
+/// after that, other nodes count it dead and may have recovered them.
+/// `epoch` grows each time the heartbeat found the claim lapsed or taken.
+pub struct Fence {
+    pub epoch: std::sync::atomic::AtomicU64,
+    pub last_ok_ms: std::sync::atomic::AtomicU64,
+    pub ttl_ms: u64,
+}
+
+impl Fence {
+    /// True if a worker must not deliver (and must end its sessions).
+    pub fn lapsed(&self, unix_ms: u64) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        unix_ms > self.last_ok_ms.load(Relaxed).saturating_add(self.ttl_ms)
+    }
+}
+
+/// Crash recovery's counters (read by the admin port).
+#[derive(Default)]
+pub struct RecoveryStats {
+    pub journal_appends: std::sync::atomic::AtomicU64,
+    pub journal_failures: std::sync::atomic::AtomicU64,
+    pub checkpoints: std::sync::atomic::AtomicU64,
+    pub checkpoints_skipped: std::sync::atomic::AtomicU64,
+    pub summaries: std::sync::atomic::AtomicU64,
+    pub summaries_skipped: std::sync::atomic::AtomicU64,
+    pub store_failures: std::sync::atomic::AtomicU64,
+    pub recovered: std::sync::atomic::AtomicU64,
+    pub fenced_sessions: std::sync::atomic::AtomicU64,
 }
 
 /// What a worker of a clustered node needs: its node number (named in the

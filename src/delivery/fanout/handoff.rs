@@ -71,6 +71,7 @@ impl FanOut {
             conn: None,
             expires_ms: now_ms.saturating_add(window_ms),
             lost: false,
+            recovery: 0,
         });
         for (t, d) in &m.events {
             let pushed = record::append(&mut self.arena, t, d)
@@ -184,5 +185,54 @@ impl FanOut {
             s.identity.guilds.remove(g);
             unlist(&mut self.index, server_id, idx.0);
         }
+    }
+
+    /// Every session as (id, last seq, recovery version, lost, the earliest
+    /// lease of its servers), for a checkpoint (no allocation).
+    pub fn each_for_checkpoint(&self, f: &mut dyn FnMut(&shards::SessionId, u64, u32, bool, u64)) {
+        for s in self.sessions.iter().flatten() {
+            let lease = s.identity.guilds.iter().map(|g| g.lease_until_ms).min();
+            f(
+                &s.identity.session_id,
+                s.ring.last_seq(),
+                s.recovery,
+                s.lost,
+                lease.unwrap_or(u64::MAX),
+            );
+        }
+    }
+
+    /// The sessions of `app` (any), or receiving `server`'s events.
+    pub fn sessions_touching(
+        &self,
+        app: Option<AppId>,
+        server: Option<ServerId>,
+    ) -> Vec<SessionIdx> {
+        let mut out: Vec<SessionIdx> = match server {
+            Some(id) => self
+                .index
+                .get(&id)
+                .map_or_else(Vec::new, |v| v.iter().map(|i| SessionIdx(*i)).collect()),
+            None => Vec::new(),
+        };
+        if let Some(app) = app {
+            out.extend(
+                self.sessions
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.as_ref().is_some_and(|s| s.identity.application_id == app))
+                    .map(|(i, _)| SessionIdx(i as u32)),
+            );
+        }
+        out
+    }
+
+    /// Every session with its connection (the fence ends them all).
+    pub fn all_sessions(&self) -> Vec<(SessionIdx, Option<crate::delivery::ConnKey>)> {
+        self.sessions
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| Some((SessionIdx(i as u32), s.as_ref()?.conn)))
+            .collect()
     }
 }

@@ -49,8 +49,9 @@ pub struct ClusterStats {
 pub struct Joined {
     pub node: u16,
     pub link_addr: SocketAddr,
-    instance: String,
-    advertised: String,
+    /// This process (random per start) and the link address others dial.
+    pub instance: String,
+    pub advertised: String,
     listener: TcpListener,
     registry: Arc<dyn Registry>,
     cfg: ClusterConfig,
@@ -107,8 +108,13 @@ pub fn start(
     workers: Arc<[WorkerHandle]>,
     jobs: crossbeam_channel::Receiver<TakeJob>,
     stats: Arc<ClusterStats>,
+    recovery: Option<(
+        crossbeam_channel::Sender<crate::worker::mail::RecoverJob>,
+        Arc<crate::worker::shared::Fence>,
+    )>,
     stop: Arc<AtomicBool>,
 ) -> Result<Running, String> {
+    let (recover, fence) = recovery.unzip();
     stats.node.store(u64::from(j.node), Relaxed);
     let mut threads = Vec::new();
     let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
@@ -125,9 +131,17 @@ pub fn start(
             j.advertised.clone(),
             j.cfg.clone(),
         );
+        let fence = fence.clone();
         threads.push(spawn(
             "cluster-beat".into(),
-            Box::new(move || heartbeat(&*reg, node, &instance, &addr, &cfg, &stats, &stop)),
+            Box::new(move || {
+                let me = Me {
+                    node,
+                    instance: &instance,
+                    addr: &addr,
+                };
+                heartbeat(&*reg, &me, &cfg, &stats, fence.as_deref(), &stop)
+            }),
         )?);
     }
     {
@@ -152,6 +166,7 @@ pub fn start(
             timeout: Duration::from_millis(j.cfg.handoff_timeout_ms),
             resolver: resolver.clone(),
             stats: stats.clone(),
+            recover: recover.clone(),
         };
         let (jobs, stop) = (jobs.clone(), stop.clone());
         threads.push(spawn(
@@ -170,22 +185,46 @@ pub fn start(
     })
 }
 
+/// This node's claim.
+struct Me<'a> {
+    node: u16,
+    instance: &'a str,
+    addr: &'a str,
+}
+
 fn heartbeat(
     reg: &dyn Registry,
-    node: u16,
-    instance: &str,
-    addr: &str,
+    me: &Me<'_>,
     cfg: &ClusterConfig,
     stats: &ClusterStats,
+    fence: Option<&crate::worker::shared::Fence>,
     stop: &AtomicBool,
 ) {
+    let (node, instance, addr) = (me.node, me.instance, me.addr);
     let every = Duration::from_millis(cfg.heartbeat_ms.max(50));
+    let fence_up = || {
+        if let Some(f) = fence {
+            f.epoch.fetch_add(1, Relaxed);
+        }
+    };
     while !stop.load(Relaxed) {
         sleep_unless(stop, every);
         let now = registry::snowflake::unix_ms_now();
+        if fence.is_some_and(|f| f.lapsed(now)) {
+            // We were frozen (or the registry unreachable) past our TTL: a
+            // survivor may have recovered our sessions. End them (the
+            // workers see the epoch) before renewing.
+            tracing::error!(node, "cluster: our claim lapsed; fencing our sessions");
+            fence_up();
+        }
         match reg.heartbeat_node(node, instance, addr, now, cfg.node_ttl_ms) {
-            Ok(true) => {}
+            Ok(true) => {
+                if let Some(f) = fence {
+                    f.last_ok_ms.store(now, Relaxed);
+                }
+            }
             Ok(false) => {
+                fence_up();
                 // Our claim lapsed and another node took the number: its
                 // sessions and ours share ids' node part now. Ours stay
                 // served here; hand-offs for them reach the other node,

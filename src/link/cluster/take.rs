@@ -31,6 +31,9 @@ pub(super) struct Ctx {
     pub timeout: Duration,
     pub resolver: Arc<Resolver>,
     pub stats: Arc<ClusterStats>,
+    /// Crash recovery's threads (None: off): a session no live node holds
+    /// is asked of them instead of op 9.
+    pub recover: Option<crossbeam_channel::Sender<crate::worker::mail::RecoverJob>>,
 }
 
 /// The live nodes as last read, and when.
@@ -110,9 +113,25 @@ pub(super) fn run(jobs: crossbeam_channel::Receiver<TakeJob>, ctx: Ctx, stop: &A
             continue;
         };
         let deadline = job.since + ctx.timeout;
-        let result = take(&ctx, &job, deadline);
+        let mut result = take(&ctx, &job, deadline);
         if let Err(ResumeRefusal::NodeUnreachable) = result {
             ctx.stats.take_unreachable.fetch_add(1, Relaxed);
+        }
+        if let (Err(ResumeRefusal::NodeUnreachable | ResumeRefusal::UnknownSession), Some(r)) =
+            (&result, &ctx.recover)
+        {
+            // No live node holds it: its node may be dead (recovery waits
+            // for that to be proven) and the session in the store.
+            let job = crate::worker::mail::RecoverJob {
+                worker: job.worker,
+                conn: job.conn,
+                take: job.take.clone(),
+                since: job.since,
+            };
+            match r.try_send(job) {
+                Ok(()) => continue,
+                Err(_) => result = Err(ResumeRefusal::NoRoom),
+            }
         }
         let msg = ToWorker::HandedIn {
             conn: job.conn,

@@ -63,6 +63,13 @@ pub(in crate::worker) struct ClusterState {
     pub(super) pending: Vec<Pending>,
     /// (when applied, the change), oldest first.
     pub(super) changes: VecDeque<(u64, Change)>,
+    /// Crash recovery: the last journal entry taken, when the next
+    /// checkpoint is due (Unix ms), the fence epoch seen, a checkpoint
+    /// buffer the writer's queue handed back.
+    pub(super) last_number: u64,
+    pub(super) next_checkpoint_ms: u64,
+    pub(super) fence_epoch: u64,
+    pub(super) spare_blob: Option<Vec<u8>>,
 }
 
 pub(super) struct Pending {
@@ -130,6 +137,10 @@ impl ClusterState {
             positions_broken: false,
             pending: Vec::new(),
             changes: VecDeque::with_capacity(if table > 0 { RECENT_CHANGES + 1 } else { 0 }),
+            last_number: 0,
+            next_checkpoint_ms: 0,
+            fence_epoch: 0,
+            spare_blob: None,
         }
     }
 
@@ -219,6 +230,23 @@ impl ClusterState {
             .filter(|(_, at)| **at != 0)
             .map(|(p, at)| (p as i32, at - 1))
             .collect()
+    }
+
+    /// The same as `cut`, without allocating (for checkpoints).
+    pub(super) fn cut_iter(&self) -> impl Iterator<Item = (u16, u64)> + '_ {
+        self.last
+            .iter()
+            .enumerate()
+            .filter(|(_, at)| **at != 0)
+            .map(|(p, at)| (p as u16, at - 1))
+    }
+
+    /// Whether the change log may have lost a change made after `since_ms`
+    /// (monotonic ms): it is full and its oldest is newer.
+    pub(super) fn changes_may_miss(&self, since_ms: u64, now_ms: u64) -> bool {
+        let full = self.changes.len() >= RECENT_CHANGES
+            && self.changes.front().is_some_and(|(at, _)| *at > since_ms);
+        full || since_ms.saturating_add(CHANGES_MS) <= now_ms
     }
 
     fn has_positions(&self) -> bool {

@@ -1,0 +1,296 @@
+//! Crash recovery's Redis side (docs/cluster.md, "Crash recovery"): the
+//! journal appends of the ingest threads (`RedisJournal`, on their own
+//! connection, under `recovery.journal_timeout_ms`), the writer thread
+//! that stores the workers' checkpoints and the sessions' summaries
+//! ("recovery-write"), and the survivor threads that rebuild a dead node's
+//! sessions ("recovery-N", `rebuild.rs`).
+//!
+//! Keys (all with a TTL): `gwr:j:{instance}` (a list, one entry per batch,
+//! trimmed to `recovery.journal_max`), `gwr:c:{instance}:{worker}:{0|1}`
+//! (a worker's last two checkpoints, alternating), `gwr:s:{session id}`
+//! (a summary), `gwr:o:{session id}` (a survivor's claim on a recovered
+//! session: `SET NX`, the first wins).
+//!
+//! Failure: every round has a deadline; after a failure the store is left
+//! alone for `BACKOFF` (journal appends and writes in that time are
+//! skipped and counted), so a frozen Redis costs the stream at most one
+//! deadline per second. Nothing here ever holds up delivery beyond that.
+
+mod rebuild;
+
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::resp::{command, Conn, Reply, Target};
+use crate::config::Recovery as RecoveryConfig;
+use crate::delivery::recovery::JournalStore;
+use crate::worker::mail::{RecoverJob, RecoveryWrite, WorkerHandle};
+use crate::worker::shared::RecoveryStats;
+
+pub use crate::delivery::recovery::TopicReader;
+
+/// After a failed round, the store is not tried again for this long.
+const BACKOFF: Duration = Duration::from_secs(1);
+/// Writes the writer thread sends in one round.
+const ROUND: usize = 256;
+/// Largest blob read back (a checkpoint of 100,000 sessions is 2.8 MB).
+const MAX_BLOB: usize = 32 << 20;
+/// Survivor threads.
+const REBUILD_THREADS: usize = 2;
+/// Recovery jobs waiting for a survivor thread (op 9 `no_room` beyond).
+pub const JOB_QUEUE: usize = 4_096;
+/// The writer's queue (checkpoints and summaries).
+pub const WRITE_QUEUE: usize = 16_384;
+
+pub fn journal_key(instance: &str) -> String {
+    format!("gwr:j:{instance}")
+}
+pub fn checkpoint_key(instance: &str, worker: usize, slot: u8) -> String {
+    format!("gwr:c:{instance}:{worker}:{slot}")
+}
+pub fn summary_key(sid: &shards::SessionId) -> String {
+    format!("gwr:s:{}", sid.as_str())
+}
+pub fn owner_key(sid: &shards::SessionId) -> String {
+    format!("gwr:o:{}", sid.as_str())
+}
+
+/// One Redis connection with a deadline per round and a back-off.
+pub(crate) struct Store {
+    target: Target,
+    conn: Option<Conn>,
+    timeout: Duration,
+    down_until: Option<Instant>,
+}
+
+impl Store {
+    pub(crate) fn new(url: &str, timeout_ms: u64) -> Result<Store, String> {
+        Ok(Store {
+            target: Target::parse(url)?,
+            conn: None,
+            timeout: Duration::from_millis(timeout_ms.max(1)),
+            down_until: None,
+        })
+    }
+
+    /// Send `n` encoded commands, read their replies, by the deadline. A
+    /// Redis error reply is an error here too.
+    pub(crate) fn round(&mut self, cmds: &[u8], n: usize) -> io::Result<Vec<Reply>> {
+        if self.down_until.is_some_and(|t| Instant::now() < t) {
+            return Err(io::Error::other("redis: backing off after a failure"));
+        }
+        let deadline = Instant::now() + self.timeout;
+        let r = (|| {
+            if self.conn.is_none() {
+                let mut c = Conn::connect(&self.target, deadline)?;
+                c.allow_large(MAX_BLOB);
+                self.conn = Some(c);
+            }
+            let replies = self
+                .conn
+                .as_mut()
+                .expect("connected above")
+                .pipeline(cmds, n, deadline)?;
+            if let Some(Reply::Error(e)) = replies.iter().find(|r| matches!(r, Reply::Error(_))) {
+                return Err(io::Error::other(format!("redis: {e}")));
+            }
+            Ok(replies)
+        })();
+        if r.is_err() {
+            self.conn = None;
+            self.down_until = Some(Instant::now() + BACKOFF);
+        } else {
+            self.down_until = None;
+        }
+        r
+    }
+}
+
+/// The journal of one node in Redis (used by the ingest pipelines).
+pub struct RedisJournal {
+    store: Store,
+    key: Vec<u8>,
+    max: String,
+    ttl: String,
+    cmds: Vec<u8>,
+    stats: Arc<RecoveryStats>,
+}
+
+impl RedisJournal {
+    pub fn new(
+        cfg: &RecoveryConfig,
+        instance: &str,
+        stats: Arc<RecoveryStats>,
+    ) -> Result<RedisJournal, String> {
+        Ok(RedisJournal {
+            store: Store::new(&cfg.redis_url, cfg.journal_timeout_ms)?,
+            key: journal_key(instance).into_bytes(),
+            max: format!("-{}", cfg.journal_max),
+            ttl: cfg.ttl_ms.to_string(),
+            cmds: Vec::with_capacity(64 << 10),
+            stats,
+        })
+    }
+}
+
+impl JournalStore for RedisJournal {
+    fn append(&mut self, entry: &[u8]) -> bool {
+        self.cmds.clear();
+        command(&mut self.cmds, &[b"RPUSH", &self.key, entry]);
+        command(
+            &mut self.cmds,
+            &[b"LTRIM", &self.key, self.max.as_bytes(), b"-1"],
+        );
+        command(
+            &mut self.cmds,
+            &[b"PEXPIRE", &self.key, self.ttl.as_bytes()],
+        );
+        match self.store.round(&self.cmds, 3) {
+            Ok(_) => {
+                self.stats.journal_appends.fetch_add(1, Relaxed);
+                true
+            }
+            Err(e) => {
+                if self
+                    .stats
+                    .journal_failures
+                    .fetch_add(1, Relaxed)
+                    .is_multiple_of(1000)
+                {
+                    tracing::warn!(error = %e, "recovery: journal append failed (the batch goes on; recovery past it is refused)");
+                }
+                false
+            }
+        }
+    }
+}
+
+/// What the recovery threads need.
+pub struct Setup {
+    pub cfg: RecoveryConfig,
+    pub instance: String,
+    pub node: u16,
+    pub workers: Arc<[WorkerHandle]>,
+    pub writes: crossbeam_channel::Receiver<RecoveryWrite>,
+    /// Per worker: where its checkpoint buffers go back.
+    pub pools: Vec<crossbeam_channel::Sender<Vec<u8>>>,
+    pub jobs: crossbeam_channel::Receiver<RecoverJob>,
+    pub registry: Arc<dyn registry::Registry>,
+    pub topic: Arc<dyn TopicReader>,
+    pub stats: Arc<RecoveryStats>,
+}
+
+/// Start the writer and the survivor threads.
+pub fn start(s: Setup, stop: Arc<AtomicBool>) -> Result<Vec<std::thread::JoinHandle<()>>, String> {
+    let mut threads = Vec::new();
+    let mut store = Store::new(&s.cfg.redis_url, s.cfg.timeout_ms)?;
+    {
+        let (cfg, instance, writes, pools, stats, stop) = (
+            s.cfg.clone(),
+            s.instance.clone(),
+            s.writes,
+            s.pools,
+            s.stats.clone(),
+            stop.clone(),
+        );
+        let t = std::thread::Builder::new()
+            .name("recovery-write".into())
+            .spawn(move || writer(&mut store, &cfg, &instance, &writes, &pools, &stats, &stop))
+            .map_err(|e| e.to_string())?;
+        threads.push(t);
+    }
+    let cache = Arc::new(rebuild::Cache::default());
+    for i in 0..REBUILD_THREADS {
+        let ctx = rebuild::Ctx {
+            cfg: s.cfg.clone(),
+            instance: s.instance.clone(),
+            workers: s.workers.clone(),
+            registry: s.registry.clone(),
+            topic: s.topic.clone(),
+            cache: cache.clone(),
+            // A dead node's journal may be megabytes: its read gets longer
+            // (once per dead node; the resume's own budget still bounds it).
+            store: Store::new(&s.cfg.redis_url, (s.cfg.timeout_ms * 10).min(2_000))?,
+        };
+        let (jobs, stop) = (s.jobs.clone(), stop.clone());
+        let t = std::thread::Builder::new()
+            .name(format!("recovery-{i}"))
+            .spawn(move || rebuild::run(ctx, &jobs, &stop))
+            .map_err(|e| e.to_string())?;
+        threads.push(t);
+    }
+    Ok(threads)
+}
+
+/// The writer thread: up to `ROUND` writes per pipelined round.
+fn writer(
+    store: &mut Store,
+    cfg: &RecoveryConfig,
+    instance: &str,
+    writes: &crossbeam_channel::Receiver<RecoveryWrite>,
+    pools: &[crossbeam_channel::Sender<Vec<u8>>],
+    stats: &RecoveryStats,
+    stop: &AtomicBool,
+) {
+    let mut slots = vec![0u8; pools.len()];
+    let (ttl, summary_ttl) = (cfg.ttl_ms.to_string(), cfg.summary_ttl_ms.to_string());
+    let mut cmds = Vec::with_capacity(1 << 20);
+    let mut blobs = Vec::new();
+    while !stop.load(Relaxed) {
+        let Ok(first) = writes.recv_timeout(Duration::from_millis(100)) else {
+            continue;
+        };
+        cmds.clear();
+        let mut n = 0;
+        let mut next = Some(first);
+        while let Some(w) = next.take() {
+            match w {
+                RecoveryWrite::Checkpoint { worker, blob } => {
+                    let slot = slots.get_mut(worker).map_or(0, |s| {
+                        *s ^= 1;
+                        *s
+                    });
+                    let key = checkpoint_key(instance, worker, slot);
+                    command(
+                        &mut cmds,
+                        &[b"SET", key.as_bytes(), &blob, b"PX", ttl.as_bytes()],
+                    );
+                    blobs.push((worker, blob));
+                }
+                RecoveryWrite::Summary { session_id, bytes } => {
+                    let key = summary_key(&session_id);
+                    command(
+                        &mut cmds,
+                        &[
+                            b"SET",
+                            key.as_bytes(),
+                            &bytes,
+                            b"PX",
+                            summary_ttl.as_bytes(),
+                        ],
+                    );
+                }
+            }
+            n += 1;
+            if n < ROUND {
+                next = writes.try_recv().ok();
+            }
+        }
+        if let Err(e) = store.round(&cmds, n) {
+            if stats
+                .store_failures
+                .fetch_add(1, Relaxed)
+                .is_multiple_of(100)
+            {
+                tracing::warn!(error = %e, writes = n, "recovery: writing checkpoints and summaries failed");
+            }
+        }
+        for (worker, blob) in blobs.drain(..) {
+            if let Some(p) = pools.get(worker) {
+                let _ = p.try_send(blob);
+            }
+        }
+    }
+}

@@ -1,0 +1,674 @@
+//! Crash recovery (docs/cluster.md, "Crash recovery"): two or three real
+//! nodes on one real PostgreSQL registry, one real Redis (the session
+//! store, owned by each test so it can be frozen), one multi-partition
+//! topic on a real Kafka-protocol broker. A node is killed with SIGKILL (or
+//! frozen with SIGSTOP) while it delivers; its bot resumes on a survivor,
+//! which rebuilds the session from Redis and the topic.
+//! Needs GATEWAYD_TEST_DATABASE_URL, GATEWAYD_TEST_KAFKA_BROKERS and
+//! GATEWAYD_TEST_REDIS_SERVER.
+
+mod support;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Write;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+use support::events::frame_message_with_id;
+use support::kafka::{brokers, create_topic, unique, Kafka};
+use support::metrics::{metric_sum, metrics};
+use support::node::Node;
+use support::raw::{Msg, Ws};
+use support::registry::Registry;
+use support::services::{RedisServer, Server};
+use support::BOT_INTENTS;
+
+const SERVERS: usize = 6;
+
+/// Short clocks so a crash is provable in 2 s.
+const CONFIG: &str = "[cluster]\nheartbeat_ms = 400\nnode_ttl_ms = 2000\n\n[recovery]\ncheckpoint_ms = 300\nresume_timeout_ms = 9000\n";
+
+struct World {
+    admin_url: String,
+    url: String,
+    brokers: String,
+    topic: String,
+    redis: RedisServer,
+    config: tempfile::NamedTempFile,
+    nodes: Vec<Node>,
+}
+
+impl World {
+    fn new(nodes: usize) -> World {
+        let brokers = brokers();
+        let topic = create_topic(&brokers);
+        let (admin_url, url) = support::registry::pg_database();
+        let redis = RedisServer::start();
+        let mut config = tempfile::NamedTempFile::new().unwrap();
+        config.write_all(CONFIG.as_bytes()).unwrap();
+        let mut w = World {
+            admin_url,
+            url,
+            brokers,
+            topic,
+            redis,
+            config,
+            nodes: Vec::new(),
+        };
+        for _ in 0..nodes {
+            let n = w.start_node();
+            w.nodes.push(n);
+        }
+        w
+    }
+
+    fn start_node(&self) -> Node {
+        let config = self.config.path().to_str().unwrap().to_string();
+        Node::start(&[
+            "--config",
+            &config,
+            "--registry-url",
+            &self.url,
+            "--no-demo",
+            "--kafka-brokers",
+            &self.brokers,
+            "--kafka-topic",
+            &self.topic,
+            "--kafka-group",
+            &unique("recovery"),
+            "--kafka-session-timeout-ms",
+            "6000",
+            "--recovery-redis-url",
+            &self.redis.url(),
+        ])
+    }
+
+    fn token(&self) -> String {
+        self.nodes[0].token.clone()
+    }
+
+    /// The demo bot installed in `SERVERS` servers (spread over the
+    /// partitions), one message per server delivered to every node first.
+    fn servers(&self) -> Vec<(u64, u64)> {
+        let a = &self.nodes[0];
+        let reg = Registry::with_url(a.dir.path(), Some(&self.url));
+        let app_id = {
+            let mut probe = Ws::connect(a.gateway, "/?v=10&encoding=json");
+            let ready = probe.login(&format!("Bot {}", a.token), BOT_INTENTS);
+            ready["d"]["application"]["id"]
+                .as_str()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap()
+        };
+        let mut targets = Vec::new();
+        for i in 0..SERVERS {
+            let (server, general) = reg.add_server(&format!("recovery-{i}"));
+            reg.install(app_id, server, None);
+            targets.push((server, general));
+        }
+        // Every partition has records and every node has taken them (a
+        // worker's checkpoint then names every partition).
+        let kafka = Kafka::new(&self.brokers, &self.topic);
+        for (i, &(server, general)) in targets.iter().enumerate() {
+            kafka.send(
+                server,
+                &frame_message_with_id(i as u64 + 1, server, general, "warm"),
+            );
+        }
+        kafka.flush();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        for n in &self.nodes {
+            while metric_sum(&metrics(n.admin), "gatewayd_events_in_total", &[])
+                < (SERVERS * 2) as f64
+            {
+                assert!(Instant::now() < deadline, "a node's consumer did not start");
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+        targets
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        for n in &mut self.nodes {
+            // SAFETY: kill(2) of our own child (a test may have stopped it).
+            unsafe { libc::kill(n.child.id() as i32, libc::SIGCONT) };
+            let _ = n.child.kill();
+            let _ = n.child.wait();
+        }
+        if let Ok(mut c) = postgres::Client::connect(&self.admin_url, postgres::NoTls) {
+            let db = self.url.rsplit('/').next().unwrap_or_default();
+            let _ = c.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));
+        }
+    }
+}
+
+/// Every dispatch as received: s -> (t, the frame's text), and op 9s.
+#[derive(Default, Debug)]
+struct Seen {
+    frames: BTreeMap<u64, (String, String)>,
+    order: Vec<u64>,
+    /// (s, message id) of each MESSAGE_CREATE.
+    messages: Vec<(u64, u64)>,
+    resumed: bool,
+    invalid: bool,
+    closed: Option<String>,
+}
+
+fn read(ws: &mut Ws, until: Instant, mut done: impl FnMut(&Seen) -> bool, seen: &mut Seen) {
+    while !done(seen) {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return;
+        }
+        match ws.read_message(left) {
+            Msg::Text(t) => {
+                let v: Value = serde_json::from_str(&t).unwrap();
+                match v["op"].as_u64() {
+                    Some(0) => {
+                        let s = v["s"].as_u64().unwrap();
+                        let kind = v["t"].as_str().unwrap().to_string();
+                        if kind == "RESUMED" {
+                            seen.resumed = true;
+                        }
+                        if kind == "MESSAGE_CREATE" {
+                            let id = v["d"]["id"].as_str().unwrap().parse().unwrap();
+                            seen.messages.push((s, id));
+                        }
+                        seen.order.push(s);
+                        seen.frames.insert(s, (kind, t));
+                    }
+                    Some(9) => seen.invalid = true,
+                    _ => {}
+                }
+            }
+            Msg::Timeout => return,
+            other => {
+                seen.closed = Some(format!("{other:?}"));
+                return;
+            }
+        }
+    }
+}
+
+fn resume(node: &Node, token: &str, sid: &str, seq: u64) -> Ws {
+    let mut ws = Ws::connect(node.gateway, "/?v=10&encoding=json");
+    ws.expect_hello();
+    ws.send_json(
+        &json!({"op": 6, "d": {"token": format!("Bot {token}"), "session_id": sid, "seq": seq}}),
+    )
+    .unwrap();
+    ws
+}
+
+fn refusals(node: &Node, reason: &str) -> f64 {
+    metric_sum(
+        &metrics(node.admin),
+        "gatewayd_resume_refusals_total",
+        &[("reason", reason)],
+    )
+}
+
+fn all_refusals(node: &Node) -> Vec<(String, f64)> {
+    let m = metrics(node.admin);
+    [
+        "node_unreachable",
+        "stream_cut",
+        "no_room",
+        "unknown_session",
+        "token_mismatch",
+        "recovery_no_summary",
+        "recovery_unproven",
+        "recovery_store_down",
+        "recovery_retention",
+    ]
+    .iter()
+    .map(|r| {
+        (
+            r.to_string(),
+            metric_sum(&m, "gatewayd_resume_refusals_total", &[("reason", r)]),
+        )
+    })
+    .collect()
+}
+
+/// A producer sending `n` messages round-robin over the servers, one every
+/// `gap`, ids from `first`.
+fn produce(
+    w: &World,
+    targets: &[(u64, u64)],
+    first: u64,
+    n: u64,
+    gap: Duration,
+) -> std::thread::JoinHandle<()> {
+    let (brokers, topic, targets) = (w.brokers.clone(), w.topic.clone(), targets.to_vec());
+    std::thread::spawn(move || {
+        let kafka = Kafka::new(&brokers, &topic);
+        for id in first..first + n {
+            let (server, general) = targets[(id as usize) % targets.len()];
+            kafka.send(server, &frame_message_with_id(id, server, general, "m"));
+            std::thread::sleep(gap);
+        }
+        kafka.flush();
+    })
+}
+
+fn kill9(node: &mut Node) {
+    let _ = node.child.kill();
+    let _ = node.child.wait();
+}
+
+#[test]
+#[ignore = "needs PostgreSQL, a Kafka-protocol broker and redis-server: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL, GATEWAYD_TEST_KAFKA_BROKERS and GATEWAYD_TEST_REDIS_SERVER"]
+fn a_crashed_nodes_session_resumes_on_a_survivor_byte_for_byte() {
+    let mut w = World::new(2);
+    let targets = w.servers();
+    let token = w.token();
+    let mut ws = Ws::connect(w.nodes[0].gateway, "/?v=10&encoding=json");
+    let ready = ws.login(&format!("Bot {token}"), BOT_INTENTS);
+    let sid = ready["d"]["session_id"].as_str().unwrap().to_string();
+    let mut on_a = Seen::default();
+    read(
+        &mut ws,
+        Instant::now() + Duration::from_secs(5),
+        |s| s.frames.len() > SERVERS,
+        &mut on_a,
+    );
+    // A checkpoint holds the session before the traffic starts (and the
+    // setup's changes are older than what a survivor looks back for).
+    std::thread::sleep(Duration::from_millis(2500));
+    const N: u64 = 900;
+    let producer = produce(&w, &targets, 100, N, Duration::from_millis(3));
+    read(
+        &mut ws,
+        Instant::now() + Duration::from_secs(30),
+        |s| s.messages.len() >= 300,
+        &mut on_a,
+    );
+    assert!(on_a.messages.len() >= 300, "A delivered: {on_a:?}");
+    kill9(&mut w.nodes[0]);
+    // Keep reading what A had already put on the wire.
+    read(
+        &mut ws,
+        Instant::now() + Duration::from_millis(300),
+        |_| false,
+        &mut on_a,
+    );
+    let last_on_a = *on_a.order.last().unwrap();
+    // Resume from earlier than the last received: the survivor must replay
+    // events the dead node had already sent, byte for byte.
+    let seq = last_on_a - 25;
+    let started = Instant::now();
+    let mut on_b_ws = resume(&w.nodes[1], &token, &sid, seq);
+    let mut on_b = Seen::default();
+    let last_id = 100 + N - 1;
+    read(
+        &mut on_b_ws,
+        Instant::now() + Duration::from_secs(40),
+        |s| s.invalid || s.closed.is_some() || s.messages.iter().any(|m| m.1 == last_id),
+        &mut on_b,
+    );
+    producer.join().unwrap();
+    read(
+        &mut on_b_ws,
+        Instant::now() + Duration::from_secs(2),
+        |_| false,
+        &mut on_b,
+    );
+    let b = &w.nodes[1];
+    assert!(
+        on_b.resumed && !on_b.invalid,
+        "no recovery (refusals on B: {:?}): {:?}",
+        all_refusals(b),
+        on_b.order.first()
+    );
+    eprintln!("recovered after {:?}", started.elapsed());
+    // The replay is byte-identical to what A had sent for those seqs.
+    let mut compared = 0;
+    for s in seq + 1..=last_on_a {
+        let a_frame = &on_a.frames[&s];
+        let b_frame = on_b
+            .frames
+            .get(&s)
+            .unwrap_or_else(|| panic!("s={s} not replayed"));
+        assert_eq!(
+            a_frame, b_frame,
+            "s={s} differs from what the dead node sent"
+        );
+        compared += 1;
+    }
+    assert_eq!(compared, 25);
+    // Contiguous s from the client's seq on, across the join.
+    for (expect, s) in (seq + 1..).zip(&on_b.order) {
+        assert_eq!(*s, expect, "s must grow by exactly 1: {:?}", on_b.order);
+    }
+    // Every message exactly once, in per-server order.
+    let ids: Vec<u64> = on_a
+        .messages
+        .iter()
+        .filter(|m| m.0 <= seq)
+        .chain(&on_b.messages)
+        .map(|m| m.1)
+        .collect();
+    let set: BTreeSet<u64> = ids.iter().copied().collect();
+    assert_eq!(set.len(), ids.len(), "duplicates across the recovery");
+    // (The warm-up messages went out before the session existed.)
+    let want: BTreeSet<u64> = (100..100 + N).collect();
+    let missing: Vec<&u64> = want.difference(&set).collect();
+    assert!(
+        missing.is_empty(),
+        "lost across the recovery: {} ids, first {:?}",
+        missing.len(),
+        missing.first()
+    );
+    let mut per_server: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+    for id in ids.iter().filter(|i| **i >= 100) {
+        per_server
+            .entry(*id as usize % SERVERS)
+            .or_default()
+            .push(*id);
+    }
+    for (server, list) in per_server {
+        assert!(
+            list.windows(2).all(|w| w[0] < w[1]),
+            "server {server} out of order"
+        );
+    }
+    assert_eq!(
+        metric_sum(&metrics(b.admin), "gatewayd_recovery_recovered_total", &[]),
+        1.0
+    );
+}
+
+/// The bot on the first node, past its first checkpoint: (connection,
+/// session id, what it received).
+fn bot_on_first(w: &World) -> (Ws, String, Seen) {
+    let token = w.token();
+    let mut ws = Ws::connect(w.nodes[0].gateway, "/?v=10&encoding=json");
+    let ready = ws.login(&format!("Bot {token}"), BOT_INTENTS);
+    let sid = ready["d"]["session_id"].as_str().unwrap().to_string();
+    let mut seen = Seen::default();
+    read(
+        &mut ws,
+        Instant::now() + Duration::from_secs(5),
+        |s| s.frames.len() > SERVERS,
+        &mut seen,
+    );
+    std::thread::sleep(Duration::from_millis(2500));
+    (ws, sid, seen)
+}
+
+/// Read on a resumed connection until RESUMED, op 9 or the end.
+fn outcome(ws: &mut Ws, secs: u64) -> Seen {
+    let mut seen = Seen::default();
+    read(
+        ws,
+        Instant::now() + Duration::from_secs(secs),
+        |s| s.invalid || s.resumed || s.closed.is_some(),
+        &mut seen,
+    );
+    seen
+}
+
+#[test]
+#[ignore = "needs PostgreSQL, a Kafka-protocol broker and redis-server: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL, GATEWAYD_TEST_KAFKA_BROKERS and GATEWAYD_TEST_REDIS_SERVER"]
+fn a_frozen_session_store_means_op_9_and_live_delivery_goes_on() {
+    let mut w = World::new(2);
+    let targets = w.servers();
+    let token = w.token();
+    let (mut ws, sid, mut on_a) = bot_on_first(&w);
+    // Another session on the survivor, receiving live.
+    let mut live = Ws::connect(w.nodes[1].gateway, "/?v=10&encoding=json");
+    live.login(&format!("Bot {token}"), BOT_INTENTS);
+    let mut on_live = Seen::default();
+    read(
+        &mut live,
+        Instant::now() + Duration::from_secs(5),
+        |s| s.frames.len() > SERVERS,
+        &mut on_live,
+    );
+    w.redis.freeze();
+    const N: u64 = 200;
+    let producer = produce(&w, &targets, 100, N, Duration::from_millis(5));
+    read(
+        &mut ws,
+        Instant::now() + Duration::from_secs(20),
+        |s| s.messages.len() >= 50,
+        &mut on_a,
+    );
+    kill9(&mut w.nodes[0]);
+    let last = *on_a.order.last().unwrap();
+    let mut again = resume(&w.nodes[1], &token, &sid, last);
+    let got = outcome(&mut again, 20);
+    assert!(
+        got.invalid && !got.resumed,
+        "op 9 with the store frozen: {got:?}"
+    );
+    assert!(
+        got.frames.is_empty(),
+        "nothing delivered on a refused resume"
+    );
+    // Delivery on the live node did not wait for Redis.
+    read(
+        &mut live,
+        Instant::now() + Duration::from_secs(20),
+        |s| s.messages.iter().any(|m| m.1 == 100 + N - 1),
+        &mut on_live,
+    );
+    producer.join().unwrap();
+    // Late ones from other partitions may follow the last id.
+    read(
+        &mut live,
+        Instant::now() + Duration::from_secs(2),
+        |_| false,
+        &mut on_live,
+    );
+    let ids: BTreeSet<u64> = on_live
+        .messages
+        .iter()
+        .map(|m| m.1)
+        .filter(|i| *i >= 100)
+        .collect();
+    assert_eq!(
+        ids.len() as u64,
+        N,
+        "the live node delivered every event with Redis frozen: {:?}",
+        (100..100 + N)
+            .filter(|i| !ids.contains(i))
+            .collect::<Vec<u64>>()
+    );
+    w.redis.thaw();
+    let b = &w.nodes[1];
+    assert!(
+        refusals(b, "recovery_store_down") >= 1.0,
+        "counted: {:?}",
+        all_refusals(b)
+    );
+}
+
+#[test]
+#[ignore = "needs PostgreSQL, a Kafka-protocol broker and redis-server: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL, GATEWAYD_TEST_KAFKA_BROKERS and GATEWAYD_TEST_REDIS_SERVER"]
+fn what_the_store_cannot_prove_is_op_9_never_a_silent_gap() {
+    let mut w = World::new(2);
+    let targets = w.servers();
+    let token = w.token();
+    let (mut ws, sid, mut on_a) = bot_on_first(&w);
+    // The journal misses what A delivers while Redis is frozen.
+    w.redis.freeze();
+    let producer = produce(&w, &targets, 100, 100, Duration::from_millis(5));
+    read(
+        &mut ws,
+        Instant::now() + Duration::from_secs(20),
+        |s| s.messages.len() >= 100 + SERVERS,
+        &mut on_a,
+    );
+    producer.join().unwrap();
+    kill9(&mut w.nodes[0]);
+    w.redis.thaw();
+    let b = &w.nodes[1];
+    // A seq older than every checkpoint (the summary is too old for it).
+    let mut early = resume(b, &token, &sid, 1);
+    let got = outcome(&mut early, 20);
+    assert!(
+        got.invalid && got.frames.is_empty(),
+        "seq before the checkpoint: {got:?}"
+    );
+    // The client's seq is past what the journal proves.
+    let last = *on_a.order.last().unwrap();
+    let mut late = resume(b, &token, &sid, last);
+    let got = outcome(&mut late, 20);
+    assert!(
+        got.invalid && got.frames.is_empty(),
+        "seq past the proof: {got:?}"
+    );
+    assert!(
+        refusals(b, "recovery_unproven") >= 2.0,
+        "counted: {:?}",
+        all_refusals(b)
+    );
+}
+
+#[test]
+#[ignore = "needs PostgreSQL, a Kafka-protocol broker and redis-server: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL, GATEWAYD_TEST_KAFKA_BROKERS and GATEWAYD_TEST_REDIS_SERVER"]
+fn forged_ids_and_another_bots_token_get_op_9_and_nothing_else() {
+    let mut w = World::new(2);
+    w.servers();
+    let token = w.token();
+    let other = Registry::with_url(w.nodes[0].dir.path(), Some(&w.url)).add_app("intruder", 0);
+    let (_ws, sid, on_a) = bot_on_first(&w);
+    kill9(&mut w.nodes[0]);
+    let b = &w.nodes[1];
+    let last = *on_a.order.last().unwrap();
+    // Same node and worker, other random bits.
+    let forged = format!("{}{}", &sid[..6], "0".repeat(26));
+    let mut f = resume(b, &token, &forged, last);
+    let got = outcome(&mut f, 20);
+    assert!(got.invalid && got.frames.is_empty(), "forged id: {got:?}");
+    let mut t = resume(b, &other.token, &sid, last);
+    let got = outcome(&mut t, 20);
+    assert!(
+        got.invalid && got.frames.is_empty(),
+        "another bot's token: {got:?}"
+    );
+    assert!(
+        refusals(b, "token_mismatch") >= 1.0,
+        "counted: {:?}",
+        all_refusals(b)
+    );
+    // Neither disturbed the session: its own bot still gets it back.
+    let mut real = resume(b, &token, &sid, last);
+    let got = outcome(&mut real, 20);
+    assert!(
+        got.resumed && !got.invalid,
+        "the real bot after the refusals: {:?}",
+        all_refusals(b)
+    );
+}
+
+#[test]
+#[ignore = "needs PostgreSQL, a Kafka-protocol broker and redis-server: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL, GATEWAYD_TEST_KAFKA_BROKERS and GATEWAYD_TEST_REDIS_SERVER"]
+fn two_survivors_racing_for_one_session_leave_exactly_one_owner() {
+    let mut w = World::new(3);
+    let targets = w.servers();
+    let token = w.token();
+    let (_ws, sid, on_a) = bot_on_first(&w);
+    kill9(&mut w.nodes[0]);
+    let last = *on_a.order.last().unwrap();
+    let mut on_b = resume(&w.nodes[1], &token, &sid, last);
+    let mut on_c = resume(&w.nodes[2], &token, &sid, last);
+    let (b, c) = (outcome(&mut on_b, 25), outcome(&mut on_c, 25));
+    assert!(
+        b.resumed ^ c.resumed,
+        "exactly one RESUMED: B {b:?}, C {c:?}"
+    );
+    let (winner, loser, won) = if b.resumed {
+        (&mut on_b, c, 1)
+    } else {
+        (&mut on_c, b, 2)
+    };
+    assert!(
+        loser.invalid && loser.frames.is_empty(),
+        "the other gets op 9: {loser:?}"
+    );
+    // The next event reaches the owner.
+    let (server, general) = targets[0];
+    let kafka = Kafka::new(&w.brokers, &w.topic);
+    kafka.send(
+        server,
+        &frame_message_with_id(777, server, general, "after"),
+    );
+    kafka.flush();
+    let mut next = Seen::default();
+    read(
+        winner,
+        Instant::now() + Duration::from_secs(20),
+        |s| s.messages.iter().any(|m| m.1 == 777),
+        &mut next,
+    );
+    assert!(
+        next.messages.iter().any(|m| m.1 == 777),
+        "owner (node {won}) gets the next event"
+    );
+    let recovered: f64 = w.nodes[1..]
+        .iter()
+        .map(|n| metric_sum(&metrics(n.admin), "gatewayd_recovery_recovered_total", &[]))
+        .sum();
+    assert_eq!(recovered, 1.0);
+}
+
+#[test]
+#[ignore = "needs PostgreSQL, a Kafka-protocol broker and redis-server: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL, GATEWAYD_TEST_KAFKA_BROKERS and GATEWAYD_TEST_REDIS_SERVER"]
+fn a_frozen_holder_woken_after_its_lapse_does_not_keep_delivering() {
+    let w = World::new(2);
+    let targets = w.servers();
+    let token = w.token();
+    let (mut ws, sid, on_a) = bot_on_first(&w);
+    let a_pid = w.nodes[0].child.id() as i32;
+    // SAFETY: kill(2) of our own child.
+    unsafe { libc::kill(a_pid, libc::SIGSTOP) };
+    let last = *on_a.order.last().unwrap();
+    let mut on_b = resume(&w.nodes[1], &token, &sid, last);
+    let got = outcome(&mut on_b, 25);
+    assert!(
+        got.resumed,
+        "recovered while the holder is frozen: {:?}",
+        all_refusals(&w.nodes[1])
+    );
+    // SAFETY: as above.
+    unsafe { libc::kill(a_pid, libc::SIGCONT) };
+    let producer = produce(&w, &targets, 100, 60, Duration::from_millis(10));
+    // A, woken, must not deliver the session any more (it ends it).
+    let mut after = Seen::default();
+    read(
+        &mut ws,
+        Instant::now() + Duration::from_secs(5),
+        |s| s.closed.is_some(),
+        &mut after,
+    );
+    producer.join().unwrap();
+    let late: Vec<u64> = after.order.iter().copied().filter(|s| *s > last).collect();
+    assert!(
+        late.is_empty(),
+        "the woken holder delivered s {late:?} ({after:?})"
+    );
+    let mut on_b_seen = Seen::default();
+    read(
+        &mut on_b,
+        Instant::now() + Duration::from_secs(20),
+        |s| s.messages.iter().any(|m| m.1 == 159),
+        &mut on_b_seen,
+    );
+    assert!(
+        on_b_seen.messages.iter().any(|m| m.1 == 159),
+        "the survivor delivers"
+    );
+    assert!(
+        metric_sum(
+            &metrics(w.nodes[0].admin),
+            "gatewayd_recovery_fenced_sessions_total",
+            &[]
+        ) >= 1.0
+    );
+}

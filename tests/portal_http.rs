@@ -84,7 +84,7 @@ fn sign_in_gives_a_strict_cookie_and_one_application_sees_only_its_own() {
     );
     assert_eq!(
         shards(),
-        json!([{"shard": [0, 1], "live": 1}, {"shard": [1, 2], "live": 1}])
+        json!([{"shard": [0, 1], "live": 1, "degraded": 0}, {"shard": [1, 2], "live": 1, "degraded": 0}])
     );
     assert_eq!(mine.health()["sessions"]["by_shard"], json!([]));
     s2.close_politely();

@@ -107,7 +107,7 @@ pub fn json(ctx: &Ctx, app: u64) -> Value {
     let by_shard: Vec<Value> = snap
         .shards
         .iter()
-        .map(|(id, of, live)| json!({"shard": [id, of], "live": live}))
+        .map(|(id, of, live, degraded)| json!({"shard": [id, of], "live": live, "degraded": degraded}))
         .collect();
     let closes: Vec<Value> = snap
         .closes_hour

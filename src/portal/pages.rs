@@ -112,7 +112,7 @@ pub fn dashboard(ctx: &Ctx, s: &Session) -> String {
         stat("identifies-hour", "Identifies, last hour"),
         stat("resumes-hour", "Resumes, last hour"),
         table("by-worker", "By worker", &["Worker", "Live", "Degraded", "Detached"]),
-        table("by-shard", "Live by shard", &["Shard", "Live"]),
+        table("by-shard", "Live by shard", &["Shard", "Live", "Degraded"]),
     );
     let _ = write!(
         b,

@@ -96,7 +96,7 @@
     set("identifies-hour", h.identifies_hour);
     set("resumes-hour", h.resumes_hour);
     rows("by-worker", s.by_worker, (w) => [w.worker, w.live, w.degraded, w.detached]);
-    rows("by-shard", s.by_shard, (x) => ["[" + x.shard[0] + ", " + x.shard[1] + "]", x.live]);
+    rows("by-shard", s.by_shard, (x) => ["[" + x.shard[0] + ", " + x.shard[1] + "]", x.live, x.degraded]);
     const b = h.identify_budget;
     if (b) {
       set("budget-remaining", b.remaining + " of " + b.total);

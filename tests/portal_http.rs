@@ -361,6 +361,12 @@ fn a_slow_consumer_shows_as_degraded() {
     }
     let h = degraded.unwrap_or_else(|| panic!("no degraded session after {sent} events"));
     assert_eq!(h["sessions"]["live"], 1, "{h}");
+    // The same tally counts it on its shard.
+    assert_eq!(
+        h["sessions"]["by_shard"],
+        json!([{"shard": [0, 1], "live": 1, "degraded": 1}]),
+        "{h}"
+    );
     drop(bot);
 }
 

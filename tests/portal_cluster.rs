@@ -180,6 +180,13 @@ fn the_portal_shows_every_nodes_sessions_and_names_a_frozen_node() {
     assert_eq!(cl["totals"]["live"], 1);
     assert_eq!(cl["totals"]["nodes_answered"], 1);
     assert_eq!(by_node_shard(&frozen), vec![(na, json!([0, 2]), 1, 0)]);
+    // Not asked again for 3 s: the next refresh does not wait for it.
+    std::thread::sleep(Duration::from_millis(1100));
+    let t0 = Instant::now();
+    let again = demo.health();
+    let took = t0.elapsed();
+    assert!(took < Duration::from_millis(250), "the page took {took:?}");
+    assert_eq!(again["cluster"]["not_answering"][0]["node"], nb);
     let page = demo.get("/").body;
     assert!(page.contains("Across the cluster") && page.contains("by-node-shard"));
 

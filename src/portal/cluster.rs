@@ -9,9 +9,12 @@
 //! is asked at most about once a second for it; at most `MAX_CACHED`
 //! applications are kept (the oldest dropped); at most `MAX_PEERS` nodes
 //! are asked (the rest are listed as not asked). Every node is asked at
-//! once, on a thread of its own, all under one `LINK_DEADLINE` (300 ms):
-//! a frozen or dead node costs the page that deadline once a second, and
-//! is named on it as not answering, never left out.
+//! once, on a thread of its own, all under one `LINK_DEADLINE` (300 ms).
+//! A node that did not answer is not asked again, for any application,
+//! for `BACKOFF` (3 s): a frozen node costs one page refresh that deadline
+//! every 3 s, not every refresh of every application (which would tie up
+//! the portal's four handlers). It is named on the page as not answering
+//! meanwhile, never left out.
 
 use std::collections::HashMap;
 use std::net::ToSocketAddrs;
@@ -33,6 +36,8 @@ pub const FRESH: Duration = Duration::from_secs(1);
 pub const MAX_CACHED: usize = 256;
 /// Other nodes asked for one page refresh.
 pub const MAX_PEERS: usize = 32;
+/// A node that gave no answer is not asked again for this long.
+pub const BACKOFF: Duration = Duration::from_secs(3);
 /// Live nodes, as read from the registry, kept this long.
 const PEERS_FRESH: Duration = Duration::from_secs(1);
 /// A node that was listed and no longer is (its claim lapsed: frozen or
@@ -66,12 +71,16 @@ struct Entry {
     fetching: bool,
 }
 
+/// (node, link address) of the live nodes, and when read.
+type Listed = (Vec<(u16, String)>, Option<Instant>);
+
 #[derive(Default)]
 pub struct State {
-    /// (node, link address) of the live nodes, and when read.
-    nodes: Mutex<(Vec<(u16, String)>, Option<Instant>)>,
+    nodes: Mutex<Listed>,
     /// Nodes listed before and not any more: (node, link, when noticed).
     gone: Mutex<Vec<(u16, String, Instant)>>,
+    /// Nodes that did not answer: when, and why (at most `MAX_PEERS`).
+    silent: Mutex<Vec<(u16, Instant, &'static str)>>,
     cache: Mutex<HashMap<u64, Entry>>,
 }
 
@@ -148,20 +157,30 @@ fn fetch(ctx: &Ctx, app: u64) -> Remote {
     let deadline = Instant::now() + LINK_DEADLINE;
     let (tx, rx) = crossbeam_channel::bounded(others.len().min(MAX_PEERS));
     let mut peers: Vec<Peer> = Vec::with_capacity(others.len());
-    for (i, (node, link)) in others.iter().enumerate() {
+    let backing_off: Vec<(u16, &'static str)> = {
+        let mut s = lock(&ctx.cluster.silent);
+        s.retain(|(_, at, _)| at.elapsed() < BACKOFF);
+        s.iter().map(|(n, _, why)| (*n, *why)).collect()
+    };
+    let mut asked = Vec::new();
+    for (node, link) in &others {
+        let i = peers.len();
+        let backed = backing_off.iter().find(|(n, _)| n == node).map(|b| b.1);
+        let why = match backed {
+            Some(why) => why, // it did not answer a moment ago: not asked again yet
+            None if asked.len() >= MAX_PEERS => "not asked (more nodes than the portal asks)",
+            None => figures::Silence::Timeout.as_str(),
+        };
         peers.push(Peer {
             node: *node,
             link: link.clone(),
-            answer: Err(if i < MAX_PEERS {
-                figures::Silence::Timeout.as_str()
-            } else {
-                "not asked (more nodes than the portal asks)"
-            }),
+            answer: Err(why),
             took_ms: 0,
         });
-        if i >= MAX_PEERS {
+        if backed.is_some() || asked.len() >= MAX_PEERS {
             continue;
         }
+        asked.push(i);
         ctx.v.stats.cluster_asks.fetch_add(1, Relaxed);
         let (tx, node, link) = (tx.clone(), *node, link.clone());
         let spawned = std::thread::Builder::new()
@@ -190,6 +209,15 @@ fn fetch(ctx: &Ctx, app: u64) -> Remote {
     }
     let silent = peers.iter().filter(|p| p.answer.is_err()).count();
     ctx.v.stats.cluster_silent.fetch_add(silent as u64, Relaxed);
+    {
+        let mut s = lock(&ctx.cluster.silent);
+        for p in asked.iter().map(|&i| &peers[i]) {
+            let Err(why) = p.answer else { continue };
+            if s.len() < MAX_PEERS && !s.iter().any(|(n, _, _)| *n == p.node) {
+                s.push((p.node, Instant::now(), why));
+            }
+        }
+    }
     Remote {
         at,
         registry_error: None,

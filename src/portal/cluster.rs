@@ -6,9 +6,13 @@
 //! Bounds and cost: the live nodes are read from the registry at most once
 //! a second; another node's answer for an application is kept `FRESH`
 //! (1 s), so however many pages of one application poll, each other node
-//! is asked at most about once a second for it; at most `MAX_CACHED`
-//! applications are kept (the oldest dropped); at most `MAX_PEERS` nodes
-//! are asked (the rest are listed as not asked). Every node is asked at
+//! is asked at most about once a second for it; and a request carries,
+//! with the application whose refresh is due, every other application
+//! whose page asked in the last 5 s and whose answer is half stale, so
+//! pages of many applications share one request per node and about a
+//! second. At most `MAX_CACHED` applications are kept (the least recently
+//! polled dropped); at most `MAX_PEERS` nodes are asked (the rest are
+//! listed as not asked). Every node is asked at
 //! once, on a thread of its own, all under one `LINK_DEADLINE` (300 ms).
 //! A node that did not answer is not asked again, for any application,
 //! for `BACKOFF` (3 s): a frozen node costs one page refresh that deadline
@@ -38,6 +42,8 @@ pub const MAX_CACHED: usize = 256;
 pub const MAX_PEERS: usize = 32;
 /// A node that gave no answer is not asked again for this long.
 pub const BACKOFF: Duration = Duration::from_secs(3);
+/// Applications whose page asked within this are refreshed together.
+const WATCHED: Duration = Duration::from_secs(5);
 /// Live nodes, as read from the registry, kept this long.
 const PEERS_FRESH: Duration = Duration::from_secs(1);
 /// A node that was listed and no longer is (its claim lapsed: frozen or
@@ -69,6 +75,8 @@ struct Entry {
     view: Arc<Remote>,
     /// A refresh is under way (others use this view meanwhile).
     fetching: bool,
+    /// When a page of the application last asked.
+    polled: Instant,
 }
 
 /// (node, link address) of the live nodes, and when read.
@@ -106,137 +114,184 @@ fn live_nodes(ctx: &Ctx) -> Result<Vec<(u16, String)>, String> {
     Ok(n.0.clone())
 }
 
-/// The other nodes' figures of `app`: cached, or asked now.
+/// The other nodes' figures of `app`: cached, or asked now, together with
+/// every other application whose page is open and whose answer is half
+/// stale (one link call per node serves them all).
 pub fn remote(ctx: &Ctx, app: u64) -> Arc<Remote> {
-    {
+    let batch = {
         let mut c = lock(&ctx.cluster.cache);
         if let Some(e) = c.get_mut(&app) {
+            e.polled = Instant::now();
             if e.view.at.elapsed() < FRESH || e.fetching {
                 ctx.v.stats.cluster_cached.fetch_add(1, Relaxed);
                 return e.view.clone();
             }
-            e.fetching = true;
         }
-    }
-    let view = Arc::new(fetch(ctx, app));
-    let mut c = lock(&ctx.cluster.cache);
-    if c.len() >= MAX_CACHED && !c.contains_key(&app) {
-        c.retain(|_, e| e.view.at.elapsed() < FRESH * 10);
-        if c.len() >= MAX_CACHED {
-            let oldest = c.iter().min_by_key(|(_, e)| e.view.at).map(|(k, _)| *k);
-            if let Some(k) = oldest {
-                c.remove(&k);
+        let mut batch = vec![app];
+        for (k, e) in c.iter() {
+            if batch.len() >= figures::MAX_APPS {
+                break;
+            }
+            let watched = e.polled.elapsed() < WATCHED;
+            if *k != app && !e.fetching && watched && e.view.at.elapsed() >= FRESH / 2 {
+                batch.push(*k);
             }
         }
+        for k in &batch {
+            if let Some(e) = c.get_mut(k) {
+                e.fetching = true;
+            }
+        }
+        batch
+    };
+    let views = fetch(ctx, &batch);
+    let mut c = lock(&ctx.cluster.cache);
+    let mut mine = None;
+    for (k, view) in batch.iter().zip(views) {
+        let view = Arc::new(view);
+        if *k == app {
+            mine = Some(view.clone());
+        }
+        let polled = c.get(k).map_or_else(Instant::now, |e| e.polled);
+        if c.len() >= MAX_CACHED && !c.contains_key(k) {
+            c.retain(|_, e| e.polled.elapsed() < WATCHED * 2);
+            if c.len() >= MAX_CACHED {
+                let oldest = c.iter().min_by_key(|(_, e)| e.polled).map(|(k, _)| *k);
+                if let Some(o) = oldest {
+                    c.remove(&o);
+                }
+            }
+        }
+        c.insert(
+            *k,
+            Entry {
+                view,
+                fetching: false,
+                polled,
+            },
+        );
     }
-    c.insert(
-        app,
-        Entry {
-            view: view.clone(),
-            fetching: false,
-        },
-    );
-    view
+    mine.unwrap_or_else(|| {
+        Arc::new(Remote {
+            at: Instant::now(),
+            registry_error: None,
+            peers: Vec::new(),
+        })
+    })
 }
 
-/// Ask every other live node at once, all under one deadline.
-fn fetch(ctx: &Ctx, app: u64) -> Remote {
+/// What one node said: per application asked, its figures or why not;
+/// or why it said nothing.
+type NodeAnswer = Result<Vec<Result<NodeFigures, &'static str>>, &'static str>;
+
+/// Ask every other live node at once for `apps`, all under one deadline:
+/// one `Remote` per application, in order.
+fn fetch(ctx: &Ctx, apps: &[u64]) -> Vec<Remote> {
     let me = ctx.v.shared.node();
     let at = Instant::now();
     let nodes = match live_nodes(ctx) {
         Ok(n) => n,
         Err(e) => {
-            return Remote {
+            let failed = |_| Remote {
                 at,
-                registry_error: Some(e),
+                registry_error: Some(e.clone()),
                 peers: Vec::new(),
-            }
+            };
+            return apps.iter().map(failed).collect();
         }
     };
     let others: Vec<(u16, String)> = nodes.into_iter().filter(|(n, _)| *n != me).collect();
     let deadline = Instant::now() + LINK_DEADLINE;
     let (tx, rx) = crossbeam_channel::bounded(others.len().min(MAX_PEERS));
-    let mut peers: Vec<Peer> = Vec::with_capacity(others.len());
+    // (node, link, its answer, ms it took)
+    let mut said: Vec<(u16, String, NodeAnswer, u64)> = Vec::with_capacity(others.len());
     let backing_off: Vec<(u16, &'static str)> = {
         let mut s = lock(&ctx.cluster.silent);
         s.retain(|(_, at, _)| at.elapsed() < BACKOFF);
         s.iter().map(|(n, _, why)| (*n, *why)).collect()
     };
     let mut asked = Vec::new();
+    let list: Arc<[u64]> = apps.into();
     for (node, link) in &others {
-        let i = peers.len();
+        let i = said.len();
         let backed = backing_off.iter().find(|(n, _)| n == node).map(|b| b.1);
         let why = match backed {
             Some(why) => why, // it did not answer a moment ago: not asked again yet
             None if asked.len() >= MAX_PEERS => "not asked (more nodes than the portal asks)",
             None => figures::Silence::Timeout.as_str(),
         };
-        peers.push(Peer {
-            node: *node,
-            link: link.clone(),
-            answer: Err(why),
-            took_ms: 0,
-        });
+        said.push((*node, link.clone(), Err(why), 0));
         if backed.is_some() || asked.len() >= MAX_PEERS {
             continue;
         }
         asked.push(i);
         ctx.v.stats.cluster_asks.fetch_add(1, Relaxed);
-        let (tx, node, link) = (tx.clone(), *node, link.clone());
+        let (tx, node, link, list) = (tx.clone(), *node, link.clone(), list.clone());
         let spawned = std::thread::Builder::new()
             .name("portal-ask".into())
             .spawn(move || {
-                let _ = tx.send((i, ask(node, &link, app, deadline)));
+                let _ = tx.send((i, ask(node, &link, &list, deadline)));
             });
         if spawned.is_err() {
-            peers[i].answer = Err("no thread to ask it");
+            said[i].2 = Err("no thread to ask it");
         }
     }
     drop(tx);
     for (node, link, _) in lock(&ctx.cluster.gone).iter() {
-        peers.push(Peer {
-            node: *node,
-            link: link.clone(),
-            answer: Err(GONE_WHY),
-            took_ms: 0,
-        });
+        said.push((*node, link.clone(), Err(GONE_WHY), 0));
     }
     // Answers until the deadline; a thread still waiting on a name lookup
     // past it finds the channel gone and ends.
     while let Ok((i, answer)) = rx.recv_deadline(deadline + Duration::from_millis(20)) {
-        peers[i].answer = answer;
-        peers[i].took_ms = at.elapsed().as_millis() as u64;
+        said[i].2 = answer;
+        said[i].3 = at.elapsed().as_millis() as u64;
     }
-    let silent = peers.iter().filter(|p| p.answer.is_err()).count();
+    let silent = said.iter().filter(|p| p.2.is_err()).count();
     ctx.v.stats.cluster_silent.fetch_add(silent as u64, Relaxed);
     {
         let mut s = lock(&ctx.cluster.silent);
-        for p in asked.iter().map(|&i| &peers[i]) {
-            let Err(why) = p.answer else { continue };
-            if s.len() < MAX_PEERS && !s.iter().any(|(n, _, _)| *n == p.node) {
-                s.push((p.node, Instant::now(), why));
+        for p in asked.iter().map(|&i| &said[i]) {
+            let Err(why) = p.2 else { continue };
+            if s.len() < MAX_PEERS && !s.iter().any(|(n, _, _)| *n == p.0) {
+                s.push((p.0, Instant::now(), why));
             }
         }
     }
-    Remote {
-        at,
-        registry_error: None,
-        peers,
-    }
+    (0..apps.len())
+        .map(|k| Remote {
+            at,
+            registry_error: None,
+            peers: said
+                .iter()
+                .map(|(node, link, answer, took_ms)| Peer {
+                    node: *node,
+                    link: link.clone(),
+                    answer: match answer {
+                        Ok(per_app) => per_app.get(k).cloned().unwrap_or(Err("a malformed answer")),
+                        Err(why) => Err(*why),
+                    },
+                    took_ms: *took_ms,
+                })
+                .collect(),
+        })
+        .collect()
 }
 
-fn ask(node: u16, link: &str, app: u64, deadline: Instant) -> Result<NodeFigures, &'static str> {
+fn ask(node: u16, link: &str, apps: &[u64], deadline: Instant) -> NodeAnswer {
     let addr = link
         .to_socket_addrs()
         .ok()
         .and_then(|mut a| a.next())
         .ok_or("its link address does not resolve")?;
-    let bytes = figures::ask(addr, app, deadline).map_err(figures::Silence::as_str)?;
-    match NodeFigures::decode(&bytes) {
-        Some(f) if f.node == node => Ok(f),
-        Some(_) => Err("another node answers at its address"),
-        None => Err("a malformed answer"),
-    }
+    let answers = figures::ask(addr, apps, deadline).map_err(figures::Silence::as_str)?;
+    Ok(answers
+        .iter()
+        .map(|bytes| match NodeFigures::decode(bytes) {
+            Some(f) if f.node == node => Ok(f),
+            Some(_) => Err("another node answers at its address"),
+            None => Err("a malformed answer"),
+        })
+        .collect())
 }
 
 fn shards_json(node: u16, link: &str, f: &NodeFigures, out: &mut Vec<Value>) {
@@ -284,7 +339,9 @@ pub fn json(ctx: &Ctx, app: u64, local: &NodeFigures) -> Value {
     for p in &remote.peers {
         match &p.answer {
             Ok(f) => {
-                nodes.push(node_json(p.node, &p.link, f, false, age));
+                let mut n = node_json(p.node, &p.link, f, false, age);
+                n["took_ms"] = p.took_ms.into();
+                nodes.push(n);
                 shards_json(p.node, &p.link, f, &mut shards);
                 answered.push(f);
             }

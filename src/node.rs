@@ -261,6 +261,7 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     }
 
     let cluster_stats: Arc<crate::link::cluster::ClusterStats> = Arc::new(Default::default());
+    let interaction_board: Arc<crate::chat::interactions::Board> = Arc::new(Default::default());
     let link_addr = joined.as_ref().map(|j| j.link_addr);
     let to_recover = recovery
         .as_ref()
@@ -274,6 +275,8 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
                 cluster_stats.clone(),
                 to_recover,
                 stop.clone(),
+                // Other nodes' portals ask for an application's figures.
+                crate::portal::figures_provider(shared.clone(), interaction_board.clone()),
             )
         })
         .transpose()?;
@@ -282,7 +285,6 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         None => Vec::new(),
     };
     let chat_stats: Arc<crate::chat::ChatStats> = Arc::new(Default::default());
-    let interaction_board: Arc<crate::chat::interactions::Board> = Arc::new(Default::default());
     let interaction_stats: Arc<crate::chat::interactions::InteractionStats> =
         Arc::new(Default::default());
     let endpoint_stats: Arc<crate::chat::endpoint::EndpointStats> = Arc::new(Default::default());

@@ -158,3 +158,49 @@ fn the_portal_in_a_browser() {
     b.run("document.getElementById('h-inst').scrollIntoView(); return 1;");
     shot(&b, "installations.png");
 }
+
+/// Two nodes on one PostgreSQL registry, a bot on each: node A's page
+/// shows both in its table of sessions by node and shard, and names node
+/// B once it is frozen (docs/portal.md, "Several nodes").
+#[test]
+#[ignore = "needs chromium, chromedriver and PostgreSQL: run scripts/test-all.sh, or install them and set GATEWAYD_TEST_DATABASE_URL"]
+fn the_cluster_view_in_a_browser() {
+    let (admin_url, url) = support::registry::pg_database();
+    let flags = ["--registry-url", url.as_str(), "--no-demo"];
+    let a = Node::start(&flags);
+    let mut b_node = Node::start(&flags);
+    let _on_a = bot::identify(a.gateway, "a", &a.token, BOT_INTENTS, Some((0, 2))).unwrap();
+    let _on_b = bot::identify(b_node.gateway, "b", &a.token, BOT_INTENTS, Some((1, 2))).unwrap();
+    let base = format!("http://{}", support::portal::addr(&a));
+    let b = Browser::start();
+    sign_in(&b, &base, &a.token);
+    b.wait_text("#c-live", WAIT, |t| t == "2")
+        .expect("both nodes' sessions in the totals");
+    let rows = b.run(
+        "return [...document.querySelectorAll('#by-node-shard tr')].map(r => \
+         [...r.cells].map(c => c.textContent).filter((_, i) => i != 1).join(' '));",
+    );
+    let rows: Vec<String> = serde_json::from_value(rows).unwrap();
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    assert!(
+        rows[0].ends_with("[0, 2] 1 0") && rows[1].ends_with("[1, 2] 1 0"),
+        "{rows:?}"
+    );
+    assert_eq!(b.text("#c-nodes"), "2 of 2");
+    b.run("document.getElementById('h-cluster').scrollIntoView(); return 1;");
+    shot(&b, "cluster.png");
+    // SAFETY: kill(2) of our own child, continued below.
+    unsafe { libc::kill(b_node.child.id() as i32, libc::SIGSTOP) };
+    let note = b.wait_text("#cluster-silent", WAIT, |t| t.contains("no answer in time"));
+    // SAFETY: as above.
+    unsafe { libc::kill(b_node.child.id() as i32, libc::SIGCONT) };
+    assert!(note.is_ok(), "the frozen node is named: {note:?}");
+    assert_eq!(b.text("#c-live"), "1");
+    let _ = b_node.child.kill();
+    let _ = b_node.child.wait();
+    drop(a);
+    if let Ok(mut c) = postgres::Client::connect(&admin_url, postgres::NoTls) {
+        let db = url.rsplit('/').next().unwrap_or_default();
+        let _ = c.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));
+    }
+}

@@ -84,7 +84,7 @@ fn sign_in_gives_a_strict_cookie_and_one_application_sees_only_its_own() {
     );
     assert_eq!(
         shards(),
-        json!([{"shard": [0, 1], "live": 1}, {"shard": [1, 2], "live": 1}])
+        json!([{"shard": [0, 1], "live": 1, "degraded": 0}, {"shard": [1, 2], "live": 1, "degraded": 0}])
     );
     assert_eq!(mine.health()["sessions"]["by_shard"], json!([]));
     s2.close_politely();
@@ -361,6 +361,12 @@ fn a_slow_consumer_shows_as_degraded() {
     }
     let h = degraded.unwrap_or_else(|| panic!("no degraded session after {sent} events"));
     assert_eq!(h["sessions"]["live"], 1, "{h}");
+    // The same tally counts it on its shard.
+    assert_eq!(
+        h["sessions"]["by_shard"],
+        json!([{"shard": [0, 1], "live": 1, "degraded": 1}]),
+        "{h}"
+    );
     drop(bot);
 }
 

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use crate::link::cluster::ClusterStats;
 
 pub fn render(c: &ClusterStats, out: &mut String) {
-    let fams: [(&str, &str, &str, u64); 8] = [
+    let fams: [(&str, &str, &str, u64); 10] = [
         ("gatewayd_cluster_node", "gauge", "This node's number in the cluster (named in its session ids); 0 outside a cluster.", c.node.load(Relaxed)),
         ("gatewayd_cluster_served_total", "counter", "Hand-off requests from other nodes answered (the session, or why not).", c.served.load(Relaxed)),
         ("gatewayd_cluster_served_refused_busy_total", "counter", "Hand-off requests closed unanswered: cluster.max_link_connections were being served.", c.served_refused_busy.load(Relaxed)),
@@ -18,6 +18,8 @@ pub fn render(c: &ClusterStats, out: &mut String) {
         ("gatewayd_cluster_take_unreachable_total", "counter", "Hand-offs this node asked for that got no answer in time (op 9, node_unreachable).", c.take_unreachable.load(Relaxed)),
         ("gatewayd_cluster_heartbeat_failures_total", "counter", "Heartbeats to the registry that failed (the claim lapses after cluster.node_ttl_ms without one).", c.heartbeat_failures.load(Relaxed)),
         ("gatewayd_cluster_claim_lost_total", "counter", "Heartbeats that found this node's number held by another node.", c.claim_lost.load(Relaxed)),
+        ("gatewayd_cluster_figures_served_total", "counter", "Application figures requests from other nodes' portals answered.", c.figures_served.load(Relaxed)),
+        ("gatewayd_cluster_figures_refused_total", "counter", "Application figures requests not answered (past the asker's deadline, malformed, too long).", c.figures_refused.load(Relaxed)),
     ];
     for (name, kind, help, v) in fams {
         let _ = writeln!(

@@ -306,6 +306,24 @@ gatewayd_portal_signins_total{{outcome=\"refused\"}} {}",
         p.sessions.load(Relaxed),
     );
     one(
+        "gatewayd_portal_cluster_asks_total",
+        "counter",
+        "Other nodes asked on the cluster link for an application's figures (at most one per node and application a second).",
+        p.cluster_asks.load(Relaxed),
+    );
+    one(
+        "gatewayd_portal_cluster_silent_total",
+        "counter",
+        "Of those, nodes that gave no figures within the 300 ms deadline (named on the page as not answering).",
+        p.cluster_silent.load(Relaxed),
+    );
+    one(
+        "gatewayd_portal_cluster_cached_total",
+        "counter",
+        "Health polls answered with the other nodes' figures from the one-second cache.",
+        p.cluster_cached.load(Relaxed),
+    );
+    one(
         "gatewayd_app_stats_untracked_total",
         "counter",
         "Per-application updates not counted: the application table (4,096) was full.",

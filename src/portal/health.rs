@@ -107,7 +107,7 @@ pub fn json(ctx: &Ctx, app: u64) -> Value {
     let by_shard: Vec<Value> = snap
         .shards
         .iter()
-        .map(|(id, of, live)| json!({"shard": [id, of], "live": live}))
+        .map(|(id, of, live, degraded)| json!({"shard": [id, of], "live": live, "degraded": degraded}))
         .collect();
     let closes: Vec<Value> = snap
         .closes_hour
@@ -146,6 +146,8 @@ pub fn json(ctx: &Ctx, app: u64) -> Value {
         .iter()
         .map(|(m, live)| json!({"minute": m, "live": live}))
         .collect();
+    let here = super::figures::NodeFigures::of(ctx.v.shared.node(), now, &snap, &stats);
+    let cluster = super::cluster::json(ctx, app, &here);
     let budget = match ctx.registry().session_start_remaining(app, now) {
         Ok(l) => json!({"total": l.total, "remaining": l.remaining,
                         "reset_after_ms": l.reset_after_ms, "max_concurrency": l.max_concurrency}),
@@ -166,6 +168,7 @@ pub fn json(ctx: &Ctx, app: u64) -> Value {
         "interactions": interactions(&stats),
         "ack_minutes": acks,
         "sessions_minutes": sessions,
+        "cluster": cluster,
     })
 }
 

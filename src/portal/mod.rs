@@ -10,6 +10,8 @@
 //! - `limit`: the sign-in flood guard;
 //! - `pages`: the HTML (every value escaped);
 //! - `health`: the application's figures as JSON (the page polls it);
+//! - `cluster`, `figures`: the same from the cluster's other nodes, asked
+//!   on the node-to-node link, and the bytes of one node's figures;
 //! - `tools`: test event, click a command, re-check the endpoint, reset
 //!   the token;
 //! - `names`: permission bits, intents and close codes in words.
@@ -19,6 +21,8 @@
 //! registry call is under the registry's deadline; every egress call under
 //! its own.
 
+mod cluster;
+pub mod figures;
 mod health;
 pub mod http;
 mod installs;
@@ -71,6 +75,12 @@ pub struct PortalStats {
     /// Connections answered 503 because every handler was busy.
     pub busy: AtomicU64,
     pub sessions: AtomicU64,
+    /// Other nodes asked for an application's figures (link calls made).
+    pub cluster_asks: AtomicU64,
+    /// Of them, the nodes that gave no figures in time (named on the page).
+    pub cluster_silent: AtomicU64,
+    /// Health polls served the other nodes' figures from the cache.
+    pub cluster_cached: AtomicU64,
 }
 
 pub(crate) struct Ctx {
@@ -81,6 +91,7 @@ pub(crate) struct Ctx {
     pub sessions: Mutex<Sessions>,
     pub guard: Mutex<limit::SigninGuard>,
     pub history: Mutex<health::History>,
+    pub cluster: cluster::State,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -95,6 +106,20 @@ impl Ctx {
 
 pub struct Portal {
     pub addr: SocketAddr,
+}
+
+/// What this node answers when another node's portal asks the cluster
+/// link for an application's figures (`figures::NodeFigures`).
+pub fn figures_provider(
+    shared: Arc<Shared>,
+    board: Arc<crate::chat::board::Board>,
+) -> crate::link::cluster::figures::Provider {
+    Arc::new(move |app, out| {
+        let now = now_ms();
+        let snap = shared.apps.snapshot(app, now).unwrap_or_default();
+        let ix = board.app(app).unwrap_or_default();
+        figures::NodeFigures::of(shared.node(), now, &snap, &ix).encode(out);
+    })
 }
 
 /// Starts the portal on `cfg.addr` with its own registry connection;
@@ -120,6 +145,7 @@ pub fn start(
             cfg.signin_failures_global,
         )),
         history: Mutex::new(health::History::default()),
+        cluster: cluster::State::default(),
         cfg,
         secure,
         v,

@@ -98,13 +98,18 @@ pub fn dashboard(ctx: &Ctx, s: &Session) -> String {
         app.id,
         esc(&s.csrf)
     );
+    let node = ctx.v.shared.node();
+    if node != 0 {
+        cluster_section(&mut b, node);
+    }
     let _ = write!(
         b,
-        "<section aria-labelledby=\"h-sessions\"><h2 id=\"h-sessions\">Sessions</h2>\
+        "<section aria-labelledby=\"h-sessions\"><h2 id=\"h-sessions\">Sessions{}</h2>\
          <div class=\"stats\">{}{}{}{}{}{}</div>\
          <p id=\"degraded-note\" class=\"warn\" role=\"status\" hidden></p>{}{}\
          <figure><svg id=\"chart-sessions\" role=\"img\" aria-label=\"Live sessions per minute, last hour\" viewBox=\"0 0 600 160\"></svg>\
          <figcaption>Live sessions per minute, last hour</figcaption></figure></section>",
+        if node != 0 { " on this node" } else { "" },
         stat("live", "Live"),
         stat("degraded", "Degraded (send queue ≥ 80 %)"),
         stat("detached", "Detached (resumable)"),
@@ -112,7 +117,7 @@ pub fn dashboard(ctx: &Ctx, s: &Session) -> String {
         stat("identifies-hour", "Identifies, last hour"),
         stat("resumes-hour", "Resumes, last hour"),
         table("by-worker", "By worker", &["Worker", "Live", "Degraded", "Detached"]),
-        table("by-shard", "Live by shard", &["Shard", "Live"]),
+        table("by-shard", "Live by shard", &["Shard", "Live", "Degraded"]),
     );
     let _ = write!(
         b,
@@ -150,6 +155,40 @@ pub fn dashboard(ctx: &Ctx, s: &Session) -> String {
     installs_section(&mut b, &app, &installs, total);
     b.push_str("</main>");
     shell(&app.name, Some(&s.csrf), &b)
+}
+
+/// Sessions by node and shard, from every live node (node != 0).
+fn cluster_section(b: &mut String, node: u16) {
+    let _ = write!(
+        b,
+        "<section aria-labelledby=\"h-cluster\" id=\"cluster\"><h2 id=\"h-cluster\">Across the cluster</h2>\
+         <div class=\"stats\">{}{}{}{}{}{}</div>\
+         <p id=\"cluster-silent\" class=\"warn\" role=\"status\" hidden></p>{}{}\
+         <p class=\"sub\">This page is served by node {node}. Every other live node is asked for \
+         this application's figures at most once a second, with {} ms to answer; a node that does \
+         not answer in time is named above, never left out. <span id=\"cluster-age\"></span> \
+         The sections below are this node's only: interaction latency quantiles and the \
+         sessions chart cannot be added up across nodes, and identify budgets are the \
+         registry's (the same on every node).</p></section>",
+        stat("c-live", "Live, all nodes"),
+        stat("c-degraded", "Degraded, all nodes"),
+        stat("c-detached", "Detached, all nodes"),
+        stat("c-nodes", "Nodes answering"),
+        stat("c-identifies-hour", "Identifies, last hour"),
+        stat("c-resumes-hour", "Resumes, last hour"),
+        table(
+            "by-node",
+            "By node",
+            &["Node", "Link address", "Live", "Degraded", "Detached", "Identifies, last hour",
+              "Resumes, last hour", "Answer"]
+        ),
+        table(
+            "by-node-shard",
+            "Sessions by node and shard",
+            &["Node", "Link address", "Shard", "Live", "Degraded"]
+        ),
+        super::cluster::LINK_DEADLINE.as_millis(),
+    );
 }
 
 fn channel_options(installs: &[installs::Install]) -> String {

@@ -19,7 +19,8 @@
 //!   reader never sees a half-done count; with them its live sessions by
 //!   shard (`[shard_id, num_shards]` of their Identify) in `SHARD_ENTRIES`
 //!   claimed entries per worker (more shards than that on one worker are
-//!   counted together as `shards_other`; 512 KiB per worker).
+//!   counted together as `shards_other`; 512 KiB per worker), and how many
+//!   of those are degraded (256 KiB per worker more).
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 
@@ -69,6 +70,9 @@ pub struct AppTable {
     /// Per (bank, slot, worker, entry): `tag << 24 | live sessions`, tag =
     /// (shard_id + 1) << 20 | num_shards; 0: unused.
     shards: Box<[AtomicU64]>,
+    /// Per (bank, slot, worker, entry): of the entry's live sessions, the
+    /// degraded ones.
+    shards_degraded: Box<[AtomicU32]>,
     /// Per (bank, slot, worker): live sessions on shards past the entries.
     shards_other: Box<[AtomicU64]>,
     /// Per worker: the bank readers use.
@@ -98,8 +102,8 @@ pub struct AppSnapshot {
     /// Events dispatched to the application's sessions held now (the sum
     /// of their sequence numbers).
     pub events: u64,
-    /// (shard_id, num_shards, live sessions), by shard id.
-    pub shards: Vec<(u32, u32, u32)>,
+    /// (shard_id, num_shards, live sessions, of them degraded), by shard id.
+    pub shards: Vec<(u32, u32, u32, u32)>,
     /// Live sessions on shards past `SHARD_ENTRIES` on their worker.
     pub shards_other: u32,
 }
@@ -109,20 +113,21 @@ fn shard_tag([id, n]: [u32; 2]) -> Option<u64> {
     (id < n && n < 1 << 20).then(|| (u64::from(id) + 1) << 20 | u64::from(n))
 }
 
-/// One more live session under `tag`; false if every entry is taken.
-/// Only the tallying worker writes its entries, so no compare-and-swap.
-fn bump_shard(entries: &[AtomicU64], tag: u64) -> bool {
-    for e in entries {
+/// One more live session under `tag`: the entry's index (None: every
+/// entry is taken). Only the tallying worker writes its entries, so no
+/// compare-and-swap.
+fn bump_shard(entries: &[AtomicU64], tag: u64) -> Option<usize> {
+    for (i, e) in entries.iter().enumerate() {
         let v = e.load(Relaxed);
         if v >> SHARD_COUNT_BITS == tag || v == 0 {
             e.store(
                 (tag << SHARD_COUNT_BITS) | ((v & ((1 << SHARD_COUNT_BITS) - 1)) + 1),
                 Relaxed,
             );
-            return true;
+            return Some(i);
         }
     }
-    false
+    None
 }
 
 fn hash(app: u64) -> usize {
@@ -191,6 +196,9 @@ impl AppTable {
                 .collect(),
             shards: (0..2 * SLOTS * workers * SHARD_ENTRIES)
                 .map(|_| AtomicU64::new(0))
+                .collect(),
+            shards_degraded: (0..2 * SLOTS * workers * SHARD_ENTRIES)
+                .map(|_| AtomicU32::new(0))
                 .collect(),
             shards_other: (0..2 * SLOTS * workers)
                 .map(|_| AtomicU64::new(0))
@@ -321,6 +329,10 @@ impl AppTable {
         &self.shards[col * SHARD_ENTRIES..(col + 1) * SHARD_ENTRIES]
     }
 
+    fn shard_degraded(&self, col: usize) -> &[AtomicU32] {
+        &self.shards_degraded[col * SHARD_ENTRIES..(col + 1) * SHARD_ENTRIES]
+    }
+
     /// `worker` recounts its sessions: `each` calls its argument once per
     /// session with (application, degraded, attached, its last sequence
     /// number, its `[shard_id, num_shards]`).
@@ -341,16 +353,24 @@ impl AppTable {
             for e in self.shard_entries(col(slot)) {
                 e.store(0, Relaxed);
             }
+            for e in self.shard_degraded(col(slot)) {
+                e.store(0, Relaxed);
+            }
         }
         each(&mut |app, degraded, attached, seq, shard| {
             let Some(slot) = self.claim(app) else {
                 return;
             };
             if attached {
-                let counted =
-                    shard_tag(shard).is_some_and(|t| bump_shard(self.shard_entries(col(slot)), t));
-                if !counted {
-                    self.shards_other[col(slot)].fetch_add(1, Relaxed);
+                let entries = self.shard_entries(col(slot));
+                match shard_tag(shard).and_then(|t| bump_shard(entries, t)) {
+                    Some(i) if degraded => {
+                        self.shard_degraded(col(slot))[i].fetch_add(1, Relaxed);
+                    }
+                    Some(_) => {}
+                    None => {
+                        self.shards_other[col(slot)].fetch_add(1, Relaxed);
+                    }
                 }
             }
             let add = if attached {
@@ -380,7 +400,8 @@ impl AppTable {
             out.workers.push(unpack3(self.gauges[at].load(Relaxed)));
             out.events += self.seqs[at].load(Relaxed);
             out.shards_other += self.shards_other[at].load(Relaxed) as u32;
-            for e in self.shard_entries(at) {
+            let degraded = self.shard_degraded(at);
+            for (k, e) in self.shard_entries(at).iter().enumerate() {
                 let v = e.load(Relaxed);
                 let (tag, n) = (
                     v >> SHARD_COUNT_BITS,
@@ -390,9 +411,10 @@ impl AppTable {
                     continue;
                 }
                 let (id, of) = ((tag >> 20) as u32 - 1, (tag & ((1 << 20) - 1)) as u32);
+                let d = degraded[k].load(Relaxed);
                 match out.shards.iter_mut().find(|s| (s.0, s.1) == (id, of)) {
-                    Some(s) => s.2 += n,
-                    None => out.shards.push((id, of, n)),
+                    Some(s) => (s.2, s.3) = (s.2 + n, s.3 + d),
+                    None => out.shards.push((id, of, n, d)),
                 }
             }
         }
@@ -479,8 +501,8 @@ mod tests {
         assert_eq!(a.events, 11);
         assert_eq!(
             a.shards,
-            vec![(0, 2, 1), (1, 2, 1)],
-            "live sessions by shard"
+            vec![(0, 2, 1, 1), (1, 2, 1, 0)],
+            "live sessions by shard, and the degraded of them"
         );
         assert!(a.rest.contains(&(3, 200, 1)) && a.rest.contains(&(3, 429, 1)));
         assert_eq!(a.limited, vec![(3, 0, 1)]);
@@ -506,7 +528,7 @@ mod tests {
         let a = t.snapshot(7, 0).unwrap();
         assert_eq!(a.shards.len(), SHARD_ENTRIES);
         assert_eq!(a.shards_other, 4);
-        assert!(a.shards.iter().all(|s| s.1 == 64 && s.2 == 1));
+        assert!(a.shards.iter().all(|s| s.1 == 64 && s.2 == 1 && s.3 == 0));
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! The node in its cluster (docs/cluster.md): its claim in the shared
 //! registry (a node number, the address of its link, renewed by a
 //! heartbeat), the link listener that answers other nodes' hand-off
-//! requests (`serve`), and the threads that make ours (`take`).
+//! requests (`serve`), and the threads that make ours (`take`). The same
+//! listener answers other nodes' portals asking for an application's
+//! figures (`figures`: the developer portal's cluster view).
 //!
 //! Threads: "cluster-beat" (the heartbeat, its own registry connection),
 //! "cluster-link" (accepts; one thread per served request, at most
@@ -21,6 +23,7 @@ use registry::Registry;
 use crate::config::Cluster as ClusterConfig;
 use crate::worker::mail::{TakeJob, WorkerHandle};
 
+pub mod figures;
 mod serve;
 mod take;
 
@@ -43,6 +46,10 @@ pub struct ClusterStats {
     /// Heartbeats that found our claim taken by another node.
     pub claim_lost: AtomicU64,
     pub heartbeat_failures: AtomicU64,
+    /// Figures requests (another node's portal) answered, and not (late,
+    /// malformed, too long).
+    pub figures_served: AtomicU64,
+    pub figures_refused: AtomicU64,
 }
 
 /// A node that has joined: its number and what to start once workers exist.
@@ -113,6 +120,7 @@ pub fn start(
         Arc<crate::worker::shared::Fence>,
     )>,
     stop: Arc<AtomicBool>,
+    figures: figures::Provider,
 ) -> Result<Running, String> {
     let (recover, fence) = recovery.unzip();
     stats.node.store(u64::from(j.node), Relaxed);
@@ -151,6 +159,7 @@ pub fn start(
             timeout: Duration::from_millis(j.cfg.handoff_timeout_ms),
             max_connections: j.cfg.max_link_connections,
             stats: stats.clone(),
+            figures,
         };
         let (listener, stop) = (j.listener, stop.clone());
         threads.push(spawn(

@@ -3,6 +3,8 @@
 //! length-prefixed answer. Reads, the worker's answer and the write are
 //! each bounded by the hand-off deadline; at most `max_connections` are
 //! served at once (the rest are closed at once: the asker sees op 9).
+//! A request of the same size with the figures magic is another node's
+//! portal asking for an application's figures (`figures`).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -10,7 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::ClusterStats;
+use super::{figures, ClusterStats};
 use crate::delivery::moved::{self, Take, DEADLINE_MARGIN_MS, TAKE_LEN};
 use crate::delivery::resume::ResumeRefusal;
 use crate::worker::mail::{ToWorker, WorkerHandle};
@@ -22,6 +24,8 @@ pub(super) struct Ctx {
     pub timeout: Duration,
     pub max_connections: usize,
     pub stats: Arc<ClusterStats>,
+    /// The application figures this node answers with (the portal's).
+    pub figures: figures::Provider,
 }
 
 pub(super) fn run(listener: TcpListener, ctx: Ctx, stop: &AtomicBool) {
@@ -70,6 +74,15 @@ fn serve(mut stream: TcpStream, ctx: &Ctx) {
     let _ = stream.set_write_timeout(Some(ctx.timeout));
     let mut req = [0u8; TAKE_LEN];
     if stream.read_exact(&mut req).is_err() {
+        return;
+    }
+    if &req[..4] == figures::MAGIC {
+        let stat = if figures::serve(&mut stream, &req, &ctx.figures) {
+            &ctx.stats.figures_served
+        } else {
+            &ctx.stats.figures_refused
+        };
+        stat.fetch_add(1, Relaxed);
         return;
     }
     let Some(take) = Take::decode(&req) else {

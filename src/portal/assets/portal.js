@@ -96,7 +96,8 @@
     set("identifies-hour", h.identifies_hour);
     set("resumes-hour", h.resumes_hour);
     rows("by-worker", s.by_worker, (w) => [w.worker, w.live, w.degraded, w.detached]);
-    rows("by-shard", s.by_shard, (x) => ["[" + x.shard[0] + ", " + x.shard[1] + "]", x.live]);
+    rows("by-shard", s.by_shard, (x) => ["[" + x.shard[0] + ", " + x.shard[1] + "]", x.live, x.degraded]);
+    if (h.cluster) cluster(h.cluster);
     const b = h.identify_budget;
     if (b) {
       set("budget-remaining", b.remaining + " of " + b.total);
@@ -123,6 +124,33 @@
     chart("chart-sessions", [
       { cls: "line", points: h.sessions_minutes.map((m) => ({ x: m.minute, y: m.live })) },
     ], { fmt: (v) => String(Math.round(v)) });
+  }
+
+  // Sessions by node and shard across the cluster; silent nodes are named.
+  function cluster(c) {
+    const t = c.totals;
+    set("c-live", t.live);
+    set("c-degraded", t.degraded);
+    set("c-detached", t.detached);
+    set("c-nodes", t.nodes_answered + " of " + c.nodes.length);
+    set("c-identifies-hour", t.identifies_hour);
+    set("c-resumes-hour", t.resumes_hour);
+    const name = (n) => n.node + (n.this_node ? " (this node)" : "");
+    rows("by-node", c.nodes, (n) => n.answered
+      ? [name(n), n.link, n.live, n.degraded, n.detached, n.identifies_hour, n.resumes_hour,
+         n.this_node ? "now" : "answered " + (n.age_ms / 1000).toFixed(1) + " s ago"]
+      : [name(n), n.link, "?", "?", "?", "?", "?", "no answer: " + n.why]);
+    rows("by-node-shard", c.by_node_shard, (x) => [x.node, x.link,
+      x.shard ? "[" + x.shard[0] + ", " + x.shard[1] + "]" : "other shards", x.live,
+      x.degraded == null ? "?" : x.degraded]);
+    const note = $("cluster-silent");
+    const silent = c.not_answering.map((n) => "node " + n.node + " (" + n.link + "): " + n.why);
+    if (c.registry_error) silent.unshift("the registry did not list the nodes: " + c.registry_error);
+    note.hidden = silent.length === 0;
+    note.textContent = silent.length
+      ? "Not in the totals (no answer within " + c.deadline_ms + " ms): " + silent.join("; ") + ". Their sessions may still be live."
+      : "";
+    set("cluster-age", "Other nodes' figures as of " + (c.asked_ms_ago / 1000).toFixed(1) + " s ago.");
   }
 
   async function poll() {

@@ -1,0 +1,276 @@
+//! One node's figures of one application, as another node's portal asks
+//! for them on the cluster link (`link::cluster::figures` carries the
+//! bytes; this is what they say). Everything the health view has that is
+//! counted per node: sessions by worker and by shard, events, identifies
+//! and resumes, closes of the last hour, REST answers and 429s, the
+//! interactions counters. Sans-IO; every count read is checked against the
+//! bytes left before anything is allocated, and bounded on its own.
+
+use crate::api::route::ROUTE_NAMES;
+use crate::chat::board::AppStats;
+use crate::worker::app_stats::{AppSnapshot, LIMITED_ENTRIES, REST_ENTRIES};
+
+const VERSION: u8 = 1;
+/// Bounds a decoded answer respects (an encoder past them is refused).
+pub const MAX_WORKERS: usize = 256;
+pub const MAX_SHARDS: usize = 2048;
+const MAX_ROUTE_NAME: usize = 64;
+
+/// One node's figures of the application.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeFigures {
+    /// The answering node's number (the asker checks it is the one asked).
+    pub node: u16,
+    pub now_ms: u64,
+    /// Per worker: (live, degraded, detached).
+    pub workers: Vec<(u32, u32, u32)>,
+    /// (shard_id, num_shards, live, degraded).
+    pub shards: Vec<(u32, u32, u32, u32)>,
+    pub shards_other: u32,
+    pub events: u64,
+    pub identifies: u64,
+    pub resumes: u64,
+    pub identifies_hour: u64,
+    pub resumes_hour: u64,
+    pub closes_hour: [u64; 16],
+    /// (route name, status, count): names, not indexes, so nodes of two
+    /// releases agree.
+    pub rest: Vec<(String, u16, u64)>,
+    /// (route name, scope 0 user / 1 global / 2 shared, count).
+    pub limited: Vec<(String, u8, u64)>,
+    pub rest_other: u64,
+    /// opened, refused, acks, deferrals, misses, late, double, followups.
+    pub interactions: [u64; 8],
+}
+
+impl NodeFigures {
+    /// What this node counts of `app` (zeros if nothing).
+    pub fn of(node: u16, now_ms: u64, snap: &AppSnapshot, ix: &AppStats) -> NodeFigures {
+        let name = |r: usize| ROUTE_NAMES.get(r).copied().unwrap_or("?").to_string();
+        NodeFigures {
+            node,
+            now_ms,
+            workers: snap.workers.iter().take(MAX_WORKERS).copied().collect(),
+            shards: snap.shards.iter().take(MAX_SHARDS).copied().collect(),
+            shards_other: snap.shards_other,
+            events: snap.events,
+            identifies: snap.identifies,
+            resumes: snap.resumes,
+            identifies_hour: snap.identifies_hour,
+            resumes_hour: snap.resumes_hour,
+            closes_hour: snap.closes_hour,
+            rest: snap
+                .rest
+                .iter()
+                .map(|(r, s, n)| (name(*r), *s, *n))
+                .collect(),
+            limited: snap
+                .limited
+                .iter()
+                .map(|(r, s, n)| (name(*r), *s, *n))
+                .collect(),
+            rest_other: snap.rest_other,
+            interactions: [
+                ix.opened,
+                ix.refused,
+                ix.acks,
+                ix.deferrals,
+                ix.misses,
+                ix.late,
+                ix.double,
+                ix.followups,
+            ],
+        }
+    }
+
+    pub fn live(&self) -> u32 {
+        self.workers.iter().map(|w| w.0).sum()
+    }
+    pub fn degraded(&self) -> u32 {
+        self.workers.iter().map(|w| w.1).sum()
+    }
+    pub fn detached(&self) -> u32 {
+        self.workers.iter().map(|w| w.2).sum()
+    }
+
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.clear();
+        out.push(VERSION);
+        out.extend_from_slice(&self.node.to_le_bytes());
+        for v in [self.now_ms, self.events, self.identifies, self.resumes] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in [self.identifies_hour, self.resumes_hour, self.rest_other] {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        for v in self.closes_hour.iter().chain(&self.interactions) {
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+        out.extend_from_slice(&self.shards_other.to_le_bytes());
+        let u32s = |out: &mut Vec<u8>, vs: &[u32]| {
+            for v in vs {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        };
+        out.extend_from_slice(&(self.workers.len() as u32).to_le_bytes());
+        for w in &self.workers {
+            u32s(out, &[w.0, w.1, w.2]);
+        }
+        out.extend_from_slice(&(self.shards.len() as u32).to_le_bytes());
+        for s in &self.shards {
+            u32s(out, &[s.0, s.1, s.2, s.3]);
+        }
+        let name = |out: &mut Vec<u8>, n: &str| {
+            let n = &n.as_bytes()[..n.len().min(MAX_ROUTE_NAME)];
+            out.push(n.len() as u8);
+            out.extend_from_slice(n);
+        };
+        out.extend_from_slice(&(self.rest.len() as u32).to_le_bytes());
+        for (r, st, n) in &self.rest {
+            name(out, r);
+            out.extend_from_slice(&st.to_le_bytes());
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+        out.extend_from_slice(&(self.limited.len() as u32).to_le_bytes());
+        for (r, scope, n) in &self.limited {
+            name(out, r);
+            out.push(*scope);
+            out.extend_from_slice(&n.to_le_bytes());
+        }
+    }
+
+    /// None: not a whole, valid answer (nothing past it is trusted).
+    pub fn decode(b: &[u8]) -> Option<NodeFigures> {
+        let mut r = Reader(b);
+        if r.u8()? != VERSION {
+            return None;
+        }
+        let node = u16::from_le_bytes(r.take(2)?.try_into().ok()?);
+        let mut f = NodeFigures {
+            node,
+            now_ms: r.u64()?,
+            events: r.u64()?,
+            identifies: r.u64()?,
+            resumes: r.u64()?,
+            identifies_hour: r.u64()?,
+            resumes_hour: r.u64()?,
+            rest_other: r.u64()?,
+            ..Default::default()
+        };
+        for c in f.closes_hour.iter_mut() {
+            *c = r.u64()?;
+        }
+        for c in f.interactions.iter_mut() {
+            *c = r.u64()?;
+        }
+        f.shards_other = r.u32()?;
+        let n = r.count(MAX_WORKERS, 12)?;
+        f.workers = (0..n)
+            .map(|_| Some((r.u32()?, r.u32()?, r.u32()?)))
+            .collect::<Option<_>>()?;
+        let n = r.count(MAX_SHARDS, 16)?;
+        f.shards = (0..n)
+            .map(|_| Some((r.u32()?, r.u32()?, r.u32()?, r.u32()?)))
+            .collect::<Option<_>>()?;
+        let n = r.count(REST_ENTRIES, 1 + 2 + 8)?;
+        f.rest = (0..n)
+            .map(|_| Some((r.name()?, r.u16()?, r.u64()?)))
+            .collect::<Option<_>>()?;
+        let n = r.count(LIMITED_ENTRIES, 1 + 1 + 8)?;
+        f.limited = (0..n)
+            .map(|_| Some((r.name()?, r.u8()?, r.u64()?)))
+            .collect::<Option<_>>()?;
+        r.0.is_empty().then_some(f)
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
+        if self.0.len() < n {
+            return None;
+        }
+        let (a, b) = self.0.split_at(n);
+        self.0 = b;
+        Some(a)
+    }
+    fn u8(&mut self) -> Option<u8> {
+        Some(self.take(1)?[0])
+    }
+    fn u16(&mut self) -> Option<u16> {
+        Some(u16::from_le_bytes(self.take(2)?.try_into().ok()?))
+    }
+    fn u32(&mut self) -> Option<u32> {
+        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
+    }
+    fn u64(&mut self) -> Option<u64> {
+        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
+    }
+    /// A count of items of at least `each` bytes: at most `max`, and no
+    /// more than the bytes left could hold.
+    fn count(&mut self, max: usize, each: usize) -> Option<usize> {
+        let n = self.u32()? as usize;
+        (n <= max && n.checked_mul(each)? <= self.0.len()).then_some(n)
+    }
+    fn name(&mut self) -> Option<String> {
+        let n = self.u8()? as usize;
+        if n > MAX_ROUTE_NAME {
+            return None;
+        }
+        String::from_utf8(self.take(n)?.to_vec()).ok()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> NodeFigures {
+        NodeFigures {
+            node: 3,
+            now_ms: 1_700_000_000_000,
+            workers: vec![(2, 1, 0), (1, 0, 1)],
+            shards: vec![(0, 2, 2, 1), (1, 2, 1, 0)],
+            shards_other: 4,
+            events: 99,
+            identifies: 5,
+            resumes: 2,
+            identifies_hour: 3,
+            resumes_hour: 1,
+            closes_hour: std::array::from_fn(|i| i as u64),
+            rest: vec![("get_gateway_bot".into(), 200, 7), ("x".into(), 429, 1)],
+            limited: vec![("x".into(), 1, 1)],
+            rest_other: 6,
+            interactions: [1, 2, 3, 4, 5, 6, 7, 8],
+        }
+    }
+
+    #[test]
+    fn figures_round_trip_and_every_cut_is_refused() {
+        let f = sample();
+        let mut b = Vec::new();
+        f.encode(&mut b);
+        assert_eq!(NodeFigures::decode(&b), Some(f));
+        for cut in 0..b.len() {
+            assert_eq!(NodeFigures::decode(&b[..cut]), None, "cut at {cut}");
+        }
+        let mut longer = b.clone();
+        longer.push(0);
+        assert_eq!(NodeFigures::decode(&longer), None, "trailing bytes");
+    }
+
+    #[test]
+    fn a_forged_count_costs_nothing() {
+        let f = NodeFigures::default();
+        let mut b = Vec::new();
+        f.encode(&mut b);
+        // The workers' count sits after the fixed part: forge it huge.
+        let at = 1 + 2 + 7 * 8 + 24 * 8 + 4;
+        assert_eq!(&b[at..at + 4], &0u32.to_le_bytes());
+        b[at..at + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert_eq!(NodeFigures::decode(&b), None);
+        b[at..at + 4].copy_from_slice(&(MAX_WORKERS as u32).to_le_bytes());
+        assert_eq!(NodeFigures::decode(&b), None, "more than the bytes left");
+    }
+}

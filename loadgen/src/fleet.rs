@@ -873,7 +873,8 @@ pub fn add_counters(t: &mut Counters, c: &Counters) {
         failed,
         paced_deliveries,
         handshake_bytes,
-        guild_creates
+        guild_creates,
+        event_repeats
     );
     for k in 0..t.closes.len() {
         t.closes[k] += c.closes[k];

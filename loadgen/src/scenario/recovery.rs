@@ -158,7 +158,20 @@ pub(super) fn storm_recovery(
         "gatewayd starts with [recovery] (session store) and Kafka ingest",
         "all nodes started",
     );
-    let fleet = start_fleet(c, &world, nodes.iter().map(|n| n.gateway).collect(), vec![])?;
+    let fleet = Fleet::start(
+        world.clone(),
+        FleetConfig {
+            nodes: nodes.iter().map(|n| n.gateway).collect(),
+            sources: sources(c, c.sessions),
+            threads: c.threads,
+            coordinator: c.coordinator,
+            // The bots of the dead node resume at once, each on its own
+            // (identifies keep the fleet's window).
+            resume_window: 1 << 16,
+            ..FleetConfig::default()
+        },
+    )
+    .map_err(|e| format!("fleet: {e}"))?;
     let refs: Vec<&NodeProc> = nodes.iter().collect();
     let mut sampler = Sampler::new(&refs);
     let (ready, secs) = connect_all(&fleet, c, &refs, &mut sampler, "connect");

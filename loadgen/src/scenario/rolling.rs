@@ -142,6 +142,9 @@ pub(super) fn rolling_release(c: &Common, o: &RollingOpts, rep: &mut Report) -> 
             sources: sources(c, c.sessions),
             threads: c.threads,
             coordinator: c.coordinator,
+            // Drained bots reconnect and resume at once, each on its own,
+            // as real ones do (identifies keep the fleet's window).
+            resume_window: 1 << 16,
             ..FleetConfig::default()
         },
     )
@@ -172,6 +175,21 @@ pub(super) fn rolling_release(c: &Common, o: &RollingOpts, rep: &mut Report) -> 
         producer_config(c, nodes.iter().map(|n| n.ingest).collect()),
     );
     std::thread::sleep(Duration::from_secs_f64(c.warmup));
+    // The registry calls the nodes make anyway (lease renewals, polls,
+    // heartbeats), to set the drains' figures against.
+    let b0: Vec<Option<Metrics>> = nodes.iter().map(|n| n.metrics()).collect();
+    let tb = Instant::now();
+    std::thread::sleep(Duration::from_secs(5));
+    let b1: Vec<Option<Metrics>> = nodes.iter().map(|n| n.metrics()).collect();
+    let background = (fam(&b1, "gatewayd_registry_call_seconds_count")
+        - fam(&b0, "gatewayd_registry_call_seconds_count"))
+        / tb.elapsed().as_secs_f64();
+    rep.figure(
+        "",
+        "registry calls per second before the drains (all nodes, background)",
+        background,
+        "calls/s",
+    );
     let _ = fleet.take_histograms();
     let spread_s = o.drain_spread_ms as f64 / 1000.0;
     let back_bound = spread_s + o.back_margin_secs;

@@ -117,7 +117,7 @@ pub struct ScenarioArgs {
     #[arg(long)]
     pub recovery: Option<String>,
     /// storm --recovery: a line of the nodes' [recovery] section (repeat it;
-    /// `{redis_url}` is replaced). Default: redis_url = "{redis_url}".
+    /// `{redis_url}` is replaced). Default: enabled = true and redis_url = "{redis_url}".
     #[arg(long = "recovery-config")]
     pub recovery_config: Vec<String>,
     /// storm --recovery: extra gatewayd flag for the recovery run (repeat it).

@@ -389,8 +389,7 @@ impl Driver {
             }
             cqes.clear();
             self.ring.drain(&mut cqes);
-            for i in 0..cqes.len() {
-                let c = cqes[i];
+            for &c in &cqes {
                 self.on_completion(c);
             }
             if self.sh.stop.load(Relaxed) {

@@ -32,6 +32,10 @@ pub struct FleetConfig {
     pub threads: usize,
     /// Sessions per thread between connect and READY at a time.
     pub window: usize,
+    /// The same bound for sessions that reconnect to Resume (default: the
+    /// same as `window`). Real bots resume on their own, at once, after
+    /// op 7; a fleet that queues them behind a window measures itself.
+    pub resume_window: usize,
     /// A handshake not done in this long is abandoned and retried.
     pub handshake_timeout: Duration,
     /// Paced readers: (bot, MESSAGE_CREATE per second it reads).
@@ -66,6 +70,7 @@ impl Default for FleetConfig {
             sources: Vec::new(),
             threads: 0,
             window: 256,
+            resume_window: 256,
             handshake_timeout: Duration::from_secs(30),
             slow: Vec::new(),
             coordinator: None,
@@ -751,10 +756,12 @@ impl Driver {
                 }
                 Phase::Idle => {
                     let slot = &mut self.slots[i];
-                    if slot.sock == Sock::None
-                        && now >= slot.s.reconnect_at
-                        && handshaking < self.cfg.window
-                    {
+                    let cap = if slot.s.needs_identify() {
+                        self.cfg.window
+                    } else {
+                        self.cfg.resume_window
+                    };
+                    if slot.sock == Sock::None && now >= slot.s.reconnect_at && handshaking < cap {
                         if slot.s.gated && slot.s.needs_identify() && !slot.s.has_grant {
                             // Ask the coordinator first; connect once granted.
                             if !slot.s.grant_requested {
@@ -873,7 +880,8 @@ pub fn add_counters(t: &mut Counters, c: &Counters) {
         failed,
         paced_deliveries,
         handshake_bytes,
-        guild_creates
+        guild_creates,
+        event_repeats
     );
     for k in 0..t.closes.len() {
         t.closes[k] += c.closes[k];

@@ -5,6 +5,7 @@
 //! - `session` + `fleet`: bot sessions (sans-IO protocol + io_uring driver);
 //! - `producer`: the open-loop event producer;
 //! - `nodes`: gatewayd processes and their metrics;
+//! - `lb`: the io_uring TCP load balancer in front of several nodes;
 //! - `scenario`: steady, storm, slow-consumer, revocation;
 //! - `measure`: idle, fanout and hold-sessions against a node loadgen did
 //!   not provision (the side-by-side benchmark, the 40,000-session test);
@@ -14,12 +15,14 @@ pub mod clock;
 pub mod coordinator;
 pub mod fleet;
 pub mod gate;
+pub mod lb;
 pub mod measure;
 pub mod nodes;
 pub mod producer;
 pub mod proxy;
 pub mod report;
 pub mod scenario;
+pub mod services;
 pub mod session;
 pub mod world;
 

@@ -69,6 +69,10 @@ pub struct ProducerConfig {
     /// Stop after this many events (then `ProducerStats::done` is set once
     /// they are all handed to the sockets).
     pub limit: Option<u64>,
+    /// Also (or only, with `ingest` empty) produce every record to this
+    /// Kafka-protocol topic: (bootstrap servers, topic). Each message value
+    /// is one framed record, keyed by its server id (the node's format).
+    pub kafka: Option<(String, String)>,
 }
 
 impl Default for ProducerConfig {
@@ -83,6 +87,7 @@ impl Default for ProducerConfig {
             max_backlog: 64 << 20,
             target: None,
             limit: None,
+            kafka: None,
         }
     }
 }
@@ -99,6 +104,10 @@ pub struct ProducerStats {
     pub bytes: AtomicU64,
     pub node_disconnects: AtomicU64,
     pub dropped_bytes: AtomicU64,
+    /// Records handed to the Kafka client, and those it could not queue or
+    /// the broker did not acknowledge.
+    pub kafka_sent: AtomicU64,
+    pub kafka_failed: AtomicU64,
     /// Events in server `watch_server` after `watch_from_ns`.
     pub watch_server: AtomicU64,
     pub watch_from_ns: AtomicU64,
@@ -115,6 +124,9 @@ pub struct Producer {
     pub stats: Arc<ProducerStats>,
     stop: Arc<AtomicBool>,
     paused: Arc<AtomicBool>,
+    /// New ingest addresses (a node restarted on new ports), taken by the
+    /// producer thread before its next batch.
+    retarget: Arc<Mutex<Option<Vec<SocketAddr>>>>,
     handle: Option<JoinHandle<()>>,
     pub errors: Arc<Mutex<Vec<String>>>,
 }
@@ -135,15 +147,23 @@ impl Producer {
         let stop = Arc::new(AtomicBool::new(false));
         let paused = Arc::new(AtomicBool::new(false));
         let errors = Arc::new(Mutex::new(Vec::new()));
-        let (st, sp, pa, er) = (stats.clone(), stop.clone(), paused.clone(), errors.clone());
+        let retarget = Arc::new(Mutex::new(None));
+        let (st, sp, pa, er, rt) = (
+            stats.clone(),
+            stop.clone(),
+            paused.clone(),
+            errors.clone(),
+            retarget.clone(),
+        );
         let handle = std::thread::Builder::new()
             .name("producer".into())
-            .spawn(move || run(world, cfg, st, sp, pa, er))
+            .spawn(move || run(world, cfg, st, sp, pa, er, rt))
             .expect("spawn producer");
         Producer {
             stats,
             stop,
             paused,
+            retarget,
             handle: Some(handle),
             errors,
         }
@@ -164,6 +184,14 @@ impl Producer {
             std::thread::sleep(Duration::from_millis(2));
         }
         true
+    }
+
+    /// Write to these ingest addresses from the next batch on (same
+    /// order as at start; a changed address gets a new connection, the
+    /// others keep theirs, so every node keeps receiving the same records
+    /// in the same order).
+    pub fn set_ingest(&self, ingest: Vec<SocketAddr>) {
+        *self.retarget.lock().unwrap() = Some(ingest);
     }
 
     pub fn watch(&self, server: u32) {
@@ -210,6 +238,7 @@ fn run(
     stop: Arc<AtomicBool>,
     paused: Arc<AtomicBool>,
     errors: Arc<Mutex<Vec<String>>>,
+    retarget: Arc<Mutex<Option<Vec<SocketAddr>>>>,
 ) {
     let mut conns: Vec<Conn> = cfg
         .ingest
@@ -247,7 +276,20 @@ fn run(
     let mut event = 0u64;
     let pad: String = "x".repeat(cfg.payload);
     let limit = cfg.limit.unwrap_or(u64::MAX);
+    let kafka =
+        cfg.kafka
+            .as_ref()
+            .and_then(|(brokers, topic)| match KafkaSink::new(brokers, topic) {
+                Ok(k) => Some(k),
+                Err(e) => {
+                    errors.lock().unwrap().push(e);
+                    None
+                }
+            });
     while !stop.load(Relaxed) {
+        if let Some(to) = retarget.try_lock().ok().and_then(|mut g| g.take()) {
+            retarget_conns(&mut conns, to);
+        }
         let now = now_ns();
         batch.clear();
         while bg_n + hot_n < limit {
@@ -317,6 +359,7 @@ fn run(
                 &pad,
             );
             st.d_bytes.store(d.len() as u64, Relaxed);
+            let at = batch.len();
             let len = ingest::encode_parts(
                 "MESSAGE_CREATE",
                 srv.id,
@@ -330,6 +373,9 @@ fn run(
                 &mut batch,
             );
             let _ = len;
+            if let Some(k) = &kafka {
+                k.send(srv.id, &batch[at..], &st);
+            }
             st.events.fetch_add(1, Relaxed);
             st.expected_deliveries.fetch_add(
                 world.recipients[server as usize][chan as usize] as u64,
@@ -373,6 +419,9 @@ fn run(
             std::thread::sleep(Duration::from_nanos((next - now).min(1_000_000)));
         }
     }
+    if let Some(k) = &kafka {
+        k.flush(&st);
+    }
     // Hand over what is still queued (bounded wait), so the last events of
     // a run are not lost in the close.
     for c in &mut conns {
@@ -385,6 +434,83 @@ fn run(
         }
     }
     std::thread::sleep(Duration::from_millis(200));
+}
+
+/// The Kafka side of the producer: librdkafka's producer, acks from the
+/// leader, records in the order given (one in flight per connection, so a
+/// retry cannot reorder them).
+struct KafkaSink {
+    p: rdkafka::producer::BaseProducer,
+    topic: String,
+}
+
+impl KafkaSink {
+    fn new(brokers: &str, topic: &str) -> Result<KafkaSink, String> {
+        let p = rdkafka::config::ClientConfig::new()
+            .set("bootstrap.servers", brokers)
+            .set("linger.ms", "1")
+            .set("enable.idempotence", "false")
+            .set("max.in.flight.requests.per.connection", "1")
+            .set("queue.buffering.max.messages", "1000000")
+            .create()
+            .map_err(|e| format!("Kafka producer for {brokers}: {e}"))?;
+        Ok(KafkaSink {
+            p,
+            topic: topic.to_string(),
+        })
+    }
+
+    fn send(&self, server: u64, value: &[u8], st: &ProducerStats) {
+        use rdkafka::producer::BaseRecord;
+        let key = server.to_string();
+        let mut rec = BaseRecord::to(&self.topic).key(&key).payload(value);
+        for _ in 0..100 {
+            match self.p.send(rec) {
+                Ok(()) => {
+                    st.kafka_sent.fetch_add(1, Relaxed);
+                    self.p.poll(Duration::ZERO);
+                    return;
+                }
+                Err((_, r)) => {
+                    // Queue full: let the client deliver, then retry.
+                    rec = r;
+                    self.p.poll(Duration::from_millis(10));
+                }
+            }
+        }
+        st.kafka_failed.fetch_add(1, Relaxed);
+    }
+
+    fn flush(&self, st: &ProducerStats) {
+        use rdkafka::producer::Producer as _;
+        if self.p.flush(Duration::from_secs(10)).is_err() {
+            st.kafka_failed
+                .fetch_add(self.p.in_flight_count().max(0) as u64, Relaxed);
+        }
+    }
+}
+
+fn retarget_conns(conns: &mut Vec<Conn>, to: Vec<SocketAddr>) {
+    conns.truncate(to.len());
+    for (k, addr) in to.into_iter().enumerate() {
+        match conns.get_mut(k) {
+            Some(c) if c.addr == addr => {}
+            Some(c) => {
+                *c = Conn {
+                    addr,
+                    sock: None,
+                    backlog: Vec::new(),
+                    retry_at: 0,
+                }
+            }
+            None => conns.push(Conn {
+                addr,
+                sock: None,
+                backlog: Vec::new(),
+                retry_at: 0,
+            }),
+        }
+    }
 }
 
 /// The rest of a MESSAGE_CREATE's `d` after its stamp: `content` padded

@@ -1,4 +1,4 @@
-//! The four scenarios (`loadgen scenario NAME`), one per claim of the
+//! The scenarios (`loadgen scenario NAME`), one per claim of the
 //! design (../shared/DESIGN.md, last section) plus steady state. Each starts
 //! what it needs as child processes (or attaches), bounds its own time,
 //! stops what it started, writes `result.json`, `report.html` and
@@ -20,6 +20,11 @@ use crate::producer::{Dist, Producer, ProducerConfig};
 use crate::report::{Report, Series};
 use crate::session::Counters;
 use crate::world::{World, WorldParams};
+
+mod recovery;
+mod rolling;
+pub use recovery::{recovery_toml, RecoveryOpts};
+pub use rolling::RollingOpts;
 
 /// Options every scenario takes (see `loadgen scenario --help`).
 #[derive(Clone, Debug)]
@@ -60,6 +65,9 @@ pub struct StormOpts {
     pub throttle: String,
     pub max_back_secs: f64,
     pub max_registry_p99_ms: f64,
+    /// `--recovery resume`: crash recovery configured (Redis session store,
+    /// Kafka ingest); one run, its own claims (scenario/recovery.rs).
+    pub recovery: Option<RecoveryOpts>,
 }
 
 #[derive(Clone, Debug)]
@@ -85,6 +93,7 @@ pub enum Which {
     Storm(StormOpts),
     SlowConsumer(SlowOpts),
     Revocation(RevocationOpts),
+    RollingRelease(RollingOpts),
 }
 
 /// Runs one scenario; Ok(passed).
@@ -96,6 +105,7 @@ pub fn run(which: Which, c: Common) -> Result<bool, String> {
         Which::Storm(_) => "storm",
         Which::SlowConsumer(_) => "slow-consumer",
         Which::Revocation(_) => "revocation",
+        Which::RollingRelease(_) => "rolling-release",
     };
     let mut rep = Report::new(name, &c.command);
     let res = match which {
@@ -103,6 +113,7 @@ pub fn run(which: Which, c: Common) -> Result<bool, String> {
         Which::Storm(o) => storm(&c, &o, &mut rep),
         Which::SlowConsumer(o) => slow_consumer(&c, &o, &mut rep),
         Which::Revocation(o) => revocation(&c, &o, &mut rep),
+        Which::RollingRelease(o) => rolling::rolling_release(&c, &o, &mut rep),
     };
     if let Err(e) = &res {
         rep.claim("scenario ran to the end", false, "no error", e);
@@ -404,9 +415,12 @@ fn integrity_claims(rep: &mut Report, c: &Counters, first: Option<String>) {
     );
     rep.claim(
         "streams are contiguous",
-        c.gaps == 0 && c.duplicates == 0,
-        "0 gaps, 0 duplicates (gaps only across op 9)",
-        &format!("{} missing seq, {} duplicates", c.gaps, c.duplicates),
+        c.gaps == 0 && c.duplicates == 0 && c.event_repeats == 0,
+        "0 gaps, 0 duplicates (gaps only across op 9), no event twice or out of order",
+        &format!(
+            "{} missing seq, {} duplicates, {} repeated or reordered events",
+            c.gaps, c.duplicates, c.event_repeats
+        ),
     );
 }
 
@@ -426,6 +440,9 @@ fn counter_figures(rep: &mut Report, group: &str, c: &Counters) {
         ("fatal closes", c.fatal),
         ("zombie connections", c.zombies),
         ("heartbeat ACKs", c.hb_acks),
+        ("gaps (missing seq)", c.gaps),
+        ("duplicates (seq)", c.duplicates),
+        ("repeated or reordered events", c.event_repeats),
     ] {
         rep.figure(group, name, v as f64, "");
     }
@@ -631,6 +648,9 @@ fn latency_claims(rep: &mut Report, c: &Common, lat: &hdrhistogram::Histogram<u6
 // ---------------------------------------------------------------- storm
 
 fn storm(c: &Common, o: &StormOpts, rep: &mut Report) -> Result<(), String> {
+    if let Some(r) = &o.recovery {
+        return recovery::storm_recovery(c, o, r, rep);
+    }
     if o.nodes < 2 {
         return Err("storm needs at least 2 nodes".into());
     }

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use clap::{Args, ValueEnum};
 use loadgen::producer::Dist;
-use loadgen::scenario::{self, Common, RevocationOpts, SlowOpts, StormOpts, Which};
+use loadgen::scenario::{
+    self, Common, RecoveryOpts, RevocationOpts, RollingOpts, SlowOpts, StormOpts, Which,
+};
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
 pub enum Name {
@@ -19,12 +21,14 @@ pub enum Name {
     SlowConsumer,
     /// Revoke a bot during a registry brownout; time until its last event.
     Revocation,
+    /// Clustered nodes behind a load balancer; drain and restart each in turn; sessions must resume on the others.
+    RollingRelease,
 }
 
 #[derive(Args, Debug)]
 pub struct ScenarioArgs {
     pub name: Name,
-    /// Bot sessions (default: steady and storm 40000, slow-consumer 2000, revocation 1000).
+    /// Bot sessions (default: steady, storm and rolling-release 40000, slow-consumer 2000, revocation 1000).
     #[arg(long)]
     pub sessions: Option<u32>,
     /// Background events per second over all servers (default: steady 2000, others 200).
@@ -84,9 +88,21 @@ pub struct ScenarioArgs {
     /// several loadgen processes respect each application's max_concurrency.
     #[arg(long)]
     pub coordinator: Option<SocketAddr>,
-    /// storm: gatewayd processes (the first is killed).
+    /// storm: gatewayd processes (the first is killed); rolling-release: nodes drained in turn.
     #[arg(long, default_value_t = 2)]
     pub nodes: usize,
+    /// rolling-release: the nodes' drain_spread_ms (op 7 spread over it).
+    #[arg(long, default_value_t = 30_000)]
+    pub drain_spread_ms: u64,
+    /// rolling-release: every session of a drained node back within drain spread + this, s.
+    #[arg(long, default_value_t = 10.0)]
+    pub back_margin_secs: f64,
+    /// rolling-release: share of a drained node's sessions that must get RESUMED, %.
+    #[arg(long, default_value_t = 99.9)]
+    pub min_resumed_pct: f64,
+    /// rolling-release: identifies during the release below this % of the sessions.
+    #[arg(long, default_value_t = 0.1)]
+    pub max_identify_pct: f64,
     /// storm: runs with the identify throttle: both, on, off.
     #[arg(long, default_value = "both")]
     pub throttle: String,
@@ -96,6 +112,26 @@ pub struct ScenarioArgs {
     /// storm: registry call p99 bound, ms.
     #[arg(long, default_value_t = 50.0)]
     pub max_registry_p99_ms: f64,
+    /// storm: `resume` = crash recovery configured (a Redis session store and
+    /// Kafka ingest, both started by loadgen; needs --registry-url).
+    #[arg(long)]
+    pub recovery: Option<String>,
+    /// storm --recovery: a line of the nodes' [recovery] section (repeat it;
+    /// `{redis_url}` is replaced). Default: enabled = true and redis_url = "{redis_url}".
+    #[arg(long = "recovery-config")]
+    pub recovery_config: Vec<String>,
+    /// storm --recovery: extra gatewayd flag for the recovery run (repeat it).
+    #[arg(long = "recovery-node-arg", allow_hyphen_values = true)]
+    pub recovery_node_args: Vec<String>,
+    /// storm --recovery: every session back within this many seconds.
+    #[arg(long, default_value_t = 30.0)]
+    pub recovery_max_back_secs: f64,
+    /// storm --recovery: share of node A's sessions that must get RESUMED, %.
+    #[arg(long, default_value_t = 99.0)]
+    pub recovery_min_resumed_pct: f64,
+    /// storm --recovery: topic partitions.
+    #[arg(long, default_value_t = 1)]
+    pub recovery_partitions: i32,
     /// slow-consumer / revocation: events per second in the hot server.
     #[arg(long)]
     pub hot_rate: Option<f64>,
@@ -158,6 +194,7 @@ pub fn run(a: ScenarioArgs) -> ExitCode {
         Name::Storm => ("storm", 40_000, 200.0),
         Name::SlowConsumer => ("slow-consumer", 2000, 200.0),
         Name::Revocation => ("revocation", 1000, 200.0),
+        Name::RollingRelease => ("rolling-release", 40_000, 200.0),
     };
     if attach.is_some() && !matches!(a.name, Name::Steady) {
         return fail("--attach works with steady only (the others start and kill nodes)".into());
@@ -191,6 +228,22 @@ pub fn run(a: ScenarioArgs) -> ExitCode {
             throttle: a.throttle,
             max_back_secs: a.max_back_secs,
             max_registry_p99_ms: a.max_registry_p99_ms,
+            recovery: match a.recovery.as_deref() {
+                None => None,
+                Some("resume") => Some(RecoveryOpts {
+                    config: if a.recovery_config.is_empty() {
+                        RecoveryOpts::default().config
+                    } else {
+                        a.recovery_config.clone()
+                    },
+                    node_args: a.recovery_node_args.clone(),
+                    max_back_secs: a.recovery_max_back_secs,
+                    min_resumed_pct: a.recovery_min_resumed_pct,
+                    partitions: a.recovery_partitions,
+                    ..RecoveryOpts::default()
+                }),
+                Some(x) => return fail(format!("--recovery {x}: the only mode is resume")),
+            },
         }),
         Name::SlowConsumer => Which::SlowConsumer(SlowOpts {
             hot_rate: a.hot_rate.unwrap_or(5000.0),
@@ -205,6 +258,14 @@ pub fn run(a: ScenarioArgs) -> ExitCode {
             max_stop_secs: a.max_stop_secs,
             brownout_max_ms: a.brownout_max_ms,
             lease_ttl_ms: a.lease_ttl_ms,
+        }),
+        Name::RollingRelease => Which::RollingRelease(RollingOpts {
+            nodes: a.nodes,
+            drain_spread_ms: a.drain_spread_ms,
+            back_margin_secs: a.back_margin_secs,
+            min_resumed_pct: a.min_resumed_pct,
+            max_identify_pct: a.max_identify_pct,
+            ..RollingOpts::default()
         }),
     };
     // The run is bounded: a watchdog ends the process if it overstays.

@@ -78,6 +78,14 @@ pub struct Counters {
     /// Bytes of READY and GUILD_CREATE payloads received.
     pub handshake_bytes: u64,
     pub guild_creates: u64,
+    /// MESSAGE_CREATE of the generated world whose event number is not
+    /// above the last one the session received: the same event twice (with
+    /// a fresh `s`, which the seq check cannot see) or events out of order.
+    /// The producer numbers events in the order it writes them, the same
+    /// order to every node, so a session's numbers only grow, across a
+    /// resume, a hand-off or a new session alike (one totally ordered
+    /// stream: the listener, or a one-partition topic).
+    pub event_repeats: u64,
 }
 
 /// What one thread's sessions record into.
@@ -147,6 +155,8 @@ pub struct Session {
     pub streaming_since: u64,
     session_id: Option<Box<str>>,
     seq: u64,
+    /// Number of the last world event received (see `Counters::event_repeats`).
+    last_event: u64,
     hb_ms: u64,
     next_hb: u64,
     awaiting_ack: bool,
@@ -195,6 +205,7 @@ impl Session {
             streaming_since: 0,
             session_id: None,
             seq: 0,
+            last_event: 0,
             hb_ms: 0,
             next_hb: u64::MAX,
             awaiting_ack: false,
@@ -646,7 +657,17 @@ impl Session {
             return;
         };
         let (sched, a) = parse_u64(d);
-        let (_event, b) = parse_u64(&d[a + 1..]);
+        let (event, b) = parse_u64(&d[a + 1..]);
+        if event <= self.last_event {
+            rec.c.event_repeats += 1;
+            if rec.first_violation.is_none() {
+                rec.first_violation = Some(format!(
+                    "bot {} shard {} got event {event} after event {}",
+                    self.bot, self.shard, self.last_event
+                ));
+            }
+        }
+        self.last_event = self.last_event.max(event);
         let (server, c) = parse_u64(&d[a + 1 + b + 1..]);
         let (chan, _) = parse_u64(&d[a + 1 + b + 1 + c + 1..]);
         let (server, chan) = (server as u32, chan as u8);

@@ -480,6 +480,46 @@ impl Ring {
         self.push(c);
     }
 
+    /// Create a TCP/IPv4 socket in a free slot of the fixed table chosen by
+    /// the kernel (as [`Ring::accept_multi`] does): the completion's result
+    /// is the slot. For owners that also accept into the same table, where
+    /// a slot they picked themselves could collide with an accepted one.
+    pub fn socket_alloc(&mut self, user_data: u64) {
+        let e = opcode::Socket::new(libc::AF_INET, libc::SOCK_STREAM, 0)
+            .file_index(Some(io_uring::types::DestinationSlot::auto_target()))
+            .build()
+            .user_data(user_data);
+        self.push(e);
+    }
+
+    /// Bind the fixed socket in `slot` to `bind` (if given) and connect it
+    /// to `connect`: one linked chain (a failed bind cancels the connect).
+    /// `user_data`: bind, connect.
+    ///
+    /// # Safety
+    /// `bind` and `connect` must stay valid until the connect's completion.
+    pub unsafe fn bind_connect(
+        &mut self,
+        slot: u32,
+        bind: Option<*const libc::sockaddr_in>,
+        connect: *const libc::sockaddr_in,
+        user_data: [u64; 2],
+    ) {
+        self.reserve(2);
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        if let Some(b) = bind {
+            let e = opcode::Bind::new(Fixed(slot), b.cast(), len)
+                .build()
+                .flags(squeue::Flags::IO_LINK)
+                .user_data(user_data[0]);
+            self.push(e);
+        }
+        let c = opcode::Connect::new(Fixed(slot), connect.cast(), len)
+            .build()
+            .user_data(user_data[1]);
+        self.push(c);
+    }
+
     /// One receive into a caller's buffer (for readers that pace themselves
     /// instead of taking whatever arrives).
     ///

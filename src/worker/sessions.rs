@@ -18,8 +18,11 @@ impl Worker {
         }
         let idx = sid.and_then(|s| self.fan.lookup(&s));
         if let (None, Some(s)) = (idx, sid) {
-            // Not here: another node of the cluster may hold it.
-            if s.node() != node && s.node() != 0 && self.shared.cluster.is_some() {
+            // Not here: another node of the cluster may hold it. That holds
+            // for an id naming this node too: a restarted node takes the
+            // lowest free number, often its predecessor's, whose sessions
+            // moved to the other nodes when it drained.
+            if s.node() != 0 && self.shared.cluster.is_some() {
                 self.ask_holder(key, s, &r);
                 return;
             }

@@ -149,9 +149,14 @@ pub(super) fn run(jobs: crossbeam_channel::Receiver<TakeJob>, ctx: Ctx, stop: &A
 }
 
 fn take(ctx: &Ctx, job: &TakeJob, deadline: Instant) -> Result<Box<Moved>, ResumeRefusal> {
-    let first = match ctx.resolver.lookup(job.node) {
-        Some(addr) => ask(ctx, job, job.node, addr, deadline),
-        None => Err(ResumeRefusal::UnknownSession), // the node is gone
+    let first = if job.node == ctx.node {
+        // The id names us (an earlier process with our number): we looked.
+        Err(ResumeRefusal::UnknownSession)
+    } else {
+        match ctx.resolver.lookup(job.node) {
+            Some(addr) => ask(ctx, job, job.node, addr, deadline),
+            None => Err(ResumeRefusal::UnknownSession), // the node is gone
+        }
     };
     if !matches!(
         first,

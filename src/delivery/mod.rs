@@ -12,6 +12,7 @@ pub mod record;
 pub mod recovery;
 pub mod resume;
 pub mod sendpath;
+pub mod wire;
 
 /// Names one connection of one worker: ring, fixed-file slot and the slot's
 /// generation (a reused slot never receives a reply meant for the old one).

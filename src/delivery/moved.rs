@@ -10,6 +10,7 @@ use proto::{AppId, ChannelId, ServerId};
 use shards::SessionId;
 
 use crate::delivery::resume::ResumeRefusal;
+use crate::delivery::wire::Reader;
 use crate::protocol::session::{GuildAccess, Identity};
 
 /// Largest answer a node accepts (a ring's worth of events is far below:
@@ -178,11 +179,11 @@ pub fn decode_answer(b: &[u8]) -> Option<Result<Moved, ResumeRefusal>> {
         return None;
     }
     let user_json: std::sync::Arc<str> = std::str::from_utf8(user).ok()?.into();
-    let n = r.count(16 + 4)?;
+    let n = r.count32(16 + 4)?;
     let mut guilds = Vec::with_capacity(n);
     for _ in 0..n {
         let (id, lease_until_ms) = (r.u64()?, r.u64()?);
-        let k = r.count(16)?;
+        let k = r.count32(16)?;
         let mut channels = Vec::with_capacity(k);
         for _ in 0..k {
             channels.push((ChannelId(r.u64()?), r.u64()?));
@@ -200,7 +201,7 @@ pub fn decode_answer(b: &[u8]) -> Option<Result<Moved, ResumeRefusal>> {
     if !guilds.windows(2).all(|w| w[0].id < w[1].id) {
         return None;
     }
-    let n = r.count(8)?;
+    let n = r.count32(8)?;
     let mut events = Vec::with_capacity(n);
     for _ in 0..n {
         let t = std::str::from_utf8(r.sized()?).ok()?;
@@ -209,12 +210,12 @@ pub fn decode_answer(b: &[u8]) -> Option<Result<Moved, ResumeRefusal>> {
         }
         events.push((t.to_owned(), r.sized()?.to_vec()));
     }
-    let n = r.count(8)?;
+    let n = r.count32(8)?;
     if n > TAIL {
         return None;
     }
     let tail = (0..n).map(|_| r.u64()).collect::<Option<Vec<u64>>>()?;
-    let n = r.count(12)?;
+    let n = r.count32(12)?;
     if n > MAX_PARTITIONS {
         return None;
     }
@@ -252,39 +253,6 @@ fn put_u32(out: &mut Vec<u8>, n: usize) {
 fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
     put_u32(out, b.len());
     out.extend_from_slice(b);
-}
-
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        Some(a)
-    }
-
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.bytes(4)?.try_into().ok()?))
-    }
-
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.bytes(8)?.try_into().ok()?))
-    }
-
-    /// A count of items of at least `min` bytes each: never more than the
-    /// frame could hold, so a forged count allocates nothing big.
-    fn count(&mut self, min: usize) -> Option<usize> {
-        let n = self.u32()? as usize;
-        (n.checked_mul(min)? <= self.0.len()).then_some(n)
-    }
-
-    fn sized(&mut self) -> Option<&'a [u8]> {
-        let n = self.u32()? as usize;
-        self.bytes(n)
-    }
 }
 
 #[cfg(test)]

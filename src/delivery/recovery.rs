@@ -15,6 +15,7 @@ use shards::SessionId;
 use crate::delivery::batch::{Batch, StreamPos};
 use crate::delivery::moved::{self, Moved, MAX_PARTITIONS};
 use crate::delivery::resume::ResumeRefusal;
+use crate::delivery::wire::Reader;
 use crate::protocol::session::Identity;
 
 const JOURNAL_MAGIC: &[u8; 4] = b"GWJ1";
@@ -450,40 +451,6 @@ pub fn pos(partition: u16, at: u64) -> StreamPos {
     StreamPos {
         partition: i32::from(partition),
         at,
-    }
-}
-
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn bytes(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        Some(a)
-    }
-    fn u8(&mut self) -> Option<u8> {
-        Some(self.bytes(1)?[0])
-    }
-    fn u16(&mut self) -> Option<u16> {
-        Some(u16::from_le_bytes(self.bytes(2)?.try_into().ok()?))
-    }
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.bytes(4)?.try_into().ok()?))
-    }
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.bytes(8)?.try_into().ok()?))
-    }
-    /// A count of items of `min` bytes each that the bytes left can hold.
-    fn count16(&mut self, min: usize) -> Option<usize> {
-        let n = usize::from(self.u16()?);
-        (n.checked_mul(min)? <= self.0.len()).then_some(n)
-    }
-    fn count32(&mut self, min: usize) -> Option<usize> {
-        let n = self.u32()? as usize;
-        (n.checked_mul(min)? <= self.0.len()).then_some(n)
     }
 }
 

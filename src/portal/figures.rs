@@ -8,6 +8,7 @@
 
 use crate::api::route::ROUTE_NAMES;
 use crate::chat::board::AppStats;
+use crate::delivery::wire::Reader;
 use crate::worker::app_stats::{AppSnapshot, LIMITED_ENTRIES, REST_ENTRIES};
 
 const VERSION: u8 = 1;
@@ -145,7 +146,7 @@ impl NodeFigures {
         if r.u8()? != VERSION {
             return None;
         }
-        let node = u16::from_le_bytes(r.take(2)?.try_into().ok()?);
+        let node = u16::from_le_bytes(r.bytes(2)?.try_into().ok()?);
         let mut f = NodeFigures {
             node,
             now_ms: r.u64()?,
@@ -164,62 +165,33 @@ impl NodeFigures {
             *c = r.u64()?;
         }
         f.shards_other = r.u32()?;
-        let n = r.count(MAX_WORKERS, 12)?;
+        let n = r.count_at_most(MAX_WORKERS, 12)?;
         f.workers = (0..n)
             .map(|_| Some((r.u32()?, r.u32()?, r.u32()?)))
             .collect::<Option<_>>()?;
-        let n = r.count(MAX_SHARDS, 16)?;
+        let n = r.count_at_most(MAX_SHARDS, 16)?;
         f.shards = (0..n)
             .map(|_| Some((r.u32()?, r.u32()?, r.u32()?, r.u32()?)))
             .collect::<Option<_>>()?;
-        let n = r.count(REST_ENTRIES, 1 + 2 + 8)?;
+        let n = r.count_at_most(REST_ENTRIES, 1 + 2 + 8)?;
         f.rest = (0..n)
-            .map(|_| Some((r.name()?, r.u16()?, r.u64()?)))
+            .map(|_| Some((read_name(&mut r)?, r.u16()?, r.u64()?)))
             .collect::<Option<_>>()?;
-        let n = r.count(LIMITED_ENTRIES, 1 + 1 + 8)?;
+        let n = r.count_at_most(LIMITED_ENTRIES, 1 + 1 + 8)?;
         f.limited = (0..n)
-            .map(|_| Some((r.name()?, r.u8()?, r.u64()?)))
+            .map(|_| Some((read_name(&mut r)?, r.u8()?, r.u64()?)))
             .collect::<Option<_>>()?;
         r.0.is_empty().then_some(f)
     }
 }
 
-struct Reader<'a>(&'a [u8]);
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Option<&'a [u8]> {
-        if self.0.len() < n {
-            return None;
-        }
-        let (a, b) = self.0.split_at(n);
-        self.0 = b;
-        Some(a)
+/// A route or bucket name: a u8 length (at most `MAX_ROUTE_NAME`), then UTF-8.
+fn read_name(r: &mut Reader) -> Option<String> {
+    let n = r.u8()? as usize;
+    if n > MAX_ROUTE_NAME {
+        return None;
     }
-    fn u8(&mut self) -> Option<u8> {
-        Some(self.take(1)?[0])
-    }
-    fn u16(&mut self) -> Option<u16> {
-        Some(u16::from_le_bytes(self.take(2)?.try_into().ok()?))
-    }
-    fn u32(&mut self) -> Option<u32> {
-        Some(u32::from_le_bytes(self.take(4)?.try_into().ok()?))
-    }
-    fn u64(&mut self) -> Option<u64> {
-        Some(u64::from_le_bytes(self.take(8)?.try_into().ok()?))
-    }
-    /// A count of items of at least `each` bytes: at most `max`, and no
-    /// more than the bytes left could hold.
-    fn count(&mut self, max: usize, each: usize) -> Option<usize> {
-        let n = self.u32()? as usize;
-        (n <= max && n.checked_mul(each)? <= self.0.len()).then_some(n)
-    }
-    fn name(&mut self) -> Option<String> {
-        let n = self.u8()? as usize;
-        if n > MAX_ROUTE_NAME {
-            return None;
-        }
-        String::from_utf8(self.take(n)?.to_vec()).ok()
-    }
+    String::from_utf8(r.bytes(n)?.to_vec()).ok()
 }
 
 #[cfg(test)]

@@ -384,24 +384,66 @@ pub struct RedisServer {
 impl RedisServer {
     pub fn start() -> RedisServer {
         required_env("GATEWAYD_TEST_REDIS_SERVER", "Redis server (redis-server)");
-        let dir = tempfile::tempdir().unwrap();
-        let out = Command::new("bash")
-            .arg(script("redis-test-server.sh"))
-            .args(["free-port", "16500"])
-            .output()
-            .expect("run redis-test-server.sh");
-        assert!(out.status.success(), "redis-test-server.sh free-port");
-        let port = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
-        let mut r = RedisServer {
-            port,
-            dir,
-            proc: None,
-        };
-        r.launch();
-        r
+        // The tests of one binary run in parallel: each looks for a free
+        // port from a base of its own, and the server that answers must be
+        // the one it started (two that picked one port: the second cannot
+        // bind, and the first one would answer its PING).
+        static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+        for _ in 0..8 {
+            let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 256;
+            let base = 16500 + 16 * n;
+            let dir = tempfile::tempdir().unwrap();
+            let out = Command::new("bash")
+                .arg(script("redis-test-server.sh"))
+                .args(["free-port", &base.to_string()])
+                .output()
+                .expect("run redis-test-server.sh");
+            assert!(out.status.success(), "redis-test-server.sh free-port");
+            let port = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+            let mut r = RedisServer {
+                port,
+                dir,
+                proc: None,
+            };
+            if r.try_launch() && r.answering_pid() == r.proc.as_ref().map(|p| p.child.id()) {
+                return r;
+            }
+            // Dropped: ours is stopped; another port.
+        }
+        panic!("no Redis server of our own after 8 ports");
+    }
+
+    /// The process id of the server answering on our port (`INFO server`).
+    fn answering_pid(&self) -> Option<u32> {
+        use std::io::{Read, Write};
+        let mut c = std::net::TcpStream::connect(("127.0.0.1", self.port)).ok()?;
+        c.set_read_timeout(Some(Duration::from_secs(5))).ok()?;
+        c.write_all(b"INFO server\r\n").ok()?;
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        while buf.len() < 64 << 10 {
+            let n = c.read(&mut chunk).ok()?;
+            if n == 0 {
+                break;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            let text = String::from_utf8_lossy(&buf);
+            if let Some(at) = text.find("process_id:") {
+                let rest = &text[at + "process_id:".len()..];
+                if let Some(end) = rest.find("\r\n") {
+                    return rest[..end].trim().parse().ok();
+                }
+            }
+        }
+        None
     }
 
     fn launch(&mut self) {
+        assert!(self.try_launch(), "redis not ready:\n{}", self.log());
+    }
+
+    /// Start the server on our port and wait until the port answers.
+    fn try_launch(&mut self) -> bool {
         let log = std::fs::File::create(self.dir.path().join("server.log")).unwrap();
         // The binary itself (not the script), so the PID is the server's.
         let child = Command::new(required_env("GATEWAYD_TEST_REDIS_SERVER", "Redis server"))
@@ -424,12 +466,14 @@ impl RedisServer {
             .args(["wait-ready", &self.port.to_string(), "30", &pid.to_string()])
             .output()
             .expect("wait for redis");
-        assert!(
-            out.status.success(),
-            "redis not ready: {}\n{}",
-            String::from_utf8_lossy(&out.stderr),
-            self.log()
-        );
+        if !out.status.success() {
+            eprintln!(
+                "redis on port {} not ready: {}",
+                self.port,
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        out.status.success()
     }
 
     pub fn url(&self) -> String {

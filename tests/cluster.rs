@@ -281,13 +281,21 @@ fn a_resume_on_the_other_node_moves_the_session_with_events_in_flight() {
         0.0,
         "no re-identify"
     );
-    // The session is B's now: A no longer knows it.
+    // The session is B's now: A no longer holds it, so a Resume at A asks
+    // the other nodes and moves it back from B, which lets go (one owner at
+    // any time; a restarted node reclaims its predecessor's number, so a
+    // Resume naming this node may be for a session elsewhere).
     let mut on_a = resume(&c.a, &c.a.token, &sid, seq);
-    let r = read(&mut on_a, Duration::from_secs(5), |s| s.invalid_session);
+    let resumed = |s: &Seen| s.dispatches.iter().any(|d| d.1 == "RESUMED");
+    let r = read(&mut on_a, Duration::from_secs(5), |s| {
+        s.invalid_session || resumed(s)
+    });
     assert!(
-        r.invalid_session,
-        "A must have forgotten the session: {r:?}"
+        !r.invalid_session && resumed(&r),
+        "A must take the session back from B: {r:?}"
     );
+    assert_eq!(handoffs(&c.b, "gatewayd_handoffs_out_total"), 1.0);
+    assert_eq!(handoffs(&c.a, "gatewayd_handoffs_in_total"), 1.0);
 }
 
 #[test]

@@ -24,6 +24,9 @@ pub struct Cluster {
     pub handoff_timeout_ms: u64,
     /// Hand-offs waiting for a link thread (op 9 beyond).
     pub handoff_queue: usize,
+    /// Threads asking other nodes for sessions, each one request at a time
+    /// (1-256): a drain of N sessions over S seconds asks N/S a second.
+    pub handoff_threads: usize,
     /// Hand-offs this node serves at once (others are refused at once).
     pub max_link_connections: usize,
     /// After a drain, how long the node keeps its sessions for other nodes
@@ -41,6 +44,7 @@ impl Default for Cluster {
             node_ttl_ms: 5_000,
             handoff_timeout_ms: 1_000,
             handoff_queue: 4_096,
+            handoff_threads: 16,
             max_link_connections: 64,
             drain_handoff_ms: 8_000,
         }

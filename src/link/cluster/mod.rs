@@ -7,8 +7,9 @@
 //!
 //! Threads: "cluster-beat" (the heartbeat, its own registry connection),
 //! "cluster-link" (accepts; one thread per served request, at most
-//! `cluster.max_link_connections`), "cluster-take-N" (four, each one
-//! request at a time, every one under `cluster.handoff_timeout_ms`).
+//! `cluster.max_link_connections`), "cluster-take-N"
+//! (`cluster.handoff_threads`, 16, each one request at a time, every one
+//! under `cluster.handoff_timeout_ms`).
 //! None of them is a worker: a frozen peer costs a hand-off thread one
 //! deadline, never a worker anything.
 
@@ -27,8 +28,8 @@ pub mod figures;
 mod serve;
 mod take;
 
-/// Hand-off threads of this node.
-const TAKE_THREADS: usize = 4;
+/// Hand-off threads of this node, at most.
+const MAX_TAKE_THREADS: usize = 256;
 
 /// Counters of the link (read by the admin port).
 #[derive(Default)]
@@ -168,7 +169,7 @@ pub fn start(
         )?);
     }
     let resolver = Arc::new(take::Resolver::new(j.registry.clone()));
-    for i in 0..TAKE_THREADS {
+    for i in 0..j.cfg.handoff_threads.clamp(1, MAX_TAKE_THREADS) {
         let ctx = take::Ctx {
             node: j.node,
             workers: workers.clone(),

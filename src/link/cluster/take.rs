@@ -23,6 +23,8 @@ use crate::worker::mail::{Moved, TakeJob, ToWorker, WorkerHandle};
 
 /// How long a node's link address is trusted without asking again.
 const ADDRESS_TTL: Duration = Duration::from_secs(1);
+/// ... and after it failed.
+const RETRY: Duration = Duration::from_millis(250);
 
 pub(super) struct Ctx {
     /// Our own node number (never asked).
@@ -97,9 +99,21 @@ impl Resolver {
         addr
     }
 
-    /// The address failed: ask the registry next time.
+    /// The address failed: ask the registry again soon (within `RETRY`),
+    /// not at once: a dead node's storm of Resumes would otherwise cost
+    /// the registry one call each.
     fn forget(&self, node: u16) {
-        self.lock().remove(&node);
+        let mut cache = self.lock();
+        if let Some((_, at)) = cache.get_mut(&node) {
+            let soon = Instant::now().checked_sub(ADDRESS_TTL - RETRY);
+            match soon {
+                Some(soon) if *at > soon => *at = soon,
+                Some(_) => {}
+                None => {
+                    cache.remove(&node);
+                }
+            }
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Cached> {

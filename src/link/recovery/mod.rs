@@ -37,10 +37,14 @@ const BACKOFF: Duration = Duration::from_secs(1);
 const ROUND: usize = 256;
 /// Largest blob read back (a checkpoint of 100,000 sessions is 2.8 MB).
 const MAX_BLOB: usize = 32 << 20;
-/// Survivor threads.
-const REBUILD_THREADS: usize = 2;
+/// Survivor threads (each one Redis round trip at a time: the summary,
+/// then the owner claim, per session).
+const REBUILD_THREADS: usize = 4;
 /// Recovery jobs waiting for a survivor thread (op 9 `no_room` beyond).
-pub const JOB_QUEUE: usize = 4_096;
+/// A crash's Resumes all arrive within the dead node's claim TTL, before
+/// any can be served (its death is not proven yet): the queue holds a
+/// survivor's share of a full node (about 140 B each, 4.5 MB).
+pub const JOB_QUEUE: usize = 32_768;
 /// The writer's queue (checkpoints and summaries).
 pub const WRITE_QUEUE: usize = 16_384;
 

@@ -54,6 +54,12 @@ type ReadKey = (String, u16, u64);
 pub(super) struct Cache {
     dead: Mutex<HashMap<String, Dead>>,
     reads: Mutex<HashMap<ReadKey, (Instant, Read)>>,
+    /// Processes proven dead (node number, the link address and instance
+    /// its summaries name), when proven: the death of a process is final,
+    /// so the rest of a storm's recoveries from it ask the registry nothing
+    /// (at most `CACHE_NODES`, for `CACHE_FOR`). A new process on the same
+    /// number and address has another instance: proven afresh.
+    proven: Mutex<HashMap<(u16, String, String), Instant>>,
 }
 
 pub(super) struct Ctx {
@@ -117,7 +123,8 @@ fn recover(ctx: &mut Ctx, job: &RecoverJob) -> Result<Rebuilt, ResumeRefusal> {
     if summary.instance == ctx.instance {
         return Err(ResumeRefusal::UnknownSession); // ours, and not here: it ended
     }
-    wait_dead(ctx, sid.node(), &summary.link, deadline)?;
+    let holder = (sid.node(), summary.link.as_str(), summary.instance.as_str());
+    wait_dead(ctx, holder, deadline)?;
     let (journal, checkpoints) = dead_records(ctx, &summary.instance, summary.worker)?;
     // The newest checkpoint that holds the session at the summary's
     // version, at or before the client's seq.
@@ -155,12 +162,33 @@ fn recover(ctx: &mut Ctx, job: &RecoverJob) -> Result<Rebuilt, ResumeRefusal> {
 
 /// Wait until node `node` is provably not the process that wrote the
 /// summary: no live claim, or a claim with another link address.
-fn wait_dead(ctx: &Ctx, node: u16, link: &str, deadline: Instant) -> Result<(), ResumeRefusal> {
+fn wait_dead(
+    ctx: &Ctx,
+    (node, link, instance): (u16, &str, &str),
+    deadline: Instant,
+) -> Result<(), ResumeRefusal> {
+    let key = (node, link.to_owned(), instance.to_owned());
+    let lock = || ctx.cache.proven.lock().unwrap_or_else(PoisonError::into_inner);
+    {
+        let mut proven = lock();
+        proven.retain(|_, at| at.elapsed() < CACHE_FOR);
+        if proven.contains_key(&key) {
+            return Ok(());
+        }
+    }
+    let dead = || {
+        let mut proven = lock();
+        if proven.len() >= CACHE_NODES {
+            proven.clear(); // asked again: a registry call each, no more
+        }
+        proven.insert(key.clone(), Instant::now());
+        Ok(())
+    };
     loop {
         let now_ms = registry::snowflake::unix_ms_now();
         match ctx.registry.node_link(node, now_ms) {
-            Ok(None) => return Ok(()),
-            Ok(Some(addr)) if addr != link => return Ok(()),
+            Ok(None) => return dead(),
+            Ok(Some(addr)) if addr != link => return dead(),
             Ok(Some(_)) => {}
             Err(e) => tracing::debug!(node, error = %e, "recovery: reading the node's claim"),
         }

@@ -80,7 +80,7 @@ fn figure(r: &Report, group: &str, name: &str) -> f64 {
 #[test]
 fn steady_passes_and_fails_on_its_latency_bound() {
     let (c, _d) = common("steady", 200, 100.0);
-    let (passed, r) = run(Which::Steady, c);
+    let (passed, r) = run(Which::Steady(None), c);
     assert!(passed, "{}", r.text_summary());
     assert_eq!(figure(&r, "", "sessions READY"), 200.0);
     assert!(figure(&r, "", "deliveries per second") > 0.0);
@@ -90,7 +90,7 @@ fn steady_passes_and_fails_on_its_latency_bound() {
     // The same run with an impossible p99 bound must fail on that claim alone.
     let (mut c, _d) = common("steady-fail", 200, 100.0);
     c.max_p99_ms = 0.001;
-    let (passed, r) = run(Which::Steady, c);
+    let (passed, r) = run(Which::Steady(None), c);
     assert!(!passed);
     assert!(!claim(&r, "delivery latency p99").passed);
     assert!(claim(&r, "every session reaches READY").passed);

@@ -332,6 +332,14 @@ impl Metrics {
         Metrics(promtext::parse_lossy(text))
     }
 
+    /// Every registry call the node reports: the sidecar's (timed), the
+    /// hand-off threads' and the survivor threads' reads (counted).
+    pub fn registry_calls(&self) -> f64 {
+        self.sum("gatewayd_registry_call_seconds_count")
+            + self.sum("gatewayd_cluster_registry_reads_total")
+            + self.sum("gatewayd_recovery_registry_reads_total")
+    }
+
     /// Sum of every series of family `name` (any labels).
     pub fn sum(&self, name: &str) -> f64 {
         self.0.sum(name)

@@ -89,7 +89,10 @@ pub struct RevocationOpts {
 }
 
 pub enum Which {
-    Steady,
+    /// With `Some`: Kafka ingest, the session store and `[recovery]`
+    /// (or, with an empty config, Kafka ingest alone), for the A/B of the
+    /// summaries' cost (scripts/recovery-ab.sh).
+    Steady(Option<RecoveryOpts>),
     Storm(StormOpts),
     SlowConsumer(SlowOpts),
     Revocation(RevocationOpts),
@@ -101,7 +104,7 @@ pub fn run(which: Which, c: Common) -> Result<bool, String> {
     std::fs::create_dir_all(&c.out).map_err(|e| format!("{}: {e}", c.out.display()))?;
     let started = Instant::now();
     let name = match which {
-        Which::Steady => "steady",
+        Which::Steady(_) => "steady",
         Which::Storm(_) => "storm",
         Which::SlowConsumer(_) => "slow-consumer",
         Which::Revocation(_) => "revocation",
@@ -109,7 +112,7 @@ pub fn run(which: Which, c: Common) -> Result<bool, String> {
     };
     let mut rep = Report::new(name, &c.command);
     let res = match which {
-        Which::Steady => steady(&c, &mut rep),
+        Which::Steady(r) => steady(&c, r.as_ref(), &mut rep),
         Which::Storm(o) => storm(&c, &o, &mut rep),
         Which::SlowConsumer(o) => slow_consumer(&c, &o, &mut rep),
         Which::Revocation(o) => revocation(&c, &o, &mut rep),
@@ -480,8 +483,20 @@ fn ms(us: u64) -> f64 {
 
 // ---------------------------------------------------------------- steady
 
-fn steady(c: &Common, rep: &mut Report) -> Result<(), String> {
+fn steady(c: &Common, recovery: Option<&RecoveryOpts>, rep: &mut Report) -> Result<(), String> {
     let deadline = Instant::now() + c.timeout;
+    let side = match recovery {
+        Some(_) if c.attach.is_some() => {
+            return Err("steady --recovery starts its node: not with --attach".into())
+        }
+        Some(_) if c.registry_url.is_none() => {
+            return Err("steady --recovery needs --registry-url (PostgreSQL): crash recovery \
+                        needs a cluster"
+                .into())
+        }
+        Some(o) => Some(recovery::KafkaSide::start(c, o, rep)?),
+        None => None,
+    };
     let (world, node) = match c.attach {
         Some((g, a, i, pid)) => {
             let reg = open_registry(c, "registry")?;
@@ -491,7 +506,11 @@ fn steady(c: &Common, rep: &mut Report) -> Result<(), String> {
         None => {
             let reg = open_registry(c, "registry")?;
             let w = make_world(c, reg.handle.as_ref(), 0)?;
-            let n = start_node(c, &reg.loc, "node-a", &owned(&NO_THROTTLE))?;
+            let mut args = owned(&NO_THROTTLE);
+            if let (Some(side), Some(o)) = (&side, recovery) {
+                args.extend(side.node_args("node-a", o));
+            }
+            let n = start_node(c, &reg.loc, "node-a", &args)?;
             (w, n)
         }
     };
@@ -538,7 +557,14 @@ fn steady(c: &Common, rep: &mut Report) -> Result<(), String> {
         let _ = fleet.stop();
         return Ok(());
     }
-    let producer = Producer::start(world.clone(), producer_config(c, vec![node.ingest]));
+    let pc = match &side {
+        Some(side) => ProducerConfig {
+            kafka: Some((side.brokers.clone(), side.topic.to_string())),
+            ..producer_config(c, vec![])
+        },
+        None => producer_config(c, vec![node.ingest]),
+    };
+    let producer = Producer::start(world.clone(), pc);
     let warm_end = Instant::now() + Duration::from_secs_f64(c.warmup);
     while Instant::now() < warm_end {
         std::thread::sleep(Duration::from_secs(1));

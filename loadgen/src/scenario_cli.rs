@@ -114,6 +114,9 @@ pub struct ScenarioArgs {
     pub max_registry_p99_ms: f64,
     /// storm: `resume` = crash recovery configured (a Redis session store and
     /// Kafka ingest, both started by loadgen; needs --registry-url).
+    /// steady: the same node configuration, the producer writing to the
+    /// topic (with --recovery-config '': Kafka ingest alone, the A/B's
+    /// baseline of scripts/recovery-ab.sh).
     #[arg(long)]
     pub recovery: Option<String>,
     /// storm --recovery: a line of the nodes' [recovery] section (repeat it;
@@ -221,29 +224,33 @@ pub fn run(a: ScenarioArgs) -> ExitCode {
         max_p99_ms: a.max_p99_ms,
         coordinator: a.coordinator,
     };
+    let recovery = match a.recovery.as_deref() {
+        None => None,
+        Some("resume") => Some(RecoveryOpts {
+            config: if a.recovery_config.is_empty() {
+                RecoveryOpts::default().config
+            } else {
+                a.recovery_config.clone()
+            },
+            node_args: a.recovery_node_args.clone(),
+            max_back_secs: a.recovery_max_back_secs,
+            min_resumed_pct: a.recovery_min_resumed_pct,
+            partitions: a.recovery_partitions,
+            ..RecoveryOpts::default()
+        }),
+        Some(x) => return fail(format!("--recovery {x}: the only mode is resume")),
+    };
+    if recovery.is_some() && !matches!(a.name, Name::Steady | Name::Storm) {
+        return fail("--recovery works with storm and steady only".into());
+    }
     let which = match a.name {
-        Name::Steady => Which::Steady,
+        Name::Steady => Which::Steady(recovery),
         Name::Storm => Which::Storm(StormOpts {
             nodes: a.nodes,
             throttle: a.throttle,
             max_back_secs: a.max_back_secs,
             max_registry_p99_ms: a.max_registry_p99_ms,
-            recovery: match a.recovery.as_deref() {
-                None => None,
-                Some("resume") => Some(RecoveryOpts {
-                    config: if a.recovery_config.is_empty() {
-                        RecoveryOpts::default().config
-                    } else {
-                        a.recovery_config.clone()
-                    },
-                    node_args: a.recovery_node_args.clone(),
-                    max_back_secs: a.recovery_max_back_secs,
-                    min_resumed_pct: a.recovery_min_resumed_pct,
-                    partitions: a.recovery_partitions,
-                    ..RecoveryOpts::default()
-                }),
-                Some(x) => return fail(format!("--recovery {x}: the only mode is resume")),
-            },
+            recovery,
         }),
         Name::SlowConsumer => Which::SlowConsumer(SlowOpts {
             hot_rate: a.hot_rate.unwrap_or(5000.0),

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use crate::link::cluster::ClusterStats;
 
 pub fn render(c: &ClusterStats, out: &mut String) {
-    let fams: [(&str, &str, &str, u64); 10] = [
+    let fams: [(&str, &str, &str, u64); 11] = [
         ("gatewayd_cluster_node", "gauge", "This node's number in the cluster (named in its session ids); 0 outside a cluster.", c.node.load(Relaxed)),
         ("gatewayd_cluster_served_total", "counter", "Hand-off requests from other nodes answered (the session, or why not).", c.served.load(Relaxed)),
         ("gatewayd_cluster_served_refused_busy_total", "counter", "Hand-off requests closed unanswered: cluster.max_link_connections were being served.", c.served_refused_busy.load(Relaxed)),
@@ -20,6 +20,7 @@ pub fn render(c: &ClusterStats, out: &mut String) {
         ("gatewayd_cluster_claim_lost_total", "counter", "Heartbeats that found this node's number held by another node.", c.claim_lost.load(Relaxed)),
         ("gatewayd_cluster_figures_served_total", "counter", "Application figures requests from other nodes' portals answered.", c.figures_served.load(Relaxed)),
         ("gatewayd_cluster_figures_refused_total", "counter", "Application figures requests not answered (past the asker's deadline, malformed, too long).", c.figures_refused.load(Relaxed)),
+        ("gatewayd_cluster_registry_reads_total", "counter", "Registry reads of the hand-off threads (a node's link address, the live nodes; each cached 1 s). Not in gatewayd_registry_call_seconds (the sidecar's).", c.registry_reads.load(Relaxed)),
     ];
     for (name, kind, help, v) in fams {
         let _ = writeln!(
@@ -34,7 +35,7 @@ pub fn render(c: &ClusterStats, out: &mut String) {
 pub fn render_recovery(r: Option<&crate::worker::shared::RecoveryStats>, out: &mut String) {
     let d = crate::worker::shared::RecoveryStats::default();
     let r = r.unwrap_or(&d);
-    let fams: [(&str, &str, u64); 9] = [
+    let fams: [(&str, &str, u64); 10] = [
         ("gatewayd_recovery_journal_appends_total", "Batches whose order was appended to the journal in Redis before they went out.", r.journal_appends.load(Relaxed)),
         ("gatewayd_recovery_journal_failures_total", "Batches whose journal append failed or was skipped (Redis down or past recovery.journal_timeout_ms): delivery went on, recovery past them is refused.", r.journal_failures.load(Relaxed)),
         ("gatewayd_recovery_checkpoints_total", "Worker checkpoints handed to the recovery writer.", r.checkpoints.load(Relaxed)),
@@ -44,6 +45,7 @@ pub fn render_recovery(r: Option<&crate::worker::shared::RecoveryStats>, out: &m
         ("gatewayd_recovery_store_failures_total", "Rounds of the recovery writer that Redis did not answer in time.", r.store_failures.load(Relaxed)),
         ("gatewayd_recovery_recovered_total", "Sessions of a dead node rebuilt here (RESUMED once their cut is reached).", r.recovered.load(Relaxed)),
         ("gatewayd_recovery_fenced_sessions_total", "Sessions ended because this node's cluster claim lapsed (a survivor may have recovered them).", r.fenced_sessions.load(Relaxed)),
+        ("gatewayd_recovery_registry_reads_total", "Registry reads of the survivor threads (has the holder's claim lapsed? a process proven dead is not asked again for 60 s). Not in gatewayd_registry_call_seconds (the sidecar's).", r.registry_reads.load(Relaxed)),
     ];
     for (name, help, v) in fams {
         let _ = writeln!(

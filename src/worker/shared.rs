@@ -91,6 +91,8 @@ pub struct RecoveryStats {
     pub store_failures: std::sync::atomic::AtomicU64,
     pub recovered: std::sync::atomic::AtomicU64,
     pub fenced_sessions: std::sync::atomic::AtomicU64,
+    /// Registry reads of the survivor threads (is the holder dead yet?).
+    pub registry_reads: std::sync::atomic::AtomicU64,
 }
 
 /// What a worker of a clustered node needs: its node number (named in the

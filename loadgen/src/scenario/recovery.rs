@@ -67,6 +67,87 @@ pub fn recovery_toml(o: &RecoveryOpts, redis_url: &str) -> String {
     t
 }
 
+/// What a Kafka-fed run with the session store adds to the nodes: a
+/// Redis and a Tansu broker loadgen started (stopped on drop), the topic,
+/// the node config file with the `[recovery]` section.
+pub(super) struct KafkaSide {
+    pub brokers: String,
+    pub topic: &'static str,
+    /// False: `--recovery-config ''`, no `[recovery]` section (Kafka
+    /// ingest alone: the baseline of an A/B).
+    pub with_section: bool,
+    cfg_path: std::path::PathBuf,
+    _redis: crate::services::Service,
+    _tansu: crate::services::Service,
+}
+
+impl KafkaSide {
+    pub(super) fn start(c: &Common, o: &RecoveryOpts, rep: &mut Report) -> Result<KafkaSide, String> {
+        let logs = c.out.join("logs");
+        std::fs::create_dir_all(&logs).map_err(|e| e.to_string())?;
+        let work = c.out.join("work");
+        let redis = crate::services::start_redis(&work.join("redis"), &logs.join("redis.log"))?;
+        let tansu = crate::services::start_tansu(&work.join("tansu"), &logs.join("tansu.log"))?;
+        let redis_url = format!("redis://{}", redis.addr());
+        let brokers = tansu.addr();
+        let topic = "loadgen-events";
+        crate::services::create_topic(&brokers, topic, o.partitions)?;
+        progress(&format!(
+            "recovery: redis {redis_url} (pid {}), tansu {brokers} (pid {}), topic {topic} ({} partitions)",
+            redis.pid(),
+            tansu.pid(),
+            o.partitions
+        ));
+        // `--recovery-config ''`: no [recovery] section at all (Kafka
+        // ingest without crash recovery: every plumbing step, no recovery).
+        let with_section = o.config.iter().any(|l| !l.trim().is_empty());
+        let toml = if with_section {
+            recovery_toml(o, &redis_url)
+        } else {
+            "(none)\n".into()
+        };
+        let cfg_path = work.join("recovery.toml");
+        std::fs::write(&cfg_path, &toml).map_err(|e| e.to_string())?;
+        rep.notes.push(format!(
+            "nodes: Kafka ingest from topic {topic} ({} partitions) on a Tansu broker, the producer \
+             writing only there; session store Redis {redis_url}; node config file: {}",
+            o.partitions,
+            toml.trim().replace('\n', "; ")
+        ));
+        rep.notes.push(format!(
+            "load average at the start: {}",
+            crate::nodes::loadavg()
+        ));
+        Ok(KafkaSide {
+            brokers,
+            topic,
+            with_section,
+            cfg_path,
+            _redis: redis,
+            _tansu: tansu,
+        })
+    }
+
+    /// The flags of node `name`: Kafka ingest (its own group), the config
+    /// file, the run's extra flags.
+    pub(super) fn node_args(&self, name: &str, o: &RecoveryOpts) -> Vec<String> {
+        let mut a = owned(&[
+            "--kafka-brokers",
+            &self.brokers,
+            "--kafka-topic",
+            self.topic,
+            "--kafka-group",
+            &format!("loadgen-{name}"),
+        ]);
+        if self.with_section {
+            a.push("--config".into());
+            a.push(self.cfg_path.display().to_string());
+        }
+        a.extend(o.node_args.iter().cloned());
+        a
+    }
+}
+
 pub(super) fn storm_recovery(
     c: &Common,
     so: &StormOpts,
@@ -85,43 +166,11 @@ pub(super) fn storm_recovery(
         );
     }
     let group = "recovery";
+    let side = KafkaSide::start(c, o, rep)?;
+    let (brokers, topic) = (side.brokers.clone(), side.topic);
     let logs = c.out.join("logs");
-    std::fs::create_dir_all(&logs).map_err(|e| e.to_string())?;
-    let work = c.out.join("work");
-    let redis = crate::services::start_redis(&work.join("redis"), &logs.join("redis.log"))?;
-    let tansu = crate::services::start_tansu(&work.join("tansu"), &logs.join("tansu.log"))?;
-    let redis_url = format!("redis://{}", redis.addr());
-    let brokers = tansu.addr();
-    let topic = "loadgen-events";
-    crate::services::create_topic(&brokers, topic, o.partitions)?;
-    progress(&format!(
-        "recovery: redis {redis_url} (pid {}), tansu {brokers} (pid {}), topic {topic} ({} partitions)",
-        redis.pid(),
-        tansu.pid(),
-        o.partitions
-    ));
     let reg = open_registry(c, "registry")?;
     let world = make_world(c, reg.handle.as_ref(), 0)?;
-    // `--recovery-config ''`: no [recovery] section at all (the storm on
-    // Kafka without crash recovery: every plumbing step, no recovery).
-    let with_section = o.config.iter().any(|l| !l.trim().is_empty());
-    let toml = if with_section {
-        recovery_toml(o, &redis_url)
-    } else {
-        "(none)\n".into()
-    };
-    let cfg_path = work.join("recovery.toml");
-    std::fs::write(&cfg_path, &toml).map_err(|e| e.to_string())?;
-    rep.notes.push(format!(
-        "nodes: Kafka ingest from topic {topic} ({} partitions) on a Tansu broker, the producer writing \
-         only there; session store Redis {redis_url}; node config file: {}",
-        o.partitions,
-        toml.trim().replace('\n', "; ")
-    ));
-    rep.notes.push(format!(
-        "load average at the start: {}",
-        crate::nodes::loadavg()
-    ));
     let mut nodes = Vec::new();
     for k in 0..so.nodes {
         let name = format!("recovery-{}", (b'a' + k as u8) as char);
@@ -132,19 +181,7 @@ pub(super) fn storm_recovery(
         } else {
             owned(&["--identify-limits", "on"])
         };
-        extra.extend(owned(&[
-            "--kafka-brokers",
-            &brokers,
-            "--kafka-topic",
-            topic,
-            "--kafka-group",
-            &format!("loadgen-{name}"),
-        ]));
-        if with_section {
-            extra.push("--config".into());
-            extra.push(cfg_path.display().to_string());
-        }
-        extra.extend(o.node_args.iter().cloned());
+        extra.extend(side.node_args(&name, o));
         match start_node(c, &reg.loc, &name, &extra) {
             Ok(n) => nodes.push(n),
             Err(e) => {
@@ -168,7 +205,7 @@ pub(super) fn storm_recovery(
         "the nodes accept the crash-recovery configuration",
         true,
         "gatewayd starts with [recovery] (session store) and Kafka ingest",
-        if with_section {
+        if side.with_section {
             "all nodes started"
         } else {
             "all nodes started, without a [recovery] section (--recovery-config '')"
@@ -224,8 +261,7 @@ pub(super) fn storm_recovery(
         .zip(&before)
         .filter_map(|(p, b)| Some((p.as_ref()?, b.as_ref()?)))
         .map(|(p, b)| {
-            b.sum("gatewayd_registry_call_seconds_count")
-                - p.sum("gatewayd_registry_call_seconds_count")
+            b.registry_calls() - p.registry_calls()
         })
         .sum();
     let c0 = fleet.counters();
@@ -275,8 +311,7 @@ pub(super) fn storm_recovery(
     let mut refusals: std::collections::BTreeMap<String, f64> = Default::default();
     for (b, a) in before.iter().zip(&after) {
         let (Some(b), Some(a)) = (b, a) else { continue };
-        calls += a.sum("gatewayd_registry_call_seconds_count")
-            - b.sum("gatewayd_registry_call_seconds_count");
+        calls += a.registry_calls() - b.registry_calls();
         h_in += a.sum("gatewayd_handoffs_in_total") - b.sum("gatewayd_handoffs_in_total");
         let was = b.by_label("gatewayd_resume_refusals_total", "reason");
         for (r, v) in a.by_label("gatewayd_resume_refusals_total", "reason") {
@@ -424,7 +459,6 @@ pub(super) fn storm_recovery(
     for mut n in nodes {
         n.stop();
     }
-    drop(tansu);
-    drop(redis);
+    drop(side);
     Ok(())
 }

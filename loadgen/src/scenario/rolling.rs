@@ -70,6 +70,11 @@ fn fam(ms: &[Option<Metrics>], name: &str) -> f64 {
     ms.iter().flatten().map(|m| m.sum(name)).sum()
 }
 
+/// Registry calls of all nodes (`Metrics::registry_calls`).
+fn calls(ms: &[Option<Metrics>]) -> f64 {
+    ms.iter().flatten().map(|m| m.registry_calls()).sum()
+}
+
 pub(super) fn rolling_release(c: &Common, o: &RollingOpts, rep: &mut Report) -> Result<(), String> {
     if o.nodes < 2 {
         return Err("rolling-release needs at least 2 nodes".into());
@@ -181,8 +186,7 @@ pub(super) fn rolling_release(c: &Common, o: &RollingOpts, rep: &mut Report) -> 
     let tb = Instant::now();
     std::thread::sleep(Duration::from_secs(5));
     let b1: Vec<Option<Metrics>> = nodes.iter().map(|n| n.metrics()).collect();
-    let background = (fam(&b1, "gatewayd_registry_call_seconds_count")
-        - fam(&b0, "gatewayd_registry_call_seconds_count"))
+    let background = (calls(&b1) - calls(&b0))
         / tb.elapsed().as_secs_f64();
     rep.figure(
         "",
@@ -292,8 +296,7 @@ pub(super) fn rolling_release(c: &Common, o: &RollingOpts, rep: &mut Report) -> 
             - before[k]
                 .as_ref()
                 .map_or(0.0, |m| m.sum("gatewayd_handoffs_out_total"));
-        let calls = fam(&after, "gatewayd_registry_call_seconds_count")
-            - fam(&before, "gatewayd_registry_call_seconds_count");
+        let calls = calls(&after) - calls(&before);
         rep.figure(&group, "sessions on the drained node", held as f64, "");
         rep.figure(
             &group,

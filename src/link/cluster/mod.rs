@@ -51,6 +51,8 @@ pub struct ClusterStats {
     /// malformed, too long).
     pub figures_served: AtomicU64,
     pub figures_refused: AtomicU64,
+    /// Registry reads of the hand-off threads (node addresses, live nodes).
+    pub registry_reads: AtomicU64,
 }
 
 /// A node that has joined: its number and what to start once workers exist.
@@ -168,7 +170,7 @@ pub fn start(
             Box::new(move || serve::run(listener, ctx, &stop)),
         )?);
     }
-    let resolver = Arc::new(take::Resolver::new(j.registry.clone()));
+    let resolver = Arc::new(take::Resolver::new(j.registry.clone(), stats.clone()));
     for i in 0..j.cfg.handoff_threads.clamp(1, MAX_TAKE_THREADS) {
         let ctx = take::Ctx {
             node: j.node,

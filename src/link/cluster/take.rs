@@ -46,15 +46,17 @@ type Cached = HashMap<u16, (Option<SocketAddr>, Instant)>;
 /// Node number to link address, from the registry (at most 65,535 entries).
 pub(super) struct Resolver {
     registry: Arc<dyn Registry>,
+    stats: Arc<ClusterStats>,
     cache: Mutex<Cached>,
     /// Every live node, as last read.
     peers: Mutex<Peers>,
 }
 
 impl Resolver {
-    pub(super) fn new(registry: Arc<dyn Registry>) -> Resolver {
+    pub(super) fn new(registry: Arc<dyn Registry>, stats: Arc<ClusterStats>) -> Resolver {
         Resolver {
             registry,
+            stats,
             cache: Mutex::new(HashMap::new()),
             peers: Mutex::new((Vec::new(), None)),
         }
@@ -67,6 +69,7 @@ impl Resolver {
         if p.1.is_some_and(|at| now.duration_since(at) < ADDRESS_TTL) {
             return p.0.clone();
         }
+        self.stats.registry_reads.fetch_add(1, Relaxed);
         match self.registry.live_nodes(registry::snowflake::unix_ms_now()) {
             Ok(list) => {
                 p.0 = list
@@ -88,6 +91,7 @@ impl Resolver {
             }
         }
         let unix = registry::snowflake::unix_ms_now();
+        self.stats.registry_reads.fetch_add(1, Relaxed);
         let addr = match self.registry.node_link(node, unix) {
             Ok(a) => a.and_then(|a| a.to_socket_addrs().ok()?.next()),
             Err(e) => {

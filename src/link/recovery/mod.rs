@@ -214,6 +214,7 @@ pub fn start(s: Setup, stop: Arc<AtomicBool>) -> Result<Vec<std::thread::JoinHan
             registry: s.registry.clone(),
             topic: s.topic.clone(),
             cache: cache.clone(),
+            stats: s.stats.clone(),
             // A dead node's journal may be megabytes: its read gets longer
             // (once per dead node; the resume's own budget still bounds it).
             store: Store::new(&s.cfg.redis_url, (s.cfg.timeout_ms * 10).min(2_000))?,

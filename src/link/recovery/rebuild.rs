@@ -69,6 +69,7 @@ pub(super) struct Ctx {
     pub registry: Arc<dyn registry::Registry>,
     pub topic: Arc<dyn TopicReader>,
     pub cache: Arc<Cache>,
+    pub stats: Arc<crate::worker::shared::RecoveryStats>,
     pub store: Store,
 }
 
@@ -186,6 +187,7 @@ fn wait_dead(
     };
     loop {
         let now_ms = registry::snowflake::unix_ms_now();
+        ctx.stats.registry_reads.fetch_add(1, Relaxed);
         match ctx.registry.node_link(node, now_ms) {
             Ok(None) => return dead(),
             Ok(Some(addr)) if addr != link => return dead(),

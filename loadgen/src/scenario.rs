@@ -490,9 +490,11 @@ fn steady(c: &Common, recovery: Option<&RecoveryOpts>, rep: &mut Report) -> Resu
             return Err("steady --recovery starts its node: not with --attach".into())
         }
         Some(_) if c.registry_url.is_none() => {
-            return Err("steady --recovery needs --registry-url (PostgreSQL): crash recovery \
+            return Err(
+                "steady --recovery needs --registry-url (PostgreSQL): crash recovery \
                         needs a cluster"
-                .into())
+                    .into(),
+            )
         }
         Some(o) => Some(recovery::KafkaSide::start(c, o, rep)?),
         None => None,

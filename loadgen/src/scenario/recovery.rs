@@ -82,7 +82,11 @@ pub(super) struct KafkaSide {
 }
 
 impl KafkaSide {
-    pub(super) fn start(c: &Common, o: &RecoveryOpts, rep: &mut Report) -> Result<KafkaSide, String> {
+    pub(super) fn start(
+        c: &Common,
+        o: &RecoveryOpts,
+        rep: &mut Report,
+    ) -> Result<KafkaSide, String> {
         let logs = c.out.join("logs");
         std::fs::create_dir_all(&logs).map_err(|e| e.to_string())?;
         let work = c.out.join("work");
@@ -260,9 +264,7 @@ pub(super) fn storm_recovery(
         .iter()
         .zip(&before)
         .filter_map(|(p, b)| Some((p.as_ref()?, b.as_ref()?)))
-        .map(|(p, b)| {
-            b.registry_calls() - p.registry_calls()
-        })
+        .map(|(p, b)| b.registry_calls() - p.registry_calls())
         .sum();
     let c0 = fleet.counters();
     progress(&format!(

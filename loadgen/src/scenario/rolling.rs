@@ -186,8 +186,7 @@ pub(super) fn rolling_release(c: &Common, o: &RollingOpts, rep: &mut Report) -> 
     let tb = Instant::now();
     std::thread::sleep(Duration::from_secs(5));
     let b1: Vec<Option<Metrics>> = nodes.iter().map(|n| n.metrics()).collect();
-    let background = (calls(&b1) - calls(&b0))
-        / tb.elapsed().as_secs_f64();
+    let background = (calls(&b1) - calls(&b0)) / tb.elapsed().as_secs_f64();
     rep.figure(
         "",
         "registry calls per second before the drains (all nodes, background)",

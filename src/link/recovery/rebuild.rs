@@ -169,7 +169,12 @@ fn wait_dead(
     deadline: Instant,
 ) -> Result<(), ResumeRefusal> {
     let key = (node, link.to_owned(), instance.to_owned());
-    let lock = || ctx.cache.proven.lock().unwrap_or_else(PoisonError::into_inner);
+    let lock = || {
+        ctx.cache
+            .proven
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    };
     {
         let mut proven = lock();
         proven.retain(|_, at| at.elapsed() < CACHE_FOR);

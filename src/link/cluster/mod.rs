@@ -75,6 +75,12 @@ pub fn join(cfg: &ClusterConfig, registry: Arc<dyn Registry>) -> Result<Joined, 
     let link_addr = listener.local_addr().map_err(|e| e.to_string())?;
     let advertised = if cfg.advertise_addr.is_empty() {
         link_addr.to_string()
+    } else if cfg.advertise_addr.parse::<SocketAddr>().is_err() {
+        // Other nodes dial it with no DNS lookup (which has no deadline).
+        return Err(format!(
+            "cluster.advertise_addr {:?}: expected an IP address and port, e.g. 10.0.0.5:7070",
+            cfg.advertise_addr
+        ));
     } else {
         cfg.advertise_addr.clone()
     };

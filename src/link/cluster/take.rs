@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{SocketAddr, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -74,7 +74,7 @@ impl Resolver {
             Ok(list) => {
                 p.0 = list
                     .into_iter()
-                    .filter_map(|(n, a)| Some((n, a.to_socket_addrs().ok()?.next()?)))
+                    .filter_map(|(n, a)| Some((n, a.parse().ok()?)))
                     .collect();
                 p.1 = Some(now);
             }
@@ -93,7 +93,9 @@ impl Resolver {
         let unix = registry::snowflake::unix_ms_now();
         self.stats.registry_reads.fetch_add(1, Relaxed);
         let addr = match self.registry.node_link(node, unix) {
-            Ok(a) => a.and_then(|a| a.to_socket_addrs().ok()?.next()),
+            // An IP and port (`join` refuses anything else): no DNS
+            // lookup, which would have no deadline.
+            Ok(a) => a.and_then(|a| a.parse().ok()),
             Err(e) => {
                 tracing::warn!(node, error = %e, "cluster: looking a node up");
                 return None; // not cached: the registry may be back soon

@@ -12,6 +12,7 @@
 //!   ones before it match, in order; the session gets our records after it.
 //!   Exact when both nodes take the records in the same order.
 
+use std::cell::Cell;
 use std::collections::{HashMap, VecDeque};
 
 use ringbuf::{Arena, ArenaConfig, RecordRef};
@@ -47,8 +48,13 @@ pub(in crate::worker) enum Change {
 pub(in crate::worker) struct ClusterState {
     /// The recent records (None: not clustered, nothing kept).
     log: Option<Arena>,
-    /// (where in `log`, when taken, its place in the stream), oldest first.
-    recent: VecDeque<(RecordRef, u64, StreamPos)>,
+    /// (where in `log`, when taken, its place in the stream, its digest
+    /// once computed (0: not yet)), oldest first. The digest is computed
+    /// when a hand-off first needs it, then kept: lining up arriving
+    /// sessions hashed every retained record for every arriving session at
+    /// every retry, 30 % of the node's CPU in a drain (perf, 1,333
+    /// hand-offs/s).
+    recent: VecDeque<(RecordRef, u64, StreamPos, Cell<u64>)>,
     /// Records taken from the stream since start.
     records_seen: u64,
     /// Records kept in `recent` since start (equal to `records_seen` as
@@ -189,13 +195,13 @@ impl ClusterState {
                 if self.recent.len() == RECENT_RECORDS {
                     self.recent.pop_front();
                 }
-                self.recent.push_back((r, now_ms, pos));
+                self.recent.push_back((r, now_ms, pos, Cell::new(0)));
                 self.records_kept += 1;
             }
             // Too large to keep: no cut can be placed across it.
             Err(_) => self.recent.clear(),
         }
-        while let Some(&(r, at, _)) = self.recent.front() {
+        while let Some(&(r, at, _, _)) = self.recent.front() {
             let stale = self.recent.len() > TAIL && at + RECENT_MS < now_ms;
             if stale || !log.contains(r) {
                 self.recent.pop_front();
@@ -210,16 +216,27 @@ impl ClusterState {
         let log = self.log.as_ref();
         self.recent
             .iter()
-            .filter_map(move |(r, _, pos)| Some((log?.get(*r)?, *pos)))
+            .filter_map(move |(r, _, pos, _)| Some((log?.get(*r)?, *pos)))
+    }
+
+    /// The digests of the records `records` yields, in the same order
+    /// (each computed once, then kept).
+    fn digests(&self) -> impl Iterator<Item = u64> + '_ {
+        let log = self.log.as_ref();
+        self.recent.iter().filter_map(move |(r, _, _, d)| {
+            let body = log?.get(*r)?;
+            if d.get() == 0 {
+                // A digest that is 0 is computed again each time: harmless.
+                d.set(moved::digest(body));
+            }
+            Some(d.get())
+        })
     }
 
     /// Digests of the last `TAIL` records taken, oldest first.
     pub(super) fn tail(&self) -> Vec<u64> {
         let skip = self.recent.len().saturating_sub(TAIL);
-        self.records()
-            .skip(skip)
-            .map(|(b, _)| moved::digest(b))
-            .collect()
+        self.digests().skip(skip).collect()
     }
 
     /// The last position taken in every partition seen, by partition.
@@ -311,7 +328,7 @@ impl ClusterState {
     }
 
     fn locate_by_digest(&self, tail: &[u64]) -> Cut {
-        let ours: Vec<u64> = self.records().map(|(b, _)| moved::digest(b)).collect();
+        let ours: Vec<u64> = self.digests().collect();
         let Some((&last, before)) = tail.split_last() else {
             // The holder had taken nothing: all we took is after its cut,
             // if we still have all of it.

@@ -153,6 +153,15 @@ pub(super) fn run(jobs: crossbeam_channel::Receiver<TakeJob>, ctx: Ctx, stop: &A
                 Err(_) => result = Err(ResumeRefusal::NoRoom),
             }
         }
+        if let Err(why) = &result {
+            tracing::debug!(
+                session = %job.take.session_id,
+                named = job.node,
+                %why,
+                waited_ms = job.since.elapsed().as_millis() as u64,
+                "cluster: hand-off failed"
+            );
+        }
         let msg = ToWorker::HandedIn {
             conn: job.conn,
             result,
@@ -175,7 +184,10 @@ fn take(ctx: &Ctx, job: &TakeJob, deadline: Instant) -> Result<Box<Moved>, Resum
     } else {
         match ctx.resolver.lookup(job.node) {
             Some(addr) => ask(ctx, job, job.node, addr, deadline),
-            None => Err(ResumeRefusal::UnknownSession), // the node is gone
+            None => {
+                tracing::debug!(node = job.node, "cluster: the named node has no live claim");
+                Err(ResumeRefusal::UnknownSession) // the node is gone
+            }
         }
     };
     if !matches!(
@@ -223,7 +235,10 @@ fn ask(
             tracing::warn!(node, "cluster: a malformed hand-off answer");
             Err(unreachable)
         }
-        Some(Err(why)) => Err(why),
+        Some(Err(why)) => {
+            tracing::debug!(node, %why, session = %job.take.session_id, "cluster: refused by the node asked");
+            Err(why)
+        }
     }
 }
 

@@ -76,7 +76,10 @@ pub(super) fn prepare(
         stats,
         journal: Arc::new(Journal::new(Box::new(store))),
         fence,
-        jobs: crossbeam_channel::bounded(crate::link::recovery::JOB_QUEUE),
+        jobs: crossbeam_channel::bounded(crate::link::recovery::job_queue(
+            cfg.limits.max_sessions_per_worker,
+            workers,
+        )),
         writes,
         pools: returns,
         instance: j.instance.clone(),

@@ -42,9 +42,15 @@ const MAX_BLOB: usize = 32 << 20;
 const REBUILD_THREADS: usize = 4;
 /// Recovery jobs waiting for a survivor thread (op 9 `no_room` beyond).
 /// A crash's Resumes all arrive within the dead node's claim TTL, before
-/// any can be served (its death is not proven yet): the queue holds a
-/// survivor's share of a full node (about 140 B each, 4.5 MB).
-pub const JOB_QUEUE: usize = 32_768;
+/// any can be served (its death is not proven yet): the queue holds as
+/// many as this node can hold sessions (about 150 B each: 7.5 MB at the
+/// default 2 x 25,000), at most `MAX_JOB_QUEUE`.
+pub fn job_queue(max_sessions_per_worker: u32, workers: usize) -> usize {
+    (max_sessions_per_worker as usize)
+        .saturating_mul(workers)
+        .clamp(1_024, MAX_JOB_QUEUE)
+}
+const MAX_JOB_QUEUE: usize = 131_072;
 /// The writer's queue (checkpoints and summaries).
 pub const WRITE_QUEUE: usize = 16_384;
 

@@ -115,17 +115,57 @@ fn worker_allocations(not: &std::collections::BTreeSet<i32>) -> Vec<(String, u64
     out
 }
 
-fn start_node(
-    dir: &std::path::Path,
-    registry_url: Option<String>,
-) -> (SocketAddr, SocketAddr, SocketAddr) {
+/// What the node under count runs with.
+enum Setup {
+    /// Embedded registry, the ingest listener.
+    Alone,
+    /// A shared PostgreSQL registry: in a cluster.
+    Clustered { registry_url: String },
+    /// Clustered, Kafka ingest, crash recovery's journal, checkpoints and
+    /// summaries written to Redis (docs/cluster.md, "Crash recovery").
+    Recovering {
+        registry_url: String,
+        brokers: String,
+        topic: String,
+        redis_url: String,
+    },
+}
+
+impl Setup {
+    fn registry_url(&self) -> Option<&str> {
+        match self {
+            Setup::Alone => None,
+            Setup::Clustered { registry_url } | Setup::Recovering { registry_url, .. } => {
+                Some(registry_url)
+            }
+        }
+    }
+}
+
+fn start_node(dir: &std::path::Path, setup: &Setup) -> (SocketAddr, SocketAddr, SocketAddr) {
     let mut cfg = gatewayd::config::Config {
         data_dir: dir.to_path_buf(),
         gateway_addr: "127.0.0.1:0".parse().unwrap(),
         admin_addr: "127.0.0.1:0".parse().unwrap(),
-        registry_url: registry_url.unwrap_or_default(),
+        registry_url: setup.registry_url().unwrap_or_default().to_string(),
         ..Default::default()
     };
+    if let Setup::Recovering {
+        brokers,
+        topic,
+        redis_url,
+        ..
+    } = setup
+    {
+        cfg.events.kafka_brokers = brokers.clone();
+        cfg.events.kafka_topic = topic.clone();
+        cfg.events.kafka_group = support::kafka::unique("no-alloc");
+        cfg.events.kafka_session_timeout_ms = 6000;
+        cfg.recovery.enabled = true;
+        cfg.recovery.redis_url = redis_url.clone();
+        // Checkpoints several times over the counted 2,000 events.
+        cfg.recovery.checkpoint_ms = 100;
+    }
     cfg.events.ingest_addr = "127.0.0.1:0".parse().unwrap();
     cfg.portal.addr = "127.0.0.1:0".parse().unwrap();
     cfg.demo.enabled = false;
@@ -149,12 +189,18 @@ fn start_node(
     support::node::wait_for_addrs(dir, || {})
 }
 
+/// Where the counted events come from.
+enum Source {
+    Listener(Producer),
+    Kafka(support::kafka::Kafka),
+}
+
 /// The tests share the counting tables: one node at a time is counted.
 static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 #[test]
 fn worker_event_path_allocates_nothing() {
-    event_path_allocates_nothing(None);
+    event_path_allocates_nothing(Setup::Alone);
 }
 
 /// With a shared registry the node is in a cluster: its workers also copy
@@ -163,10 +209,40 @@ fn worker_event_path_allocates_nothing() {
 #[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
 fn clustered_worker_event_path_allocates_nothing() {
     let (_admin, url) = support::registry::pg_database();
-    event_path_allocates_nothing(Some(url));
+    event_path_allocates_nothing(Setup::Clustered { registry_url: url });
 }
 
-fn event_path_allocates_nothing(registry_url: Option<String>) {
+/// With crash recovery on, the workers also checkpoint their sessions'
+/// seqs (every 100 ms here) into buffers the writer thread hands back, and
+/// the events come from a Kafka topic whose batch order is journaled.
+#[test]
+#[ignore = "needs PostgreSQL, a Kafka-protocol broker and redis-server: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL, GATEWAYD_TEST_KAFKA_BROKERS and GATEWAYD_TEST_REDIS_SERVER"]
+fn recovering_worker_event_path_allocates_nothing() {
+    let (_admin, url) = support::registry::pg_database();
+    let brokers = support::kafka::brokers();
+    let topic = support::kafka::create_topic(&brokers);
+    let redis = support::services::RedisServer::start();
+    event_path_allocates_nothing(Setup::Recovering {
+        registry_url: url,
+        brokers,
+        topic,
+        redis_url: redis.url(),
+    });
+    let checkpoints = support::metrics::metric_sum(
+        &support::metrics::metrics(*RECOVERING_ADMIN.lock().unwrap()),
+        "gatewayd_recovery_checkpoints_total",
+        &[],
+    );
+    assert!(checkpoints > 0.0, "the workers checkpointed while counted");
+}
+
+/// The admin address of the last node counted (for the recovery case's
+/// own check after the count).
+static RECOVERING_ADMIN: std::sync::Mutex<SocketAddr> = std::sync::Mutex::new(SocketAddr::V4(
+    std::net::SocketAddrV4::new(std::net::Ipv4Addr::UNSPECIFIED, 0),
+));
+
+fn event_path_allocates_nothing(setup: Setup) {
     let _one = ONE_AT_A_TIME
         .lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner);
@@ -177,7 +253,9 @@ fn event_path_allocates_nothing(registry_url: Option<String>) {
     const APPS: usize = 8;
     const PER_APP: usize = 3;
     let dir = tempfile::tempdir().unwrap();
-    let (gateway, admin, ingest) = start_node(dir.path(), registry_url.clone());
+    let (gateway, admin, ingest) = start_node(dir.path(), &setup);
+    *RECOVERING_ADMIN.lock().unwrap() = admin;
+    let registry_url = setup.registry_url().map(str::to_string);
     let reg = Registry::with_url(dir.path(), registry_url.as_deref());
     let (server, channel) = reg.add_server("Quiet Server");
     let apps: Vec<_> = (0..APPS)
@@ -211,14 +289,33 @@ fn event_path_allocates_nothing(registry_url: Option<String>) {
     }
     let recipients = (APPS * PER_APP) as u64;
 
-    let mut producer = Producer::connect(ingest);
+    let mut producer = match &setup {
+        Setup::Recovering { brokers, topic, .. } => {
+            Source::Kafka(support::kafka::Kafka::new(brokers, topic))
+        }
+        _ => Source::Listener(Producer::connect(ingest)),
+    };
     let mut sent = 0u64;
-    let mut send = |producer: &mut Producer, n: u64| {
+    let mut send = |producer: &mut Source, n: u64| {
         for _ in 0..n {
             sent += 1;
-            let ev =
-                support::events::message_event(1 << 40 | sent, server, channel, "counted", &[]);
-            producer.send(&ev);
+            let id = 1 << 40 | sent;
+            match producer {
+                Source::Listener(p) => p.send(&support::events::message_event(
+                    id,
+                    server,
+                    channel,
+                    "counted",
+                    &[],
+                )),
+                Source::Kafka(k) => k.send(
+                    server,
+                    &support::events::frame_message_with_id(id, server, channel, "counted"),
+                ),
+            }
+        }
+        if let Source::Kafka(k) = producer {
+            k.flush();
         }
         sent
     };
@@ -258,6 +355,14 @@ fn event_path_allocates_nothing(registry_url: Option<String>) {
         registry_url.is_some(),
         "in a cluster iff the registry is shared"
     );
+    if let Setup::Recovering { .. } = setup {
+        let appends = support::metrics::metric_sum(
+            &support::metrics::metrics(admin),
+            "gatewayd_recovery_journal_appends_total",
+            &[],
+        );
+        assert!(appends > 0.0, "the batches' order is journaled in Redis");
+    }
     // Each worker is a thread named worker-<id>-<core> (glommio's helper
     // threads inherit the name; they are counted too).
     let before = worker_allocations(&earlier);

@@ -111,6 +111,12 @@ fn get(store: &mut Store, key: &str) -> Result<Option<Vec<u8>>, ResumeRefusal> {
 
 fn recover(ctx: &mut Ctx, job: &RecoverJob) -> Result<Rebuilt, ResumeRefusal> {
     let deadline = job.since + Duration::from_millis(ctx.cfg.resume_timeout_ms);
+    if Instant::now() >= deadline {
+        // It waited in the queue past its budget (more Resumes than the
+        // survivor threads could serve in time): refused without a Redis
+        // or topic read, so the jobs behind it still have theirs.
+        return Err(ResumeRefusal::NoRoom);
+    }
     let sid = job.take.session_id;
     let bytes = get(&mut ctx.store, &summary_key(&sid))?.ok_or(ResumeRefusal::RecoveryNoSummary)?;
     let summary = Summary::decode(&bytes).ok_or(ResumeRefusal::RecoveryNoSummary)?;

@@ -332,11 +332,20 @@ impl Metrics {
         Metrics(promtext::parse_lossy(text))
     }
 
-    /// Every registry call the node reports: the sidecar's (timed), the
-    /// hand-off threads' and the survivor threads' reads (counted).
+    /// Every registry call the node reports: the sidecar's and the
+    /// cluster threads'.
     pub fn registry_calls(&self) -> f64 {
+        self.sidecar_calls() + self.cluster_reads()
+    }
+
+    /// The registry calls the sidecar made (timed).
+    pub fn sidecar_calls(&self) -> f64 {
         self.sum("gatewayd_registry_call_seconds_count")
-            + self.sum("gatewayd_cluster_registry_reads_total")
+    }
+
+    /// The hand-off and survivor threads' direct registry reads (counted).
+    pub fn cluster_reads(&self) -> f64 {
+        self.sum("gatewayd_cluster_registry_reads_total")
             + self.sum("gatewayd_recovery_registry_reads_total")
     }
 

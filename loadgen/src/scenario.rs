@@ -509,8 +509,8 @@ fn steady(c: &Common, recovery: Option<&RecoveryOpts>, rep: &mut Report) -> Resu
             let reg = open_registry(c, "registry")?;
             let w = make_world(c, reg.handle.as_ref(), 0)?;
             let mut args = owned(&NO_THROTTLE);
-            if let (Some(side), Some(o)) = (&side, recovery) {
-                args.extend(side.node_args("node-a", o));
+            if let Some(side) = &side {
+                args.extend(side.node_args("node-a"));
             }
             let n = start_node(c, &reg.loc, "node-a", &args)?;
             (w, n)

@@ -77,6 +77,8 @@ pub(super) struct KafkaSide {
     /// ingest alone: the baseline of an A/B).
     pub with_section: bool,
     cfg_path: std::path::PathBuf,
+    /// The run's extra node flags (`RecoveryOpts::node_args`).
+    extra: Vec<String>,
     _redis: crate::services::Service,
     _tansu: crate::services::Service,
 }
@@ -127,6 +129,7 @@ impl KafkaSide {
             topic,
             with_section,
             cfg_path,
+            extra: o.node_args.clone(),
             _redis: redis,
             _tansu: tansu,
         })
@@ -134,7 +137,7 @@ impl KafkaSide {
 
     /// The flags of node `name`: Kafka ingest (its own group), the config
     /// file, the run's extra flags.
-    pub(super) fn node_args(&self, name: &str, o: &RecoveryOpts) -> Vec<String> {
+    pub(super) fn node_args(&self, name: &str) -> Vec<String> {
         let mut a = owned(&[
             "--kafka-brokers",
             &self.brokers,
@@ -147,7 +150,7 @@ impl KafkaSide {
             a.push("--config".into());
             a.push(self.cfg_path.display().to_string());
         }
-        a.extend(o.node_args.iter().cloned());
+        a.extend(self.extra.iter().cloned());
         a
     }
 }
@@ -185,7 +188,7 @@ pub(super) fn storm_recovery(
         } else {
             owned(&["--identify-limits", "on"])
         };
-        extra.extend(side.node_args(&name, o));
+        extra.extend(side.node_args(&name));
         match start_node(c, &reg.loc, &name, &extra) {
             Ok(n) => nodes.push(n),
             Err(e) => {
@@ -264,7 +267,7 @@ pub(super) fn storm_recovery(
         .iter()
         .zip(&before)
         .filter_map(|(p, b)| Some((p.as_ref()?, b.as_ref()?)))
-        .map(|(p, b)| sidecar_calls(b) - sidecar_calls(p))
+        .map(|(p, b)| b.sidecar_calls() - p.sidecar_calls())
         .sum();
     let c0 = fleet.counters();
     progress(&format!(
@@ -314,8 +317,8 @@ pub(super) fn storm_recovery(
     let mut refusals: std::collections::BTreeMap<String, f64> = Default::default();
     for (b, a) in before.iter().zip(&after) {
         let (Some(b), Some(a)) = (b, a) else { continue };
-        calls += sidecar_calls(a) - sidecar_calls(b);
-        reads += (a.registry_calls() - sidecar_calls(a)) - (b.registry_calls() - sidecar_calls(b));
+        calls += a.sidecar_calls() - b.sidecar_calls();
+        reads += a.cluster_reads() - b.cluster_reads();
         h_in += a.sum("gatewayd_handoffs_in_total") - b.sum("gatewayd_handoffs_in_total");
         let was = b.by_label("gatewayd_resume_refusals_total", "reason");
         for (r, v) in a.by_label("gatewayd_resume_refusals_total", "reason") {
@@ -475,10 +478,4 @@ pub(super) fn storm_recovery(
     }
     drop(side);
     Ok(())
-}
-
-/// The registry calls the sidecar made (what the plain storm's baseline
-/// counts).
-fn sidecar_calls(m: &Metrics) -> f64 {
-    m.sum("gatewayd_registry_call_seconds_count")
 }

@@ -40,7 +40,8 @@ pub(super) struct Ctx {
 
 /// The live nodes as last read, and when.
 type Peers = (Vec<(u16, SocketAddr)>, Option<Instant>);
-/// A node's link address as last read (None: no live claim), and when.
+/// A node's link address as last read (None: no live claim), and until
+/// when it is trusted.
 type Cached = HashMap<u16, (Option<SocketAddr>, Instant)>;
 
 /// Node number to link address, from the registry (at most 65,535 entries).
@@ -85,8 +86,8 @@ impl Resolver {
 
     fn lookup(&self, node: u16) -> Option<SocketAddr> {
         let now = Instant::now();
-        if let Some((addr, at)) = self.lock().get(&node) {
-            if now.duration_since(*at) < ADDRESS_TTL {
+        if let Some((addr, until)) = self.lock().get(&node) {
+            if now < *until {
                 return *addr;
             }
         }
@@ -101,7 +102,7 @@ impl Resolver {
                 return None; // not cached: the registry may be back soon
             }
         };
-        self.lock().insert(node, (addr, now));
+        self.lock().insert(node, (addr, now + ADDRESS_TTL));
         addr
     }
 
@@ -109,16 +110,8 @@ impl Resolver {
     /// not at once: a dead node's storm of Resumes would otherwise cost
     /// the registry one call each.
     fn forget(&self, node: u16) {
-        let mut cache = self.lock();
-        if let Some((_, at)) = cache.get_mut(&node) {
-            let soon = Instant::now().checked_sub(ADDRESS_TTL - RETRY);
-            match soon {
-                Some(soon) if *at > soon => *at = soon,
-                Some(_) => {}
-                None => {
-                    cache.remove(&node);
-                }
-            }
+        if let Some((_, until)) = self.lock().get_mut(&node) {
+            *until = (*until).min(Instant::now() + RETRY);
         }
     }
 

@@ -16,6 +16,7 @@ use crate::delivery::batch::{Batch, StreamPos};
 use crate::delivery::moved::{self, Moved, MAX_PARTITIONS};
 use crate::delivery::resume::ResumeRefusal;
 use crate::delivery::wire::Reader;
+use crate::delivery::ConnKey;
 use crate::protocol::session::Identity;
 
 const JOURNAL_MAGIC: &[u8; 4] = b"GWJ1";
@@ -217,16 +218,14 @@ impl JournalState {
     }
 }
 
-/// A dead node's session as a survivor rebuilt it: its identity, its seq
-/// at the dead worker's checkpoint, the records that worker took after
+/// What a dead worker's records say after one of its checkpoints, as a
+/// survivor rebuilt it once for every session recovered from that
+/// checkpoint (shared: the records are read, proven and copied once per
+/// checkpoint, not once per session): the records that worker took after
 /// the checkpoint in its order (as far as the journal proves), the records
 /// after those in partition order, and where they end (the cut the
 /// survivor's own stream joins at).
-pub struct Rebuilt {
-    pub identity: Identity,
-    pub checkpoint_seq: u64,
-    /// The client's seq (it has everything up to here).
-    pub client_seq: u64,
+pub struct Replay {
     pub proven: Batch,
     pub tail: Batch,
     /// Last position per partition of everything above, by partition.
@@ -234,6 +233,16 @@ pub struct Rebuilt {
     /// The checkpoint's time: a permission change this node applied since
     /// (less a margin) may have reached the dead node in the replayed span.
     pub since_unix_ms: u64,
+}
+
+/// One session to recover from a `Replay`: who it is, its seq at the dead
+/// worker's checkpoint, and the client's seq (it has everything up to
+/// there), for the connection whose Resume asked.
+pub struct Recovering {
+    pub conn: ConnKey,
+    pub identity: Identity,
+    pub checkpoint_seq: u64,
+    pub client_seq: u64,
 }
 
 /// One worker's checkpoint: at a batch boundary, the last journal entry it

@@ -16,12 +16,10 @@
 mod cut;
 mod recover;
 
-use std::collections::HashMap;
-
 use super::*;
 use crate::delivery::moved::{self, Moved, Take};
 pub(super) use cut::{Change, ClusterState};
-use cut::{Cut, Pending, MAX_PENDING};
+use cut::{Cut, Pending, Reach, MAX_PENDING};
 
 impl Worker {
     fn clustered(&self) -> bool {
@@ -157,15 +155,25 @@ impl Worker {
     /// Install every arrived session whose cut our stream has reached.
     fn retry_pending(&mut self) {
         let now = self.now_ms();
+        let mut reach = Reach::default();
+        // The records the last cut placed takes: sessions recovered
+        // together share their cut, so it is worked out once for them.
+        let mut last: Option<(Vec<(i32, u64)>, Vec<usize>)> = None;
         let mut i = 0;
         while i < self.clu.pending.len() {
-            let cut = self.clu.locate(&self.clu.pending[i].moved);
+            let cut = self.clu.locate(&self.clu.pending[i].moved, &mut reach);
             let expired = self.clu.pending[i].until_ms < now;
             match cut {
                 Cut::NotYet if !expired => i += 1,
                 Cut::After(_) | Cut::Past(_) => {
                     let p = self.clu.pending.swap_remove(i);
-                    self.install(p.conn, &p.moved, &cut);
+                    let same = matches!(cut, Cut::Past(_))
+                        && last.as_ref().is_some_and(|(c, _)| *c == p.moved.cut);
+                    if !same {
+                        last = Some((p.moved.cut.clone(), self.clu.taken(&cut)));
+                    }
+                    let taken = last.as_ref().map_or(&[][..], |(_, t)| t.as_slice());
+                    self.install(p.conn, &p.moved, taken);
                 }
                 Cut::NotYet | Cut::Mismatch(_) => {
                     let p = self.clu.pending.swap_remove(i);
@@ -187,7 +195,7 @@ impl Worker {
 
     /// Rebuild a moved session, give it our records after its cut, attach
     /// the connection (if it is still there) and send RESUMED.
-    fn install(&mut self, key: ConnKey, m: &Moved, cut: &Cut) {
+    fn install(&mut self, key: ConnKey, m: &Moved, taken: &[usize]) {
         let now = self.now_ms();
         let unix = self.unix_ms;
         let window = self.shared.cfg.limits.resume_window_ms;
@@ -208,11 +216,13 @@ impl Worker {
         let Worker {
             fan, clu, mentions, ..
         } = self;
-        let mut done = HashMap::new();
-        for (i, (body, pos)) in clu.records().enumerate() {
-            if !cut.takes(i, pos, &mut done) {
+        let mut want = taken.iter().copied().peekable();
+        let first = taken.first().copied().unwrap_or(usize::MAX);
+        for (i, (body, _)) in clu.records().enumerate().skip(first) {
+            if want.peek() != Some(&i) {
                 continue;
             }
+            want.next();
             // SAFETY: the ingest thread accepted exactly these bytes; `keep`
             // copied them unchanged into the log, whose records are 8-aligned.
             let rec = unsafe { ingest::access_trusted(body) };

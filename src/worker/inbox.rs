@@ -60,7 +60,8 @@ impl Worker {
             ToWorker::Shutdown { spread_ms } => self.drain(spread_ms),
             ToWorker::HandOut { take, reply } => self.hand_out(&take, &reply),
             ToWorker::HandedIn { conn, result } => self.handed_in(conn, result),
-            ToWorker::Recovered { conn, result } => self.recovered(conn, result),
+            ToWorker::Recovered { replay, sessions } => self.recovered(&replay, sessions),
+            ToWorker::NotRecovered { conn, why } => self.refuse_resume(conn, why),
         }
     }
 

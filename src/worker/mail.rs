@@ -188,11 +188,17 @@ pub enum ToWorker {
         conn: ConnKey,
         result: Result<Box<Moved>, ResumeRefusal>,
     },
-    /// A dead node's session, reconstructed by a recovery thread from
-    /// Redis and the topic (`link::recovery`), or why not.
+    /// Sessions of a dead node, reconstructed by a recovery thread from
+    /// Redis and the topic (`link::recovery`): every one of them recovered
+    /// from the same checkpoint, so the worker replays the records once.
     Recovered {
+        replay: Arc<crate::delivery::recovery::Replay>,
+        sessions: Vec<crate::delivery::recovery::Recovering>,
+    },
+    /// A Resume a recovery thread could not serve: op 9 for this reason.
+    NotRecovered {
         conn: ConnKey,
-        result: Result<Box<crate::delivery::recovery::Rebuilt>, ResumeRefusal>,
+        why: ResumeRefusal,
     },
 }
 

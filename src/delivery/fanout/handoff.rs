@@ -3,6 +3,8 @@
 //! taken yet). docs/cluster.md has the rule that lines the two nodes'
 //! streams up; this file only moves a ring's contents.
 
+use std::collections::HashMap;
+
 use ringbuf::{Entry, SessionRing};
 
 use super::{unlist, FanOut, SessionSlot};
@@ -11,9 +13,54 @@ use crate::delivery::fanout::EventIn;
 use crate::delivery::moved::{Moved, Take};
 use crate::delivery::record;
 use crate::delivery::resume::ResumeRefusal;
-use crate::protocol::session::GuildAccess;
+use crate::protocol::session::{GuildAccess, Identity};
 use proto::SessionIdx;
 use proto::{AppId, ServerId};
+
+/// Sessions rebuilt together from the same records (crash recovery): each
+/// record is read once and offered to the members it may concern, found
+/// as the live path finds recipients (by server; by bot for a direct
+/// message), not to every member.
+pub struct Rebuilding {
+    members: Vec<SessionIdx>,
+    /// Members (their place in `members`) by server and by bot user.
+    by_server: HashMap<ServerId, Vec<u32>>,
+    by_bot: HashMap<u64, Vec<u32>>,
+    /// Members that get nothing more (their replay failed).
+    left: Vec<bool>,
+}
+
+impl Rebuilding {
+    /// The group of `members`, sessions of `fan`.
+    pub fn new(fan: &FanOut, members: Vec<SessionIdx>) -> Rebuilding {
+        let mut g = Rebuilding {
+            by_server: HashMap::new(),
+            by_bot: HashMap::new(),
+            left: vec![false; members.len()],
+            members,
+        };
+        for (k, idx) in g.members.iter().enumerate() {
+            let Some(s) = fan.get(*idx) else { continue };
+            for guild in &s.identity.guilds {
+                g.by_server.entry(guild.id).or_default().push(k as u32);
+            }
+            g.by_bot
+                .entry(s.identity.bot_user_id)
+                .or_default()
+                .push(k as u32);
+        }
+        g
+    }
+
+    /// Member `k` gets nothing more.
+    pub fn leave(&mut self, k: usize) {
+        self.left[k] = true;
+    }
+
+    pub fn has_left(&self, k: usize) -> bool {
+        self.left[k]
+    }
+}
 
 impl FanOut {
     /// The events after `take.seq` of session `idx`, as (t, d), if a Resume
@@ -62,17 +109,7 @@ impl FanOut {
         now_ms: u64,
         window_ms: u64,
     ) -> Result<SessionIdx, ResumeRefusal> {
-        if self.by_id.contains_key(&m.identity.session_id) || m.seq >= u64::MAX / 4 {
-            return Err(ResumeRefusal::UnknownSession);
-        }
-        let idx = self.insert(SessionSlot {
-            ring: SessionRing::new(&self.cfg.ring, m.seq),
-            identity: Box::new(m.identity.clone()),
-            conn: None,
-            expires_ms: now_ms.saturating_add(window_ms),
-            lost: false,
-            recovery: 0,
-        });
+        let idx = self.import_at(&m.identity, m.seq, now_ms, window_ms)?;
         for (t, d) in &m.events {
             let pushed = record::append(&mut self.arena, t, d)
                 .map_err(|_| ResumeRefusal::NoRoom)
@@ -102,6 +139,48 @@ impl FanOut {
             }
         }
         Ok(idx)
+    }
+
+    /// A session arriving with an empty ring that continues at `seq`,
+    /// detached (crash recovery rebuilds it from there).
+    pub fn import_at(
+        &mut self,
+        identity: &Identity,
+        seq: u64,
+        now_ms: u64,
+        window_ms: u64,
+    ) -> Result<SessionIdx, ResumeRefusal> {
+        if self.by_id.contains_key(&identity.session_id) || seq >= u64::MAX / 4 {
+            return Err(ResumeRefusal::UnknownSession);
+        }
+        Ok(self.insert(SessionSlot {
+            ring: SessionRing::new(&self.cfg.ring, seq),
+            identity: Box::new(identity.clone()),
+            conn: None,
+            expires_ms: now_ms.saturating_add(window_ms),
+            lost: false,
+            recovery: 0,
+        }))
+    }
+
+    /// Offer one event to the members of `g` that `deliver` would consider
+    /// (the sessions of its server, or of the bots a direct message names,
+    /// in the same order), each as `deliver_to` does.
+    pub fn deliver_to_group(&mut self, g: &Rebuilding, ev: &EventIn, now_ms: u64, unix_ms: u64) {
+        let mut offer = |list: Option<&Vec<u32>>| {
+            for &k in list.map_or(&[][..], Vec::as_slice) {
+                if !g.left[k as usize] {
+                    self.deliver_to(g.members[k as usize], ev, now_ms, unix_ms);
+                }
+            }
+        };
+        if ev.server_id == ServerId::NONE {
+            for bot in ev.mentions {
+                offer(g.by_bot.get(bot));
+            }
+        } else {
+            offer(g.by_server.get(&ev.server_id));
+        }
     }
 
     /// Offer one event to session `idx` only (the records a moved session

@@ -1,9 +1,18 @@
-//! A survivor rebuilds a dead node's session (docs/cluster.md, "Crash
-//! recovery"): its summary, the dead worker's checkpoints and the node's
-//! journal from Redis (the journal and checkpoints of a dead node are
-//! final, so they are read once per dead node and cached), the records
+//! A survivor rebuilds a dead node's sessions (docs/cluster.md, "Crash
+//! recovery"): their summaries, the dead worker's checkpoints and the
+//! node's journal from Redis (the journal and checkpoints of a dead node
+//! are final, so they are read once per dead node and cached), the records
 //! after the checkpoint from the topic, in the order the journal proves.
 //! The worker then replays them (`worker::cluster::recover`).
+//!
+//! In batches: a thread takes up to `BATCH` waiting Resumes at once, reads
+//! their summaries in one Redis round, proves each holder dead once, reads
+//! and assembles each dead worker's checkpoint once for all of its
+//! sessions (`Replay`, shared), claims them in one round, and hands each
+//! worker one message per replay. A crash of a full node costs a few
+//! rounds per `BATCH` sessions and one topic read per checkpoint and
+//! `FETCH_FOR`, not a read and an assembly per session (which served
+//! about 600 sessions a second: docs/results/storm-recovery).
 //!
 //! Exactly one owner: we recover only once the holder is dead (its claim
 //! lapsed, or the number is held by another process: another link
@@ -19,9 +28,10 @@ use super::{checkpoint_key, journal_key, owner_key, summary_key, Store};
 use crate::config::Recovery as RecoveryConfig;
 use crate::delivery::batch::{Batch, StreamPos};
 use crate::delivery::recovery::{
-    Checkpoint, Entry, Rebuilt, Summary, TopicReader, FOREIGN, STATE_BEFORE, TAINTED,
+    Checkpoint, Entry, Recovering, Replay, Summary, TopicReader, FOREIGN, STATE_BEFORE, TAINTED,
 };
 use crate::delivery::resume::ResumeRefusal;
+use crate::delivery::ConnKey;
 use crate::link::resp::{command, Reply};
 use crate::worker::mail::{RecoverJob, ToWorker, WorkerHandle};
 
@@ -37,23 +47,25 @@ struct Dead {
     checkpoints: HashMap<u16, Arc<Vec<Checkpoint>>>,
 }
 
-/// Topic records fetched for one dead worker's checkpoint are reused this
-/// long by the next recoveries from the same checkpoint (a storm reads each
+/// A dead worker's checkpoint replayed from the topic is reused this long
+/// by the next recoveries from the same checkpoint (a storm reads each
 /// range about once per interval; our own log reaches back 2 s, so the cut
 /// at their end stays reachable), for at most this many checkpoints.
 const FETCH_FOR: Duration = Duration::from_millis(500);
 const FETCHES: usize = 64;
+/// Resumes a survivor thread takes at once (one Redis round for their
+/// summaries, one for their claims).
+const BATCH: usize = 512;
 
 /// (partitions with their watermarks, the records read).
 type Ranges = (Vec<(i32, i64, i64)>, Vec<Batch>);
-type Read = Arc<Ranges>;
 /// (dead instance, worker, checkpoint's entry number).
 type ReadKey = (String, u16, u64);
 
 #[derive(Default)]
 pub(super) struct Cache {
     dead: Mutex<HashMap<String, Dead>>,
-    reads: Mutex<HashMap<ReadKey, (Instant, Read)>>,
+    reads: Mutex<HashMap<ReadKey, (Instant, Arc<Replay>)>>,
     /// Processes proven dead (node number, the link address and instance
     /// its summaries name), when proven: the death of a process is final,
     /// so the rest of a storm's recoveries from it ask the registry nothing
@@ -74,24 +86,72 @@ pub(super) struct Ctx {
 }
 
 pub(super) fn run(mut ctx: Ctx, jobs: &crossbeam_channel::Receiver<RecoverJob>, stop: &AtomicBool) {
+    let mut batch = Vec::with_capacity(BATCH);
     while !stop.load(Relaxed) {
-        let Ok(job) = jobs.recv_timeout(Duration::from_millis(100)) else {
+        let Ok(first) = jobs.recv_timeout(Duration::from_millis(100)) else {
             continue;
         };
-        let result = recover(&mut ctx, &job).map(Box::new);
-        if let Err(why) = &result {
-            tracing::info!(session = %job.take.session_id, %why, "recovery: not recovered");
+        batch.push(first);
+        batch.extend(jobs.try_iter().take(BATCH - 1));
+        let mut out = Outbox::default();
+        recover_all(&mut ctx, std::mem::take(&mut batch), &mut out);
+        out.send(&ctx.workers);
+    }
+}
+
+/// The answers of one batch: refusals one by one, recovered sessions in
+/// one message per (worker, replay).
+#[derive(Default)]
+struct Outbox {
+    refused: Vec<(usize, ConnKey, ResumeRefusal)>,
+    groups: Vec<(usize, Arc<Replay>, Vec<Recovering>)>,
+}
+
+impl Outbox {
+    fn refuse(&mut self, job: &RecoverJob, why: ResumeRefusal) {
+        tracing::debug!(session = %job.take.session_id, %why, "recovery: not recovered");
+        self.refused.push((job.worker, job.conn, why));
+    }
+
+    fn recovered(&mut self, worker: usize, replay: &Arc<Replay>, s: Recovering) {
+        let found = self
+            .groups
+            .iter_mut()
+            .find(|(w, r, _)| *w == worker && Arc::ptr_eq(r, replay));
+        match found {
+            Some((_, _, list)) => list.push(s),
+            None => self.groups.push((worker, replay.clone(), vec![s])),
         }
-        if let Some(w) = ctx.workers.get(job.worker) {
-            if !w.send(ToWorker::Recovered {
-                conn: job.conn,
-                result,
-            }) {
-                tracing::warn!(
-                    worker = job.worker,
-                    "recovery: worker inbox full, answer dropped"
-                );
-            }
+    }
+
+    fn send(self, workers: &[WorkerHandle]) {
+        let (refused, sessions) = (
+            self.refused.len(),
+            self.groups.iter().map(|g| g.2.len()).sum::<usize>(),
+        );
+        if refused > 0 {
+            tracing::info!(
+                recovered = sessions,
+                refused,
+                "recovery: a batch of resumes answered"
+            );
+        }
+        let mut dropped = 0;
+        for (worker, conn, why) in self.refused {
+            let sent = workers
+                .get(worker)
+                .is_some_and(|w| w.send(ToWorker::NotRecovered { conn, why }));
+            dropped += usize::from(!sent);
+        }
+        for (worker, replay, sessions) in self.groups {
+            let n = sessions.len();
+            let sent = workers
+                .get(worker)
+                .is_some_and(|w| w.send(ToWorker::Recovered { replay, sessions }));
+            dropped += if sent { 0 } else { n };
+        }
+        if dropped > 0 {
+            tracing::warn!(dropped, "recovery: worker inbox full, answers dropped");
         }
     }
 }
@@ -100,25 +160,158 @@ fn store_down<T>(_: T) -> ResumeRefusal {
     ResumeRefusal::RecoveryStoreDown
 }
 
-fn get(store: &mut Store, key: &str) -> Result<Option<Vec<u8>>, ResumeRefusal> {
+/// One round of `GET`s, a reply per key (None: no such key).
+fn get_many<'a>(
+    store: &mut Store,
+    keys: impl Iterator<Item = &'a str>,
+) -> Result<Vec<Option<Vec<u8>>>, ResumeRefusal> {
     let mut cmds = Vec::new();
-    command(&mut cmds, &[b"GET", key.as_bytes()]);
-    match store.round(&cmds, 1).map_err(store_down)?.pop() {
-        Some(Reply::Bulk(b)) => Ok(b),
-        _ => Err(ResumeRefusal::RecoveryStoreDown),
+    let mut n = 0;
+    for k in keys {
+        command(&mut cmds, &[b"GET", k.as_bytes()]);
+        n += 1;
+    }
+    if n == 0 {
+        return Ok(Vec::new());
+    }
+    store
+        .round(&cmds, n)
+        .map_err(store_down)?
+        .into_iter()
+        .map(|r| match r {
+            Reply::Bulk(b) => Ok(b),
+            _ => Err(ResumeRefusal::RecoveryStoreDown),
+        })
+        .collect()
+}
+
+/// A job whose summary checked out, with its deadline.
+struct Found {
+    job: RecoverJob,
+    deadline: Instant,
+    summary: Summary,
+}
+
+/// Recover a batch of jobs together: their summaries in one Redis round,
+/// each dead holder proven dead once, each dead worker's checkpoint
+/// replayed once for all of its sessions, their claims in one round.
+fn recover_all(ctx: &mut Ctx, jobs: Vec<RecoverJob>, out: &mut Outbox) {
+    let budget = Duration::from_millis(ctx.cfg.resume_timeout_ms);
+    let now = Instant::now();
+    let mut live = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        if now >= job.since + budget {
+            // It waited in the queue past its budget (more Resumes than
+            // the survivor threads could serve in time): refused without a
+            // Redis or topic read, so the jobs behind it still have theirs.
+            out.refuse(&job, ResumeRefusal::NoRoom);
+        } else {
+            live.push(job);
+        }
+    }
+    let keys: Vec<String> = live
+        .iter()
+        .map(|j| summary_key(&j.take.session_id))
+        .collect();
+    let summaries = match get_many(&mut ctx.store, keys.iter().map(String::as_str)) {
+        Ok(s) => s,
+        Err(why) => return live.iter().for_each(|j| out.refuse(j, why)),
+    };
+    let mut found = Vec::with_capacity(live.len());
+    for (job, bytes) in live.into_iter().zip(summaries) {
+        match check_summary(ctx, &job, bytes) {
+            Ok(summary) => found.push(Found {
+                deadline: job.since + budget,
+                job,
+                summary,
+            }),
+            Err(why) => out.refuse(&job, why),
+        }
+    }
+    // Each holder proven dead once (waiting for its claim to lapse, at
+    // most to the latest deadline among its sessions).
+    found.sort_by(|a, b| holder(&a.summary).cmp(&holder(&b.summary)));
+    let mut ready: Vec<(Found, ReadKey, u64)> = Vec::with_capacity(found.len());
+    let mut found = found.into_iter().peekable();
+    while let Some(first) = found.next() {
+        let mut same = vec![first];
+        while let Some(f) = found.next_if(|f| holder(&f.summary) == holder(&same[0].summary)) {
+            same.push(f);
+        }
+        let latest = same.iter().map(|f| f.deadline).max().expect("one at least");
+        if let Err(why) = wait_dead(ctx, holder(&same[0].summary), latest) {
+            same.iter().for_each(|f| out.refuse(&f.job, why));
+            continue;
+        }
+        for f in same {
+            if Instant::now() >= f.deadline {
+                out.refuse(&f.job, ResumeRefusal::NodeUnreachable);
+                continue;
+            }
+            match checkpoint_for(ctx, &f) {
+                Ok((key, seq)) => ready.push((f, key, seq)),
+                Err(why) => out.refuse(&f.job, why),
+            }
+        }
+    }
+    // Each dead worker's checkpoint replayed once for its sessions.
+    ready.sort_by(|a, b| a.1.cmp(&b.1));
+    let mut claimable: Vec<(Found, Arc<Replay>, u64)> = Vec::with_capacity(ready.len());
+    while let Some((first, key, _)) = ready.first() {
+        let n = ready.iter().take_while(|r| r.1 == *key).count();
+        let deadline = ready[..n]
+            .iter()
+            .map(|r| r.0.deadline)
+            .max()
+            .expect("at least one");
+        let replay = replay_for(ctx, &key.clone(), &first.summary, deadline);
+        for (f, _, seq) in ready.drain(..n) {
+            match &replay {
+                Ok(_) if Instant::now() >= f.deadline => {
+                    out.refuse(&f.job, ResumeRefusal::NodeUnreachable)
+                }
+                Ok(r) => claimable.push((f, r.clone(), seq)),
+                Err(why) => out.refuse(&f.job, *why),
+            }
+        }
+    }
+    // One owner per session: the first survivor to claim it.
+    let claims = claim_all(ctx, claimable.iter().map(|c| &c.0.job.take.session_id));
+    for ((f, replay, checkpoint_seq), claimed) in claimable.into_iter().zip(claims) {
+        if let Err(why) = claimed {
+            out.refuse(&f.job, why);
+            continue;
+        }
+        out.recovered(
+            f.job.worker,
+            &replay,
+            Recovering {
+                conn: f.job.conn,
+                identity: f.summary.identity,
+                checkpoint_seq,
+                client_seq: f.job.take.seq,
+            },
+        );
     }
 }
 
-fn recover(ctx: &mut Ctx, job: &RecoverJob) -> Result<Rebuilt, ResumeRefusal> {
-    let deadline = job.since + Duration::from_millis(ctx.cfg.resume_timeout_ms);
-    if Instant::now() >= deadline {
-        // It waited in the queue past its budget (more Resumes than the
-        // survivor threads could serve in time): refused without a Redis
-        // or topic read, so the jobs behind it still have theirs.
-        return Err(ResumeRefusal::NoRoom);
-    }
+/// The process a summary names as the holder: (node, link, instance).
+fn holder(s: &Summary) -> (u16, &str, &str) {
+    (
+        s.identity.session_id.node(),
+        s.link.as_str(),
+        s.instance.as_str(),
+    )
+}
+
+/// The job's summary, if it is the session's and the token matches.
+fn check_summary(
+    ctx: &Ctx,
+    job: &RecoverJob,
+    bytes: Option<Vec<u8>>,
+) -> Result<Summary, ResumeRefusal> {
     let sid = job.take.session_id;
-    let bytes = get(&mut ctx.store, &summary_key(&sid))?.ok_or(ResumeRefusal::RecoveryNoSummary)?;
+    let bytes = bytes.ok_or(ResumeRefusal::RecoveryNoSummary)?;
     let summary = Summary::decode(&bytes).ok_or(ResumeRefusal::RecoveryNoSummary)?;
     if summary.identity.session_id != sid {
         return Err(ResumeRefusal::RecoveryNoSummary);
@@ -130,41 +323,69 @@ fn recover(ctx: &mut Ctx, job: &RecoverJob) -> Result<Rebuilt, ResumeRefusal> {
     if summary.instance == ctx.instance {
         return Err(ResumeRefusal::UnknownSession); // ours, and not here: it ended
     }
-    let holder = (sid.node(), summary.link.as_str(), summary.instance.as_str());
-    wait_dead(ctx, holder, deadline)?;
-    let (journal, checkpoints) = dead_records(ctx, &summary.instance, summary.worker)?;
-    // The newest checkpoint that holds the session at the summary's
-    // version, at or before the client's seq.
+    Ok(summary)
+}
+
+/// The newest checkpoint of the dead worker that holds the session at the
+/// summary's version, at or before the client's seq: its key, and the
+/// session's seq there.
+fn checkpoint_for(ctx: &mut Ctx, f: &Found) -> Result<(ReadKey, u64), ResumeRefusal> {
+    let (sid, s) = (&f.job.take.session_id, &f.summary);
+    let (_, checkpoints) = dead_records(ctx, &s.instance, s.worker)?;
     let mut held = false;
     let ckpt = checkpoints
         .iter()
-        .filter_map(|c| Some((c, c.session(&sid)?)))
+        .filter_map(|c| Some((c, c.session(sid)?)))
         .inspect(|_| held = true)
-        .filter(|(_, (seq, v))| *v & TAINTED == 0 && *v == summary.version && *seq <= job.take.seq)
+        .filter(|(_, (seq, v))| *v & TAINTED == 0 && *v == s.version && *seq <= f.job.take.seq)
         .max_by_key(|(c, _)| c.number);
-    let Some((ckpt, (checkpoint_seq, _))) = ckpt else {
-        return Err(if held {
-            ResumeRefusal::RecoveryUnproven
-        } else {
-            ResumeRefusal::RecoveryNoSummary
-        });
-    };
-    let runs = prove(&journal, ckpt, usize::from(summary.worker))?;
-    let key = (summary.instance.clone(), summary.worker, ckpt.number);
-    let (proven, tail, cut) = fetch(ctx, key, ckpt, &runs, deadline)?;
-    if Instant::now() >= deadline {
-        return Err(ResumeRefusal::NodeUnreachable);
+    match ckpt {
+        Some((c, (seq, _))) => Ok(((s.instance.clone(), s.worker, c.number), seq)),
+        None if held => Err(ResumeRefusal::RecoveryUnproven),
+        None => Err(ResumeRefusal::RecoveryNoSummary),
     }
-    claim(ctx, &sid)?;
-    Ok(Rebuilt {
-        identity: summary.identity,
-        checkpoint_seq,
-        client_seq: job.take.seq,
+}
+
+/// What the dead worker's records say after checkpoint `key` (cached for
+/// `FETCH_FOR`: one topic read and one assembly per checkpoint and
+/// interval, shared by every session recovered from it).
+fn replay_for(
+    ctx: &mut Ctx,
+    key: &ReadKey,
+    s: &Summary,
+    deadline: Instant,
+) -> Result<Arc<Replay>, ResumeRefusal> {
+    let cached = {
+        let mut reads = lock(&ctx.cache.reads);
+        reads.retain(|_, (at, _)| at.elapsed() < FETCH_FOR);
+        reads.get(key).map(|(_, r)| r.clone())
+    };
+    if let Some(r) = cached {
+        return Ok(r);
+    }
+    let (journal, checkpoints) = dead_records(ctx, &s.instance, s.worker)?;
+    let c = checkpoints
+        .iter()
+        .find(|c| c.number == key.2)
+        .ok_or(ResumeRefusal::RecoveryUnproven)?;
+    let runs = prove(&journal, c, usize::from(s.worker))?;
+    let (parts, got) = read_ranges(ctx, c, &runs, deadline)?;
+    let (proven, tail, cut) = assemble(&parts, &got, c, &runs)?;
+    let r = Arc::new(Replay {
         proven,
         tail,
         cut,
-        since_unix_ms: ckpt.unix_ms,
-    })
+        since_unix_ms: c.unix_ms,
+    });
+    let mut reads = lock(&ctx.cache.reads);
+    if reads.len() < FETCHES {
+        reads.insert(key.clone(), (Instant::now(), r.clone()));
+    }
+    Ok(r)
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// Wait until node `node` is provably not the process that wrote the
@@ -314,42 +535,6 @@ type Fetched = (Batch, Batch, Vec<(i32, u64)>);
 /// A partition's fetched records and how many the runs took.
 type Cursor<'a> = (Vec<(&'a [u8], StreamPos)>, usize);
 
-/// The records the runs name, in their order, then every later record of
-/// each partition (partition by partition), and the cut after them.
-fn fetch(
-    ctx: &Ctx,
-    key: ReadKey,
-    c: &Checkpoint,
-    runs: &[(u16, u64, u16)],
-    deadline: Instant,
-) -> Result<Fetched, ResumeRefusal> {
-    let cached = {
-        let mut reads = ctx
-            .cache
-            .reads
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        reads.retain(|_, (at, _)| at.elapsed() < FETCH_FOR);
-        reads.get(&key).map(|(_, r)| r.clone())
-    };
-    let read = match cached {
-        Some(r) => r,
-        None => {
-            let r = Arc::new(read_ranges(ctx, c, runs, deadline)?);
-            let mut reads = ctx
-                .cache
-                .reads
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
-            if reads.len() < FETCHES {
-                reads.insert(key, (Instant::now(), r.clone()));
-            }
-            r
-        }
-    };
-    assemble(&read.0, &read.1, c, runs)
-}
-
 /// Each partition of the topic from where the checkpoint (or the first
 /// run) left it to its high watermark now.
 fn read_ranges(
@@ -440,23 +625,40 @@ fn assemble(
     Ok((proven, tail, cut))
 }
 
-/// The first survivor to claim the session recovers it; the others op 9.
-fn claim(ctx: &mut Ctx, sid: &shards::SessionId) -> Result<(), ResumeRefusal> {
+/// The first survivor to claim a session recovers it; the others get op 9
+/// (one round for the whole batch).
+fn claim_all<'a>(
+    ctx: &mut Ctx,
+    sids: impl Iterator<Item = &'a shards::SessionId>,
+) -> Vec<Result<(), ResumeRefusal>> {
     let mut cmds = Vec::new();
     let ttl = ctx.cfg.ttl_ms.to_string();
-    command(
-        &mut cmds,
-        &[
-            b"SET",
-            owner_key(sid).as_bytes(),
-            ctx.instance.as_bytes(),
-            b"NX",
-            b"PX",
-            ttl.as_bytes(),
-        ],
-    );
-    match ctx.store.round(&cmds, 1).map_err(store_down)?.pop() {
-        Some(Reply::Simple(ok)) if ok == "OK" => Ok(()),
-        _ => Err(ResumeRefusal::UnknownSession), // another survivor has it
+    let mut n = 0;
+    for sid in sids {
+        command(
+            &mut cmds,
+            &[
+                b"SET",
+                owner_key(sid).as_bytes(),
+                ctx.instance.as_bytes(),
+                b"NX",
+                b"PX",
+                ttl.as_bytes(),
+            ],
+        );
+        n += 1;
+    }
+    if n == 0 {
+        return Vec::new();
+    }
+    match ctx.store.round(&cmds, n) {
+        Ok(replies) => replies
+            .into_iter()
+            .map(|r| match r {
+                Reply::Simple(ok) if ok == "OK" => Ok(()),
+                _ => Err(ResumeRefusal::UnknownSession), // another survivor has it
+            })
+            .collect(),
+        Err(_) => vec![Err(ResumeRefusal::RecoveryStoreDown); n],
     }
 }

@@ -89,6 +89,11 @@ pub(super) struct Pending {
     pub(super) until_ms: u64,
 }
 
+/// Where our log begins in each partition (the oldest position it
+/// holds), computed when first needed (`ClusterState::locate`).
+#[derive(Default)]
+pub(super) struct Reach(Option<HashMap<i32, u64>>);
+
 /// Where a holder's cut is in our retained stream.
 pub(super) enum Cut {
     /// Our records from this index of the log on came after the cut.
@@ -275,18 +280,32 @@ impl ClusterState {
         self.positions_broken || self.last.iter().any(|at| *at != 0)
     }
 
-    pub(super) fn locate(&self, m: &Moved) -> Cut {
+    /// Where `m`'s cut is in our log. `reach` is where our log begins per
+    /// partition: the same for every session placed before the log
+    /// changes, so computed once (when first needed) for all of them.
+    pub(super) fn locate(&self, m: &Moved, reach: &mut Reach) -> Cut {
         if self.log.is_none() {
             return Cut::Mismatch("this worker keeps no stream log");
         }
         if !m.cut.is_empty() || self.has_positions() {
-            self.locate_by_position(&m.cut)
+            self.locate_by_position(&m.cut, reach)
         } else {
             self.locate_by_digest(&m.tail)
         }
     }
 
-    fn locate_by_position(&self, holder: &[(i32, u64)]) -> Cut {
+    /// The records (their index in `records`) a session placed at `cut`
+    /// gets, in order.
+    pub(super) fn taken(&self, cut: &Cut) -> Vec<usize> {
+        let mut done = HashMap::new();
+        self.records()
+            .enumerate()
+            .filter(|(i, (_, pos))| cut.takes(*i, *pos, &mut done))
+            .map(|(i, _)| i)
+            .collect()
+    }
+
+    fn locate_by_position(&self, holder: &[(i32, u64)], reach: &mut Reach) -> Cut {
         if self.positions_broken {
             return Cut::Mismatch("a partition id beyond the cut's table");
         }
@@ -306,12 +325,15 @@ impl ClusterState {
         // Where our log begins, per partition: it must reach back to the
         // holder's position (or to the first record we ever took of a
         // partition the holder never saw) wherever we took more.
-        let mut oldest: HashMap<i32, u64> = HashMap::new();
-        for (_, pos) in self.records() {
-            if pos.is_some() {
-                oldest.entry(pos.partition).or_insert(pos.at);
+        let oldest = reach.0.get_or_insert_with(|| {
+            let mut oldest: HashMap<i32, u64> = HashMap::new();
+            for (_, pos) in self.records() {
+                if pos.is_some() {
+                    oldest.entry(pos.partition).or_insert(pos.at);
+                }
             }
-        }
+            oldest
+        });
         for (p, &last) in self.last.iter().enumerate() {
             if last == 0 {
                 continue;
@@ -389,12 +411,17 @@ mod tests {
 
     /// What `install` would offer the session, as (partition, offset).
     fn offered(s: &ClusterState, cut: &Cut) -> Vec<(i32, u64)> {
-        let mut done = HashMap::new();
-        s.records()
-            .enumerate()
-            .filter(|(i, (_, pos))| cut.takes(*i, *pos, &mut done))
-            .map(|(_, (_, pos))| (pos.partition, pos.at >> 16))
+        let all: Vec<StreamPos> = s.records().map(|(_, pos)| pos).collect();
+        s.taken(cut)
+            .into_iter()
+            .map(|i| (all[i].partition, all[i].at >> 16))
             .collect()
+    }
+
+    impl ClusterState {
+        fn place(&self, m: &Moved) -> Cut {
+            self.locate(m, &mut Reach::default())
+        }
     }
 
     #[test]
@@ -414,11 +441,11 @@ mod tests {
             b.keep(b"{}", at(p, o), 0);
         }
         // A had taken 0 up to offset 2 and 1 up to offset 1.
-        let cut = b.locate(&moved(vec![], vec![(0, 2 << 16), (1, 1 << 16)]));
+        let cut = b.place(&moved(vec![], vec![(0, 2 << 16), (1, 1 << 16)]));
         assert!(matches!(cut, Cut::Past(_)));
         assert_eq!(offered(&b, &cut), vec![(1, 2), (0, 3), (1, 3), (0, 4)]);
         // A ahead of B in a partition: wait.
-        let cut = b.locate(&moved(vec![], vec![(0, 9 << 16)]));
+        let cut = b.place(&moved(vec![], vec![(0, 9 << 16)]));
         assert!(matches!(cut, Cut::NotYet));
     }
 
@@ -430,15 +457,15 @@ mod tests {
         }
         // Our log no longer reaches back to A's last record of partition 0.
         assert!(matches!(
-            b.locate(&moved(vec![], vec![(0, 3 << 16)])),
+            b.place(&moved(vec![], vec![(0, 3 << 16)])),
             Cut::Mismatch(_)
         ));
         // A never saw partition 0 and we no longer hold its first record.
-        assert!(matches!(b.locate(&moved(vec![], vec![])), Cut::Mismatch(_)));
+        assert!(matches!(b.place(&moved(vec![], vec![])), Cut::Mismatch(_)));
         // A partition id beyond the table: no cut by position at all.
         let mut c = ClusterState::new(true);
         c.keep(b"{}", at(5000, 1), 0);
-        assert!(matches!(c.locate(&moved(vec![], vec![])), Cut::Mismatch(_)));
+        assert!(matches!(c.place(&moved(vec![], vec![])), Cut::Mismatch(_)));
     }
 
     #[test]
@@ -449,18 +476,18 @@ mod tests {
         }
         let d = |x: &[u8]| moved::digest(x);
         let tail = vec![d(b"{\"a\":1}"), d(b"{\"a\":2}")];
-        let cut = b.locate(&moved(tail, vec![]));
+        let cut = b.place(&moved(tail, vec![]));
         assert!(matches!(cut, Cut::After(2)));
         // The same last record after another one: not the same order.
         let tail = vec![d(b"{\"a\":3}"), d(b"{\"a\":2}")];
-        assert!(matches!(b.locate(&moved(tail, vec![])), Cut::Mismatch(_)));
+        assert!(matches!(b.place(&moved(tail, vec![])), Cut::Mismatch(_)));
         // A record we have not taken yet: wait.
         let tail = vec![d(b"{\"a\":5}")];
-        assert!(matches!(b.locate(&moved(tail, vec![])), Cut::NotYet));
+        assert!(matches!(b.place(&moved(tail, vec![])), Cut::NotYet));
         // Outside a cluster nothing is kept and nothing can be lined up.
         let none = ClusterState::new(false);
         assert!(matches!(
-            none.locate(&moved(vec![], vec![])),
+            none.place(&moved(vec![], vec![])),
             Cut::Mismatch(_)
         ));
     }

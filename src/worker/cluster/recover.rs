@@ -11,7 +11,8 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::*;
-use crate::delivery::recovery::{CheckpointWriter, Rebuilt, Summary, TAINTED};
+use crate::delivery::fanout::Rebuilding;
+use crate::delivery::recovery::{CheckpointWriter, Recovering, Replay, Summary, TAINTED};
 use crate::worker::mail::RecoveryWrite;
 
 /// A permission change this close before the checkpoint may still have
@@ -181,49 +182,47 @@ impl Worker {
         lapsed
     }
 
-    /// A recovery thread rebuilt a dead node's session (or could not).
-    pub(in crate::worker) fn recovered(
-        &mut self,
-        conn: ConnKey,
-        result: Result<Box<Rebuilt>, ResumeRefusal>,
-    ) {
-        let r = match result {
-            Ok(r) => r,
-            Err(why) => return self.refuse_resume(conn, why),
-        };
-        match self.replay(&r) {
-            Ok(moved) => {
-                if let Some(rs) = self.shared.recovery.as_ref() {
-                    rs.stats.recovered.fetch_add(1, Relaxed);
+    /// A recovery thread rebuilt sessions of a dead node, all from one
+    /// checkpoint of its worker: replay them together, then each joins our
+    /// stream at the replay's cut like a hand-off (`Pending`).
+    pub(in crate::worker) fn recovered(&mut self, r: &Replay, sessions: Vec<Recovering>) {
+        let until_ms = self.now_ms() + self.shared.cfg.cluster.handoff_timeout_ms;
+        for (conn, result) in self.replay(r, sessions) {
+            match result {
+                Ok(moved) => {
+                    if let Some(rs) = self.shared.recovery.as_ref() {
+                        rs.stats.recovered.fetch_add(1, Relaxed);
+                    }
+                    self.clu.pending.push(Pending {
+                        conn,
+                        moved: Box::new(moved),
+                        until_ms,
+                    });
                 }
-                let until_ms = self.now_ms() + self.shared.cfg.cluster.handoff_timeout_ms;
-                self.clu.pending.push(Pending {
-                    conn,
-                    moved: Box::new(moved),
-                    until_ms,
-                });
-                self.retry_pending();
-            }
-            Err(why) => {
-                tracing::info!(worker = self.id, session = %r.identity.session_id, %why, "recovery refused");
-                self.refuse_resume(conn, why);
+                Err(why) => {
+                    tracing::debug!(worker = self.id, %why, "recovery refused");
+                    self.refuse_resume(conn, why);
+                }
             }
         }
+        self.retry_pending();
     }
 
-    /// Rebuild the session at its checkpoint seq, offer it the dead
-    /// worker's records in that worker's order (the dispatches are the ones
-    /// the dead node made: same decision, same bytes, same seq), check the
-    /// client's seq against what that proves, then the rest; the result is
-    /// what a live holder would have answered a Take from the client's seq.
-    fn replay(&mut self, r: &Rebuilt) -> Result<Moved, ResumeRefusal> {
+    /// Rebuild each session at its checkpoint seq, offer the group the
+    /// dead worker's records in that worker's order, each record once (the
+    /// dispatches are the ones the dead node made: same decision, same
+    /// bytes, same seq), check each client's seq against what that proves,
+    /// then the rest; each result is what a live holder would have answered
+    /// a Take from the client's seq.
+    fn replay(
+        &mut self,
+        r: &Replay,
+        sessions: Vec<Recovering>,
+    ) -> Vec<(ConnKey, Result<Moved, ResumeRefusal>)> {
         let now = self.now_ms();
         let unix_to_mono = self.unix_ms.saturating_sub(now);
         let since = r.since_unix_ms.saturating_sub(CHANGE_MARGIN_MS);
         let since_mono = since.saturating_sub(unix_to_mono);
-        if self.changed_since(&r.identity, since_mono) {
-            return Err(ResumeRefusal::RecoveryUnproven);
-        }
         let cfg = &self.shared.cfg;
         let (window, max_held, max_bytes) = (
             cfg.limits.resume_window_ms,
@@ -231,14 +230,23 @@ impl Worker {
             cfg.events.max_unsent_bytes,
         );
         let lease_until = self.unix_ms + cfg.registry.lease_ttl_ms;
-        let base = Moved {
-            identity: r.identity.clone(),
-            seq: r.checkpoint_seq,
-            events: Vec::new(),
-            tail: Vec::new(),
-            cut: Vec::new(),
-        };
-        let idx = self.fan.import(&base, now, window)?;
+        let mut out = Vec::with_capacity(sessions.len());
+        let changed = self.changed_since(since_mono);
+        let mut members = Vec::with_capacity(sessions.len());
+        for s in sessions {
+            if changed.touches(&s.identity) {
+                out.push((s.conn, Err(ResumeRefusal::RecoveryUnproven)));
+                continue;
+            }
+            match self
+                .fan
+                .import_at(&s.identity, s.checkpoint_seq, now, window)
+            {
+                Ok(idx) => members.push((idx, s)),
+                Err(why) => out.push((s.conn, Err(why))),
+            }
+        }
+        let mut group = Rebuilding::new(&self.fan, members.iter().map(|m| m.0).collect());
         let Worker { fan, mentions, .. } = self;
         // Leases count as valid in the replay (`unix` 0): the checkpoint
         // proved them valid past anything the dead node delivered.
@@ -246,55 +254,93 @@ impl Worker {
             // SAFETY: the recovery thread accepted exactly these bytes with
             // `ingest::FrameReader` and copied them into an aligned batch.
             let rec = unsafe { ingest::access_trusted(body) };
-            fan.deliver_to(idx, &EventIn::of(rec, mentions), now, 0);
+            fan.deliver_to_group(&group, &EventIn::of(rec, mentions), now, 0);
         }
-        let proven = fan.get(idx).map_or(0, |s| s.ring.last_seq());
-        if r.client_seq < r.checkpoint_seq || r.client_seq > proven {
-            fan.remove(idx);
-            return Err(ResumeRefusal::RecoveryUnproven);
+        for (k, (idx, s)) in members.iter().enumerate() {
+            let proven = fan.get(*idx).map_or(0, |x| x.ring.last_seq());
+            if s.client_seq < s.checkpoint_seq || s.client_seq > proven {
+                group.leave(k); // a gap is never silent
+            }
         }
         for body in r.tail.bodies() {
             // SAFETY: as above.
             let rec = unsafe { ingest::access_trusted(body) };
-            fan.deliver_to(idx, &EventIn::of(rec, mentions), now, 0);
+            fan.deliver_to_group(&group, &EventIn::of(rec, mentions), now, 0);
         }
-        let take = Take {
-            session_id: r.identity.session_id,
-            token_digest: r.identity.token_digest,
-            seq: r.client_seq,
-            max_entries: max_held,
-            max_bytes,
-            deadline_unix_ms: u64::MAX,
-        };
-        let events = fan.export(idx, &take);
-        fan.remove(idx);
-        let mut identity = r.identity.clone();
-        for g in &mut identity.guilds {
-            g.lease_until_ms = lease_until;
+        for (k, (idx, s)) in members.into_iter().enumerate() {
+            let result = if group.has_left(k) {
+                Err(ResumeRefusal::RecoveryUnproven)
+            } else {
+                let take = Take {
+                    session_id: s.identity.session_id,
+                    token_digest: s.identity.token_digest,
+                    seq: s.client_seq,
+                    max_entries: max_held,
+                    max_bytes,
+                    deadline_unix_ms: u64::MAX,
+                };
+                fan.export(idx, &take).map(|events| {
+                    let mut identity = s.identity;
+                    for g in &mut identity.guilds {
+                        g.lease_until_ms = lease_until;
+                    }
+                    Moved {
+                        identity,
+                        seq: s.client_seq,
+                        events,
+                        tail: Vec::new(),
+                        cut: r.cut.clone(),
+                    }
+                })
+            };
+            fan.remove(idx);
+            out.push((s.conn, result));
         }
-        Ok(Moved {
-            identity,
-            seq: r.client_seq,
-            events: events?,
-            tail: Vec::new(),
-            cut: r.cut.clone(),
-        })
+        out
     }
 
-    /// Whether this worker applied a permission change touching the
-    /// session after `since_ms` (monotonic), or cannot tell.
-    fn changed_since(&self, id: &Identity, since_ms: u64) -> bool {
+    /// The permission changes this worker applied after `since_ms`
+    /// (monotonic), or that it cannot tell.
+    fn changed_since(&self, since_ms: u64) -> Changed {
         if self.clu.changes_may_miss(since_ms, self.now_ms()) {
-            return true;
+            return Changed::Unknown;
         }
-        let has = |s: ServerId| id.guilds.binary_search_by_key(&s, |g| g.id).is_ok();
-        self.clu
-            .changes
-            .iter()
-            .filter(|(at, _)| *at >= since_ms)
-            .any(|(_, c)| match c {
-                Change::Revoke(m) => m.revocation.application_id() == id.application_id.0,
-                Change::Access(u) => has(u.server_id),
-            })
+        let mut apps = Vec::new();
+        let mut servers = Vec::new();
+        for (_, c) in self.clu.changes.iter().filter(|(at, _)| *at >= since_ms) {
+            match c {
+                Change::Revoke(m) => apps.push(m.revocation.application_id()),
+                Change::Access(u) => servers.push(u.server_id),
+            }
+        }
+        apps.sort_unstable();
+        servers.sort_unstable();
+        Changed::Known { apps, servers }
+    }
+}
+
+/// Permission changes applied since a checkpoint (`changed_since`).
+enum Changed {
+    /// The change log cannot tell (full, or not reaching back far enough).
+    Unknown,
+    Known {
+        apps: Vec<u64>,
+        servers: Vec<ServerId>,
+    },
+}
+
+impl Changed {
+    /// Whether a change may have touched this session.
+    fn touches(&self, id: &Identity) -> bool {
+        match self {
+            Changed::Unknown => true,
+            Changed::Known { apps, servers } => {
+                apps.binary_search(&id.application_id.0).is_ok()
+                    || id
+                        .guilds
+                        .iter()
+                        .any(|g| servers.binary_search(&g.id).is_ok())
+            }
+        }
     }
 }

@@ -35,7 +35,7 @@ pub fn render(c: &ClusterStats, out: &mut String) {
 pub fn render_recovery(r: Option<&crate::worker::shared::RecoveryStats>, out: &mut String) {
     let d = crate::worker::shared::RecoveryStats::default();
     let r = r.unwrap_or(&d);
-    let fams: [(&str, &str, u64); 10] = [
+    let fams: [(&str, &str, u64); 11] = [
         ("gatewayd_recovery_journal_appends_total", "Batches whose order was appended to the journal in Redis before they went out.", r.journal_appends.load(Relaxed)),
         ("gatewayd_recovery_journal_failures_total", "Batches whose journal append failed or was skipped (Redis down or past recovery.journal_timeout_ms): delivery went on, recovery past them is refused.", r.journal_failures.load(Relaxed)),
         ("gatewayd_recovery_checkpoints_total", "Worker checkpoints handed to the recovery writer.", r.checkpoints.load(Relaxed)),
@@ -44,6 +44,7 @@ pub fn render_recovery(r: Option<&crate::worker::shared::RecoveryStats>, out: &m
         ("gatewayd_recovery_summaries_skipped_total", "Session summaries not written (queue full): such a session gets op 9 after a crash.", r.summaries_skipped.load(Relaxed)),
         ("gatewayd_recovery_store_failures_total", "Rounds of the recovery writer that Redis did not answer in time.", r.store_failures.load(Relaxed)),
         ("gatewayd_recovery_recovered_total", "Sessions of a dead node rebuilt here (RESUMED once their cut is reached).", r.recovered.load(Relaxed)),
+        ("gatewayd_recovery_replays_total", "Dead workers' checkpoints read back from the topic and assembled; each serves every session recovered from that checkpoint for 500 ms (recovery costs one per checkpoint and interval, not one per session).", r.replays.load(Relaxed)),
         ("gatewayd_recovery_fenced_sessions_total", "Sessions ended because this node's cluster claim lapsed (a survivor may have recovered them).", r.fenced_sessions.load(Relaxed)),
         ("gatewayd_recovery_registry_reads_total", "Registry reads of the survivor threads (has the holder's claim lapsed? a process proven dead is not asked again for 60 s). Not in gatewayd_registry_call_seconds (the sidecar's).", r.registry_reads.load(Relaxed)),
     ];

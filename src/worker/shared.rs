@@ -90,6 +90,9 @@ pub struct RecoveryStats {
     pub summaries_skipped: std::sync::atomic::AtomicU64,
     pub store_failures: std::sync::atomic::AtomicU64,
     pub recovered: std::sync::atomic::AtomicU64,
+    /// Dead workers' checkpoints read from the topic and assembled (each
+    /// serves every session recovered from it for a while).
+    pub replays: std::sync::atomic::AtomicU64,
     pub fenced_sessions: std::sync::atomic::AtomicU64,
     /// Registry reads of the survivor threads (is the holder dead yet?).
     pub registry_reads: std::sync::atomic::AtomicU64,

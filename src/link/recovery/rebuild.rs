@@ -371,6 +371,7 @@ fn replay_for(
     let runs = prove(&journal, c, usize::from(s.worker))?;
     let (parts, got) = read_ranges(ctx, c, &runs, deadline)?;
     let (proven, tail, cut) = assemble(&parts, &got, c, &runs)?;
+    ctx.stats.replays.fetch_add(1, Relaxed);
     let r = Arc::new(Replay {
         proven,
         tail,

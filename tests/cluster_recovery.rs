@@ -831,3 +831,62 @@ fn a_crash_of_many_sessions_recovers_them_together_each_byte_for_byte() {
     eprintln!("{SESSIONS} sessions recovered from {replays} replays");
     assert!(replays >= 1.0);
 }
+
+/// The holder dies in the middle of a hand-off: the Take reached its link
+/// (the process frozen, so it never answers), then the process is killed.
+/// The taker's request fails, the session is recovered from the store once
+/// the dead node's claim lapsed, and exactly one node delivers it.
+#[test]
+#[ignore = "needs PostgreSQL, a Kafka-protocol broker and redis-server: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL, GATEWAYD_TEST_KAFKA_BROKERS and GATEWAYD_TEST_REDIS_SERVER"]
+fn a_holder_killed_in_the_middle_of_a_hand_off_leaves_one_owner() {
+    let mut w = World::new(2);
+    let targets = w.servers();
+    let token = w.token();
+    let (mut ws, sid, on_a) = bot_on_first(&w);
+    let a_pid = w.nodes[0].child.id() as i32;
+    // SAFETY: kill(2) of our own child.
+    unsafe { libc::kill(a_pid, libc::SIGSTOP) };
+    let last = *on_a.order.last().unwrap();
+    let mut on_b = resume(&w.nodes[1], &token, &sid, last);
+    // The Take is on A's link now (its kernel accepted the connection);
+    // A dies before it answers.
+    std::thread::sleep(Duration::from_millis(300));
+    kill9(&mut w.nodes[0]);
+    let got = outcome(&mut on_b, 25);
+    assert!(
+        got.resumed && !got.invalid,
+        "recovered after the holder died mid-hand-off: {:?} ({got:?})",
+        all_refusals(&w.nodes[1])
+    );
+    let mut old = Seen::default();
+    read(
+        &mut ws,
+        Instant::now() + Duration::from_secs(2),
+        |s| s.closed.is_some(),
+        &mut old,
+    );
+    assert!(old.closed.is_some(), "the dead holder's connection ended");
+    let producer = produce(&w, &targets, 100, 12, Duration::from_millis(10));
+    producer.join().unwrap();
+    let mut next = Seen::default();
+    read(
+        &mut on_b,
+        Instant::now() + Duration::from_secs(20),
+        |s| s.messages.iter().any(|m| m.1 == 111),
+        &mut next,
+    );
+    let ids: Vec<u64> = next.messages.iter().map(|m| m.1).collect();
+    assert_eq!(
+        ids,
+        (100..112).collect::<Vec<u64>>(),
+        "the survivor delivers"
+    );
+    assert_eq!(
+        metric_sum(
+            &metrics(w.nodes[1].admin),
+            "gatewayd_recovery_recovered_total",
+            &[]
+        ),
+        1.0
+    );
+}

@@ -314,12 +314,17 @@ pub(super) fn storm_recovery(
     let mut calls = 0.0;
     let mut reads = 0.0;
     let mut h_in = 0.0;
+    let (mut recovered, mut replays) = (0.0, 0.0);
     let mut refusals: std::collections::BTreeMap<String, f64> = Default::default();
     for (b, a) in before.iter().zip(&after) {
         let (Some(b), Some(a)) = (b, a) else { continue };
         calls += a.sidecar_calls() - b.sidecar_calls();
         reads += a.cluster_reads() - b.cluster_reads();
         h_in += a.sum("gatewayd_handoffs_in_total") - b.sum("gatewayd_handoffs_in_total");
+        recovered +=
+            a.sum("gatewayd_recovery_recovered_total") - b.sum("gatewayd_recovery_recovered_total");
+        replays +=
+            a.sum("gatewayd_recovery_replays_total") - b.sum("gatewayd_recovery_replays_total");
         let was = b.by_label("gatewayd_resume_refusals_total", "reason");
         for (r, v) in a.by_label("gatewayd_resume_refusals_total", "reason") {
             let dv = v - was.get(&r).copied().unwrap_or(0.0);
@@ -352,6 +357,20 @@ pub(super) fn storm_recovery(
         "",
     );
     rep.figure(group, "hand-offs in (survivors)", h_in, "");
+    rep.figure(
+        group,
+        "sessions rebuilt by the survivors (gatewayd_recovery_recovered_total)",
+        recovered,
+        "",
+    );
+    // Each replay is one topic read and assembly of a dead worker's
+    // checkpoint, shared by the sessions recovered from it.
+    rep.figure(
+        group,
+        "checkpoint replays (gatewayd_recovery_replays_total)",
+        replays,
+        "",
+    );
     rep.figure(group, "registry calls during the recovery", calls, "");
     let upkeep = upkeep_calls / upkeep_secs.max(0.001) * window_secs;
     rep.figure(
@@ -378,6 +397,7 @@ pub(super) fn storm_recovery(
         all_back.unwrap_or(f64::NAN),
         "s",
     );
+    rep.figure(group, "time back min", ms(back.min()) / 1000.0, "s");
     rep.figure(
         group,
         "time back p50",

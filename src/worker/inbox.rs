@@ -62,6 +62,12 @@ impl Worker {
             ToWorker::HandedIn { conn, result } => self.handed_in(conn, result),
             ToWorker::Recovered { replay, sessions } => self.recovered(&replay, sessions),
             ToWorker::NotRecovered { conn, why } => self.refuse_resume(conn, why),
+            ToWorker::MembersChunk {
+                conn,
+                session_id,
+                guild_ids,
+                nonce,
+            } => self.members_chunk_tainted(conn, session_id, guild_ids, nonce),
         }
     }
 

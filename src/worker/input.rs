@@ -273,29 +273,44 @@ impl Worker {
                 let Some(sid) = self.session_of(key) else {
                     return;
                 };
-                let Some(id) = self.fan.get(sid).map(|s| s.identity.clone()) else {
-                    return;
-                };
-                let now = self.now_ms();
                 // Not from the topic: a survivor could not reproduce it.
-                self.taint(sid);
-                for g in guild_ids {
-                    if id.guild(ServerId(g)).is_none() {
-                        continue;
-                    }
-                    let d = payload::members_chunk_d(ServerId(g), &id.user_json, nonce.as_deref());
-                    if self
-                        .fan
-                        .dispatch(sid, "GUILD_MEMBERS_CHUNK", &d, now)
-                        .is_err()
-                    {
-                        self.overflowed(sid, key);
-                        return;
-                    }
+                // With crash recovery on, the chunks go out once the
+                // session's taint is in the store (`members_chunk_tainted`).
+                if let Some((guild_ids, nonce)) = self.taint_ahead(key, sid, guild_ids, nonce) {
+                    self.members_chunk(key, sid, &guild_ids, nonce.as_deref());
                 }
-                self.queue_flush(key);
             }
         }
+    }
+
+    /// Queue a session's GUILD_MEMBERS_CHUNKs (one per requested server
+    /// it is in).
+    pub(super) fn members_chunk(
+        &mut self,
+        key: ConnKey,
+        sid: SessionIdx,
+        guild_ids: &[u64],
+        nonce: Option<&str>,
+    ) {
+        let Some(id) = self.fan.get(sid).map(|s| s.identity.clone()) else {
+            return;
+        };
+        let now = self.now_ms();
+        for &g in guild_ids {
+            if id.guild(ServerId(g)).is_none() {
+                continue;
+            }
+            let d = payload::members_chunk_d(ServerId(g), &id.user_json, nonce);
+            if self
+                .fan
+                .dispatch(sid, "GUILD_MEMBERS_CHUNK", &d, now)
+                .is_err()
+            {
+                self.overflowed(sid, key);
+                return;
+            }
+        }
+        self.queue_flush(key);
     }
 
     /// The fan-out session a connection serves, if it is READY.

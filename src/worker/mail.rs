@@ -200,6 +200,14 @@ pub enum ToWorker {
         conn: ConnKey,
         why: ResumeRefusal,
     },
+    /// The answer to a Request Guild Members (op 8), once the session's
+    /// taint is in the session store (`RecoveryWrite::Taint`).
+    MembersChunk {
+        conn: ConnKey,
+        session_id: shards::SessionId,
+        guild_ids: Vec<u64>,
+        nonce: Option<String>,
+    },
 }
 
 /// What workers hand the recovery writer thread (`link::recovery`); never
@@ -211,6 +219,16 @@ pub enum RecoveryWrite {
     Summary {
         session_id: shards::SessionId,
         bytes: Vec<u8>,
+    },
+    /// A session's summary marked never to be recovered (its version with
+    /// `TAINTED`), written ahead of a dispatch a survivor could not
+    /// reproduce: `then` goes back to `worker` once the write is done (or
+    /// failed), and that dispatch goes out only then.
+    Taint {
+        session_id: shards::SessionId,
+        bytes: Vec<u8>,
+        worker: usize,
+        then: ToWorker,
     },
 }
 

@@ -197,17 +197,18 @@ pub fn start(s: Setup, stop: Arc<AtomicBool>) -> Result<Vec<std::thread::JoinHan
     let mut threads = Vec::new();
     let mut store = Store::new(&s.cfg.redis_url, s.cfg.timeout_ms)?;
     {
-        let (cfg, instance, writes, pools, stats, stop) = (
-            s.cfg.clone(),
-            s.instance.clone(),
-            s.writes,
-            s.pools,
-            s.stats.clone(),
-            stop.clone(),
-        );
+        let w = Writer {
+            cfg: s.cfg.clone(),
+            instance: s.instance.clone(),
+            writes: s.writes,
+            pools: s.pools,
+            workers: s.workers.clone(),
+            stats: s.stats.clone(),
+        };
+        let stop = stop.clone();
         let t = std::thread::Builder::new()
             .name("recovery-write".into())
-            .spawn(move || writer(&mut store, &cfg, &instance, &writes, &pools, &stats, &stop))
+            .spawn(move || w.run(&mut store, &stop))
             .map_err(|e| e.to_string())?;
         threads.push(t);
     }
@@ -235,72 +236,114 @@ pub fn start(s: Setup, stop: Arc<AtomicBool>) -> Result<Vec<std::thread::JoinHan
     Ok(threads)
 }
 
-/// The writer thread: up to `ROUND` writes per pipelined round.
-fn writer(
-    store: &mut Store,
-    cfg: &RecoveryConfig,
-    instance: &str,
-    writes: &crossbeam_channel::Receiver<RecoveryWrite>,
-    pools: &[crossbeam_channel::Sender<Vec<u8>>],
-    stats: &RecoveryStats,
-    stop: &AtomicBool,
-) {
-    let mut slots = vec![0u8; pools.len()];
-    let (ttl, summary_ttl) = (cfg.ttl_ms.to_string(), cfg.summary_ttl_ms.to_string());
-    let mut cmds = Vec::with_capacity(1 << 20);
-    let mut blobs = Vec::new();
-    while !stop.load(Relaxed) {
-        let Ok(first) = writes.recv_timeout(Duration::from_millis(100)) else {
-            continue;
-        };
-        cmds.clear();
-        let mut n = 0;
-        let mut next = Some(first);
-        while let Some(w) = next.take() {
-            match w {
-                RecoveryWrite::Checkpoint { worker, blob } => {
-                    let slot = slots.get_mut(worker).map_or(0, |s| {
-                        *s ^= 1;
-                        *s
-                    });
-                    let key = checkpoint_key(instance, worker, slot);
-                    command(
-                        &mut cmds,
-                        &[b"SET", key.as_bytes(), &blob, b"PX", ttl.as_bytes()],
-                    );
-                    blobs.push((worker, blob));
+/// The writer thread's part: up to `ROUND` writes per pipelined round.
+struct Writer {
+    cfg: RecoveryConfig,
+    instance: String,
+    writes: crossbeam_channel::Receiver<RecoveryWrite>,
+    /// Per worker: where its checkpoint buffers go back.
+    pools: Vec<crossbeam_channel::Sender<Vec<u8>>>,
+    /// Where the dispatches waiting for a taint go once it is written.
+    workers: Arc<[WorkerHandle]>,
+    stats: Arc<RecoveryStats>,
+}
+
+impl Writer {
+    fn run(self, store: &mut Store, stop: &AtomicBool) {
+        let mut slots = vec![0u8; self.pools.len()];
+        let (ttl, summary_ttl) = (
+            self.cfg.ttl_ms.to_string(),
+            self.cfg.summary_ttl_ms.to_string(),
+        );
+        let mut cmds = Vec::with_capacity(1 << 20);
+        let mut blobs = Vec::new();
+        let mut then = Vec::new();
+        while !stop.load(Relaxed) {
+            let Ok(first) = self.writes.recv_timeout(Duration::from_millis(100)) else {
+                continue;
+            };
+            cmds.clear();
+            let mut n = 0;
+            let mut next = Some(first);
+            while let Some(w) = next.take() {
+                match w {
+                    RecoveryWrite::Checkpoint { worker, blob } => {
+                        let slot = slots.get_mut(worker).map_or(0, |s| {
+                            *s ^= 1;
+                            *s
+                        });
+                        let key = checkpoint_key(&self.instance, worker, slot);
+                        command(
+                            &mut cmds,
+                            &[b"SET", key.as_bytes(), &blob, b"PX", ttl.as_bytes()],
+                        );
+                        blobs.push((worker, blob));
+                    }
+                    RecoveryWrite::Summary { session_id, bytes } => {
+                        let key = summary_key(&session_id);
+                        command(
+                            &mut cmds,
+                            &[
+                                b"SET",
+                                key.as_bytes(),
+                                &bytes,
+                                b"PX",
+                                summary_ttl.as_bytes(),
+                            ],
+                        );
+                    }
+                    RecoveryWrite::Taint {
+                        session_id,
+                        bytes,
+                        worker,
+                        then: msg,
+                    } => {
+                        let key = summary_key(&session_id);
+                        command(
+                            &mut cmds,
+                            &[
+                                b"SET",
+                                key.as_bytes(),
+                                &bytes,
+                                b"PX",
+                                summary_ttl.as_bytes(),
+                            ],
+                        );
+                        then.push((worker, msg));
+                    }
                 }
-                RecoveryWrite::Summary { session_id, bytes } => {
-                    let key = summary_key(&session_id);
-                    command(
-                        &mut cmds,
-                        &[
-                            b"SET",
-                            key.as_bytes(),
-                            &bytes,
-                            b"PX",
-                            summary_ttl.as_bytes(),
-                        ],
-                    );
+                n += 1;
+                if n < ROUND {
+                    next = self.writes.try_recv().ok();
                 }
             }
-            n += 1;
-            if n < ROUND {
-                next = writes.try_recv().ok();
+            if let Err(e) = store.round(&cmds, n) {
+                if self
+                    .stats
+                    .store_failures
+                    .fetch_add(1, Relaxed)
+                    .is_multiple_of(100)
+                {
+                    tracing::warn!(error = %e, writes = n, "recovery: writing checkpoints and summaries failed");
+                }
             }
-        }
-        if let Err(e) = store.round(&cmds, n) {
-            if stats
-                .store_failures
-                .fetch_add(1, Relaxed)
-                .is_multiple_of(100)
-            {
-                tracing::warn!(error = %e, writes = n, "recovery: writing checkpoints and summaries failed");
+            for (worker, blob) in blobs.drain(..) {
+                if let Some(p) = self.pools.get(worker) {
+                    let _ = p.try_send(blob);
+                }
             }
-        }
-        for (worker, blob) in blobs.drain(..) {
-            if let Some(p) = pools.get(worker) {
-                let _ = p.try_send(blob);
+            // Written or not, what waited for a taint goes out now (a
+            // failed round is counted above: Redis down costs recovery,
+            // never a bot's answer).
+            for (worker, msg) in then.drain(..) {
+                if let Some(w) = self.workers.get(worker) {
+                    if !w.send(msg) {
+                        tracing::warn!(
+                            worker,
+                            "recovery: worker inbox full, a members chunk dropped"
+                        );
+                    }
+                }
             }
         }
     }

@@ -135,13 +135,86 @@ impl Worker {
         }
     }
 
-    /// Session `idx` got a dispatch a survivor cannot reproduce (not from
-    /// the topic): it is not recoverable from now on.
-    pub(in crate::worker) fn taint(&mut self, idx: SessionIdx) {
-        if self.shared.recovery.is_some() {
-            if let Some(s) = self.fan.get_mut(idx) {
-                s.recovery |= TAINTED;
+    /// Session `idx` is about to get GUILD_MEMBERS_CHUNKs, dispatches a
+    /// survivor cannot reproduce (not from the topic): it is not
+    /// recoverable from now on. Its checkpoints say so from the next one
+    /// on; before that, a crash would leave the checkpoint before the
+    /// chunks, whose replay renumbers every later dispatch. So the summary
+    /// says so first (its version with `TAINTED`, which no checkpoint
+    /// matches) and the chunks wait for that write (Some: send them now:
+    /// recovery is off, or the writer's queue is full: counted in
+    /// `summaries_skipped`, and a crash before the next checkpoint could
+    /// then replay without them).
+    pub(in crate::worker) fn taint_ahead(
+        &mut self,
+        conn: ConnKey,
+        idx: SessionIdx,
+        guild_ids: Vec<u64>,
+        nonce: Option<String>,
+    ) -> Option<(Vec<u64>, Option<String>)> {
+        let Some(r) = self.shared.recovery.as_ref() else {
+            return Some((guild_ids, nonce));
+        };
+        let Some(s) = self.fan.get_mut(idx) else {
+            return None;
+        };
+        s.recovery |= TAINTED;
+        let mut bytes = Vec::new();
+        Summary::encode(
+            &r.instance,
+            self.id as u16,
+            &r.link,
+            s.recovery,
+            &s.identity,
+            &mut bytes,
+        );
+        let session_id = s.identity.session_id;
+        let msg = RecoveryWrite::Taint {
+            session_id,
+            bytes,
+            worker: self.id,
+            then: ToWorker::MembersChunk {
+                conn,
+                session_id,
+                guild_ids,
+                nonce,
+            },
+        };
+        match r.writes.try_send(msg) {
+            Ok(()) => {
+                r.stats.summaries.fetch_add(1, Relaxed);
+                None
             }
+            Err(e) => {
+                r.stats.summaries_skipped.fetch_add(1, Relaxed);
+                match e.into_inner() {
+                    RecoveryWrite::Taint {
+                        then:
+                            ToWorker::MembersChunk {
+                                guild_ids, nonce, ..
+                            },
+                        ..
+                    } => Some((guild_ids, nonce)),
+                    _ => None,
+                }
+            }
+        }
+    }
+
+    /// The session's taint is written (or its write failed): send the
+    /// chunks it asked for, if the connection still serves it.
+    pub(in crate::worker) fn members_chunk_tainted(
+        &mut self,
+        conn: ConnKey,
+        session_id: SessionId,
+        guild_ids: Vec<u64>,
+        nonce: Option<String>,
+    ) {
+        let Some(idx) = self.session_of(conn) else {
+            return;
+        };
+        if self.fan.get(idx).map(|s| s.identity.session_id) == Some(session_id) {
+            self.members_chunk(conn, idx, &guild_ids, nonce.as_deref());
         }
     }
 

@@ -21,6 +21,9 @@ use crate::delivery::moved::{self, Moved, Take};
 pub(super) use cut::{Change, ClusterState};
 use cut::{Cut, Pending, Reach, MAX_PENDING};
 
+/// The records of our log (their index) a session placed at a cut gets.
+type Taken = Vec<usize>;
+
 impl Worker {
     fn clustered(&self) -> bool {
         self.shared.cluster.is_some()
@@ -158,7 +161,7 @@ impl Worker {
         let mut reach = Reach::default();
         // The records the last cut placed takes: sessions recovered
         // together share their cut, so it is worked out once for them.
-        let mut last: Option<(Vec<(i32, u64)>, Vec<usize>)> = None;
+        let mut last: Option<(Vec<(i32, u64)>, Taken)> = None;
         let mut i = 0;
         while i < self.clu.pending.len() {
             let cut = self.clu.locate(&self.clu.pending[i].moved, &mut reach);

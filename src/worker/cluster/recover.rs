@@ -155,9 +155,7 @@ impl Worker {
         let Some(r) = self.shared.recovery.as_ref() else {
             return Some((guild_ids, nonce));
         };
-        let Some(s) = self.fan.get_mut(idx) else {
-            return None;
-        };
+        let s = self.fan.get_mut(idx)?;
         s.recovery |= TAINTED;
         let mut bytes = Vec::new();
         Summary::encode(

@@ -377,8 +377,18 @@ fn a_crashed_nodes_session_resumes_on_a_survivor_byte_for_byte() {
         missing.len(),
         missing.first()
     );
+    assert_per_server_order(ids.iter().filter(|i| **i >= 100), "");
+    assert_eq!(
+        metric_sum(&metrics(b.admin), "gatewayd_recovery_recovered_total", &[]),
+        1.0
+    );
+}
+
+/// Message ids (`produce` sends id to server `id % SERVERS`) arrive in
+/// each server's order (a partition's: the servers interleave as they will).
+fn assert_per_server_order<'a>(ids: impl IntoIterator<Item = &'a u64>, who: &str) {
     let mut per_server: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
-    for id in ids.iter().filter(|i| **i >= 100) {
+    for id in ids {
         per_server
             .entry(*id as usize % SERVERS)
             .or_default()
@@ -387,13 +397,9 @@ fn a_crashed_nodes_session_resumes_on_a_survivor_byte_for_byte() {
     for (server, list) in per_server {
         assert!(
             list.windows(2).all(|w| w[0] < w[1]),
-            "server {server} out of order"
+            "{who}server {server} out of order"
         );
     }
-    assert_eq!(
-        metric_sum(&metrics(b.admin), "gatewayd_recovery_recovered_total", &[]),
-        1.0
-    );
 }
 
 /// The bot on the first node, past its first checkpoint: (connection,
@@ -808,19 +814,7 @@ fn a_crash_of_many_sessions_recovers_them_together_each_byte_for_byte() {
         let set: BTreeSet<u64> = ids.iter().copied().collect();
         assert_eq!(set.len(), ids.len(), "session {k}: duplicates");
         assert_eq!(set, want, "session {k}: not exactly its servers' messages");
-        let mut per_server: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
-        for id in &ids {
-            per_server
-                .entry(*id as usize % SERVERS)
-                .or_default()
-                .push(*id);
-        }
-        for (server, list) in per_server {
-            assert!(
-                list.windows(2).all(|w| w[0] < w[1]),
-                "session {k}: server {server} out of order"
-            );
-        }
+        assert_per_server_order(&ids, &format!("session {k}: "));
     }
     let m = metrics(b.admin);
     assert_eq!(

@@ -280,17 +280,7 @@ impl Writer {
                         blobs.push((worker, blob));
                     }
                     RecoveryWrite::Summary { session_id, bytes } => {
-                        let key = summary_key(&session_id);
-                        command(
-                            &mut cmds,
-                            &[
-                                b"SET",
-                                key.as_bytes(),
-                                &bytes,
-                                b"PX",
-                                summary_ttl.as_bytes(),
-                            ],
-                        );
+                        set_summary(&mut cmds, &session_id, &bytes, &summary_ttl);
                     }
                     RecoveryWrite::Taint {
                         session_id,
@@ -298,17 +288,7 @@ impl Writer {
                         worker,
                         then: msg,
                     } => {
-                        let key = summary_key(&session_id);
-                        command(
-                            &mut cmds,
-                            &[
-                                b"SET",
-                                key.as_bytes(),
-                                &bytes,
-                                b"PX",
-                                summary_ttl.as_bytes(),
-                            ],
-                        );
+                        set_summary(&mut cmds, &session_id, &bytes, &summary_ttl);
                         then.push((worker, msg));
                     }
                 }
@@ -347,4 +327,13 @@ impl Writer {
             }
         }
     }
+}
+
+/// A summary's `SET` with its TTL.
+fn set_summary(cmds: &mut Vec<u8>, sid: &shards::SessionId, bytes: &[u8], ttl: &str) {
+    let key = summary_key(sid);
+    command(
+        cmds,
+        &[b"SET", key.as_bytes(), bytes, b"PX", ttl.as_bytes()],
+    );
 }

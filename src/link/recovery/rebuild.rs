@@ -229,8 +229,13 @@ fn recover_all(ctx: &mut Ctx, jobs: Vec<RecoverJob>, out: &mut Outbox) {
         }
     }
     // Each holder proven dead once (waiting for its claim to lapse, at
-    // most to the latest deadline among its sessions).
-    found.sort_by(|a, b| holder(&a.summary).cmp(&holder(&b.summary)));
+    // most to the latest deadline among its sessions). Holders already
+    // proven dead first: a wait for one still alive (frozen, or its link
+    // broken) holds the rest of the batch, so it comes last.
+    found.sort_by_cached_key(|f| {
+        let h = holder(&f.summary);
+        (!known_dead(ctx, h), h.0, h.1.to_owned(), h.2.to_owned())
+    });
     let mut ready: Vec<(Found, ReadKey, u64)> = Vec::with_capacity(found.len());
     let mut found = found.into_iter().peekable();
     while let Some(first) = found.next() {
@@ -389,6 +394,13 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
+/// Whether this process was proven dead lately (no registry read).
+fn known_dead(ctx: &Ctx, (node, link, instance): (u16, &str, &str)) -> bool {
+    let mut proven = lock(&ctx.cache.proven);
+    proven.retain(|_, at| at.elapsed() < CACHE_FOR);
+    proven.contains_key(&(node, link.to_owned(), instance.to_owned()))
+}
+
 /// Wait until node `node` is provably not the process that wrote the
 /// summary: no live claim, or a claim with another link address.
 fn wait_dead(
@@ -396,22 +408,12 @@ fn wait_dead(
     (node, link, instance): (u16, &str, &str),
     deadline: Instant,
 ) -> Result<(), ResumeRefusal> {
-    let key = (node, link.to_owned(), instance.to_owned());
-    let lock = || {
-        ctx.cache
-            .proven
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-    };
-    {
-        let mut proven = lock();
-        proven.retain(|_, at| at.elapsed() < CACHE_FOR);
-        if proven.contains_key(&key) {
-            return Ok(());
-        }
+    if known_dead(ctx, (node, link, instance)) {
+        return Ok(());
     }
+    let key = (node, link.to_owned(), instance.to_owned());
     let dead = || {
-        let mut proven = lock();
+        let mut proven = lock(&ctx.cache.proven);
         if proven.len() >= CACHE_NODES {
             proven.clear(); // asked again: a registry call each, no more
         }
@@ -440,11 +442,7 @@ type Records = (Arc<Vec<Entry>>, Arc<Vec<Checkpoint>>);
 /// The dead node's journal and worker `worker`'s checkpoints (cached).
 fn dead_records(ctx: &mut Ctx, instance: &str, worker: u16) -> Result<Records, ResumeRefusal> {
     {
-        let mut dead = ctx
-            .cache
-            .dead
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
+        let mut dead = lock(&ctx.cache.dead);
         dead.retain(|_, d| d.at.elapsed() < CACHE_FOR);
         if let Some(d) = dead.get(instance) {
             if let Some(c) = d.checkpoints.get(&worker) {
@@ -482,11 +480,7 @@ fn dead_records(ctx: &mut Ctx, instance: &str, worker: u16) -> Result<Records, R
         _ => Vec::new(),
     };
     let (journal, checkpoints) = (Arc::new(journal), Arc::new(checkpoints));
-    let mut dead = ctx
-        .cache
-        .dead
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner);
+    let mut dead = lock(&ctx.cache.dead);
     if dead.len() >= CACHE_NODES && !dead.contains_key(instance) {
         return Ok((journal, checkpoints)); // not cached: too many dead nodes at once
     }

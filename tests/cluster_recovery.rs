@@ -945,6 +945,21 @@ fn a_members_chunk_is_marked_in_the_store_before_the_bot_gets_it() {
         0,
         "the store says 'not recoverable' by the time the chunk arrives"
     );
+    // Once tainted, later answers need no write (and still arrive).
+    ws.send_json(&json!({"op": 8, "d": {"guild_id": targets[1].0.to_string(), "query": "", "limit": 0, "nonce": "n2"}}))
+        .unwrap();
+    read(
+        &mut ws,
+        Instant::now() + Duration::from_secs(10),
+        |s| s.frames.values().any(|(_, text)| text.contains("\"n2\"")),
+        &mut on_a,
+    );
+    assert!(
+        on_a.frames
+            .values()
+            .any(|(_, text)| text.contains("\"n2\"")),
+        "the second chunk arrives"
+    );
     // Events after the chunk, then the crash.
     produce(&w, &targets, 100, 12, Duration::from_millis(10))
         .join()

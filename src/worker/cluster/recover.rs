@@ -156,6 +156,12 @@ impl Worker {
             return Some((guild_ids, nonce));
         };
         let s = self.fan.get_mut(idx)?;
+        if s.recovery & TAINTED != 0 {
+            // Written ahead of its first chunks (once per session: op 8
+            // cannot make the writer's queue, which checkpoints share,
+            // grow); every checkpoint since says so too.
+            return Some((guild_ids, nonce));
+        }
         s.recovery |= TAINTED;
         let mut bytes = Vec::new();
         Summary::encode(

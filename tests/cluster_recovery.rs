@@ -985,3 +985,69 @@ fn a_members_chunk_is_marked_in_the_store_before_the_bot_gets_it() {
         all_refusals(b)
     );
 }
+
+/// A session that a survivor recovered is recovered again when that
+/// survivor dies in turn: A dies, B takes the session from the store, B
+/// dies, C takes it from the store (each crash has its own owner claim).
+#[test]
+#[ignore = "needs PostgreSQL, a Kafka-protocol broker and redis-server: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL, GATEWAYD_TEST_KAFKA_BROKERS and GATEWAYD_TEST_REDIS_SERVER"]
+fn a_session_recovered_once_is_recovered_again_when_its_new_node_dies() {
+    let mut w = World::new(3);
+    let targets = w.servers();
+    let token = w.token();
+    let (_ws, sid, on_a) = bot_on_first(&w);
+    kill9(&mut w.nodes[0]);
+    let last = *on_a.order.last().unwrap();
+    let mut on_b = resume(&w.nodes[1], &token, &sid, last);
+    let mut seen = outcome(&mut on_b, 25);
+    assert!(
+        seen.resumed && !seen.invalid,
+        "first recovery, on B: {:?}",
+        all_refusals(&w.nodes[1])
+    );
+    // B delivers, and a checkpoint of B lists the session.
+    produce(&w, &targets, 100, 6, Duration::from_millis(10))
+        .join()
+        .unwrap();
+    read(
+        &mut on_b,
+        Instant::now() + Duration::from_secs(10),
+        |s| s.messages.len() >= 6,
+        &mut seen,
+    );
+    assert_eq!(seen.messages.len(), 6, "B delivers: {seen:?}");
+    std::thread::sleep(Duration::from_millis(2500));
+    kill9(&mut w.nodes[1]);
+    read(
+        &mut on_b,
+        Instant::now() + Duration::from_millis(500),
+        |s| s.closed.is_some(),
+        &mut seen,
+    );
+    let last = *seen.order.last().unwrap();
+    let c = &w.nodes[2];
+    let mut on_c = resume(c, &token, &sid, last);
+    let got = outcome(&mut on_c, 25);
+    assert!(
+        got.resumed && !got.invalid,
+        "second recovery, on C: {:?} ({got:?})",
+        all_refusals(c)
+    );
+    produce(&w, &targets, 200, 6, Duration::from_millis(10))
+        .join()
+        .unwrap();
+    let mut next = Seen::default();
+    read(
+        &mut on_c,
+        Instant::now() + Duration::from_secs(20),
+        |s| s.messages.len() >= 6,
+        &mut next,
+    );
+    let mut ids: Vec<u64> = next.messages.iter().map(|m| m.1).collect();
+    ids.sort_unstable();
+    assert_eq!(ids, (200..206).collect::<Vec<u64>>(), "C delivers");
+    assert_eq!(
+        metric_sum(&metrics(c.admin), "gatewayd_recovery_recovered_total", &[]),
+        1.0
+    );
+}

@@ -8,8 +8,10 @@
 //! Keys (all with a TTL): `gwr:j:{instance}` (a list, one entry per batch,
 //! trimmed to `recovery.journal_max`), `gwr:c:{instance}:{worker}:{0|1}`
 //! (a worker's last two checkpoints, alternating), `gwr:s:{session id}`
-//! (a summary), `gwr:o:{session id}` (a survivor's claim on a recovered
-//! session: `SET NX`, the first wins).
+//! (a summary), `gwr:o:{session id}:{dead instance}` (a survivor's claim
+//! on a session of that dead holder: `SET NX`, the first wins; one per
+//! crash, so a session recovered once can be recovered again when its
+//! new holder dies).
 //!
 //! Failure: every round has a deadline; after a failure the store is left
 //! alone for `BACKOFF` (journal appends and writes in that time are
@@ -63,8 +65,8 @@ pub fn checkpoint_key(instance: &str, worker: usize, slot: u8) -> String {
 pub fn summary_key(sid: &shards::SessionId) -> String {
     format!("gwr:s:{}", sid.as_str())
 }
-pub fn owner_key(sid: &shards::SessionId) -> String {
-    format!("gwr:o:{}", sid.as_str())
+pub fn owner_key(sid: &shards::SessionId, dead: &str) -> String {
+    format!("gwr:o:{}:{dead}", sid.as_str())
 }
 
 /// One Redis connection with a deadline per round and a back-off.

@@ -17,7 +17,9 @@
 //! Exactly one owner: we recover only once the holder is dead (its claim
 //! lapsed, or the number is held by another process: another link
 //! address), waiting for the lapse within `recovery.resume_timeout_ms`;
-//! then `SET gwr:o:{id} NX` decides between survivors racing for it.
+//! then `SET gwr:o:{id}:{dead instance} NX` decides between survivors
+//! racing for it (the same crash: the same key; a later crash of the node
+//! that recovered it: another key).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
@@ -281,7 +283,12 @@ fn recover_all(ctx: &mut Ctx, jobs: Vec<RecoverJob>, out: &mut Outbox) {
         }
     }
     // One owner per session: the first survivor to claim it.
-    let claims = claim_all(ctx, claimable.iter().map(|c| &c.0.job.take.session_id));
+    let claims = claim_all(
+        ctx,
+        claimable
+            .iter()
+            .map(|c| (&c.0.job.take.session_id, c.0.summary.instance.as_str())),
+    );
     for ((f, replay, checkpoint_seq), claimed) in claimable.into_iter().zip(claims) {
         if let Err(why) = claimed {
             out.refuse(&f.job, why);
@@ -620,21 +627,22 @@ fn assemble(
     Ok((proven, tail, cut))
 }
 
-/// The first survivor to claim a session recovers it; the others get op 9
-/// (one round for the whole batch).
+/// The first survivor to claim a session of a dead holder (id, the
+/// holder's instance) recovers it; the others get op 9 (one round for the
+/// whole batch).
 fn claim_all<'a>(
     ctx: &mut Ctx,
-    sids: impl Iterator<Item = &'a shards::SessionId>,
+    sessions: impl Iterator<Item = (&'a shards::SessionId, &'a str)>,
 ) -> Vec<Result<(), ResumeRefusal>> {
     let mut cmds = Vec::new();
     let ttl = ctx.cfg.ttl_ms.to_string();
     let mut n = 0;
-    for sid in sids {
+    for (sid, dead) in sessions {
         command(
             &mut cmds,
             &[
                 b"SET",
-                owner_key(sid).as_bytes(),
+                owner_key(sid, dead).as_bytes(),
                 ctx.instance.as_bytes(),
                 b"NX",
                 b"PX",

@@ -258,13 +258,26 @@ fn event_path_allocates_nothing(setup: Setup) {
     let registry_url = setup.registry_url().map(str::to_string);
     let reg = Registry::with_url(dir.path(), registry_url.as_deref());
     let (server, channel) = reg.add_server("Quiet Server");
-    let apps: Vec<_> = (0..APPS)
-        .map(|i| {
-            let app = reg.add_app(&format!("counted{i}"), intent::MESSAGE_CONTENT);
-            reg.install(app.id, server, None);
-            app
-        })
-        .collect();
+    // Application ids are random and a session's worker is a hash of its
+    // (application, shard): keep creating applications until each of the
+    // two workers has half of them, so both are counted (eight random ids
+    // all on one worker, 1 in 128, once made this test fail).
+    let mut apps = Vec::new();
+    let mut on = [0usize; 2];
+    for i in 0.. {
+        assert!(i < 64, "64 applications and still not {APPS} split evenly");
+        let app = reg.add_app(&format!("counted{i}"), intent::MESSAGE_CONTENT);
+        let w = shards::worker_for(app.id, 0, 2) as usize;
+        if on[w] == APPS / 2 {
+            continue;
+        }
+        on[w] += 1;
+        reg.install(app.id, server, None);
+        apps.push(app);
+        if apps.len() == APPS {
+            break;
+        }
+    }
 
     // Each session is read by its own thread, which counts MESSAGE_CREATEs.
     let received = Arc::new(AtomicU64::new(0));

@@ -286,6 +286,11 @@ pub trait Registry: Send + Sync {
     fn live_nodes(&self, now_ms: u64) -> Result<Vec<(u16, String)>>;
     /// Where the link of live node `node` listens (None: no live claim).
     fn node_link(&self, node: u16, now_ms: u64) -> Result<Option<String>>;
+    /// Whether process `instance` still holds a live claim (on any
+    /// number): false once its claim lapsed, it left, or another process
+    /// took its number. A node fences itself when its claim lapses, so
+    /// false proves the process no longer delivers (crash recovery).
+    fn instance_live(&self, instance: &str, now_ms: u64) -> Result<bool>;
     /// Give up the claim (a clean stop).
     fn leave_node(&self, node: u16, instance: &str) -> Result<()>;
 }

@@ -35,6 +35,8 @@ pub(crate) trait NodeStore {
     fn live_links(&mut self, now_ms: u64) -> Result<Vec<(u16, String)>>;
     /// The link address of `node` if its claim holds at `now_ms`.
     fn link_of(&mut self, node: u16, now_ms: u64) -> Result<Option<String>>;
+    /// Whether `instance` holds a number whose claim holds at `now_ms`.
+    fn instance_live(&mut self, instance: &str, now_ms: u64) -> Result<bool>;
     /// Give `node` up (only if `instance` holds it).
     fn leave(&mut self, node: u16, instance: &str) -> Result<()>;
 }

@@ -9,6 +9,7 @@
 use proto::{AppId, ChannelId, ServerId};
 use shards::SessionId;
 
+use crate::delivery::recovery::INSTANCE_LEN;
 use crate::delivery::resume::ResumeRefusal;
 use crate::delivery::wire::Reader;
 use crate::protocol::session::{GuildAccess, Identity};
@@ -110,6 +111,30 @@ impl Take {
     }
 }
 
+/// A node's "I do not hold it" (`UnknownSession`), signed with the
+/// answering process's instance (`INSTANCE_LEN` hex characters): a
+/// survivor whose summary names that very process knows the session ended
+/// there, without waiting for the process to die (it is alive: it
+/// answered). Nodes before this answered the status byte alone, and take
+/// this form for a malformed answer (node_unreachable, then recovery: the
+/// same op 9 or recovery a bot saw before, later).
+pub fn encode_unknown(instance: &str, out: &mut Vec<u8>) {
+    encode_answer(&Err(ResumeRefusal::UnknownSession), out);
+    if instance.len() == INSTANCE_LEN && instance.bytes().all(|b| b.is_ascii_hexdigit()) {
+        out.extend_from_slice(instance.as_bytes());
+    }
+}
+
+/// The instance an `UnknownSession` answer is signed with, if any.
+pub fn answering_instance(b: &[u8]) -> Option<&str> {
+    let (&status, rest) = b.split_first()?;
+    let unknown = 1 + ResumeRefusal::UnknownSession.index() as u8;
+    if status != unknown || rest.len() != INSTANCE_LEN || !rest.iter().all(u8::is_ascii_hexdigit) {
+        return None;
+    }
+    std::str::from_utf8(rest).ok()
+}
+
 /// The holder's answer: a status byte (0: the session follows), then the
 /// session. `Err` carries why it stays (or is gone).
 pub fn encode_answer(answer: &Result<Moved, ResumeRefusal>, out: &mut Vec<u8>) {
@@ -162,9 +187,9 @@ pub fn encode_answer(answer: &Result<Moved, ResumeRefusal>, out: &mut Vec<u8>) {
 pub fn decode_answer(b: &[u8]) -> Option<Result<Moved, ResumeRefusal>> {
     let (&status, rest) = b.split_first()?;
     if status != 0 {
-        return (rest.is_empty())
-            .then(|| ResumeRefusal::from_index(usize::from(status) - 1).map(Err))
-            .flatten();
+        let why = ResumeRefusal::from_index(usize::from(status) - 1)?;
+        let signed = why == ResumeRefusal::UnknownSession && answering_instance(b).is_some();
+        return (rest.is_empty() || signed).then_some(Err(why));
     }
     let mut r = Reader(rest);
     let session_id = SessionId::parse(std::str::from_utf8(r.bytes(32)?).ok()?)?;
@@ -283,6 +308,44 @@ mod tests {
             tail: vec![1, 2, 3],
             cut: vec![(0, 7 << 16), (2, 9 << 16 | 1)],
         }
+    }
+
+    #[test]
+    fn an_unknown_answer_is_signed_with_the_answering_instance() {
+        let inst = "0123456789abcdef0123456789abcdef";
+        let mut out = Vec::new();
+        encode_unknown(inst, &mut out);
+        assert!(matches!(
+            decode_answer(&out),
+            Some(Err(ResumeRefusal::UnknownSession))
+        ));
+        assert_eq!(answering_instance(&out), Some(inst));
+        // Unsigned (a node before this), and other refusals: no instance.
+        encode_answer(&Err(ResumeRefusal::UnknownSession), &mut out);
+        assert_eq!(answering_instance(&out), None);
+        assert!(matches!(
+            decode_answer(&out),
+            Some(Err(ResumeRefusal::UnknownSession))
+        ));
+        let mut other = Vec::new();
+        encode_answer(&Err(ResumeRefusal::NoRoom), &mut other);
+        other.extend_from_slice(inst.as_bytes());
+        assert_eq!(answering_instance(&other), None);
+        assert!(
+            decode_answer(&other).is_none(),
+            "only unknown_session is signed"
+        );
+        // A bad signature is a malformed answer, never a proof.
+        encode_unknown(inst, &mut out);
+        let last = out.len() - 1;
+        out[last] = b'g';
+        assert_eq!(answering_instance(&out), None);
+        assert!(decode_answer(&out).is_none());
+        out.truncate(last);
+        assert!(decode_answer(&out).is_none());
+        // An instance that is not one is not sent.
+        encode_unknown("not-an-instance", &mut out);
+        assert_eq!(out.len(), 1);
     }
 
     #[test]

@@ -362,8 +362,8 @@ pub struct Summary {
     /// The node process that held it (`INSTANCE_LEN` hex characters).
     pub instance: String,
     pub worker: u16,
-    /// The holder's advertised link address when it wrote this: a live
-    /// claim with another address is another process (the holder is dead).
+    /// The holder's advertised link address when it wrote this (for a
+    /// reader of the store; death is proven by `instance`'s claim).
     pub link: String,
     /// Bumped whenever its entitlement inputs changed (a checkpoint names
     /// the version it was taken at; a survivor needs both to agree).

@@ -240,6 +240,10 @@ pub struct RecoverJob {
     pub take: Take,
     /// When the Resume arrived (the recovery budget counts from here).
     pub since: std::time::Instant,
+    /// The processes (instances) that answered the hand-off that they do
+    /// not hold the session: alive, and without it. If the summary names
+    /// one of them, the session ended there (op 9 at once).
+    pub said_unknown: Vec<String>,
 }
 
 /// A Resume for a session another node holds: a hand-off thread asks that

@@ -1132,6 +1132,11 @@ impl Registry for PostgresRegistry {
         self.run(WriteKind::Single, |t| t.link_of(node, now_ms))
     }
 
+    fn instance_live(&self, instance: &str, now_ms: u64) -> Result<bool> {
+        use crate::nodes::NodeStore;
+        self.run(WriteKind::Single, |t| t.instance_live(instance, now_ms))
+    }
+
     fn leave_node(&self, node: u16, instance: &str) -> Result<()> {
         use crate::nodes::NodeStore;
         self.run(WriteKind::Single, |t| t.leave(node, instance))

@@ -60,6 +60,15 @@ impl NodeStore for Tx<'_> {
         .transpose()
     }
 
+    fn instance_live(&mut self, instance: &str, now_ms: u64) -> Result<bool> {
+        Ok(self
+            .query_opt(
+                "SELECT 1 FROM cluster_nodes WHERE instance = $1 AND expires_at_ms > $2 LIMIT 1",
+                &[&instance, &to_i(now_ms)],
+            )?
+            .is_some())
+    }
+
     fn leave(&mut self, node: u16, instance: &str) -> Result<()> {
         self.execute(
             "DELETE FROM cluster_nodes WHERE node_id = $1 AND instance = $2",

@@ -569,6 +569,12 @@ impl Registry for SqliteRegistry {
         (&*c).link_of(node, now_ms)
     }
 
+    fn instance_live(&self, instance: &str, now_ms: u64) -> Result<bool> {
+        use crate::nodes::NodeStore;
+        let c = self.lock();
+        (&*c).instance_live(instance, now_ms)
+    }
+
     fn leave_node(&self, node: u16, instance: &str) -> Result<()> {
         use crate::nodes::NodeStore;
         let c = self.lock();

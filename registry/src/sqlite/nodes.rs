@@ -70,6 +70,17 @@ impl NodeStore for &Connection {
             .optional()?)
     }
 
+    fn instance_live(&mut self, instance: &str, now_ms: u64) -> Result<bool> {
+        Ok(self
+            .query_row_cached(
+                "SELECT 1 FROM cluster_nodes WHERE instance = ?1 AND expires_at_ms > ?2 LIMIT 1",
+                params![instance, to_i(now_ms)],
+                |_| Ok(()),
+            )
+            .optional()?
+            .is_some())
+    }
+
     fn leave(&mut self, node: u16, instance: &str) -> Result<()> {
         self.execute_cached(
             "DELETE FROM cluster_nodes WHERE node_id = ?1 AND instance = ?2",

@@ -39,6 +39,12 @@ pub fn cluster_nodes_claim_renew_lapse_and_find(store: &dyn Store) {
         .register_node("instance-c", "127.0.0.1:7003", t + ttl + 1, ttl)
         .unwrap();
     assert_eq!(nc, 2, "a lapsed number is free again");
+    // Liveness is the process's, not the number's: b's number is held
+    // again, by c; b is not live (crash recovery proves death by this).
+    assert!(a.instance_live("instance-a", t + ttl + 1).unwrap());
+    assert!(a.instance_live("instance-c", t + ttl + 1).unwrap());
+    assert!(!a.instance_live("instance-b", t + ttl + 1).unwrap());
+    assert!(!a.instance_live("instance-never", t).unwrap());
     assert!(!b
         .heartbeat_node(nb, "instance-b", "127.0.0.1:7002", t + ttl + 2, ttl)
         .unwrap());
@@ -47,6 +53,10 @@ pub fn cluster_nodes_claim_renew_lapse_and_find(store: &dyn Store) {
     assert!(a.node_link(na, t + 5_000).unwrap().is_some());
     a.leave_node(na, "instance-a").unwrap();
     assert_eq!(a.node_link(na, t + 5_000).unwrap(), None);
+    assert!(
+        !a.instance_live("instance-a", t + 5_000).unwrap(),
+        "it left"
+    );
     // Bad input is refused, not stored.
     assert!(a.register_node("", "x", t, ttl).is_err());
     assert!(a.register_node("i", &"x".repeat(300), t, ttl).is_err());

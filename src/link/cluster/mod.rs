@@ -164,6 +164,7 @@ pub fn start(
     {
         let ctx = serve::Ctx {
             node: j.node,
+            instance: j.instance.clone(),
             workers: workers.clone(),
             timeout: Duration::from_millis(j.cfg.handoff_timeout_ms),
             max_connections: j.cfg.max_link_connections,

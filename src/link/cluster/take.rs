@@ -126,7 +126,8 @@ pub(super) fn run(jobs: crossbeam_channel::Receiver<TakeJob>, ctx: Ctx, stop: &A
             continue;
         };
         let deadline = job.since + ctx.timeout;
-        let mut result = take(&ctx, &job, deadline);
+        let mut said_unknown = Vec::new();
+        let mut result = take(&ctx, &job, deadline, &mut said_unknown);
         if let Err(ResumeRefusal::NodeUnreachable) = result {
             ctx.stats.take_unreachable.fetch_add(1, Relaxed);
         }
@@ -140,6 +141,7 @@ pub(super) fn run(jobs: crossbeam_channel::Receiver<TakeJob>, ctx: Ctx, stop: &A
                 conn: job.conn,
                 take: job.take.clone(),
                 since: job.since,
+                said_unknown,
             };
             match r.try_send(job) {
                 Ok(()) => continue,
@@ -170,13 +172,19 @@ pub(super) fn run(jobs: crossbeam_channel::Receiver<TakeJob>, ctx: Ctx, stop: &A
     }
 }
 
-fn take(ctx: &Ctx, job: &TakeJob, deadline: Instant) -> Result<Box<Moved>, ResumeRefusal> {
+/// `said_unknown`: the processes that answered that they do not hold it.
+fn take(
+    ctx: &Ctx,
+    job: &TakeJob,
+    deadline: Instant,
+    said_unknown: &mut Vec<String>,
+) -> Result<Box<Moved>, ResumeRefusal> {
     let first = if job.node == ctx.node {
         // The id names us (an earlier process with our number): we looked.
         Err(ResumeRefusal::UnknownSession)
     } else {
         match ctx.resolver.lookup(job.node) {
-            Some(addr) => ask(ctx, job, job.node, addr, deadline),
+            Some(addr) => ask(ctx, job, (job.node, addr), deadline, said_unknown),
             None => {
                 tracing::debug!(node = job.node, "cluster: the named node has no live claim");
                 Err(ResumeRefusal::UnknownSession) // the node is gone
@@ -198,7 +206,7 @@ fn take(ctx: &Ctx, job: &TakeJob, deadline: Instant) -> Result<Box<Moved>, Resum
         if Instant::now() >= deadline {
             return Err(ResumeRefusal::NodeUnreachable);
         }
-        match ask(ctx, job, node, addr, deadline) {
+        match ask(ctx, job, (node, addr), deadline, said_unknown) {
             Err(ResumeRefusal::UnknownSession) | Err(ResumeRefusal::NodeUnreachable) => {}
             other => return other,
         }
@@ -206,13 +214,14 @@ fn take(ctx: &Ctx, job: &TakeJob, deadline: Instant) -> Result<Box<Moved>, Resum
     first
 }
 
-/// One node, asked once.
+/// One node, asked once (an unknown_session signed by the answering
+/// process adds it to `said_unknown`).
 fn ask(
     ctx: &Ctx,
     job: &TakeJob,
-    node: u16,
-    addr: SocketAddr,
+    (node, addr): (u16, SocketAddr),
     deadline: Instant,
+    said_unknown: &mut Vec<String>,
 ) -> Result<Box<Moved>, ResumeRefusal> {
     let unreachable = ResumeRefusal::NodeUnreachable;
     let answer = exchange(addr, &job.take.encode(), job.take.max_bytes, deadline);
@@ -229,6 +238,9 @@ fn ask(
             Err(unreachable)
         }
         Some(Err(why)) => {
+            if let Some(instance) = moved::answering_instance(&bytes) {
+                said_unknown.push(instance.to_owned());
+            }
             tracing::debug!(node, %why, session = %job.take.session_id, "cluster: refused by the node asked");
             Err(why)
         }

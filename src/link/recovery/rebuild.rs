@@ -14,9 +14,14 @@
 //! `FETCH_FOR`, not a read and an assembly per session (which served
 //! about 600 sessions a second: docs/results/storm-recovery).
 //!
-//! Exactly one owner: we recover only once the holder is dead (its claim
-//! lapsed, or the number is held by another process: another link
-//! address), waiting for the lapse within `recovery.resume_timeout_ms`;
+//! Exactly one owner: we recover only once the holder is dead (the process
+//! the summary names, its instance, holds no live claim in the registry:
+//! its claim lapsed and it fenced itself, or it left), waiting for the
+//! lapse within `recovery.resume_timeout_ms`. Not the number in the
+//! session id: after a hand-off that names the node that created the
+//! session, not the one holding it. A holder that answered the hand-off
+//! itself, saying it does not hold the session, ended it: op 9 at once,
+//! without a wait that would hold a survivor thread for a bot's stale id;
 //! then `SET gwr:o:{id}:{dead instance} NX` decides between survivors
 //! racing for it (the same crash: the same key; a later crash of the node
 //! that recovered it: another key).
@@ -68,12 +73,12 @@ type ReadKey = (String, u16, u64);
 pub(super) struct Cache {
     dead: Mutex<HashMap<String, Dead>>,
     reads: Mutex<HashMap<ReadKey, (Instant, Arc<Replay>)>>,
-    /// Processes proven dead (node number, the link address and instance
-    /// its summaries name), when proven: the death of a process is final,
+    /// Processes proven dead (the instance its summaries name), when
+    /// proven: the death of a process is final,
     /// so the rest of a storm's recoveries from it ask the registry nothing
     /// (at most `CACHE_NODES`, for `CACHE_FOR`). A new process on the same
     /// number and address has another instance: proven afresh.
-    proven: Mutex<HashMap<(u16, String, String), Instant>>,
+    proven: Mutex<HashMap<String, Instant>>,
 }
 
 pub(super) struct Ctx {
@@ -236,7 +241,7 @@ fn recover_all(ctx: &mut Ctx, jobs: Vec<RecoverJob>, out: &mut Outbox) {
     // broken) holds the rest of the batch, so it comes last.
     found.sort_by_cached_key(|f| {
         let h = holder(&f.summary);
-        (!known_dead(ctx, h), h.0, h.1.to_owned(), h.2.to_owned())
+        (!known_dead(ctx, h), h.to_owned())
     });
     let mut ready: Vec<(Found, ReadKey, u64)> = Vec::with_capacity(found.len());
     let mut found = found.into_iter().peekable();
@@ -307,13 +312,9 @@ fn recover_all(ctx: &mut Ctx, jobs: Vec<RecoverJob>, out: &mut Outbox) {
     }
 }
 
-/// The process a summary names as the holder: (node, link, instance).
-fn holder(s: &Summary) -> (u16, &str, &str) {
-    (
-        s.identity.session_id.node(),
-        s.link.as_str(),
-        s.instance.as_str(),
-    )
+/// The process a summary names as the holder (its instance).
+fn holder(s: &Summary) -> &str {
+    s.instance.as_str()
 }
 
 /// The job's summary, if it is the session's and the token matches.
@@ -334,6 +335,12 @@ fn check_summary(
     }
     if summary.instance == ctx.instance {
         return Err(ResumeRefusal::UnknownSession); // ours, and not here: it ended
+    }
+    if job.said_unknown.contains(&summary.instance) {
+        // Its holder answered the hand-off: alive, and without it (the
+        // session ended there). Waiting for it to die would hold this
+        // thread, and the batch, for the whole budget.
+        return Err(ResumeRefusal::UnknownSession);
     }
     Ok(summary)
 }
@@ -402,39 +409,33 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 }
 
 /// Whether this process was proven dead lately (no registry read).
-fn known_dead(ctx: &Ctx, (node, link, instance): (u16, &str, &str)) -> bool {
+fn known_dead(ctx: &Ctx, instance: &str) -> bool {
     let mut proven = lock(&ctx.cache.proven);
     proven.retain(|_, at| at.elapsed() < CACHE_FOR);
-    proven.contains_key(&(node, link.to_owned(), instance.to_owned()))
+    proven.contains_key(instance)
 }
 
-/// Wait until node `node` is provably not the process that wrote the
-/// summary: no live claim, or a claim with another link address.
-fn wait_dead(
-    ctx: &Ctx,
-    (node, link, instance): (u16, &str, &str),
-    deadline: Instant,
-) -> Result<(), ResumeRefusal> {
-    if known_dead(ctx, (node, link, instance)) {
+/// Wait until process `instance` provably no longer delivers: it holds no
+/// live claim (on any number).
+fn wait_dead(ctx: &Ctx, instance: &str, deadline: Instant) -> Result<(), ResumeRefusal> {
+    if known_dead(ctx, instance) {
         return Ok(());
     }
-    let key = (node, link.to_owned(), instance.to_owned());
     let dead = || {
         let mut proven = lock(&ctx.cache.proven);
         if proven.len() >= CACHE_NODES {
             proven.clear(); // asked again: a registry call each, no more
         }
-        proven.insert(key.clone(), Instant::now());
+        proven.insert(instance.to_owned(), Instant::now());
         Ok(())
     };
     loop {
         let now_ms = registry::snowflake::unix_ms_now();
         ctx.stats.registry_reads.fetch_add(1, Relaxed);
-        match ctx.registry.node_link(node, now_ms) {
-            Ok(None) => return dead(),
-            Ok(Some(addr)) if addr != link => return dead(),
-            Ok(Some(_)) => {}
-            Err(e) => tracing::debug!(node, error = %e, "recovery: reading the node's claim"),
+        match ctx.registry.instance_live(instance, now_ms) {
+            Ok(false) => return dead(),
+            Ok(true) => {}
+            Err(e) => tracing::debug!(instance, error = %e, "recovery: reading the holder's claim"),
         }
         if Instant::now() + Duration::from_millis(200) >= deadline {
             // Still alive (or we cannot tell): never two owners.

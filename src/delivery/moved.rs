@@ -9,7 +9,6 @@
 use proto::{AppId, ChannelId, ServerId};
 use shards::SessionId;
 
-use crate::delivery::recovery::INSTANCE_LEN;
 use crate::delivery::resume::ResumeRefusal;
 use crate::delivery::wire::Reader;
 use crate::protocol::session::{GuildAccess, Identity};
@@ -110,6 +109,9 @@ impl Take {
         })
     }
 }
+
+/// A node instance is 32 lowercase hex characters (random per process).
+pub const INSTANCE_LEN: usize = 32;
 
 /// A node's "I do not hold it" (`UnknownSession`), signed with the
 /// answering process's instance (`INSTANCE_LEN` hex characters): a

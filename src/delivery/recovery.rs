@@ -30,8 +30,8 @@ pub const MAX_DROPS: usize = 64;
 /// A session's checkpoint version with this bit set: not recoverable (it
 /// received a dispatch that did not come from the topic).
 pub const TAINTED: u32 = 1 << 31;
-/// A node instance is 32 lowercase hex characters.
-pub const INSTANCE_LEN: usize = 32;
+/// A node instance's length (defined where the link's answers carry it).
+pub use crate::delivery::moved::INSTANCE_LEN;
 /// Flags of a journal entry.
 pub const STATE_BEFORE: u8 = 1;
 pub const FOREIGN: u8 = 2;

@@ -119,22 +119,27 @@ pub const INSTANCE_LEN: usize = 32;
 /// there, without waiting for the process to die (it is alive: it
 /// answered). Nodes before this answered the status byte alone, and take
 /// this form for a malformed answer (node_unreachable, then recovery: the
-/// same op 9 or recovery a bot saw before, later).
-pub fn encode_unknown(instance: &str, out: &mut Vec<u8>) {
-    encode_answer(&Err(ResumeRefusal::UnknownSession), out);
-    if instance.len() == INSTANCE_LEN && instance.bytes().all(|b| b.is_ascii_hexdigit()) {
-        out.extend_from_slice(instance.as_bytes());
+/// same op 9 or recovery a bot saw before, later). Any other answer, and
+/// an `instance` that is not one, are left as they are.
+pub fn sign_unknown(instance: &str, answer: &mut Vec<u8>) {
+    if answer[..] == [UNKNOWN] && is_instance(instance.as_bytes()) {
+        answer.extend_from_slice(instance.as_bytes());
     }
 }
 
 /// The instance an `UnknownSession` answer is signed with, if any.
 pub fn answering_instance(b: &[u8]) -> Option<&str> {
-    let (&status, rest) = b.split_first()?;
-    let unknown = 1 + ResumeRefusal::UnknownSession.index() as u8;
-    if status != unknown || rest.len() != INSTANCE_LEN || !rest.iter().all(u8::is_ascii_hexdigit) {
-        return None;
+    match b.split_first()? {
+        (&UNKNOWN, rest) if is_instance(rest) => std::str::from_utf8(rest).ok(),
+        _ => None,
     }
-    std::str::from_utf8(rest).ok()
+}
+
+/// The status byte of an `UnknownSession` answer.
+const UNKNOWN: u8 = 1 + ResumeRefusal::UnknownSession.index() as u8;
+
+fn is_instance(b: &[u8]) -> bool {
+    b.len() == INSTANCE_LEN && b.iter().all(u8::is_ascii_hexdigit)
 }
 
 /// The holder's answer: a status byte (0: the session follows), then the
@@ -190,8 +195,7 @@ pub fn decode_answer(b: &[u8]) -> Option<Result<Moved, ResumeRefusal>> {
     let (&status, rest) = b.split_first()?;
     if status != 0 {
         let why = ResumeRefusal::from_index(usize::from(status) - 1)?;
-        let signed = why == ResumeRefusal::UnknownSession && answering_instance(b).is_some();
-        return (rest.is_empty() || signed).then_some(Err(why));
+        return (rest.is_empty() || answering_instance(b).is_some()).then_some(Err(why));
     }
     let mut r = Reader(rest);
     let session_id = SessionId::parse(std::str::from_utf8(r.bytes(32)?).ok()?)?;
@@ -316,7 +320,8 @@ mod tests {
     fn an_unknown_answer_is_signed_with_the_answering_instance() {
         let inst = "0123456789abcdef0123456789abcdef";
         let mut out = Vec::new();
-        encode_unknown(inst, &mut out);
+        encode_answer(&Err(ResumeRefusal::UnknownSession), &mut out);
+        sign_unknown(inst, &mut out);
         assert!(matches!(
             decode_answer(&out),
             Some(Err(ResumeRefusal::UnknownSession))
@@ -338,15 +343,20 @@ mod tests {
             "only unknown_session is signed"
         );
         // A bad signature is a malformed answer, never a proof.
-        encode_unknown(inst, &mut out);
+        encode_answer(&Err(ResumeRefusal::UnknownSession), &mut out);
+        sign_unknown(inst, &mut out);
         let last = out.len() - 1;
         out[last] = b'g';
         assert_eq!(answering_instance(&out), None);
         assert!(decode_answer(&out).is_none());
         out.truncate(last);
         assert!(decode_answer(&out).is_none());
-        // An instance that is not one is not sent.
-        encode_unknown("not-an-instance", &mut out);
+        // An instance that is not one is not sent; other answers are not signed.
+        encode_answer(&Err(ResumeRefusal::UnknownSession), &mut out);
+        sign_unknown("not-an-instance", &mut out);
+        assert_eq!(out.len(), 1);
+        encode_answer(&Err(ResumeRefusal::NoRoom), &mut out);
+        sign_unknown(inst, &mut out);
         assert_eq!(out.len(), 1);
     }
 

@@ -80,7 +80,7 @@ impl ResumeRefusal {
         }
     }
 
-    pub fn index(self) -> usize {
+    pub const fn index(self) -> usize {
         self as usize
     }
 

@@ -20,7 +20,7 @@ use crate::worker::shared::home_worker;
 
 pub(super) struct Ctx {
     pub node: u16,
-    /// This process (signs "I do not hold it": `moved::encode_unknown`).
+    /// This process (signs "I do not hold it": `moved::sign_unknown`).
     pub instance: String,
     pub workers: Arc<[WorkerHandle]>,
     pub timeout: Duration,
@@ -125,9 +125,7 @@ fn serve(mut stream: TcpStream, ctx: &Ctx) {
         .checked_add(left)
         .map_or(deadline, |d| deadline.min(d));
     let mut answer = ask_worker(ctx, take, deadline);
-    if answer == [1 + ResumeRefusal::UnknownSession.index() as u8] {
-        moved::encode_unknown(&ctx.instance, &mut answer);
-    }
+    moved::sign_unknown(&ctx.instance, &mut answer);
     let len = (answer.len() as u32).to_le_bytes();
     if stream
         .write_all(&len)

@@ -73,11 +73,11 @@ type ReadKey = (String, u16, u64);
 pub(super) struct Cache {
     dead: Mutex<HashMap<String, Dead>>,
     reads: Mutex<HashMap<ReadKey, (Instant, Arc<Replay>)>>,
-    /// Processes proven dead (the instance its summaries name), when
-    /// proven: the death of a process is final,
-    /// so the rest of a storm's recoveries from it ask the registry nothing
-    /// (at most `CACHE_NODES`, for `CACHE_FOR`). A new process on the same
-    /// number and address has another instance: proven afresh.
+    /// Processes proven dead (the instance their summaries name), when
+    /// proven: the death of a process is final, so the rest of a storm's
+    /// recoveries from it ask the registry nothing (at most `CACHE_NODES`,
+    /// for `CACHE_FOR`). A new process on the same number and address has
+    /// another instance: proven afresh.
     proven: Mutex<HashMap<String, Instant>>,
 }
 

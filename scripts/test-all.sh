@@ -37,7 +37,9 @@
 #   7. every fuzz target for FUZZ_SECONDS each               (scripts/fuzz.sh)
 #
 # Needs root the first time (apt-get, the PostgreSQL system user); later runs
-# reuse the cache. Settings: GATEWAYD_CI_CACHE (default /var/cache/gatewayd-ci),
+# reuse the cache. Disk: about 12 GiB free in the clone's filesystem (a
+# warning says so first when there is less). Settings: GATEWAYD_CI_CACHE
+# (default /var/cache/gatewayd-ci), GATEWAYD_CI_MIN_FREE_GIB (12),
 # GATEWAYD_BASE_PYTHON (python3), FUZZ_SECONDS (20), GATEWAYD_TEST_ARGS (extra
 # arguments for the test binaries, e.g. a name filter).
 set -euo pipefail
@@ -58,6 +60,22 @@ HEAVY=(hold_40000_sessions compression_figures memory_per_compressed_session int
 
 T0=$SECONDS
 log() { printf '\n== [%4ds] %s\n' "$((SECONDS - T0))" "$*"; }
+
+# One build per clone: incremental caches (5.3 of a 13 GiB debug target/
+# here) are never reused by a fresh clone, so CI does not write them.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
+
+# Disk: the build, the test binaries and the services' temp dirs need about
+# MIN_FREE_GIB in the clone's filesystem. Below that, say so first: the
+# failure it causes comes minutes later as "No space left on device".
+MIN_FREE_GIB="${GATEWAYD_CI_MIN_FREE_GIB:-12}"
+free_gib="$(df -Pk "$ROOT" | awk 'NR == 2 { printf "%d", $4 / 1048576 }')"
+echo "disk: ${free_gib} GiB free under $ROOT (the run needs about ${MIN_FREE_GIB} GiB)"
+if ((free_gib < MIN_FREE_GIB)); then
+    echo "warning: only ${free_gib} GiB free under $ROOT; a build or a test may fail with" \
+        "'No space left on device'. Free space (old clones' target/ dirs are the usual cause)" \
+        "or set GATEWAYD_CI_MIN_FREE_GIB to silence this." >&2
+fi
 
 # ---------------------------------------------------------------- Python venv
 log "python venv: $VENV"

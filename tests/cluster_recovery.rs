@@ -276,6 +276,37 @@ fn produce(
     })
 }
 
+/// Sends `n` messages, ids `first..first + n` round-robin over the servers,
+/// then reads `ws` into `seen` until all of them are there or `secs` pass.
+/// Returns the ids of that range it got, sorted: each once is
+/// `(first..first + n)` (the servers' partitions interleave as they will).
+fn deliver(
+    w: &World,
+    targets: &[(u64, u64)],
+    ws: &mut Ws,
+    (first, n): (u64, u64),
+    secs: u64,
+    seen: &mut Seen,
+) -> Vec<u64> {
+    produce(w, targets, first, n, Duration::from_millis(10))
+        .join()
+        .unwrap();
+    let range = first..first + n;
+    let ids = |s: &Seen| -> Vec<u64> {
+        let mut ids: Vec<u64> = s
+            .messages
+            .iter()
+            .map(|m| m.1)
+            .filter(|id| range.contains(id))
+            .collect();
+        ids.sort_unstable();
+        ids
+    };
+    let until = Instant::now() + Duration::from_secs(secs);
+    read(ws, until, |s| ids(s).len() as u64 >= n, seen);
+    ids(seen)
+}
+
 fn kill9(node: &mut Node) {
     let _ = node.child.kill();
     let _ = node.child.wait();
@@ -871,22 +902,11 @@ fn a_holder_killed_in_the_middle_of_a_hand_off_leaves_one_owner() {
         &mut old,
     );
     assert!(old.closed.is_some(), "the dead holder's connection ended");
-    let producer = produce(&w, &targets, 100, 12, Duration::from_millis(10));
-    producer.join().unwrap();
     let mut next = Seen::default();
-    read(
-        &mut on_b,
-        Instant::now() + Duration::from_secs(20),
-        |s| s.messages.len() >= 12,
-        &mut next,
-    );
-    // Each once (the servers' partitions interleave as they will).
-    let mut ids: Vec<u64> = next.messages.iter().map(|m| m.1).collect();
-    ids.sort_unstable();
     assert_eq!(
-        ids,
+        deliver(&w, &targets, &mut on_b, (100, 12), 20, &mut next),
         (100..112).collect::<Vec<u64>>(),
-        "the survivor delivers"
+        "the survivor delivers each once: {next:?}"
     );
     assert_eq!(
         metric_sum(
@@ -1017,16 +1037,11 @@ fn a_session_recovered_once_is_recovered_again_when_its_new_node_dies() {
         all_refusals(&w.nodes[1])
     );
     // B delivers, and a checkpoint of B lists the session.
-    produce(&w, &targets, 100, 6, Duration::from_millis(10))
-        .join()
-        .unwrap();
-    read(
-        &mut on_b,
-        Instant::now() + Duration::from_secs(10),
-        |s| s.messages.len() >= 6,
-        &mut seen,
+    assert_eq!(
+        deliver(&w, &targets, &mut on_b, (100, 6), 10, &mut seen),
+        (100..106).collect::<Vec<u64>>(),
+        "B delivers: {seen:?}"
     );
-    assert_eq!(seen.messages.len(), 6, "B delivers: {seen:?}");
     std::thread::sleep(Duration::from_millis(2500));
     kill9(&mut w.nodes[1]);
     read(
@@ -1044,19 +1059,12 @@ fn a_session_recovered_once_is_recovered_again_when_its_new_node_dies() {
         "second recovery, on C: {:?} ({got:?})",
         all_refusals(c)
     );
-    produce(&w, &targets, 200, 6, Duration::from_millis(10))
-        .join()
-        .unwrap();
     let mut next = Seen::default();
-    read(
-        &mut on_c,
-        Instant::now() + Duration::from_secs(20),
-        |s| s.messages.len() >= 6,
-        &mut next,
+    assert_eq!(
+        deliver(&w, &targets, &mut on_c, (200, 6), 20, &mut next),
+        (200..206).collect::<Vec<u64>>(),
+        "C delivers: {next:?}"
     );
-    let mut ids: Vec<u64> = next.messages.iter().map(|m| m.1).collect();
-    ids.sort_unstable();
-    assert_eq!(ids, (200..206).collect::<Vec<u64>>(), "C delivers");
     assert_eq!(
         metric_sum(&metrics(c.admin), "gatewayd_recovery_recovered_total", &[]),
         1.0
@@ -1131,16 +1139,11 @@ fn a_moved_sessions_holder_briefly_unreachable_keeps_it_alone() {
         "hand-off to B: {:?}",
         all_refusals(&w.nodes[1])
     );
-    produce(&w, &targets, 100, 6, Duration::from_millis(10))
-        .join()
-        .unwrap();
-    read(
-        &mut on_b,
-        Instant::now() + Duration::from_secs(10),
-        |s| s.messages.len() >= 6,
-        &mut seen,
+    assert_eq!(
+        deliver(&w, &targets, &mut on_b, (100, 6), 10, &mut seen),
+        (100..106).collect::<Vec<u64>>(),
+        "B delivers: {seen:?}"
     );
-    assert_eq!(seen.messages.len(), 6, "B delivers: {seen:?}");
     // B's checkpoints and summary list it, then B stops answering.
     std::thread::sleep(Duration::from_millis(2500));
     let b_pid = w.nodes[1].child.id() as i32;
@@ -1163,19 +1166,12 @@ fn a_moved_sessions_holder_briefly_unreachable_keeps_it_alone() {
     );
     // B, woken, still owns it and delivers the next events.
     on_b.heartbeat().unwrap();
-    produce(&w, &targets, 200, 6, Duration::from_millis(10))
-        .join()
-        .unwrap();
     let mut next = Seen::default();
-    read(
-        &mut on_b,
-        Instant::now() + Duration::from_secs(30),
-        |s| s.messages.len() >= 6,
-        &mut next,
+    assert_eq!(
+        deliver(&w, &targets, &mut on_b, (200, 6), 30, &mut next),
+        (200..206).collect::<Vec<u64>>(),
+        "B still delivers: {next:?}"
     );
-    let mut ids: Vec<u64> = next.messages.iter().map(|m| m.1).collect();
-    ids.sort_unstable();
-    assert_eq!(ids, (200..206).collect::<Vec<u64>>(), "B still delivers");
 }
 
 /// A node's link address, from its gatewayd.addrs.
@@ -1219,21 +1215,9 @@ fn a_node_restarted_in_place_leaves_its_predecessors_sessions_recoverable() {
         "recovered on B: {seen:?}, {:?}",
         all_refusals(b)
     );
-    produce(&w, &targets, 300, 6, Duration::from_millis(10))
-        .join()
-        .unwrap();
-    read(
-        &mut on_b,
-        Instant::now() + Duration::from_secs(20),
-        |s| s.messages.iter().filter(|m| m.1 >= 300).count() >= 6,
-        &mut seen,
+    assert_eq!(
+        deliver(&w, &targets, &mut on_b, (300, 6), 20, &mut seen),
+        (300..306).collect::<Vec<u64>>(),
+        "B delivers: {seen:?}"
     );
-    let mut ids: Vec<u64> = seen
-        .messages
-        .iter()
-        .map(|m| m.1)
-        .filter(|&id| id >= 300)
-        .collect();
-    ids.sort_unstable();
-    assert_eq!(ids, (300..306).collect::<Vec<u64>>(), "B delivers");
 }

@@ -10,9 +10,9 @@
 #       Builds the targets (cached in $FUZZ_TARGET_DIR, by default
 #       ${CARGO_TARGET_DIR:-target}/fuzz), runs
 #       each for SECONDS_PER_TARGET (default 20) on a COPY of the committed
-#       corpus fuzz/corpus/<target>/, one at a time, and prints per target the
-#       seconds ran, executions, coverage (cov = edges, ft = features) and
-#       corpus size. Exits 1 if any target crashed (a panic = an oracle
+#       corpus fuzz/corpus/<target>/, one per core at a time (FUZZ_JOBS), and
+#       prints per target the seconds ran, executions, coverage (cov = edges,
+#       ft = features) and corpus size. Exits 1 if any target crashed (a panic = an oracle
 #       failed), timed out or ran out of memory; the input is left under the
 #       artifacts path it prints.
 #   scripts/fuzz.sh --merge [SECONDS_PER_TARGET] [TARGET...]
@@ -27,7 +27,8 @@
 # Environment: FUZZ_TARGET_DIR (the build cache, default
 # ${CARGO_TARGET_DIR:-target}/fuzz; CI points it outside the clone so that
 # it survives between runs), FUZZ_RSS_LIMIT_MB (default 2048), FUZZ_TIMEOUT
-# (seconds per input, default 10), FUZZ_ARTIFACTS (crash inputs, default
+# (seconds per input, default 10), FUZZ_JOBS (targets run at once, default
+# the number of cores), FUZZ_ARTIFACTS (crash inputs, default
 # $FUZZ_TARGET_DIR/artifacts).
 set -euo pipefail
 
@@ -113,30 +114,30 @@ echo "built in $((SECONDS - t0)) s"
 WORK="$(mktemp -d -t gatewayd-fuzz.XXXXXX)"
 trap 'rm -rf "$WORK"' EXIT
 
-failed=()
-rows=()
-total0=$SECONDS
-for t in "${selected[@]}"; do
-    name="${t%%:*}"
-    max_len="${t#*:}"
-    corpus="$ROOT/fuzz/corpus/$name"
-    run="$WORK/$name"
+# One target per core at a time (FUZZ_JOBS, default nproc): each still gets
+# SECS of its own; a target's report is printed when it ends.
+JOBS="${FUZZ_JOBS:-$(nproc)}"
+[[ "$JOBS" =~ ^[1-9][0-9]*$ ]] || { echo "error: FUZZ_JOBS must be a positive number" >&2; exit 2; }
+
+fuzz_one() { # NAME:MAX_LEN -> $WORK/NAME.{out,row,failed}
+    local name="${1%%:*}" max_len="${1#*:}"
+    local corpus="$ROOT/fuzz/corpus/$name" run="$WORK/$name"
     mkdir -p "$run/corpus" "$ARTIFACTS/$name"
     [[ -d "$corpus" ]] && cp -R "$corpus/." "$run/corpus/"
+    local seeds
     seeds=$(find "$run/corpus" -type f | wc -l)
     echo
     echo "== $name: ${SECS}s, max_len $max_len, $seeds corpus inputs"
-    start=$SECONDS
-    status=0
+    local start=$SECONDS status=0
     # 0 s (--merge only): just replay the corpus (-runs=0) before minimising.
-    limit=(-max_total_time="$SECS")
+    local limit=(-max_total_time="$SECS")
     ((SECS > 0)) || limit=(-runs=0)
     "$BIN_DIR/$name" \
         "${limit[@]}" -rss_limit_mb="$RSS" -timeout="$TIMEOUT" \
         -max_len="$max_len" -print_final_stats=1 \
         -artifact_prefix="$ARTIFACTS/$name/" \
         "$run/corpus" >"$run/log" 2>&1 || status=$?
-    ran=$((SECONDS - start))
+    local ran=$((SECONDS - start)) execs rate last cov ft files size row
     execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$run/log" | tail -n1)
     rate=$(sed -n 's/^stat::average_exec_per_sec: *//p' "$run/log" | tail -n1)
     last=$(grep -E '^#[0-9]+' "$run/log" | tail -n1 || true)
@@ -144,18 +145,20 @@ for t in "${selected[@]}"; do
     ft=$(sed -n 's/.* ft: \([0-9]*\).*/\1/p' <<<"$last")
     files=$(find "$run/corpus" -type f | wc -l)
     size=$(find "$run/corpus" -type f -printf '%s\n' | awk '{s += $1} END {printf "%d", s / 1024}')
-    rows+=("$(printf '%-14s %5ss %11s %9s/s %6s %6s %6s %7sK %s' "$name" "$ran" "${execs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "$files" "$size" "$([[ $status == 0 ]] && echo ok || echo FAILED)")")
-    echo "${rows[-1]}"
+    row="$(printf '%-14s %5ss %11s %9s/s %6s %6s %6s %7sK %s' "$name" "$ran" "${execs:-?}" "${rate:-?}" "${cov:-?}" "${ft:-?}" "$files" "$size" "$([[ $status == 0 ]] && echo ok || echo FAILED)")"
+    echo "$row" >"$WORK/$name.row"
+    echo "$row"
     if ((status != 0)); then
-        failed+=("$name")
+        touch "$WORK/$name.failed"
         echo "!! $name failed (exit $status); the report:"
         grep -v -E '^#[0-9]+|^INFO:|^stat::' "$run/log" | tail -n 60
+        local written
         written=$(sed -n 's/.*Test unit written to \(.*\)/\1/p' "$run/log")
         echo "!! input: ${written:-none written (see the report above)}"
         echo "!! reproduce: $BIN_DIR/$name ${written:-<input>}"
         cp "$run/log" "$ARTIFACTS/$name/last-failure.log"
     elif ((merge)); then
-        fresh="$WORK/$name.merged"
+        local fresh="$WORK/$name.merged"
         mkdir -p "$fresh"
         "$BIN_DIR/$name" -set_cover_merge=1 -use_counters=0 -max_len="$max_len" -rss_limit_mb="$RSS" -timeout="$TIMEOUT" \
             "$fresh" "$corpus" "$run/corpus" >"$run/merge.log" 2>&1
@@ -164,6 +167,27 @@ for t in "${selected[@]}"; do
         cp -R "$fresh/." "$corpus/"
         echo "merged: fuzz/corpus/$name now $(find "$corpus" -type f | wc -l) inputs, $(find "$corpus" -type f -printf '%s\n' | awk '{s += $1} END {printf "%d", s / 1024}')K"
     fi
+}
+
+total0=$SECONDS
+running=0
+for t in "${selected[@]}"; do
+    if ((running >= JOBS)); then
+        wait -n || true
+        running=$((running - 1))
+    fi
+    # Its output in one piece when it ends, not interleaved with the others'.
+    (fuzz_one "$t" >"$WORK/${t%%:*}.out" 2>&1; cat "$WORK/${t%%:*}.out") &
+    running=$((running + 1))
+done
+wait
+
+failed=()
+rows=()
+for t in "${selected[@]}"; do
+    name="${t%%:*}"
+    rows+=("$(cat "$WORK/$name.row" 2>/dev/null || printf '%-14s (no report: the run itself failed)' "$name")")
+    if [[ -e "$WORK/$name.failed" || ! -e "$WORK/$name.row" ]]; then failed+=("$name"); fi
 done
 
 echo

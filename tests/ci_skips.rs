@@ -85,7 +85,11 @@ fn run_by_hand(reason: &str) -> bool {
 fn every_hand_run_measurement_and_nothing_else_is_skipped_by_ci() {
     let heavy = heavy();
     let tests = tests();
-    assert!(tests.len() > 100, "the scan finds the tests: {}", tests.len());
+    assert!(
+        tests.len() > 100,
+        "the scan finds the tests: {}",
+        tests.len()
+    );
     for (name, reason) in &tests {
         let skipped = heavy.iter().any(|h| name.contains(h.as_str()));
         let by_hand = reason.as_deref().is_some_and(run_by_hand);

@@ -24,6 +24,11 @@ pub enum Bucket {
     // Application commands (reads; registration writes).
     CommandRead,
     CommandWrite,
+    // Connect-time reads of the bot itself.
+    GatewayBot,
+    UserRead,
+    MyGuilds,
+    ApplicationRead,
 }
 
 /// A bucket's published limit: `limit` requests per `per_ms`.
@@ -35,7 +40,7 @@ pub struct BucketDef {
 }
 
 impl Bucket {
-    pub const ALL: [Bucket; 16] = [
+    pub const ALL: [Bucket; 20] = [
         Bucket::MessageCreate,
         Bucket::MessageRead,
         Bucket::MessageEdit,
@@ -52,6 +57,10 @@ impl Bucket {
         Bucket::Dm,
         Bucket::CommandRead,
         Bucket::CommandWrite,
+        Bucket::GatewayBot,
+        Bucket::UserRead,
+        Bucket::MyGuilds,
+        Bucket::ApplicationRead,
     ];
 
     /// The published table (docs/rate-limits.md lists the same).
@@ -73,6 +82,10 @@ impl Bucket {
             Bucket::Dm => ("9c3f1a7d5e2b8c60", 5, 5_000),
             Bucket::CommandRead => ("6e1b3d8f2a7c4e95", 10, 1_000),
             Bucket::CommandWrite => ("3c7a9e2d5f1b8a46", 5, 20_000),
+            Bucket::GatewayBot => ("b4e8a1c6d3f97205", 10, 5_000),
+            Bucket::UserRead => ("d7c2f5a8e1b46390", 10, 5_000),
+            Bucket::MyGuilds => ("e3a96d1f4c7b2058", 5, 5_000),
+            Bucket::ApplicationRead => ("a5f1c8e3b7d26094", 10, 5_000),
         };
         BucketDef { id, limit, per_ms }
     }

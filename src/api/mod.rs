@@ -24,6 +24,7 @@ pub mod commands;
 pub mod headers;
 pub mod limit;
 pub mod permit;
+pub mod query;
 pub mod route;
 pub mod shared;
 pub mod view;

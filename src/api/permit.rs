@@ -99,6 +99,8 @@ pub fn permit(view: &AppView, route: &ApiRoute, now_ms: u64) -> Result<Target, A
     }
     use ApiRoute::*;
     match route {
+        // The bot itself: nowhere in particular.
+        GatewayBot | UsersMe | MyGuilds | ApplicationsMe => Ok(Target::NONE),
         CreateDm => Ok(Target {
             server: ServerId::NONE,
             channel: ChannelId::NONE,
@@ -179,9 +181,7 @@ mod tests {
     fn view() -> AppView {
         AppView::new(
             AppId(1),
-            2,
-            "b".into(),
-            "{}".into(),
+            crate::protocol::bot_user::BotUser::new(2, "b"),
             0,
             vec![GuildAccess {
                 id: ServerId(100),

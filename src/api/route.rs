@@ -18,6 +18,8 @@ pub enum ApiRoute {
     GatewayBot,
     UsersMe,
     ApplicationsMe,
+    /// `GET /users/@me/guilds`: the bot's servers, paged.
+    MyGuilds,
     CreateMessage {
         channel: u64,
     },
@@ -164,7 +166,7 @@ pub const MAX_TOKEN_LEN: usize = 128;
 
 /// Every route's metrics name, in a fixed order; index 0 counts requests
 /// that matched no route.
-pub const ROUTE_NAMES: [&str; 44] = [
+pub const ROUTE_NAMES: [&str; 45] = [
     "unrouted",
     "GET /gateway",
     "GET /gateway/bot",
@@ -210,6 +212,7 @@ pub const ROUTE_NAMES: [&str; 44] = [
     "GET /applications/{id}/guilds/{id}/commands/{id}",
     "PATCH /applications/{id}/guilds/{id}/commands/{id}",
     "DELETE /applications/{id}/guilds/{id}/commands/{id}",
+    "GET /users/@me/guilds",
 ];
 
 /// Latency classes of routes, as metric labels (`ApiRoute::class`).
@@ -237,7 +240,14 @@ impl ApiRoute {
     pub fn bucket(&self) -> Option<(Bucket, u64)> {
         use ApiRoute::*;
         Some(match *self {
-            Gateway | GatewayBot | UsersMe | ApplicationsMe => return None,
+            // `/gateway` needs no token: only the per-address limits apply.
+            Gateway => return None,
+            // The connect-time routes are limited per bot, as the platform
+            // limits them per route (docs/rate-limits.md).
+            GatewayBot => (Bucket::GatewayBot, 0),
+            UsersMe => (Bucket::UserRead, 0),
+            MyGuilds => (Bucket::MyGuilds, 0),
+            ApplicationsMe => (Bucket::ApplicationRead, 0),
             // Not limited per bot token (REST.md: callbacks are exempt; a
             // token is good for one interaction's 15 minutes).
             InteractionCallback { .. } | WebhookExecute { .. } | WebhookMessage { .. } => {
@@ -287,7 +297,11 @@ impl ApiRoute {
             | RemoveOwnReaction { .. }
             | Typing { .. } => 1,
             ListMessages { .. } | GetMessage { .. } | ListReactions { .. } => 2,
-            GetChannel { .. } | GetGuild { .. } | GuildChannels { .. } | GuildRoles { .. } => 3,
+            GetChannel { .. }
+            | GetGuild { .. }
+            | GuildChannels { .. }
+            | GuildRoles { .. }
+            | MyGuilds => 3,
             InteractionCallback { .. } | WebhookExecute { .. } | WebhookMessage { .. } => 6,
             _ if self.command_scope().is_some() => 5,
             _ => 4,
@@ -310,6 +324,7 @@ impl ApiRoute {
             Gateway => "GET /gateway",
             GatewayBot => "GET /gateway/bot",
             UsersMe => "GET /users/@me",
+            MyGuilds => "GET /users/@me/guilds",
             ApplicationsMe => "GET /applications/@me",
             CreateMessage { .. } => "POST /channels/{id}/messages",
             ListMessages { .. } => "GET /channels/{id}/messages",
@@ -430,6 +445,7 @@ pub fn route(method: &str, path: &str) -> Result<ApiRoute, RouteError> {
             (&["GET"], Some(ApiRoute::ApplicationsMe))
         }
         ["users", "@me", "channels"] => (&["POST"], Some(ApiRoute::CreateDm)),
+        ["users", "@me", "guilds"] => (&["GET"], Some(ApiRoute::MyGuilds)),
         ["interactions", i, t, "callback"] => {
             let (id, token) = (id(i)?, token(t)?);
             (&["POST"], Some(ApiRoute::InteractionCallback { id, token }))

@@ -13,11 +13,11 @@
 //! the rest get 503.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use proto::{AppId, ChannelId, ServerId};
 
 use crate::delivery::ConnKey;
+use crate::protocol::bot_user::BotUser;
 use crate::protocol::session::GuildAccess;
 
 pub const MAX_TOKENS: usize = 4096;
@@ -39,10 +39,8 @@ pub const LOOKUP_TIMEOUT_MS: u64 = 10_000;
 #[derive(Clone, Debug)]
 pub struct AppView {
     pub app: AppId,
-    pub bot_user_id: u64,
-    pub bot_username: String,
-    /// The bot user object (JSON).
-    pub user_json: Arc<str>,
+    /// The bot user, from the registry: the author of what it posts.
+    pub bot: BotUser,
     pub approved_intents: u64,
     /// Sorted by server id.
     pub guilds: Vec<GuildAccess>,
@@ -63,18 +61,14 @@ pub const MAX_DMS: usize = 10_000;
 impl AppView {
     pub fn new(
         app: AppId,
-        bot_user_id: u64,
-        bot_username: String,
-        user_json: Arc<str>,
+        bot: BotUser,
         approved_intents: u64,
         mut guilds: Vec<GuildAccess>,
     ) -> AppView {
         guilds.sort_by_key(|g| g.id);
         let mut v = AppView {
             app,
-            bot_user_id,
-            bot_username,
-            user_json,
+            bot,
             approved_intents,
             guilds,
             channels: Vec::new(),
@@ -421,9 +415,7 @@ mod tests {
     fn view(app: u64) -> AppView {
         AppView::new(
             AppId(app),
-            50,
-            "bot".into(),
-            "{}".into(),
+            BotUser::new(50, "bot"),
             0,
             vec![GuildAccess {
                 id: ServerId(1),
@@ -502,7 +494,7 @@ mod tests {
             channels: vec![(ChannelId(20), 1)],
             lease_until_ms: 5_000,
         });
-        let wider = AppView::new(wider.app, 50, "bot".into(), "{}".into(), 0, wider.guilds);
+        let wider = AppView::new(wider.app, BotUser::new(50, "bot"), 0, wider.guilds);
         v.refreshed(wider);
         assert!(
             v.apps[&AppId(9)]

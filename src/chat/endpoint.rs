@@ -351,8 +351,7 @@ fn is_response(body: &[u8]) -> bool {
 fn callback(job: &Job, answer: Vec<u8>) -> ChatRequest {
     ChatRequest::internal(
         proto::AppId(0),
-        0,
-        Arc::from(""),
+        None,
         crate::api::permit::Target::NONE,
         ChatAction::Callback {
             id: job.id,

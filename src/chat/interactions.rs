@@ -269,8 +269,7 @@ impl Chat {
     pub(super) fn open_interaction(
         &mut self,
         app: proto::AppId,
-        bot: u64,
-        bot_json: Arc<str>,
+        bot: Option<BotUser>,
         target: Target,
         n: NewInteraction,
         now: u64,
@@ -295,6 +294,10 @@ impl Chat {
             );
             return Ok((204, Vec::new()));
         }
+        // An interaction the sidecar completed names its bot (`BotUser::of`
+        // the registry's application); only a refused one has none.
+        let bot = bot.ok_or_else(no_bot)?;
+        let bot_id = bot.id();
         let token = new_token();
         let mut d = n.d;
         d["token"] = token.clone().into();
@@ -316,7 +319,6 @@ impl Chat {
         let o = Open {
             app: app.0,
             bot,
-            bot_json,
             target,
             kind,
             name,
@@ -373,7 +375,7 @@ impl Chat {
             }
         } else {
             self.addressed = true;
-            let sent = self.commit("INTERACTION_CREATE", target, 0, false, &[bot], &bytes);
+            let sent = self.commit("INTERACTION_CREATE", target, 0, false, &[bot_id], &bytes);
             self.addressed = false;
             if let Err(e) = sent {
                 let _ = self.ix.store.settle(n.id, State::Failed, 0);
@@ -568,15 +570,14 @@ impl Chat {
         now: u64,
     ) -> Result<Value, ApiError> {
         let o = &self.ix.open[&id];
-        let (t, bot, bot_json) = (o.target, o.bot, o.bot_json.clone());
+        let (t, bot) = (o.target, o.bot.clone());
         let first = o.original.is_none();
         let msg = if draft.flags & EPHEMERAL != 0 {
-            let me = self.user_json(bot, &bot_json);
             let mid = self.ids.next_id();
             let m = objects::message(&objects::NewMessage {
                 id: mid,
                 channel: t.channel.0,
-                author: &me,
+                author: bot.value(),
                 draft: &draft,
                 now_ms: now,
                 mentions: &[],
@@ -609,13 +610,7 @@ impl Chat {
     /// A request acting as interaction `id`'s bot.
     pub(super) fn as_bot(&self, id: u64, action: ChatAction) -> ChatRequest {
         let o = &self.ix.open[&id];
-        ChatRequest::internal(
-            proto::AppId(o.app),
-            o.bot,
-            o.bot_json.clone(),
-            o.target,
-            action,
-        )
+        ChatRequest::internal(proto::AppId(o.app), Some(o.bot.clone()), o.target, action)
     }
 
     /// Response 7: edit the message the component is on.

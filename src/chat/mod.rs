@@ -47,6 +47,7 @@ use serde_json::{json, Value};
 use crate::api::body::{codes, ApiError};
 use crate::api::permit::{may_delete, Target};
 use crate::delivery::batch::Batch;
+use crate::protocol::bot_user::BotUser;
 use crate::worker::mail::{ChatAction, ChatRequest, ToWorker, WorkerHandle};
 use history::{History, Reaction, Stored, MAX_REACTIONS, MAX_REACTORS};
 pub use sink::Sink;
@@ -93,8 +94,6 @@ struct Chat {
     frame: Vec<u8>,
     reader: ingest::FrameReader,
     stats: Arc<ChatStats>,
-    /// Parsed bot user objects by user id (at most `MAX_USERS`).
-    users: std::collections::HashMap<u64, Value>,
     /// The bot whose request is being handled.
     actor: u64,
     /// Open interactions (`interactions.rs`).
@@ -102,8 +101,6 @@ struct Chat {
     /// The next commit is for the bots in its mentions only.
     addressed: bool,
 }
-
-const MAX_USERS: usize = 4096;
 
 type Answer = Result<(u16, Vec<u8>), ApiError>;
 
@@ -130,7 +127,6 @@ pub fn start(
                 frame: Vec::with_capacity(64 * 1024),
                 reader: ingest::FrameReader::new(),
                 stats,
-                users: std::collections::HashMap::with_capacity(MAX_USERS),
             };
             let mut answers = Vec::with_capacity(BATCH);
             chat.ix.restore(now_ms());
@@ -197,6 +193,12 @@ fn json_bytes(v: &Value) -> Vec<u8> {
     serde_json::to_vec(v).expect("json")
 }
 
+/// A bot action reached the chat service without its bot: a bug of the
+/// node's, answered as one (never committed with an empty author).
+fn no_bot() -> ApiError {
+    ApiError::new(500, 0, "the action names no bot user")
+}
+
 fn unknown_message() -> ApiError {
     ApiError::new(404, codes::UNKNOWN_MESSAGE, "Unknown Message")
 }
@@ -206,19 +208,6 @@ fn now_ms() -> u64 {
 }
 
 impl Chat {
-    /// The acting bot's user object, parsed once per bot.
-    fn user_json(&mut self, id: u64, json: &str) -> Value {
-        if let Some(v) = self.users.get(&id) {
-            return v.clone();
-        }
-        if self.users.len() >= MAX_USERS {
-            self.users.clear();
-        }
-        let v: Value = serde_json::from_str(json).unwrap_or(Value::Null);
-        self.users.insert(id, v.clone());
-        v
-    }
-
     fn publish_stats(&self) {
         self.stats
             .history_messages
@@ -315,13 +304,17 @@ impl Chat {
     fn handle(&mut self, req: ChatRequest) -> Answer {
         let t = req.target;
         let (server, channel) = (t.server.0, t.channel.0);
-        let me = req.bot_user_id;
+        // The acting bot, as the registry records it (`BotUser`): the
+        // author, reactor and typer of what follows. A request without one
+        // (an interaction token's) acts as its interaction's bot, below.
+        let bot = req.bot.clone();
+        let me = bot.as_ref().map_or(0, BotUser::id);
         self.actor = me;
-        let me_json = self.user_json(me, &req.bot_user_json);
         let now = now_ms();
+        let acting = || bot.as_ref().ok_or_else(no_bot);
         match req.action {
             ChatAction::Create(draft) => {
-                let author = &me_json;
+                let author = acting()?.value();
                 // A reply to a message this service did not commit (a person's,
                 // from another producer) or that left the window is still a
                 // reply: `referenced_message` is then null, as for a deleted one.
@@ -533,7 +526,7 @@ impl Chat {
                 }
                 let d = objects::reaction_event(
                     me,
-                    &me_json,
+                    acting()?.value(),
                     channel,
                     mid,
                     server,
@@ -568,7 +561,15 @@ impl Chat {
                     .any(|r| r.emoji == emoji && r.users.contains(&me));
                 if had {
                     let d = objects::reaction_event(
-                        me, &me_json, channel, mid, server, &emoji, None, false, now,
+                        me,
+                        acting()?.value(),
+                        channel,
+                        mid,
+                        server,
+                        &emoji,
+                        None,
+                        false,
+                        now,
                     );
                     self.commit(
                         "MESSAGE_REACTION_REMOVE",
@@ -609,18 +610,15 @@ impl Chat {
                 let list: Vec<Value> = users
                     .into_iter()
                     .take(limit)
-                    .map(|u| {
-                        if u == me {
-                            me_json.clone()
-                        } else {
-                            objects::user_stub(u)
-                        }
+                    .map(|u| match &bot {
+                        Some(b) if u == me => b.value().clone(),
+                        _ => objects::user_stub(u),
                     })
                     .collect();
                 Ok((200, serde_json::to_vec(&list).expect("json")))
             }
             ChatAction::Interaction(n) => {
-                let a = self.open_interaction(req.app, me, req.bot_user_json.clone(), t, *n, now);
+                let a = self.open_interaction(req.app, bot, t, *n, now);
                 self.actor = me;
                 a
             }
@@ -661,7 +659,7 @@ impl Chat {
                 Ok((204, Vec::new()))
             }
             ChatAction::Typing => {
-                let d = objects::typing_event(me, &me_json, channel, server, now);
+                let d = objects::typing_event(me, acting()?.value(), channel, server, now);
                 self.commit(
                     "TYPING_START",
                     t,

@@ -2,11 +2,11 @@
 //! as its shared state rebuilds it (`store.rs`).
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
 use serde_json::Value;
 
 use crate::api::permit::Target;
+use crate::protocol::bot_user::BotUser;
 
 /// Where an interaction is: only `Waiting` moves, to one of the others, once.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -19,8 +19,8 @@ pub(in crate::chat) enum State {
 
 pub(in crate::chat) struct Open {
     pub(in crate::chat) app: u64,
-    pub(in crate::chat) bot: u64,
-    pub(in crate::chat) bot_json: Arc<str>,
+    /// The bot it is for, as the registry recorded it when it opened.
+    pub(in crate::chat) bot: BotUser,
     pub(in crate::chat) target: Target,
     pub(in crate::chat) kind: u8,
     pub(in crate::chat) name: String,

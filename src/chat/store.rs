@@ -36,6 +36,7 @@ use serde_json::{json, Value};
 
 use super::open::{Open, State};
 use crate::api::permit::Target;
+use crate::protocol::bot_user::BotUser;
 use proto::{ChannelId, ServerId};
 
 /// Interactions whose timers a restart restores at most.
@@ -172,8 +173,8 @@ pub(in crate::chat) fn state(c: u8) -> State {
 /// What a row keeps of an `Open` besides its columns.
 fn detail(o: &Open) -> Value {
     json!({
-        "bot": o.bot.to_string(),
-        "bot_json": &*o.bot_json,
+        "bot": o.bot.id().to_string(),
+        "bot_json": o.bot.json(),
         "server": o.target.server.0.to_string(),
         "channel": o.target.channel.0.to_string(),
         "perms": o.target.perms.to_string(),
@@ -188,10 +189,15 @@ fn detail(o: &Open) -> Value {
 pub(in crate::chat) fn open_of(p: &PendingInteraction) -> Option<Open> {
     let d: Value = serde_json::from_str(&p.detail).ok()?;
     let num = |k: &str| d[k].as_str().and_then(|s| s.parse::<u64>().ok());
+    // The bot user the opening node wrote, checked (`BotUser::parse`): a
+    // row without a whole one is a row this build cannot read.
+    let bot = BotUser::parse(d["bot_json"].as_str()?).ok()?;
+    if Some(bot.id()) != num("bot") {
+        return None;
+    }
     Some(Open {
         app: p.application_id,
-        bot: num("bot")?,
-        bot_json: Arc::from(d["bot_json"].as_str()?),
+        bot,
         target: Target {
             server: ServerId(num("server")?),
             channel: ChannelId(num("channel")?),

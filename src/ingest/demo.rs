@@ -20,14 +20,17 @@ pub struct DemoTarget {
     /// `/ping` command (an interaction record; the person sees a failure
     /// unless the bot registered `ping` and answers it).
     pub bot_user_id: u64,
-    /// The person who uses it (alice, the demo server's owner).
+    /// The person who posts the demo messages and uses `/ping` (alice, the
+    /// demo server's owner: a member of it, so `GET /guilds/{id}/members/
+    /// {author}` finds who wrote a message).
     pub person: Option<serde_json::Value>,
 }
 
 /// Ticks between two demo `/ping`s.
 pub const PING_EVERY: u64 = 5;
 
-/// The demo author: a user, not a bot.
+/// The demo author when the registry could not name the server's owner at
+/// start: a user, not a bot, and not a member.
 const AUTHOR_ID: u64 = 1_180_000_000_000_000_001;
 
 pub fn start(
@@ -67,12 +70,13 @@ pub fn start(
 /// One framed ingest record holding a MESSAGE_CREATE.
 pub fn encode_message_create(target: &DemoTarget, id: u64, n: u64, out: &mut Vec<u8>) {
     let now = registry::snowflake::unix_ms_now();
+    let author = target.person.clone().unwrap_or_else(|| json!({"id": AUTHOR_ID.to_string(), "username": "demo-user", "discriminator": "0", "global_name": "Demo User", "avatar": null, "public_flags": 0, "flags": 0}));
     let d = json!({
         "id": id.to_string(),
         "type": 0,
         "channel_id": target.channel_id.to_string(),
         "guild_id": target.server_id.to_string(),
-        "author": {"id": AUTHOR_ID.to_string(), "username": "demo-user", "discriminator": "0", "global_name": "Demo User", "avatar": null, "public_flags": 0, "flags": 0},
+        "author": author,
         "member": {"roles": [], "joined_at": iso8601(now), "deaf": false, "mute": false, "flags": 0, "pending": false, "premium_since": null, "nick": null, "avatar": null, "communication_disabled_until": null},
         "content": format!("demo message {n}"),
         "timestamp": iso8601(now),

@@ -24,6 +24,7 @@ use serde_json::{json, Map, Value};
 use super::*;
 use crate::api::permit::Target;
 use crate::delivery::entitlement::person_permissions;
+use crate::protocol::bot_user::BotUser;
 use crate::protocol::guild::{channel, member_object, person};
 use proto::ChannelId;
 
@@ -51,7 +52,7 @@ impl Sidecar {
                         channel: ChannelId(raw.channel),
                         perms: 0,
                     },
-                    (raw.app_user, Arc::from("{}")),
+                    None,
                     ChatAction::Interaction(Box::new(NewInteraction {
                         id,
                         d: Value::Null,
@@ -61,7 +62,7 @@ impl Sidecar {
                 )
             }
         };
-        let req = ChatRequest::internal(AppId(raw.app_user), bot.0, bot.1, target, action);
+        let req = ChatRequest::internal(AppId(raw.app_user), bot, target, action);
         if chat
             .send_timeout(req, super::members::COMMIT_HANDOFF)
             .is_err()
@@ -71,11 +72,10 @@ impl Sidecar {
     }
 
     /// The interaction the chat service opens, or why it is refused.
-    #[allow(clippy::type_complexity)]
     fn open_interaction(
         &mut self,
         raw: &RawInteraction,
-    ) -> Result<(Target, (u64, Arc<str>), ChatAction), &'static str> {
+    ) -> Result<(Target, Option<BotUser>, ChatAction), &'static str> {
         let mut d: Map<String, Value> = match serde_json::from_slice(&raw.d) {
             Ok(Value::Object(m)) => m,
             _ => return Err("malformed"),
@@ -208,10 +208,9 @@ impl Sidecar {
             Ok(None) => None,
             Err(_) => return Err("registry"),
         };
-        let bot: Arc<str> = bot_user(&app).to_string().into();
         Ok((
             target,
-            (app.bot_user_id, bot),
+            Some(BotUser::of(&app)),
             ChatAction::Interaction(Box::new(NewInteraction {
                 id,
                 d: Value::Object(d),

@@ -87,8 +87,7 @@ impl Sidecar {
             worker,
             conn,
             app: req.app,
-            bot_user_id: req.bot_user_id,
-            bot_user_json: req.bot_user_json,
+            bot: Some(req.bot),
             target: req.target,
             action: ChatAction::Commit {
                 route: req.route,

@@ -311,10 +311,10 @@ impl Sidecar {
             SidecarRequest::Rest {
                 worker,
                 conn,
+                app,
                 route,
-                token,
             } => {
-                let (status, body) = self.rest(route, token.as_deref());
+                let (status, body) = self.rest(route, app);
                 self.reply(worker, ToWorker::RestReply { conn, status, body });
             }
             SidecarRequest::ApiAuth {

@@ -8,7 +8,9 @@ use super::*;
 use crate::api::permit::Target;
 use crate::api::route::ApiRoute;
 use crate::api::view::AppView;
+use crate::protocol::bot_user::BotUser;
 use crate::protocol::guild::{channel, guild_rest, role};
+use crate::protocol::rest::GuildsPage;
 
 /// An application's view holds at most this many servers (the rest are
 /// not visible to its REST requests; documented in docs/rest.md).
@@ -29,21 +31,20 @@ fn unknown(code: u32, what: &str) -> (u16, Vec<u8>) {
 }
 
 impl Sidecar {
-    pub(super) fn rest(&mut self, route: RestRoute, token: Option<&str>) -> (u16, Vec<u8>) {
-        let app = match token.map(|t| self.call(|r| r.authenticate(t))) {
-            Some(Ok(Some(app))) => app,
-            Some(Err(e)) => {
-                tracing::warn!(error = %e, "registry error during REST");
-                return (
-                    503,
-                    br#"{"message": "registry unavailable", "code": 0}"#.to_vec(),
-                );
-            }
-            _ => {
+    /// A connect-time route for `app` (the worker found its token).
+    pub(super) fn rest(&mut self, route: RestRoute, app: AppId) -> (u16, Vec<u8>) {
+        let app = match self.call(|r| r.application(app.0)) {
+            Ok(Some(app)) => app,
+            // Deleted since the worker's view was leased.
+            Ok(None) => {
                 return (
                     401,
                     br#"{"message": "401: Unauthorized", "code": 0}"#.to_vec(),
                 )
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "registry error during REST");
+                return unavailable();
             }
         };
         let body = match route {
@@ -74,7 +75,10 @@ impl Sidecar {
                     }
                 })
             }
-            RestRoute::UsersMe => bot_user(&app),
+            RestRoute::MyGuilds(page) => match self.my_guilds(&app, page) {
+                Ok(list) => list,
+                Err(()) => return unavailable(),
+            },
             RestRoute::ApplicationsMe => {
                 // The application's Ed25519 public key (ADR-12): what its
                 // HTTP endpoint verifies interaction signatures with.
@@ -101,6 +105,50 @@ impl Sidecar {
             }
         };
         (200, serde_json::to_vec(&body).expect("json"))
+    }
+
+    /// `GET /users/@me/guilds`: the bot's servers as partial guild objects,
+    /// ascending by id, one page (`GuildsPage`).
+    fn my_guilds(
+        &mut self,
+        app: &registry::model::Application,
+        page: GuildsPage,
+    ) -> Result<serde_json::Value, ()> {
+        let mut installs = self
+            .call(|r| r.installations_of_app(app.id))
+            .map_err(|_| ())?;
+        installs.sort_by_key(|i| i.server_id);
+        let mut out = Vec::with_capacity(page.limit as usize);
+        for inst in page.of(&installs, |i| i.server_id) {
+            let Some(snap) = self
+                .call(|r| r.server_snapshot(inst.server_id))
+                .map_err(|_| ())?
+            else {
+                continue;
+            };
+            let (perms, _) = crate::delivery::entitlement::bot_standing(&snap, inst);
+            let mut g = json!({
+                "id": snap.server.id.to_string(),
+                "name": snap.server.name,
+                "icon": null,
+                "banner": null,
+                "owner": snap.server.owner_id == app.bot_user_id,
+                "permissions": perms.to_string(),
+                "features": [],
+            });
+            if page.with_counts {
+                // Approximate, as named: the people of the first members
+                // page (at most `MAX_MEMBERS_PAGE`) and the bot.
+                let members = self
+                    .call(|r| r.list_members(inst.server_id, 0, registry::MAX_MEMBERS_PAGE))
+                    .map(|m| m.len() as u64 + 1)
+                    .map_err(|_| ())?;
+                g["approximate_member_count"] = members.into();
+                g["approximate_presence_count"] = 0.into();
+            }
+            out.push(g);
+        }
+        Ok(serde_json::Value::Array(out))
     }
 
     /// The application behind a token and its view: `Ok(None)` for a bad
@@ -149,9 +197,7 @@ impl Sidecar {
             .map_err(|_| ())?;
         let mut view = AppView::new(
             AppId(app.id),
-            app.bot_user_id,
-            app.bot_username.clone(),
-            bot_user(app).to_string().into(),
+            BotUser::of(app),
             app.approved_intents,
             guilds,
         );

@@ -9,9 +9,15 @@ use crate::protocol::payload::iso8601;
 
 /// The bot's user object (READY's `user`, `GET /users/@me`).
 pub fn bot_user(app: &Application) -> Value {
+    bot_user_object(app.bot_user_id, &app.bot_username)
+}
+
+/// A bot user object of the registry's shape (`bot_user::BotUser` holds
+/// one, checked).
+pub fn bot_user_object(id: u64, username: &str) -> Value {
     json!({
-        "id": app.bot_user_id.to_string(),
-        "username": app.bot_username,
+        "id": id.to_string(),
+        "username": username,
         "discriminator": "0",
         "global_name": null,
         "avatar": null,

@@ -4,6 +4,7 @@
 //! buffer; `payload` renders the JSON the server sends; `close` names every
 //! close code. The worker (src/worker/) moves bytes; nothing here does I/O.
 
+pub mod bot_user;
 pub mod close;
 pub mod compress;
 pub mod guild;

@@ -4,6 +4,7 @@
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
+use crate::protocol::bot_user::BotUser;
 use crate::protocol::identify::Identify;
 use crate::protocol::session::GuildAccess;
 use crate::protocol::Close;
@@ -26,11 +27,13 @@ pub enum SidecarRequest {
         conn: ConnKey,
         identify: Identify,
     },
+    /// A connect-time route of a bot the worker knows (its token found,
+    /// limited, permitted).
     Rest {
         worker: usize,
         conn: ConnKey,
+        app: AppId,
         route: RestRoute,
-        token: Option<String>,
     },
     /// Who holds this bot token, and its leased view (REST edge). Answered
     /// with `ToWorker::ApiAuthed`.
@@ -305,8 +308,7 @@ pub struct MemberRequest {
     pub worker: usize,
     pub conn: ConnKey,
     pub app: AppId,
-    pub bot_user_id: u64,
-    pub bot_user_json: Arc<str>,
+    pub bot: BotUser,
     pub route: ApiRoute,
     pub target: Target,
     /// `GET .../members`: (limit, after).
@@ -363,9 +365,11 @@ pub struct ChatRequest {
     pub conn: ConnKey,
     /// The acting bot's application (the upstream chat service is told it).
     pub app: AppId,
-    /// The acting bot's user id and user object (JSON).
-    pub bot_user_id: u64,
-    pub bot_user_json: Arc<str>,
+    /// The acting bot's user, from the registry (`BotUser::of`); `None`
+    /// where the request names no bot of its own (an interaction token's
+    /// callback or follow-up: the open interaction knows its bot; a
+    /// refused interaction).
+    pub bot: Option<BotUser>,
     pub target: Target,
     pub action: ChatAction,
 }
@@ -376,8 +380,7 @@ impl ChatRequest {
     /// waits for its answer.
     pub fn internal(
         app: AppId,
-        bot_user_id: u64,
-        bot_user_json: Arc<str>,
+        bot: Option<BotUser>,
         target: Target,
         action: ChatAction,
     ) -> ChatRequest {
@@ -385,8 +388,7 @@ impl ChatRequest {
             worker: usize::MAX,
             conn: ConnKey::NONE,
             app,
-            bot_user_id,
-            bot_user_json,
+            bot,
             target,
             action,
         }

@@ -13,9 +13,11 @@ use super::*;
 use crate::api::body::{self, codes, ApiError};
 use crate::api::limit::{self, Decision, Limiter};
 use crate::api::permit;
+use crate::api::query::{query_flag, query_id, query_limit};
 use crate::api::route::{self as api_route, ApiRoute, RouteError};
 use crate::api::view::{Lookup, Views};
 use crate::api::Pending as Parked;
+use crate::protocol::rest::{GuildsPage, MAX_GUILDS_PAGE};
 
 /// A keep-alive REST connection may sit idle this long between requests.
 pub(super) const REST_IDLE_MS: u64 = 60_000;
@@ -220,26 +222,11 @@ impl Worker {
             conn.rest_class = route.class() as u8;
             conn.rest_started_us = started_us;
         }
-        let connect_time = match route {
-            ApiRoute::Gateway => {
-                let body = rest::gateway_body(&self.shared.gateway_url);
-                return self.rest_answer(key, 200, &body, &[]);
-            }
-            ApiRoute::GatewayBot => Some(RestRoute::GatewayBot),
-            ApiRoute::UsersMe => Some(RestRoute::UsersMe),
-            ApiRoute::ApplicationsMe => Some(RestRoute::ApplicationsMe),
-            _ => None,
-        };
-        let token = rest::bearer(head.authorization.as_deref());
-        if let Some(route) = connect_time {
-            let req = SidecarRequest::Rest {
-                worker: self.id,
-                conn: key,
-                route,
-                token,
-            };
-            return self.hand_to_sidecar(key, req, Vec::new());
+        if route == ApiRoute::Gateway {
+            let body = rest::gateway_body(&self.shared.gateway_url);
+            return self.rest_answer(key, 200, &body, &[]);
         }
+        let token = rest::bearer(head.authorization.as_deref());
         if let Some(action) =
             interaction_action(&route, &head.query, head.content_type.as_deref(), &req.body)
         {
@@ -249,8 +236,7 @@ impl Worker {
                 worker: self.id,
                 conn: key,
                 app: AppId(0),
-                bot_user_id: 0,
-                bot_user_json: Arc::from(""),
+                bot: None,
                 target: permit::Target::NONE,
                 action,
             };
@@ -409,16 +395,26 @@ impl Worker {
                 return self.rest_answer(key, e.status, &e.to_bytes(), &hv);
             }
         };
-        let (bot_user_id, bot_user_json) = (view.bot_user_id, view.user_json.clone());
+        let bot = view.bot.clone();
         let action = match next {
             Next::Chat(a) => a,
+            // The bot's own user object: the view holds it (`BotUser`).
+            Next::Me => return self.rest_answer(key, 200, bot.json().as_bytes(), &hv),
+            Next::Connect(route) => {
+                let req = SidecarRequest::Rest {
+                    worker: self.id,
+                    conn: key,
+                    app,
+                    route,
+                };
+                return self.hand_to_sidecar(key, req, hv);
+            }
             Next::Members(page) => {
                 let req = SidecarRequest::ApiMember(Box::new(MemberRequest {
                     worker: self.id,
                     conn: key,
                     app,
-                    bot_user_id,
-                    bot_user_json,
+                    bot,
                     route: p.route,
                     target,
                     page,
@@ -430,7 +426,7 @@ impl Worker {
                     worker: self.id,
                     conn: key,
                     app,
-                    bot_user_id,
+                    bot_user_id: bot.id(),
                     recipient,
                 };
                 return self.hand_to_sidecar(key, req, hv);
@@ -458,8 +454,7 @@ impl Worker {
             worker: self.id,
             conn: key,
             app,
-            bot_user_id,
-            bot_user_json,
+            bot: Some(bot),
             target,
             action,
         };
@@ -530,6 +525,11 @@ impl Worker {
 // allocation per request for no saving.
 #[allow(clippy::large_enum_variant)]
 enum Next {
+    /// `GET /users/@me`, answered from the view.
+    Me,
+    /// `GET /gateway/bot`, `/users/@me/guilds`, `/oauth2/applications/@me`:
+    /// answered by the registry sidecar.
+    Connect(RestRoute),
     /// A member route, with `GET .../members`'s (limit, after).
     Members((u32, u64)),
     /// `POST /users/@me/channels` to this person.
@@ -539,30 +539,6 @@ enum Next {
     Read,
     /// An application command route, answered by the registry sidecar.
     Commands(crate::api::commands::CommandCall),
-}
-
-/// `limit` in 1..=max (default `default`), or a 400 naming it.
-fn query_limit(query: &str, default: usize, max: usize) -> Result<usize, ApiError> {
-    match http::query_param(query, "limit") {
-        None => Ok(default),
-        Some(v) => match v.parse::<usize>() {
-            Ok(n) if (1..=max).contains(&n) => Ok(n),
-            _ => Err(ApiError::form(
-                "limit",
-                "NUMBER_TYPE_MAX",
-                &format!("int value should be between 1 and {max}."),
-            )),
-        },
-    }
-}
-
-fn query_id(query: &str, name: &str) -> Result<Option<u64>, ApiError> {
-    match http::query_param(query, name) {
-        None => Ok(None),
-        Some(v) => body::snowflake(&serde_json::Value::String(v.to_string()))
-            .map(Some)
-            .ok_or_else(|| ApiError::form(name, "NUMBER_TYPE_COERCE", "Value is not snowflake.")),
-    }
 }
 
 /// What the route asks of the chat service, its body and query validated.
@@ -626,13 +602,19 @@ fn chat_action(p: &Parked) -> Result<Next, ApiError> {
             let call = crate::api::commands::call(&p.route, p.content_type.as_deref(), &p.body)?;
             return Ok(Next::Commands(call));
         }
-        Gateway | GatewayBot | UsersMe | ApplicationsMe => {
-            return Err(ApiError::new(
-                500,
-                0,
-                "a connect-time route reached the action path",
-            ))
+        UsersMe => return Ok(Next::Me),
+        GatewayBot => return Ok(Next::Connect(RestRoute::GatewayBot)),
+        ApplicationsMe => return Ok(Next::Connect(RestRoute::ApplicationsMe)),
+        MyGuilds => {
+            let page = GuildsPage {
+                before: query_id(&p.query, "before")?,
+                after: query_id(&p.query, "after")?,
+                limit: query_limit(&p.query, MAX_GUILDS_PAGE, MAX_GUILDS_PAGE)? as u32,
+                with_counts: query_flag(&p.query, "with_counts"),
+            };
+            return Ok(Next::Connect(RestRoute::MyGuilds(page)));
         }
+        Gateway => return Err(ApiError::new(500, 0, "GET /gateway reached the token path")),
     }))
 }
 
@@ -657,10 +639,7 @@ fn interaction_action(
             id: *id,
             token: token.clone(),
             // discord.py sends `with_response=1`, others `true`.
-            with_response: query.split('&').any(|kv| {
-                kv.strip_prefix("with_response=")
-                    .is_some_and(|v| matches!(v, "true" | "True" | "1"))
-            }),
+            with_response: query_flag(query, "with_response"),
             body,
             content_type,
         },

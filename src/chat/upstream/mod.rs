@@ -54,6 +54,7 @@ use serde_json::{json, Map, Value};
 
 use crate::api::body::MessageDraft;
 use crate::api::route::ApiRoute;
+use crate::protocol::bot_user::BotUser;
 use crate::worker::mail::{ChatAction, ChatRequest, ToWorker, WorkerHandle};
 
 pub mod client;
@@ -340,10 +341,12 @@ pub fn envelope(req: &ChatRequest) -> Value {
     e.insert("route".into(), name.into());
     e.insert("method".into(), name.split(' ').next().unwrap_or("").into());
     e.insert("application_id".into(), req.app.0.to_string().into());
-    e.insert("bot_user_id".into(), req.bot_user_id.to_string().into());
+    let bot = req.bot.as_ref();
+    let bot_id = bot.map_or(0, BotUser::id);
+    e.insert("bot_user_id".into(), bot_id.to_string().into());
     e.insert(
         "bot_user".into(),
-        serde_json::from_str(&req.bot_user_json).unwrap_or(Value::Null),
+        bot.map_or(Value::Null, |b| b.value().clone()),
     );
     e.insert("guild_id".into(), req.target.server.0.to_string().into());
     e.insert("channel_id".into(), channel.to_string().into());
@@ -408,8 +411,7 @@ mod tests {
                 slot: 0,
             },
             app: AppId(11),
-            bot_user_id: 22,
-            bot_user_json: r#"{"id":"22","username":"b","bot":true}"#.into(),
+            bot: Some(BotUser::new(22, "b")),
             target: Target {
                 server: ServerId(33),
                 channel: ChannelId(44),
@@ -433,7 +435,7 @@ mod tests {
             e,
             json!({"version": 1, "route": "POST /channels/{id}/messages", "method": "POST",
                    "application_id": "11", "bot_user_id": "22",
-                   "bot_user": {"id": "22", "username": "b", "bot": true},
+                   "bot_user": BotUser::new(22, "b").value(),
                    "guild_id": "33", "channel_id": "44", "permissions": "3072",
                    "body": {"content": "hi", "nonce": "n", "flags": 0,
                             "message_reference": {"message_id": "55", "fail_if_not_exists": true}}})

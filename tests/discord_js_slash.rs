@@ -21,7 +21,9 @@ use support::node::Node;
 #[ignore = "needs discord.js 14: run scripts/test-all.sh, or set GATEWAYD_NODE_MODULES (npm ci in tests/js)"]
 fn discord_js_slash_commands_defer_edit_follow_up_and_buttons() {
     let modules = support::js::discord_js_modules();
-    let node = Node::start(&["--no-demo"]);
+    // The demo on: the tour starts once the demo's `/ping` and two
+    // commands this bot never registered have been refused (issue 26).
+    let node = Node::start(&[]);
     let (app, at) = support::interact::installed(&node, "js-slash-bot");
     let server = at.server;
     let (addr, guild) = (node.gateway.to_string(), server.to_string());
@@ -39,6 +41,7 @@ fn discord_js_slash_commands_defer_edit_follow_up_and_buttons() {
     let names = support::interact::guild_command_names(&node, &app, server);
     assert_eq!(names, ["menu", "ping", "slow"], "commands.set(guild)");
     let some = |v: &str| Some(v.to_string());
+    support::interact::refused_first(&node, Some(at));
     // deferReply, then editReply("done") 2 s later, then followUp("and more").
     let t = support::interact::tour(&node, at);
     let (ping, slow, slow_seen, menu, mid, button) = (
@@ -87,6 +90,14 @@ fn discord_js_slash_commands_defer_edit_follow_up_and_buttons() {
         assert_eq!(h[name]["guild_id"], guild.as_str(), "{explain}");
         assert_eq!(h[name]["channel_id"], at.channel.to_string(), "{explain}");
     }
+    let me = app.id.to_string();
+    assert_eq!(h["ping"]["me"], me.as_str(), "{explain}");
+    assert_eq!(
+        (&h["ping"]["said_author"], &h["ping"]["replied_author"]),
+        (&serde_json::json!(me), &serde_json::json!(me)),
+        "channel.send and reply, authored by the bot: {explain}"
+    );
+    assert_eq!(h["ping"]["replied_to"], h["ping"]["said_id"], "{explain}");
     assert_eq!(h["slow"]["edited"], "done", "{explain}");
     assert_eq!(h["slow"]["followup"], "and more", "{explain}");
     assert_eq!(h["menu"]["original"]["id"], mid.as_str(), "{explain}");

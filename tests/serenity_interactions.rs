@@ -63,6 +63,20 @@ impl Handler {
                 let msg = CreateInteractionResponseMessage::new().content("pong");
                 c.create_response(&ctx.http, CreateInteractionResponse::Message(msg))
                     .await?;
+                // `say` and `reply` parse the message the REST edge answers
+                // (issue 26: "missing field `id`" on `"author": {}`).
+                let said = c.channel_id.say(&ctx.http, "said").await?;
+                let replied = said.reply(&ctx.http, "replied").await?;
+                self.note(
+                    "said",
+                    format!(
+                        "{}|{}|{}|{:?}",
+                        said.content,
+                        said.author.id.get(),
+                        replied.author.id.get(),
+                        replied.referenced_message.as_ref().map(|m| m.id == said.id)
+                    ),
+                );
             }
             "slow" => {
                 c.defer(&ctx.http).await?;
@@ -147,7 +161,9 @@ impl EventHandler for Handler {
 
 #[test]
 fn serenity_answers_slash_commands_a_deferral_and_a_button() {
-    let node = Node::start(&["--no-demo"]);
+    // The demo on: the tour starts once the demo's `/ping` and two
+    // commands this bot never registered have been refused (issue 26).
+    let node = Node::start(&[]);
     let (app, at) = support::interact::installed(&node, "serenity-bot");
     let log = Arc::new(Mutex::new(Log::default()));
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -184,6 +200,7 @@ fn serenity_answers_slash_commands_a_deferral_and_a_button() {
     assert_eq!(synced, ["menu", "ping", "slow"]);
 
     let some = |v: &str| Some(v.to_string());
+    support::interact::refused_first(&node, Some(at));
     let t = support::interact::tour(&node, at);
     let mid = t.menu_message.clone();
     assert_eq!(
@@ -206,13 +223,16 @@ fn serenity_answers_slash_commands_a_deferral_and_a_button() {
         errors()
     );
     let done = support::wait_until(Duration::from_secs(10), || {
-        log.lock()
-            .unwrap()
-            .handled
+        let log = log.lock().unwrap();
+        ["slow-messages", "said"]
             .iter()
-            .any(|(w, _)| w == "slow-messages")
+            .all(|k| log.handled.iter().any(|(w, _)| w == k))
     });
-    assert!(done.is_some(), "/slow's edit and follow-up: {}", errors());
+    assert!(
+        done.is_some(),
+        "/slow's edit and follow-up, /ping's say and reply: {}",
+        errors()
+    );
 
     let log = log.lock().unwrap();
     assert!(
@@ -235,6 +255,11 @@ fn serenity_answers_slash_commands_a_deferral_and_a_button() {
         assert_eq!(detail(name), who, "what serenity parsed of /{name}");
     }
     assert_eq!(detail("slow-messages"), "done|and more");
+    assert_eq!(
+        detail("said"),
+        format!("said|{}|{}|Some(true)", app.id, app.id),
+        "say and reply, authored by the bot (its user id is its application's)"
+    );
     assert_eq!(
         detail("click"),
         format!("custom_id=menu:click message={mid}")

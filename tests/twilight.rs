@@ -245,7 +245,7 @@ impl Progress {
             }
             Event::MessageCreate(msg) => {
                 let content = msg.content.clone();
-                if msg.author.name != "demo-user" {
+                if msg.author.name != "alice" {
                     return;
                 }
                 assert!(
@@ -262,7 +262,7 @@ impl Progress {
                     p.general_channel_id,
                     "MESSAGE_CREATE channel_id"
                 );
-                assert!(!msg.author.bot, "demo-user must not be a bot");
+                assert!(!msg.author.bot, "the demo author (alice) must not be a bot");
                 if intents.contains(Intents::MESSAGE_CONTENT) {
                     let n = demo_number(&content);
                     if let Some((_, prev)) = p.messages.last() {
@@ -547,7 +547,7 @@ async fn twilight_two_shards_split_servers_by_id() {
                 s.ready_guilds = ready.guilds.iter().map(|g| g.id.get()).collect();
             }
             Event::GuildCreate(gc) => s.guild_creates.push(gc.id().get()),
-            Event::MessageCreate(msg) if msg.author.name == "demo-user" => {
+            Event::MessageCreate(msg) if msg.author.name == "alice" => {
                 s.demo_messages.push(msg.guild_id.map(|g| g.get()));
             }
             Event::GatewayClose(frame) => panic!("shard {i}: gateway closed: {frame:?}\n{seen:#?}"),

@@ -6,7 +6,8 @@
 //
 //   - `client.application.commands.set([...], guildId)` once ready
 //     (PUT /applications/{app}/guilds/{guild}/commands);
-//   - /ping: `interaction.reply("pong")`;
+//   - /ping: `interaction.reply("pong")`, then `channel.send("said")` and a
+//     `reply` to that message;
 //   - /slow: `interaction.deferReply()`, 2 s later `interaction.editReply("done")`,
 //     then `interaction.followUp("and more")`;
 //   - /menu: a reply with one button (custom_id "menu:click") and
@@ -106,7 +107,18 @@ client.on(Events.InteractionCreate, async (i) => {
   try {
     if (i.isChatInputCommand() && i.commandName === "ping") {
       await i.reply("pong");
-      done("ping", seen(i));
+      // A message and a reply to it, parsed from the REST edge's answers
+      // (issue 26: their author was `{}` once an interaction was refused).
+      const said = await i.channel.send("said");
+      const replied = await said.reply("replied");
+      done("ping", {
+        ...seen(i),
+        said_author: said.author ? said.author.id : null,
+        replied_author: replied.author ? replied.author.id : null,
+        replied_to: replied.reference ? replied.reference.messageId : null,
+        said_id: said.id,
+        me: client.user.id,
+      });
     } else if (i.isChatInputCommand() && i.commandName === "slow") {
       await i.deferReply();
       await new Promise((r) => setTimeout(r, 2000));

@@ -16,6 +16,11 @@ sees, it:
 
 and watches its own actions come back over the gateway: MESSAGE_CREATE for
 each message it sent, MESSAGE_UPDATE, MESSAGE_REACTION_ADD, MESSAGE_DELETE.
+It runs with the node's demo on, past the demo's timers (issue 26: from the
+demo's first refused /ping on, the echo of a bot's own message carried
+`"author": {}`, which crashed discord.py's gateway task in
+`Message._handle_member`): after its actions it must still receive a demo
+message posted after them, and its gateway task must still be running.
 
 Usage (run by tests/discord_py.rs): GATEWAYD_TOKEN=... python ping_bot.py --addr HOST:PORT
 Prints "READY" once on_ready fired (the test then writes "!ping"), and a
@@ -71,6 +76,16 @@ class PingBot(discord.Client):
             self.s["own_created"].append(str(message.id))
             self._check()
             return
+        if (
+            self.s.get("actions_done")
+            and message.content.startswith("demo message ")
+            and self.sent_ids
+            and message.id > max(self.sent_ids)
+        ):
+            # The gateway still delivers after the bot's own messages came back.
+            self.s["alive_after_actions"] = True
+            self._check()
+            return
         if message.content != "!ping" or message.author.bot:
             return
         try:
@@ -123,6 +138,7 @@ class PingBot(discord.Client):
             and s.get("pong", {}).get("id") in s["updated"]
             and len(s["reactions"]) >= 2
             and s.get("deleted_id") in s["deleted"]
+            and s.get("alive_after_actions")
         ):
             self.done.set()
 
@@ -134,6 +150,8 @@ async def run(args, token: str, errors: ErrorRecords, limited: RateLimitWarnings
         runner = asyncio.create_task(bot.start(token))
         waiter = asyncio.create_task(bot.done.wait())
         await asyncio.wait({runner, waiter}, timeout=args.timeout, return_when=asyncio.FIRST_COMPLETED)
+        # The gateway task is still running when every expectation held.
+        summary["gateway_alive"] = not runner.done()
         if runner.done() and runner.exception():
             summary["client_stopped"] = "".join(traceback.format_exception(runner.exception()))
         if not bot.done.is_set():
@@ -153,6 +171,7 @@ async def run(args, token: str, errors: ErrorRecords, limited: RateLimitWarnings
     summary["logged_errors"] = errors.records
     summary["ok"] = (
         bot.done.is_set()
+        and summary["gateway_alive"]
         and bot.failure is None
         and "timeout_s" not in summary
         and "client_stopped" not in summary

@@ -155,3 +155,25 @@ pub fn tour(node: &Node, at: Place) -> Tour {
         button,
     }
 }
+
+/// What a library test waits for before its bot acts (issue 26: a bot's
+/// own messages lost their `author` once an interaction for it had been
+/// refused): the demo source's `/ping` refused twice (its timers have
+/// fired twice; the node must run the demo, and nothing else may have
+/// been refused yet), then, with `at`, a person's two uses of a command
+/// `at.app` never registered, each refused at once.
+pub fn refused_first(node: &Node, at: Option<Place>) {
+    let refused = || super::metrics::metric(node, "gatewayd_interactions_refused_total");
+    let waited = super::wait_until(std::time::Duration::from_secs(60), || refused() >= 2.0);
+    assert!(waited.is_some(), "the demo's /ping was not refused twice");
+    if let Some(at) = at {
+        for _ in 0..2 {
+            let (_, seen) = click(node, at, &["--command", "never-registered"]).wait();
+            assert_eq!(
+                seen.get("state").map(String::as_str),
+                Some("failed"),
+                "an unregistered command is refused: {seen:?}"
+            );
+        }
+    }
+}

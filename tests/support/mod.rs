@@ -11,6 +11,7 @@
 //! - `registry`: the registry CLI, and databases on the test PostgreSQL server;
 //! - `rest`: a node with its bot connected, acting through the REST edge;
 //! - `events`: the chat service's events and the ingest producer;
+//! - `fields`: the field lists of docs/rest.md, as checks over JSON;
 //! - `kafka`: a Kafka-protocol topic and its producer;
 //! - `services`: PostgreSQL, Tansu and Redis servers a test owns (to freeze, kill);
 //! - `python`: the discord.py interpreter;
@@ -25,6 +26,7 @@
 
 pub mod bot;
 pub mod events;
+pub mod fields;
 pub mod http;
 pub mod interact;
 pub mod js;

@@ -44,7 +44,12 @@ for i in $(seq 2 "$CHANNELS"); do
 done
 reg install --app "$APP" --server "$SERVER" >/dev/null
 
-"$GW" run --data-dir "$D" --gateway-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 --ingest-addr 127.0.0.1:0 --portal-addr 127.0.0.1:0 \
+# Builds older than the portal (e.g. 4a4afed, where the edge landed) have no
+# --portal-addr: pass it only to a binary that knows it, so an A/B against
+# them runs (scripts/rest-ab.sh).
+PORTAL=()
+"$GW" run --help 2>/dev/null | grep -q -- '--portal-addr' && PORTAL=(--portal-addr 127.0.0.1:0)
+"$GW" run --data-dir "$D" --gateway-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 --ingest-addr 127.0.0.1:0 "${PORTAL[@]}" \
   --no-demo --rest-limit-scale 1000000 --rest-global-per-second 100000000 > "$OUT/gatewayd.log" 2>&1 &
 NODE=$!
 trap 'kill -INT $NODE 2>/dev/null || true; wait $NODE 2>/dev/null || true' EXIT

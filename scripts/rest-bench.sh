@@ -16,7 +16,9 @@
 # Environment: OUT (output dir), SECS (seconds per run, 10), CONNS,
 # THREADS (wrk threads, 1: the node has the other core), GW (gatewayd binary,
 # target/release/gatewayd; NO_BUILD=1 uses it as it is), CHANNELS (channels the requests spread over, 16:
-# windows per channel are what a real bot fleet spreads over).
+# windows per channel are what a real bot fleet spreads over), PERF=1 (sample
+# the node with `perf record -e cpu-clock` during each run and write
+# perf-cC.txt: the share of node CPU per thread and the top symbols).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/rest-bench-$(date -u +%Y%m%dT%H%M%SZ)}
@@ -80,8 +82,21 @@ printf "conns\treq_per_s\tp50_ms\tp99_ms\tmax_ms\tnon2xx\tnode_cpu_s\tcpu_us_per
 for c in $CONNS; do
   t=$THREADS; [ "$c" -lt "$t" ] && t=$c
   c0=$(cpu)
+  PERF_PID=
+  if [ "${PERF:-0}" = 1 ]; then
+    perf record -q -e cpu-clock -F 1999 -p "$NODE" -o "$OUT/perf-c$c.data" -- sleep "$SECS" 2>/dev/null &
+    PERF_PID=$!
+  fi
   wrk -t"$t" -c"$c" -d"${SECS}s" --latency -s "$OUT/post.lua" "http://$ADDR" > "$OUT/wrk-c$c.txt" 2>&1
   c1=$(cpu)
+  if [ -n "$PERF_PID" ]; then
+    wait "$PERF_PID" || true
+    { echo "== node CPU samples per thread"; perf report -q -i "$OUT/perf-c$c.data" --no-children --sort comm 2>/dev/null | head -20
+      echo "== top symbols"; perf report -q -i "$OUT/perf-c$c.data" --no-children --sort dso,sym 2>/dev/null | head -40
+      echo "== per thread and symbol"; perf report -q -i "$OUT/perf-c$c.data" --no-children --sort comm,sym 2>/dev/null | head -60
+    } > "$OUT/perf-c$c.txt"
+    rm -f "$OUT/perf-c$c.data"
+  fi
   awk -v c="$c" -v c0="$c0" -v c1="$c1" -v load="$(cut -d' ' -f1 /proc/loadavg)" '
     function ms(v) { if (v ~ /us$/) return v / 1000; if (v ~ /ms$/) return v + 0; if (v ~ /s$/) return v * 1000; return v }
     /^ +50%/ { p50 = ms($2) } /^ +99%/ { p99 = ms($2) }

@@ -209,8 +209,16 @@ pub trait Registry: Send + Sync {
     /// Moves interaction `id` from `WAITING` to `to` if it is still waiting
     /// and was opened at or after `opened_since_ms`: true for exactly one
     /// caller across every node and restart (the first response, or the
-    /// miss).
-    fn settle_interaction(&self, id: u64, to: u8, opened_since_ms: u64) -> Result<bool>;
+    /// miss). With `original`, the winner also records the id of the
+    /// message that answers it, in the same statement (one write where a
+    /// settle and a `set_interaction_messages` were two).
+    fn settle_interaction(
+        &self,
+        id: u64,
+        to: u8,
+        opened_since_ms: u64,
+        original: Option<u64>,
+    ) -> Result<bool>;
     /// Records the original response and the follow-ups.
     fn set_interaction_messages(
         &self,

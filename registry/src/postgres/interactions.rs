@@ -75,16 +75,24 @@ impl PostgresRegistry {
             .transpose()
     }
 
-    pub(super) fn settle_interaction_row(&self, id: u64, to: u8, since_ms: u64) -> Result<bool> {
+    pub(super) fn settle_interaction_row(
+        &self,
+        id: u64,
+        to: u8,
+        since_ms: u64,
+        original: Option<u64>,
+    ) -> Result<bool> {
+        let original = original.map(to_i);
         let n = self.run(WriteKind::Single, |t| {
             t.execute(
-                "UPDATE interaction_state SET state = $2
+                "UPDATE interaction_state SET state = $2, original_id = COALESCE($5, original_id)
                  WHERE id = $1 AND state = $3 AND opened_at_ms >= $4",
                 &[
                     &to_i(id),
                     &i16::from(to),
                     &i16::from(WAITING),
                     &to_i(since_ms),
+                    &original,
                 ],
             )
         })?;

@@ -62,11 +62,23 @@ impl SqliteRegistry {
         Ok(r.map(pending_interaction))
     }
 
-    pub(super) fn settle_interaction_row(&self, id: u64, to: u8, since_ms: u64) -> Result<bool> {
+    pub(super) fn settle_interaction_row(
+        &self,
+        id: u64,
+        to: u8,
+        since_ms: u64,
+        original: Option<u64>,
+    ) -> Result<bool> {
         Ok(self.lock().execute_cached(
-            "UPDATE interaction_state SET state = ?2
+            "UPDATE interaction_state SET state = ?2, original_id = COALESCE(?5, original_id)
              WHERE id = ?1 AND state = ?3 AND opened_at_ms >= ?4",
-            params![to_i(id), i64::from(to), i64::from(WAITING), to_i(since_ms)],
+            params![
+                to_i(id),
+                i64::from(to),
+                i64::from(WAITING),
+                to_i(since_ms),
+                original.map(to_i)
+            ],
         )? == 1)
     }
 

@@ -508,8 +508,14 @@ impl Registry for SqliteRegistry {
         self.interaction_where("token_digest = ?1", &&digest[..])
     }
 
-    fn settle_interaction(&self, id: u64, to: u8, opened_since_ms: u64) -> Result<bool> {
-        self.settle_interaction_row(id, to, opened_since_ms)
+    fn settle_interaction(
+        &self,
+        id: u64,
+        to: u8,
+        opened_since_ms: u64,
+        original: Option<u64>,
+    ) -> Result<bool> {
+        self.settle_interaction_row(id, to, opened_since_ms, original)
     }
 
     fn set_interaction_messages(

@@ -278,20 +278,30 @@ pub fn an_open_interaction_is_settled_once(reg: &dyn Backend) {
     );
     assert!(reg.waiting_interactions("node-b", 10).unwrap().is_empty());
     assert!(
-        !reg.settle_interaction(p.id, ANSWERED, t + 1).unwrap(),
+        !reg.settle_interaction(p.id, ANSWERED, t + 1, None).unwrap(),
         "opened before the window's start: too late"
     );
     assert!(
-        reg.settle_interaction(p.id, DEFERRED, t).unwrap(),
+        reg.settle_interaction(p.id, DEFERRED, t, Some(98)).unwrap(),
         "the first response"
     );
+    assert_eq!(
+        reg.interaction(p.id).unwrap().unwrap().original_id,
+        Some(98),
+        "its message's id, in the same write"
+    );
     assert!(
-        !reg.settle_interaction(p.id, FAILED, 0).unwrap(),
+        !reg.settle_interaction(p.id, FAILED, 0, None).unwrap(),
         "the miss lost"
     );
     assert!(
-        !reg.settle_interaction(p.id, ANSWERED, 0).unwrap(),
+        !reg.settle_interaction(p.id, ANSWERED, 0, Some(97)).unwrap(),
         "a second response lost"
+    );
+    assert_eq!(
+        reg.interaction(p.id).unwrap().unwrap().original_id,
+        Some(98),
+        "a settle that lost records nothing"
     );
     reg.set_interaction_messages(p.id, Some(99), &[100, 101])
         .unwrap();

@@ -13,7 +13,7 @@ mod support;
 use support::python::NaclEndpoint;
 use support::registry::kv;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::Command;
@@ -70,24 +70,9 @@ fn endpoint() -> Endpoint {
 }
 
 fn serve(mut s: TcpStream) {
-    let mut r = BufReader::new(s.try_clone().unwrap());
-    let mut line = String::new();
-    if r.read_line(&mut line).is_err() {
+    let Some((path, body)) = support::http::read_request(&s) else {
         return;
-    }
-    let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
-    let mut len = 0;
-    loop {
-        let mut h = String::new();
-        if r.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
-            break;
-        }
-        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
-            len = v.trim().parse().unwrap_or(0);
-        }
-    }
-    let mut body = vec![0; len];
-    let _ = r.read_exact(&mut body);
+    };
     let reply = |s: &mut TcpStream, head: &str, body: &[u8]| {
         let _ = s.write_all(
             format!(
@@ -293,6 +278,57 @@ fn a_hanging_endpoint_times_out_within_its_bound_and_slows_no_other_call() {
         "{took:?}"
     );
     println!("hanging endpoint: timeout after {took:?} (deadline 1.5 s)");
+}
+
+/// Calls started from one thread without waiting (`EgressClient::start`,
+/// as the interaction deliverer makes them): their outcomes come as their
+/// answers do, not in the order started; a hanging one is given up at its
+/// deadline without holding the others; each outcome is counted once.
+#[test]
+fn started_calls_finish_as_their_answers_come() {
+    let eg = egress(&["127.0.0.0/8"]);
+    let ep = endpoint();
+    let c = &eg.client;
+    let mut calls = c.calls();
+    let start = Instant::now();
+    let hang_by = start + Duration::from_millis(800);
+    c.start_delivery(&mut calls, 1, &url(&ep, "/hang"), &[1; 32], b"{}", hang_by)
+        .unwrap();
+    c.start(&mut calls, 2, "GET", &url(&ep, "/ok"), &[], b"", soon())
+        .unwrap();
+    c.start(&mut calls, 3, "GET", &url(&ep, "/500"), &[], b"", soon())
+        .unwrap();
+    assert_eq!(calls.len(), 3);
+    let mut done = Vec::new();
+    while !calls.is_empty() {
+        let due = calls.next_due().unwrap();
+        let o = match calls.receiver().recv_deadline(due) {
+            Ok(a) => calls.finish(a),
+            Err(_) => calls.expire(Instant::now()),
+        };
+        if let Some((tag, r)) = o {
+            done.push((tag, r.map(|rep| rep.status), start.elapsed()));
+        }
+    }
+    let tags: Vec<u64> = done.iter().map(|d| d.0).collect();
+    assert_eq!(tags[2], 1, "the hanging call last: {done:?}");
+    assert!(
+        done[..2].iter().all(|d| d.2 < Duration::from_millis(700)),
+        "the others answered while it hung: {done:?}"
+    );
+    let statuses: Vec<_> = done[..2].iter().map(|d| (d.0, d.1.clone())).collect();
+    assert!(statuses.contains(&(2, Ok(200))) && statuses.contains(&(3, Ok(500))));
+    assert_eq!(refused(done[2].1.clone()).0, Reason::Timeout);
+    let took = done[2].2;
+    assert!(
+        took >= Duration::from_millis(750) && took < Duration::from_millis(2_000),
+        "given up by its deadline and grace: {took:?}"
+    );
+    let count = |o: &str| c.stats.outcomes().into_iter().find(|x| x.0 == o).unwrap().1;
+    assert_eq!(
+        (count("status_2xx"), count("status_5xx"), count("timeout")),
+        (1, 1, 1)
+    );
 }
 
 #[test]

@@ -1,9 +1,16 @@
-//! The node's side of the egress: [`EgressClient`] (thread-safe, blocking:
-//! called from helper threads, never from an io_uring worker), the
-//! outcome counters it keeps for `/metrics`, and the child `gatewayd
-//! egress` process the node (or the CLI) starts by default.
+//! The node's side of the egress: [`EgressClient`] (thread-safe; called
+//! from helper threads, never from an io_uring worker), the outcome
+//! counters it keeps for `/metrics`, and the child `gatewayd egress`
+//! process the node (or the CLI) starts by default.
+//!
+//! Calls share one connection: each request frame carries an id, the
+//! connection's reader thread hands each answer to the [`Calls`] queue of
+//! the caller that started it. [`EgressClient::request`] starts one call
+//! and waits for it; [`EgressClient::start`] only starts it, so that one
+//! thread can have many calls in flight (the interaction deliverer,
+//! `chat/endpoint.rs`) and take their outcomes as they come.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::io::Write;
 use std::net::{TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
@@ -152,8 +159,139 @@ impl Default for Defaults {
 /// One connection: its write half and the calls waiting on its reader.
 struct Conn {
     writer: Mutex<Box<dyn Write + Send>>,
-    pending: Mutex<HashMap<u64, Sender<Answer>>>,
+    /// Each waiting call's id, and the queue of the [`Calls`] it is in.
+    pending: Mutex<HashMap<u64, Sender<Arrived>>>,
     dead: AtomicBool,
+}
+
+impl Conn {
+    fn forget(&self, id: u64) {
+        self.pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&id);
+    }
+}
+
+/// What a connection's reader hands a waiting call: its answer, or none
+/// when the connection ended first. Turned into the call's outcome by
+/// [`Calls::finish`].
+pub struct Arrived {
+    id: u64,
+    answer: Option<Answer>,
+}
+
+/// A call of a [`Calls`] that has no outcome yet.
+struct Waiting {
+    tag: u64,
+    give_up: Instant,
+    conn: Arc<Conn>,
+}
+
+/// The calls one caller (one thread) started with [`EgressClient::start`]
+/// and that have no outcome yet. Their answers arrive on one queue
+/// ([`Calls::receiver`]) that the caller waits on beside its other work,
+/// until [`Calls::next_due`] at the latest: [`Calls::finish`] turns an
+/// arrival into its call's outcome, [`Calls::expire`] gives up each call
+/// whose deadline and [`GRACE`] have passed (`timeout`, as a blocking call
+/// would). Every outcome is counted in the client's stats, once; an answer
+/// that arrives for a call already given up is dropped, never an outcome.
+/// Dropping it forgets its calls (their answers, if any come, are dropped).
+pub struct Calls {
+    tx: Sender<Arrived>,
+    rx: Receiver<Arrived>,
+    waiting: HashMap<u64, Waiting>,
+    /// (give-up time, call id) of every waiting call.
+    due: BTreeSet<(Instant, u64)>,
+    stats: Arc<EgressStats>,
+}
+
+/// A finished call: the tag it was started with, and its outcome.
+pub type Outcome = (u64, Result<Reply, EgressError>);
+
+impl Calls {
+    /// Where the answers arrive: wait on it (or select it with other
+    /// channels) until `next_due`, then hand each arrival to `finish`.
+    pub fn receiver(&self) -> &Receiver<Arrived> {
+        &self.rx
+    }
+
+    /// Calls waiting for their outcome.
+    pub fn len(&self) -> usize {
+        self.waiting.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.waiting.is_empty()
+    }
+
+    /// When the earliest waiting call is to be given up (`expire`).
+    pub fn next_due(&self) -> Option<Instant> {
+        self.due.first().map(|(t, _)| *t)
+    }
+
+    /// The outcome of the call `a` answers; None if that call is no longer
+    /// waiting (given up at its deadline: a late answer is dropped).
+    pub fn finish(&mut self, a: Arrived) -> Option<Outcome> {
+        let w = self.waiting.remove(&a.id)?;
+        self.due.remove(&(w.give_up, a.id));
+        let r = match a.answer {
+            Some(answer) => reply_of(answer),
+            None => Err(err(Reason::Unavailable, "the egress connection ended")),
+        };
+        self.stats.count(&r);
+        Some((w.tag, r))
+    }
+
+    /// Gives up the earliest call due by `now` (its deadline and `GRACE`
+    /// passed with no answer): `timeout`. None when no call is due.
+    pub fn expire(&mut self, now: Instant) -> Option<Outcome> {
+        while let Some(&(t, id)) = self.due.first() {
+            if t > now {
+                return None;
+            }
+            self.due.pop_first();
+            if let Some(w) = self.waiting.remove(&id) {
+                w.conn.forget(id);
+                let r = Err(err(
+                    Reason::Timeout,
+                    "no answer from the egress by the deadline",
+                ));
+                self.stats.count(&r);
+                return Some((w.tag, r));
+            }
+        }
+        None
+    }
+}
+
+impl Drop for Calls {
+    fn drop(&mut self) {
+        for (id, w) in self.waiting.drain() {
+            w.conn.forget(id);
+        }
+    }
+}
+
+/// An answer frame as the call's outcome.
+fn reply_of(answer: Answer) -> Result<Reply, EgressError> {
+    match (answer.ok, answer.error) {
+        (Some(h), _) => Ok(Reply {
+            status: h.status,
+            headers: h.headers,
+            body: wire::unb64(&h.body).ok_or_else(|| {
+                err(
+                    Reason::MalformedResponse,
+                    "egress answer body is not base64",
+                )
+            })?,
+        }),
+        (None, Some(r)) => Err(err(
+            Reason::parse(&r.reason).unwrap_or(Reason::MalformedResponse),
+            r.detail,
+        )),
+        (None, None) => Err(err(Reason::MalformedResponse, "empty egress answer")),
+    }
 }
 
 pub struct EgressClient {
@@ -224,8 +362,20 @@ impl EgressClient {
         Ok(conn)
     }
 
+    /// An empty queue for calls started with [`EgressClient::start`].
+    pub fn calls(&self) -> Calls {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        Calls {
+            tx,
+            rx,
+            waiting: HashMap::new(),
+            due: BTreeSet::new(),
+            stats: self.stats.clone(),
+        }
+    }
+
     /// One call through the egress, answered by `deadline` (the egress
-    /// gives up then; the answer's way back has [`GRACE`]).
+    /// gives up then; the answer's way back has [`GRACE`]). Blocks.
     pub fn request(
         &self,
         method: &str,
@@ -234,19 +384,57 @@ impl EgressClient {
         body: &[u8],
         deadline: Instant,
     ) -> Result<Reply, EgressError> {
-        let r = self.request_uncounted(method, url, headers, body, deadline);
-        self.stats.count(&r);
-        r
+        let mut calls = self.calls();
+        self.start(&mut calls, 0, method, url, headers, body, deadline)?;
+        loop {
+            let due = calls.next_due().expect("the call is waiting");
+            let done = match calls.rx.recv_deadline(due) {
+                Ok(a) => calls.finish(a),
+                Err(_) => calls.expire(Instant::now()),
+            };
+            if let Some((_, r)) = done {
+                return r;
+            }
+        }
     }
 
-    fn request_uncounted(
+    /// Starts one call through the egress without waiting for its answer:
+    /// its outcome comes from `calls`, tagged `tag`, when the answer
+    /// arrives or when `deadline` and [`GRACE`] have passed. `Err` (counted
+    /// like any outcome): it could not start (the deadline passed already,
+    /// a body over the wire's bound, `busy` with [`MAX_PENDING`] calls
+    /// waiting, the egress unreachable). It blocks only to connect (when
+    /// there is no live connection: a Unix socket at once, TCP by
+    /// `deadline`) and to write the request frame into the socket.
+    #[allow(clippy::too_many_arguments)]
+    pub fn start(
         &self,
+        calls: &mut Calls,
+        tag: u64,
         method: &str,
         url: &str,
         headers: &[(String, String)],
         body: &[u8],
         deadline: Instant,
-    ) -> Result<Reply, EgressError> {
+    ) -> Result<(), EgressError> {
+        let r = self.start_uncounted(calls, tag, method, url, headers, body, deadline);
+        if let Err(e) = &r {
+            self.stats.count(&Err(e.clone()));
+        }
+        r
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn start_uncounted(
+        &self,
+        calls: &mut Calls,
+        tag: u64,
+        method: &str,
+        url: &str,
+        headers: &[(String, String)],
+        body: &[u8],
+        deadline: Instant,
+    ) -> Result<(), EgressError> {
         let total = deadline.saturating_duration_since(Instant::now());
         if total < Duration::from_millis(1) {
             return Err(err(Reason::Timeout, "deadline passed before the call"));
@@ -266,64 +454,45 @@ impl EgressClient {
             total_ms: (total.as_millis() as u64).max(1),
             max_response_bytes: self.defaults.max_response_bytes,
         };
-        let rx: Receiver<Answer> = {
+        {
             let mut p = conn.pending.lock().unwrap_or_else(|p| p.into_inner());
             if p.len() >= MAX_PENDING {
                 return Err(err(Reason::Busy, "too many calls waiting on the egress"));
             }
-            let (tx, rx) = crossbeam_channel::bounded(1);
-            p.insert(id, tx);
-            rx
-        };
+            p.insert(id, calls.tx.clone());
+        }
         let sent = {
             let mut w = conn.writer.lock().unwrap_or_else(|p| p.into_inner());
             wire::write_frame(&mut *w, &req)
         };
         if let Err(e) = sent {
             conn.dead.store(true, Relaxed);
-            conn.pending
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&id);
+            conn.forget(id);
             return Err(err(
                 Reason::Unavailable,
                 format!("sending to the egress: {e}"),
             ));
         }
-        let wait = deadline.saturating_duration_since(Instant::now()) + GRACE;
-        let answer = match rx.recv_timeout(wait) {
-            Ok(a) => a,
-            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                conn.pending
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .remove(&id);
-                return Err(err(
-                    Reason::Timeout,
-                    "no answer from the egress by the deadline",
-                ));
-            }
-            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => {
-                return Err(err(Reason::Unavailable, "the egress connection ended"));
-            }
-        };
-        match (answer.ok, answer.error) {
-            (Some(h), _) => Ok(Reply {
-                status: h.status,
-                headers: h.headers,
-                body: wire::unb64(&h.body).ok_or_else(|| {
-                    err(
-                        Reason::MalformedResponse,
-                        "egress answer body is not base64",
-                    )
-                })?,
-            }),
-            (None, Some(r)) => Err(err(
-                Reason::parse(&r.reason).unwrap_or(Reason::MalformedResponse),
-                r.detail,
-            )),
-            (None, None) => Err(err(Reason::MalformedResponse, "empty egress answer")),
-        }
+        let give_up = deadline.max(Instant::now()) + GRACE;
+        calls.due.insert((give_up, id));
+        calls.waiting.insert(id, Waiting { tag, give_up, conn });
+        Ok(())
+    }
+
+    /// [`EgressClient::start`] for one signed interaction POST (ADR-12):
+    /// `X-Signature-Ed25519` over the current unix time and `body`.
+    pub fn start_delivery(
+        &self,
+        calls: &mut Calls,
+        tag: u64,
+        url: &str,
+        seed: &[u8; 32],
+        body: &[u8],
+        deadline: Instant,
+    ) -> Result<(), EgressError> {
+        let ts = sign::timestamp_now();
+        let headers = sign::headers(&sign::sign(seed, &ts, body), &ts);
+        self.start(calls, tag, "POST", url, &headers, body, deadline)
     }
 
     /// One signed interaction POST (ADR-12): `X-Signature-Ed25519` over the
@@ -389,14 +558,22 @@ fn read_answers(mut reader: Box<dyn std::io::Read + Send>, conn: &Conn) {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&a.id);
         if let Some(tx) = tx {
-            let _ = tx.try_send(a);
+            let _ = tx.send(Arrived {
+                id: a.id,
+                answer: Some(a),
+            });
         }
     }
     conn.dead.store(true, Relaxed);
-    conn.pending
+    let gone: Vec<_> = conn
+        .pending
         .lock()
         .unwrap_or_else(|p| p.into_inner())
-        .clear();
+        .drain()
+        .collect();
+    for (id, tx) in gone {
+        let _ = tx.send(Arrived { id, answer: None });
+    }
 }
 
 /// A `gatewayd egress` child: stopped (SIGTERM, then SIGKILL) when dropped;

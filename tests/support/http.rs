@@ -279,3 +279,29 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
         b = &b[size + 2..];
     }
 }
+
+/// One HTTP/1.1 request read off an accepted connection, as a test's
+/// endpoint serves it: its path and its `Content-Length` body (None: the
+/// peer sent nothing).
+pub fn read_request(s: &TcpStream) -> Option<(String, Vec<u8>)> {
+    use std::io::{BufRead, BufReader};
+    let mut r = BufReader::new(s.try_clone().ok()?);
+    let mut line = String::new();
+    if r.read_line(&mut line).is_err() {
+        return None;
+    }
+    let path = line.split_whitespace().nth(1).unwrap_or("/").to_string();
+    let mut len = 0;
+    loop {
+        let mut h = String::new();
+        if r.read_line(&mut h).unwrap_or(0) == 0 || h == "\r\n" {
+            break;
+        }
+        if let Some(v) = h.to_ascii_lowercase().strip_prefix("content-length:") {
+            len = v.trim().parse().unwrap_or(0);
+        }
+    }
+    let mut body = vec![0; len];
+    let _ = r.read_exact(&mut body);
+    Some((path, body))
+}

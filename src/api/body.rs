@@ -195,6 +195,10 @@ pub struct MessageDraft {
     /// Set by the chat service (never from a body) for a message that
     /// answers an interaction: `(interaction_metadata, application id)`.
     pub interaction: Option<(Value, u64)>,
+    /// Set by the chat service (never from a body): the id reserved for
+    /// this message (an interaction's first answer, whose settle recorded
+    /// it); None: the next id when it is committed.
+    pub id: Option<u64>,
 }
 
 /// Validate a create (`create`: content or embeds required) or an edit.

@@ -35,29 +35,91 @@ pub struct RateHeaders {
     pub scope: Scope,
 }
 
+/// A response's extra headers: at most `HeaderList::MAX` (name, value)
+/// pairs, every value in one buffer (one allocation per list, where a
+/// `String` per value was nine).
+#[derive(Clone, Debug, Default)]
+pub struct HeaderList {
+    names: [&'static str; HeaderList::MAX],
+    /// Where each value ends in `buf`.
+    ends: [u16; HeaderList::MAX],
+    n: usize,
+    buf: String,
+}
+
+impl HeaderList {
+    /// The most a response carries: the six, `Retry-After`, `Via`,
+    /// `X-RateLimit-Global`.
+    pub const MAX: usize = 9;
+
+    pub const fn new() -> HeaderList {
+        HeaderList {
+            names: [""; HeaderList::MAX],
+            ends: [0; HeaderList::MAX],
+            n: 0,
+            buf: String::new(),
+        }
+    }
+
+    /// Add a header; past `MAX` it is dropped (a bug: debug builds panic).
+    pub fn push(&mut self, name: &'static str, value: impl std::fmt::Display) {
+        use std::fmt::Write;
+        debug_assert!(self.n < Self::MAX, "more than {} headers", Self::MAX);
+        if self.n == Self::MAX {
+            return;
+        }
+        if self.buf.capacity() == 0 {
+            self.buf.reserve(192);
+        }
+        let _ = write!(self.buf, "{value}");
+        self.names[self.n] = name;
+        self.ends[self.n] = self.buf.len() as u16;
+        self.n += 1;
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.n == 0
+    }
+
+    /// The pairs, in the order pushed.
+    pub fn iter(&self) -> impl Iterator<Item = (&'static str, &str)> + '_ {
+        (0..self.n).map(move |i| {
+            let start = if i == 0 { 0 } else { self.ends[i - 1] as usize };
+            (self.names[i], &self.buf[start..self.ends[i] as usize])
+        })
+    }
+
+    /// The value of header `name`, if present.
+    pub fn get(&self, name: &str) -> Option<&str> {
+        self.iter().find(|(k, _)| *k == name).map(|(_, v)| v)
+    }
+}
+
+/// Milliseconds as seconds with three decimals (`1.250`).
+struct Secs(u64);
+
+impl std::fmt::Display for Secs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}.{:03}", self.0 / 1000, self.0 % 1000)
+    }
+}
+
 /// Render the six headers (and, on a 429, `Retry-After`, `Via` and, only
-/// for the global limit, `X-RateLimit-Global: true`) as `(name, value)`
-/// pairs.
-pub fn render(h: &RateHeaders, retry_after_ms: Option<u64>) -> Vec<(&'static str, String)> {
-    let mut v = Vec::with_capacity(9);
-    v.push(("X-RateLimit-Limit", h.limit.to_string()));
-    v.push(("X-RateLimit-Remaining", h.remaining.to_string()));
-    v.push((
-        "X-RateLimit-Reset",
-        format!("{}.{:03}", h.reset_ms / 1000, h.reset_ms % 1000),
-    ));
-    v.push((
-        "X-RateLimit-Reset-After",
-        format!("{}.{:03}", h.reset_after_ms / 1000, h.reset_after_ms % 1000),
-    ));
-    v.push(("X-RateLimit-Bucket", h.bucket.to_string()));
-    v.push(("X-RateLimit-Scope", h.scope.as_str().to_string()));
+/// for the global limit, `X-RateLimit-Global: true`).
+pub fn render(h: &RateHeaders, retry_after_ms: Option<u64>) -> HeaderList {
+    let mut v = HeaderList::new();
+    v.push("X-RateLimit-Limit", h.limit);
+    v.push("X-RateLimit-Remaining", h.remaining);
+    v.push("X-RateLimit-Reset", Secs(h.reset_ms));
+    v.push("X-RateLimit-Reset-After", Secs(h.reset_after_ms));
+    v.push("X-RateLimit-Bucket", h.bucket);
+    v.push("X-RateLimit-Scope", h.scope.as_str());
     if let Some(ms) = retry_after_ms {
         // An integer, rounded up: twilight cannot parse a fraction.
-        v.push(("Retry-After", ms.div_ceil(1000).max(1).to_string()));
-        v.push(("Via", "1.1 gatewayd".to_string()));
+        v.push("Retry-After", ms.div_ceil(1000).max(1));
+        v.push("Via", "1.1 gatewayd");
         if h.scope == Scope::Global {
-            v.push(("X-RateLimit-Global", "true".to_string()));
+            v.push("X-RateLimit-Global", "true");
         }
     }
     v
@@ -78,8 +140,8 @@ pub fn body_429(retry_after_ms: u64, global: bool) -> Vec<u8> {
 /// daily command creates) carries what REST.md asks of every 429 beside
 /// its JSON body: an integer `Retry-After` (from the body's `retry_after`)
 /// and `Via`. Other answers are left as they are.
-pub fn handoff_429(status: u16, body: &[u8], headers: &mut Vec<(&'static str, String)>) {
-    if status != 429 || headers.iter().any(|(k, _)| *k == "Retry-After") {
+pub fn handoff_429(status: u16, body: &[u8], headers: &mut HeaderList) {
+    if status != 429 || headers.get("Retry-After").is_some() {
         return;
     }
     let secs = serde_json::from_slice::<serde_json::Value>(body)
@@ -91,8 +153,8 @@ pub fn handoff_429(status: u16, body: &[u8], headers: &mut Vec<(&'static str, St
     } else {
         1.0
     };
-    headers.push(("Retry-After", (secs as u64).to_string()));
-    headers.push(("Via", "1.1 gatewayd".to_string()));
+    headers.push("Retry-After", secs as u64);
+    headers.push("Via", "1.1 gatewayd");
 }
 
 #[cfg(test)]
@@ -101,16 +163,18 @@ mod tests {
 
     #[test]
     fn a_handed_off_429_gets_retry_after_and_via() {
-        let mut h = vec![("X-RateLimit-Scope", "user".to_string())];
+        let mut h = HeaderList::new();
+        h.push("X-RateLimit-Scope", "user");
         handoff_429(429, br#"{"retry_after": 3600.2, "code": 30034}"#, &mut h);
-        assert!(h.contains(&("Retry-After", "3601".to_string())));
-        assert!(h.iter().any(|p| p.0 == "Via"));
-        let mut ok = Vec::new();
+        assert_eq!(h.get("Retry-After"), Some("3601"));
+        assert_eq!(h.get("X-RateLimit-Scope"), Some("user"));
+        assert!(h.get("Via").is_some());
+        let mut ok = HeaderList::new();
         handoff_429(200, b"{}", &mut ok);
         assert!(ok.is_empty());
-        let mut odd = Vec::new();
+        let mut odd = HeaderList::new();
         handoff_429(429, b"not json", &mut odd);
-        assert!(odd.contains(&("Retry-After", "1".to_string())));
+        assert_eq!(odd.get("Retry-After"), Some("1"));
     }
 
     #[test]
@@ -136,14 +200,14 @@ mod tests {
                 "X-RateLimit-Scope"
             ]
         );
-        assert_eq!(v[2].1, "1700000001.250");
-        assert_eq!(v[3].1, "1.250");
+        assert_eq!(v.get("X-RateLimit-Limit"), Some("5"));
+        assert_eq!(v.get("X-RateLimit-Remaining"), Some("0"));
+        assert_eq!(v.get("X-RateLimit-Reset"), Some("1700000001.250"));
+        assert_eq!(v.get("X-RateLimit-Reset-After"), Some("1.250"));
+        assert_eq!(v.get("X-RateLimit-Bucket"), Some("b"));
         let v = render(&h, Some(1_250));
-        assert!(
-            v.contains(&("Retry-After", "2".to_string())),
-            "an integer, rounded up"
-        );
-        assert!(v.iter().any(|p| p.0 == "Via"));
+        assert_eq!(v.get("Retry-After"), Some("2"), "an integer, rounded up");
+        assert_eq!(v.get("Via"), Some("1.1 gatewayd"));
         assert!(
             !v.iter().any(|p| p.0 == "X-RateLimit-Global"),
             "never false, only absent"
@@ -155,8 +219,8 @@ mod tests {
             },
             Some(10),
         );
-        assert!(g.contains(&("X-RateLimit-Global", "true".to_string())));
-        assert!(g.contains(&("Retry-After", "1".to_string())));
+        assert_eq!(g.get("X-RateLimit-Global"), Some("true"));
+        assert_eq!(g.get("Retry-After"), Some("1"));
         let b: serde_json::Value = serde_json::from_slice(&body_429(1_234, false)).unwrap();
         assert_eq!(b["retry_after"], 1.234);
         assert_eq!(b["global"], false);

@@ -39,6 +39,17 @@ pub use super::headers::{body_429, render, RateHeaders, Scope};
 pub const MAX_WINDOWS: usize = 1 << 16;
 pub const MAX_APPS: usize = 1 << 14;
 const INVALID_WINDOW_MS: u64 = 10 * 60 * 1000;
+/// A request that finds its application's global window full within this
+/// long of its close is counted in the next window instead of refused.
+/// A library keeps its own count of the global limit (discord.js: 50 per
+/// second from when it *sends* a window's first request) and learns
+/// nothing of ours from a 200, while our window opens when that request
+/// is *decided*, after its trip and its lookups: the library's window
+/// leads ours by that much, and it starts its next window's requests
+/// (discord.js waits 50 ms more) while ours is still open. Windows still
+/// tile without overlap, so no application passes the limit per window
+/// or on average (docs/rate-limits.md).
+const GLOBAL_LEAD_MS: u64 = 250;
 const HAMMER_WINDOW_MS: u64 = 10_000;
 
 /// Limits a node applies; `docs/configuration.md` documents the flags.
@@ -265,6 +276,15 @@ impl Limiter {
         if !g.open(now) {
             *g = Window::fresh(now, 1_000, aligned);
         }
+        if g.count() >= global_per_s && g.reset_ms() - now <= GLOBAL_LEAD_MS {
+            // Full, and about to close: the request counts in the next
+            // window, which opens where this one closes (GLOBAL_LEAD_MS).
+            *g = Window {
+                start_ms: g.reset_ms(),
+                per_ms: 1_000,
+                ..Window::default()
+            };
+        }
         if g.count() >= global_per_s {
             let until = g.reset_ms();
             self.counts.limited_global += 1;
@@ -479,6 +499,52 @@ mod tests {
         allow(l.check(APP + 1, Bucket::MessageCreate, 1, t + 10));
         allow(l.check(APP, Bucket::MessageCreate, 1, t + 1_000));
         assert_eq!(l.counts.limited_global, 1);
+    }
+
+    #[test]
+    fn a_full_global_window_about_to_close_counts_a_request_in_the_next() {
+        let mut l = Limiter::new(LimitConfig {
+            scale: 1000,
+            ..LimitConfig::default()
+        });
+        let t = 7_000_000;
+        for i in 0..50 {
+            allow(l.check(APP, Bucket::MessageCreate, i, t));
+        }
+        // Full and 251 ms from its close: refused until the close.
+        let early = t + 1_000 - GLOBAL_LEAD_MS - 1;
+        match l.check(APP, Bucket::MessageCreate, 99, early) {
+            Decision::Limited { retry_after_ms, .. } => {
+                assert_eq!(retry_after_ms, GLOBAL_LEAD_MS + 1)
+            }
+            d => panic!("{d:?}"),
+        }
+        // Within GLOBAL_LEAD_MS of it: the next window [t + 1000, t + 2000)
+        // takes it, and holds 50 in all.
+        let late = t + 1_000 - GLOBAL_LEAD_MS;
+        for i in 0..50 {
+            allow(l.check(APP, Bucket::MessageCreate, 100 + i, late));
+        }
+        match l.check(APP, Bucket::MessageCreate, 200, t + 1_500) {
+            Decision::Limited {
+                headers,
+                retry_after_ms,
+            } => {
+                assert_eq!(headers.scope, Scope::Global);
+                assert_eq!(retry_after_ms, 500, "until the next window closes");
+            }
+            d => panic!("{d:?}"),
+        }
+        // That window is not taken early again: 251 ms before its close, refused.
+        let d = l.check(
+            APP,
+            Bucket::MessageCreate,
+            201,
+            t + 2_000 - GLOBAL_LEAD_MS - 1,
+        );
+        assert!(matches!(d, Decision::Limited { .. }), "{d:?}");
+        allow(l.check(APP, Bucket::MessageCreate, 202, t + 2_000 - GLOBAL_LEAD_MS));
+        assert_eq!(l.counts.limited_global, 3);
     }
 
     #[test]

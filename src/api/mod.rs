@@ -10,6 +10,8 @@
 //!   permit.rs  where it is PERMITTED: entitlement::channel_allows, the event filter's check
 //!   shared.rs  the windows' counts shared between nodes (Redis: link::counters)
 //!   body.rs    JSON / multipart bodies, validated; error bodies (50035 trees)
+//!   action.rs  route + query + body -> what the request asks (ChatAction, Next)
+//!   ids.rs     which snowflake generator each chat service commits with
 //!   commands.rs application command bodies (validated, normalised) and answers
 //! ```
 //!
@@ -17,11 +19,13 @@
 //! result comes back to every entitled bot as an event. Nothing here owns a
 //! socket or a thread: the worker that owns the token runs these steps.
 
+pub mod action;
 pub mod addr;
 pub mod body;
 pub mod buckets;
 pub mod commands;
 pub mod headers;
+pub mod ids;
 pub mod limit;
 pub mod permit;
 pub mod query;
@@ -35,7 +39,20 @@ pub mod view;
 /// A token that names none is served where it arrived (and refused there).
 pub fn owner_of(token: &str, workers: usize) -> Option<usize> {
     let app = registry::token::parse_app_id(token)?;
-    Some((app % workers.max(1) as u64) as usize)
+    // Mixed first: snowflake ids made by one process have even low bits
+    // (worker << 12 | increment 0), so `app % 2` put every application on
+    // worker 0.
+    Some(((app.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % workers.max(1) as u64) as usize)
+}
+
+/// The worker whose chat service commits the actions of `target`: the
+/// server's (a DM channel's, for server 0). One worker per server means one
+/// order of that server's commits for every session, and one window
+/// (`chat::history`) per server, shared with nobody. Ids are mixed first:
+/// servers made in a burst differ in their timestamp bits only.
+pub fn commit_worker(server: u64, channel: u64, workers: usize) -> usize {
+    let key = if server == 0 { channel } else { server };
+    ((key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % workers.max(1) as u64) as usize
 }
 
 /// A routed request with its body, while its token is looked up.

@@ -52,17 +52,29 @@ pub fn invalid_session(out: &mut Vec<u8>, resumable: bool) {
 /// ISO 8601 UTC timestamp (`2026-11-30T08:38:50.123000+00:00`) from Unix ms,
 /// the form Discord uses in `timestamp` and `joined_at`.
 pub fn iso8601(unix_ms: u64) -> String {
-    let secs = unix_ms / 1000;
-    let ms = unix_ms % 1000;
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let (y, m, d) = civil_from_days(days);
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}000+00:00",
-        rem / 3600,
-        (rem / 60) % 60,
-        rem % 60
-    )
+    Iso8601(unix_ms).to_string()
+}
+
+/// A Unix time in ms as the platform writes timestamps
+/// (`2026-12-05T23:17:10.281000+00:00`), formatted where it is written
+/// (`write!`): no `String` of its own.
+#[derive(Clone, Copy, Debug)]
+pub struct Iso8601(pub u64);
+
+impl std::fmt::Display for Iso8601 {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (secs, ms) = (self.0 / 1000, self.0 % 1000);
+        let days = (secs / 86_400) as i64;
+        let rem = secs % 86_400;
+        let (y, m, d) = civil_from_days(days);
+        write!(
+            f,
+            "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{ms:03}000+00:00",
+            rem / 3600,
+            (rem / 60) % 60,
+            rem % 60
+        )
+    }
 }
 
 /// Howard Hinnant's days-to-civil algorithm.

@@ -55,10 +55,10 @@ pub fn is_api(path: &str) -> bool {
 }
 
 /// The token from an `Authorization: Bot <token>` header (prefix optional).
-pub fn bearer(header: Option<&str>) -> Option<String> {
+pub fn bearer(header: Option<&str>) -> Option<&str> {
     let h = header?.trim_start();
     let t = h.strip_prefix("Bot ").unwrap_or(h).trim();
-    (!t.is_empty()).then(|| t.to_string())
+    (!t.is_empty()).then_some(t)
 }
 
 pub fn gateway_body(url: &str) -> Vec<u8> {
@@ -104,8 +104,8 @@ mod tests {
     #[test]
     fn api_paths_and_tokens() {
         assert!(is_api("/api/v10/gateway") && is_api("/api") && !is_api("/apix") && !is_api("/"));
-        assert_eq!(bearer(Some("Bot abc")), Some("abc".into()));
-        assert_eq!(bearer(Some("abc")), Some("abc".into()));
+        assert_eq!(bearer(Some("Bot abc")), Some("abc"));
+        assert_eq!(bearer(Some("abc")), Some("abc"));
         assert_eq!(bearer(Some("Bot ")), None);
         assert_eq!(bearer(None), None);
     }

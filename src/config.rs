@@ -396,6 +396,9 @@ pub struct RunArgs {
     /// Deadline of each call to that chat service.
     #[arg(long)]
     pub chat_upstream_timeout_ms: Option<u64>,
+    /// Connections to that chat service per pool: each worker's and the chat thread's (1-64; 4).
+    #[arg(long)]
+    pub chat_upstream_connections: Option<usize>,
     /// How long an interaction's token works for follow-ups (ms; 15 minutes).
     #[arg(long)]
     pub interaction_token_ttl_ms: Option<u64>,
@@ -496,6 +499,7 @@ impl Config {
         set!(args.rest_view_refresh_ms => cfg.rest.view_refresh_ms);
         set!(args.chat_upstream_url => cfg.chat.upstream_url);
         set!(args.chat_upstream_timeout_ms => cfg.chat.upstream_timeout_ms);
+        set!(args.chat_upstream_connections => cfg.chat.upstream_connections);
         set!(args.interaction_token_ttl_ms => cfg.chat.interaction_token_ttl_ms);
         set!(args.rest_redis_url => cfg.rest.redis_url);
         set!(args.rest_redis_sync_ms => cfg.rest.redis_sync_ms);

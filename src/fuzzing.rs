@@ -482,8 +482,8 @@ fn check_bearer(header: Option<&str>) {
         let h = header.expect("a token from a header");
         assert!(!t.is_empty());
         assert_eq!(t.trim(), t, "token not trimmed");
-        assert!(h.contains(t.as_str()));
-        assert_eq!(rest::bearer(Some(&format!("Bot {t}"))), Some(t.clone()));
+        assert!(h.contains(t));
+        assert_eq!(rest::bearer(Some(&format!("Bot {t}"))), Some(t));
         assert_eq!(rest::bearer(Some(&format!("  Bot {t}  "))), Some(t));
     }
 }

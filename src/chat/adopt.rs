@@ -39,10 +39,11 @@ impl Chat {
         &mut self,
         id: u64,
         to: State,
+        original: Option<u64>,
         now: u64,
     ) -> Result<(), ApiError> {
         let since = (now + 1).saturating_sub(RESPONSE_MS);
-        match self.ix.store.settle(id, to, since) {
+        match self.ix.store.settle(id, to, since, original) {
             Settled::Won => Ok(()),
             // Decided from memory where the interaction was opened.
             Settled::Unavailable if self.ix.open[&id].here => Ok(()),

@@ -3,53 +3,80 @@
 //! one signed POST through the egress process, with one retry inside the
 //! 3-second window.
 //!
-//! - `DELIVERERS` threads take jobs from a per-application fair queue
+//! - One thread, `deliver`, takes jobs from a per-application fair queue
 //!   (`fairq`): round-robin between the applications with work, at most
-//!   `PER_APP_IN_FLIGHT` calls of one application at once, at most
-//!   `PER_APP_QUEUE` jobs queued per application and `QUEUE` in all (a
-//!   full queue refuses the interaction: the person sees the failure at
-//!   once; counted). The egress calls block; the chat thread never waits
-//!   for them (it only pushes under the queue's mutex, O(1)).
+//!   `PER_APP_IN_FLIGHT` calls of one application at once and
+//!   `MAX_IN_FLIGHT` in all, at most `PER_APP_QUEUE` jobs queued per
+//!   application and `QUEUE` in all (a full queue refuses the interaction:
+//!   the person sees the failure at once; counted). The chat thread never
+//!   waits for it (it only pushes under the queue's mutex, O(1), and wakes
+//!   it through a channel of one).
+//! - It never waits for an endpoint: it starts each call
+//!   (`EgressClient::start`, the request frame written to the egress
+//!   connection) and takes the answers as they arrive on its `Calls`
+//!   queue, beside the queue's wake-ups; a call with no answer by its
+//!   deadline and the client's grace (100 ms) is given up (`timeout`), and
+//!   its answer, if it comes later, is dropped. Its only waits are the
+//!   egress client's own: connecting (a Unix socket at once; over TCP by
+//!   the call's deadline) and writing a frame into the socket.
 //! - A job whose window has all but passed (less than `MIN_CALL_MS` to its
 //!   deadline) is not called: dropped, counted, its reason noted for the
-//!   person (who sees the failure at 3 s). The `deliver-sweep` thread
-//!   drops such jobs from the queue every `SWEEP_MS` while any is queued
-//!   (one waiting behind its application's cap would otherwise be reached
-//!   only after the 3 s and show no reason); a deliverer checks again
-//!   when it takes one.
+//!   person (who sees the failure at 3 s). The queue is swept for such
+//!   jobs every `SWEEP_MS` while any is queued (one waiting behind its
+//!   application's cap would otherwise be reached only after the 3 s and
+//!   show no reason), and each is checked again when it is taken.
 //! - An answer 200 `{type, data}` is the first response, handed to the chat
 //!   thread as a callback (so the 3-second rule and every response rule are
-//!   the callback route's). 202 or 204: the endpoint will use the callback
-//!   route. Anything else (another status, a body that is no response, a
-//!   refusal or a timeout in the egress) is retried once if at least
+//!   the callback route's); if the chat queue is full it waits beside the
+//!   other calls, at most `CHAT_WAIT`, then fails ("the chat service was
+//!   busy"). 202 or 204: the endpoint will use the callback route.
+//!   Anything else (another status, a body that is no response, a refusal
+//!   or a timeout in the egress) is retried once if at least
 //!   `RETRY_MARGIN_MS` of the window is left; then the failure is recorded
 //!   for the person (who sees it at 3 s) and counted by reason.
 //!
-//! Why these numbers: a hanging endpoint holds a deliverer for at most the
-//! window (~2.7 s, retry included), and one application holds at most
-//! `PER_APP_IN_FLIGHT` (4, what the old 4 shared deliverers gave any one
-//! application, so no application's throughput shrinks). It takes
-//! `DELIVERERS / PER_APP_IN_FLIGHT` = 16 applications hanging at once to
-//! hold every deliverer; with fewer, the others share the
-//! `DELIVERERS - 4 * hanging` left, served round-robin. 64 threads mostly
-//! blocked in the egress client cost little memory (their stacks are
-//! mapped, barely touched) and stay well under `egress.max_in_flight`
-//! (256 by default). Bounds: at most `QUEUE` jobs queued (~1,024 bodies of
-//! an interaction, a few KiB each) plus `DELIVERERS` in flight; the queue's
-//! storage is allocated at start (`fairq`).
+//! Why these numbers: one application holds at most `PER_APP_IN_FLIGHT`
+//! calls (4, what the old 4 shared deliverers gave any one application, so
+//! no application's throughput shrinks), and a hanging one holds them for
+//! at most the window (~2.7 s, retry included). `MAX_IN_FLIGHT` (64) is
+//! the 64 deliverer threads of before, kept as the bound on calls: it
+//! takes `MAX_IN_FLIGHT / PER_APP_IN_FLIGHT` = 16 applications hanging at
+//! once to hold every call; with fewer, the others share the
+//! `MAX_IN_FLIGHT - 4 * hanging` left, served round-robin. It is no longer
+//! a thread count (a call in flight costs its job, a pending entry and a
+//! timer, not a stack), but it stays 64 because each call holds a thread
+//! in the egress process, whose `egress.max_in_flight` (256 by default) is
+//! shared with the portal's and the CLI's endpoint checks: a burst of the
+//! node's deliveries must not make the egress answer `busy`. One thread
+//! (`DELIVERERS`; 64 and a sweeper before) is enough because it never
+//! waits on I/O: per call it signs, writes one frame and reads one answer.
+//! tests/interactions_deliver.rs prints its CPU: 60 ms for 252 calls in a
+//! debug build (every crate unoptimized), ~0.24 ms a call and as much as
+//! the egress process spent on them; so ~4,000 calls a second at least,
+//! more than the bound lets through (64 in flight / an endpoint's latency)
+//! for any endpoint slower than 16 ms.
+//! Bounds: at most `QUEUE` jobs queued (~1,024 bodies of an interaction,
+//! a few KiB each) plus `MAX_IN_FLIGHT` in flight; the queue's storage is
+//! allocated at start (`fairq`).
 
+use std::collections::{HashMap, VecDeque};
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Receiver, Select, Sender, TrySendError};
 
 use super::board::Board;
 use super::fairq::{FairQ, Limits, Refused};
+use crate::egress::client::{Calls, Outcome};
 use crate::egress::EgressClient;
 use crate::worker::mail::{ChatAction, ChatRequest};
 
-pub const DELIVERERS: usize = 64;
+/// Threads that make the calls.
+pub const DELIVERERS: usize = 1;
+/// Calls in flight at once, in all.
+pub const MAX_IN_FLIGHT: usize = 64;
 /// Calls of one application in flight at once.
 pub const PER_APP_IN_FLIGHT: usize = 4;
 /// Jobs queued for one application (beyond those in flight): at 4 calls
@@ -63,10 +90,12 @@ const RETRY_MARGIN_MS: u64 = 300;
 const MIN_CALL_MS: u64 = 100;
 /// How often queued jobs are checked for that (while any is queued).
 const SWEEP_MS: u64 = 50;
+/// How long an inline answer may wait for room in the chat queue.
+const CHAT_WAIT: Duration = Duration::from_secs(1);
 
-const _: () = assert!(PER_APP_IN_FLIGHT <= DELIVERERS && PER_APP_QUEUE <= QUEUE);
+const _: () = assert!(PER_APP_IN_FLIGHT <= MAX_IN_FLIGHT && PER_APP_QUEUE <= QUEUE);
 const _: () = assert!(
-    DELIVERERS / PER_APP_IN_FLIGHT >= 16,
+    MAX_IN_FLIGHT / PER_APP_IN_FLIGHT >= 16,
     "16 hanging applications to stall the rest"
 );
 
@@ -110,21 +139,34 @@ impl EndpointStats {
 
 struct Shared {
     q: Mutex<FairQ<Job>>,
-    work: Condvar,
     closed: AtomicBool,
 }
 
 impl Shared {
+    fn new() -> Shared {
+        Shared {
+            q: Mutex::new(FairQ::new(Limits {
+                per_app_queued: PER_APP_QUEUE,
+                total_queued: QUEUE,
+                per_app_in_flight: PER_APP_IN_FLIGHT,
+                max_in_flight: MAX_IN_FLIGHT,
+            })),
+            closed: AtomicBool::new(false),
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, FairQ<Job>> {
         self.q.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
-/// The chat thread's side of the deliverers: `try_send` queues a job or
-/// refuses it at once. Dropping it stops the deliverers (after their
-/// current call).
+/// The chat thread's side of the deliverer: `try_send` queues a job or
+/// refuses it at once. Dropping it stops the deliverer (its calls in
+/// flight are abandoned).
 pub struct Deliveries {
     shared: Arc<Shared>,
+    /// Wakes the deliverer (a channel of one: a wake-up pending is enough).
+    wake: Sender<()>,
     stats: Arc<EndpointStats>,
 }
 
@@ -140,7 +182,7 @@ impl Deliveries {
         };
         match pushed {
             Ok(()) => {
-                self.shared.work.notify_one();
+                let _ = self.wake.try_send(());
                 Ok(())
             }
             Err((why, _job)) => {
@@ -157,130 +199,303 @@ impl Deliveries {
 
 impl Drop for Deliveries {
     fn drop(&mut self) {
-        // Under the lock: a deliverer between its check and its wait
-        // would miss the wake-up.
-        let _q = self.shared.lock();
+        // The wake channel's end (this sender dropped) wakes the deliverer,
+        // which then sees `closed`.
         self.shared.closed.store(true, Relaxed);
-        self.shared.work.notify_all();
+        let _ = self.wake.try_send(());
     }
 }
 
-/// Start the deliverers; the queue they read.
+/// Start the deliverer; the queue it reads.
 pub fn start(
     egress: Arc<EgressClient>,
     chat: Sender<ChatRequest>,
     board: Arc<Board>,
     stats: Arc<EndpointStats>,
 ) -> Deliveries {
-    let shared = Arc::new(Shared {
-        q: Mutex::new(FairQ::new(Limits {
-            per_app_queued: PER_APP_QUEUE,
-            total_queued: QUEUE,
-            per_app_in_flight: PER_APP_IN_FLIGHT,
-            max_in_flight: DELIVERERS,
-        })),
-        work: Condvar::new(),
-        closed: AtomicBool::new(false),
-    });
-    for n in 0..DELIVERERS {
-        let (shared, egress, chat, board, stats) = (
-            shared.clone(),
-            egress.clone(),
-            chat.clone(),
-            board.clone(),
-            stats.clone(),
-        );
-        std::thread::Builder::new()
-            .name(format!("deliver-{n}"))
-            .spawn(move || {
-                while let Some(taken) = next(&shared, &stats) {
-                    if too_late(taken.job.deadline, Instant::now()) {
-                        stats.expired.fetch_add(1, Relaxed);
-                        board.note_failure(taken.job.id, NOT_CALLED);
-                        board.endpoint_failed(taken.job.app, NOT_CALLED_REASON);
-                    } else {
-                        deliver(&egress, &chat, &board, &stats, &taken.job);
-                    }
-                }
-            })
-            .expect("spawn an interaction deliverer");
+    let shared = Arc::new(Shared::new());
+    let (wake, woken) = crossbeam_channel::bounded(1);
+    let mut d = Deliverer {
+        shared: shared.clone(),
+        calls: egress.calls(),
+        egress,
+        chat,
+        board,
+        stats: stats.clone(),
+        woken,
+        flights: HashMap::with_capacity(MAX_IN_FLIGHT),
+        next_tag: 0,
+        to_chat: VecDeque::with_capacity(MAX_IN_FLIGHT),
+        next_sweep: Instant::now(),
+        taken: Vec::with_capacity(MAX_IN_FLIGHT),
+        expired: Vec::with_capacity(QUEUE),
+    };
+    std::thread::Builder::new()
+        .name("deliver".into())
+        .spawn(move || {
+            // A panic loses the job being handled (its queue turn is given
+            // back as it unwinds: `Flight`), never the calls in flight.
+            while catch_unwind(AssertUnwindSafe(|| d.run())).is_err() {
+                tracing::error!("interaction deliverer: a delivery panicked; going on");
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        })
+        .expect("spawn the interaction deliverer");
+    Deliveries {
+        shared,
+        wake,
+        stats,
     }
-    {
-        let (shared, board, stats) = (shared.clone(), board.clone(), stats.clone());
-        std::thread::Builder::new()
-            .name("deliver-sweep".into())
-            .spawn(move || sweep(&shared, &board, &stats))
-            .expect("spawn the interaction queue sweeper");
-    }
-    Deliveries { shared, stats }
 }
 
 /// `chat::board::FAILURE_REASONS`: not called in time, no response, other.
 const NOT_CALLED_REASON: usize = 11;
+const NO_RESPONSE_REASON: usize = 10;
+const OTHER_REASON: usize = 12;
 const NOT_CALLED: &str = "endpoint: not called: the window passed while it waited in the queue";
 
-/// Drops the queued jobs past calling, every `SWEEP_MS`, until closed.
-fn sweep(shared: &Shared, board: &Board, stats: &EndpointStats) {
-    let mut out: Vec<Job> = Vec::with_capacity(QUEUE);
-    while !shared.closed.load(Relaxed) {
-        std::thread::sleep(Duration::from_millis(SWEEP_MS));
-        if stats.queued.load(Relaxed) == 0 {
-            continue;
-        }
-        {
-            let mut q = shared.lock();
-            let now = Instant::now();
-            q.drop_expired(|j| too_late(j.deadline, now), &mut out);
-            stats.gauge(&q);
-        }
-        for job in out.drain(..) {
-            stats.expired.fetch_add(1, Relaxed);
-            board.note_failure(job.id, NOT_CALLED);
-            board.endpoint_failed(job.app, NOT_CALLED_REASON);
-        }
-    }
-}
-
-/// A job a deliverer took; dropping it tells the queue it is done (also
-/// if the delivery panicked), which may free a turn for another deliverer.
-struct Taken<'a> {
-    shared: &'a Shared,
-    stats: &'a EndpointStats,
-    app: u64,
+/// A job taken from the queue; dropping it tells the queue it is done
+/// (also if its handling panicked), which may free a turn.
+struct Flight {
+    shared: Arc<Shared>,
+    stats: Arc<EndpointStats>,
     job: Job,
+    /// Calls made for it (2 after the retry).
+    calls: u8,
+    /// The last failure, and its `FAILURE_REASONS` index.
+    why: String,
+    reason: usize,
 }
 
-impl Drop for Taken<'_> {
+impl Drop for Flight {
     fn drop(&mut self) {
-        let more = {
-            let mut q = self.shared.lock();
-            let more = q.done(self.app);
-            self.stats.gauge(&q);
-            more
-        };
-        if more {
-            self.shared.work.notify_one();
-        }
+        let mut q = self.shared.lock();
+        q.done(self.job.app);
+        self.stats.gauge(&q);
     }
 }
 
-/// The next job for this deliverer (waiting for one); `None` once closed.
-fn next<'a>(shared: &'a Shared, stats: &'a EndpointStats) -> Option<Taken<'a>> {
-    let mut q = shared.lock();
-    loop {
-        if shared.closed.load(Relaxed) {
-            return None;
+/// The deliverer thread's state.
+struct Deliverer {
+    shared: Arc<Shared>,
+    egress: Arc<EgressClient>,
+    chat: Sender<ChatRequest>,
+    board: Arc<Board>,
+    stats: Arc<EndpointStats>,
+    woken: Receiver<()>,
+    calls: Calls,
+    /// The jobs whose call is in flight, by the call's tag.
+    flights: HashMap<u64, Flight>,
+    next_tag: u64,
+    /// Inline answers waiting for room in the chat queue, oldest first,
+    /// each with when it gives up.
+    to_chat: VecDeque<(Flight, ChatRequest, Instant)>,
+    next_sweep: Instant,
+    /// Scratch, kept for its capacity.
+    taken: Vec<Flight>,
+    expired: Vec<Job>,
+}
+
+impl Deliverer {
+    /// Until the queue is closed: answers in, deadlines, sweeps, new calls;
+    /// then waits for the next of them.
+    fn run(&mut self) {
+        while !self.shared.closed.load(Relaxed) {
+            while self.woken.try_recv().is_ok() {}
+            // One outcome at a time, its flight out of the map only to be
+            // settled: a panic in between cannot strand a queue turn.
+            while let Some((tag, r)) = self.next_outcome() {
+                if let Some(f) = self.flights.remove(&tag) {
+                    self.answered(f, r.map(|rep| (rep.status, rep.body)));
+                }
+            }
+            self.flush_to_chat(Instant::now());
+            self.sweep(Instant::now());
+            self.take_and_call();
+            self.wait(self.stats.queued.load(Relaxed) > 0);
         }
-        if let Some((app, job)) = q.take() {
-            stats.gauge(&q);
-            return Some(Taken {
-                shared,
-                stats,
-                app,
-                job,
-            });
+    }
+
+    /// An answer that arrived, or a call given up at its deadline.
+    fn next_outcome(&mut self) -> Option<Outcome> {
+        while let Ok(a) = self.calls.receiver().try_recv() {
+            if let Some(o) = self.calls.finish(a) {
+                return Some(o);
+            }
         }
-        q = shared.work.wait(q).unwrap_or_else(|p| p.into_inner());
+        self.calls.expire(Instant::now())
+    }
+
+    /// Waits for an answer, a wake-up, room in the chat queue (if an
+    /// answer waits for it), or the next deadline, sweep or give-up.
+    fn wait(&self, queued: bool) {
+        let until = [
+            self.calls.next_due(),
+            queued.then_some(self.next_sweep),
+            self.to_chat.front().map(|e| e.2),
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let mut sel = Select::new();
+        sel.recv(self.calls.receiver());
+        sel.recv(&self.woken);
+        if !self.to_chat.is_empty() {
+            sel.send(&self.chat);
+        }
+        match until {
+            Some(t) => {
+                let _ = sel.ready_deadline(t);
+            }
+            None => {
+                sel.ready();
+            }
+        }
+    }
+
+    /// Drops the queued jobs past calling, every `SWEEP_MS` while any is
+    /// queued (the next sweep is due at `next_sweep`).
+    fn sweep(&mut self, now: Instant) {
+        if self.stats.queued.load(Relaxed) == 0 || now < self.next_sweep {
+            return;
+        }
+        self.next_sweep = now + Duration::from_millis(SWEEP_MS);
+        {
+            let mut q = self.shared.lock();
+            q.drop_expired(|j| too_late(j.deadline, now), &mut self.expired);
+            self.stats.gauge(&q);
+        }
+        for job in self.expired.drain(..) {
+            self.stats.expired.fetch_add(1, Relaxed);
+            self.board.note_failure(job.id, NOT_CALLED);
+            self.board.endpoint_failed(job.app, NOT_CALLED_REASON);
+        }
+    }
+
+    /// Takes every job the queue gives now (fair, under the caps) and
+    /// starts its call.
+    fn take_and_call(&mut self) {
+        {
+            let mut q = self.shared.lock();
+            while let Some((_, job)) = q.take() {
+                self.taken.push(Flight {
+                    shared: self.shared.clone(),
+                    stats: self.stats.clone(),
+                    job,
+                    calls: 0,
+                    why: String::new(),
+                    reason: OTHER_REASON,
+                });
+            }
+            self.stats.gauge(&q);
+        }
+        let mut taken = std::mem::take(&mut self.taken);
+        for f in taken.drain(..) {
+            if too_late(f.job.deadline, Instant::now()) {
+                self.stats.expired.fetch_add(1, Relaxed);
+                self.board.note_failure(f.job.id, NOT_CALLED);
+                self.board.endpoint_failed(f.job.app, NOT_CALLED_REASON);
+            } else {
+                self.call(f);
+            }
+        }
+        self.taken = taken;
+    }
+
+    /// Starts a call for `f` (its outcome comes through `calls`), or
+    /// settles it at once if the call could not start.
+    fn call(&mut self, mut f: Flight) {
+        f.calls += 1;
+        let tag = self.next_tag;
+        self.next_tag += 1;
+        let j = &f.job;
+        match self
+            .egress
+            .start_delivery(&mut self.calls, tag, &j.url, &j.seed, &j.body, j.deadline)
+        {
+            Ok(()) => {
+                self.flights.insert(tag, f);
+            }
+            Err(e) => self.answered(f, Err(e)),
+        }
+    }
+
+    /// A call of `f` ended: delivered, left to the callback route, retried
+    /// or failed.
+    fn answered(&mut self, mut f: Flight, r: Result<(u16, Vec<u8>), crate::egress::EgressError>) {
+        match r {
+            Ok((200, answer)) if is_response(&answer) => {
+                self.stats.inline.fetch_add(1, Relaxed);
+                let req = callback(&f.job, answer);
+                if self.to_chat.is_empty() {
+                    match self.chat.try_send(req) {
+                        Ok(()) => {}
+                        Err(TrySendError::Full(req)) => {
+                            self.to_chat.push_back((f, req, Instant::now() + CHAT_WAIT));
+                        }
+                        Err(TrySendError::Disconnected(_)) => self.chat_busy(f),
+                    }
+                } else {
+                    self.to_chat.push_back((f, req, Instant::now() + CHAT_WAIT));
+                }
+                return;
+            }
+            Ok((202 | 204, _)) => {
+                self.stats.deferred_to_callback.fetch_add(1, Relaxed);
+                return;
+            }
+            Ok((status, _)) => {
+                f.why = format!("the endpoint answered {status} without a response");
+                f.reason = NO_RESPONSE_REASON;
+            }
+            Err(e) => {
+                f.why = e.to_string();
+                f.reason = crate::egress::Reason::ALL
+                    .iter()
+                    .position(|r| *r == e.reason)
+                    .unwrap_or(OTHER_REASON);
+            }
+        }
+        let left = f.job.deadline.saturating_duration_since(Instant::now());
+        if f.calls < 2 && left >= Duration::from_millis(RETRY_MARGIN_MS) {
+            self.stats.retries.fetch_add(1, Relaxed);
+            self.call(f);
+        } else {
+            self.failed(f);
+        }
+    }
+
+    /// Hands the waiting inline answers to the chat thread while it has
+    /// room; fails those that waited `CHAT_WAIT`.
+    fn flush_to_chat(&mut self, now: Instant) {
+        while let Some((f, req, until)) = self.to_chat.pop_front() {
+            match self.chat.try_send(req) {
+                Ok(()) => {}
+                Err(TrySendError::Full(req)) if until > now => {
+                    self.to_chat.push_front((f, req, until));
+                    break;
+                }
+                Err(_) => self.chat_busy(f),
+            }
+        }
+        while self.to_chat.front().is_some_and(|e| e.2 <= now) {
+            let (f, _, _) = self.to_chat.pop_front().expect("checked");
+            self.chat_busy(f);
+        }
+    }
+
+    fn chat_busy(&mut self, mut f: Flight) {
+        f.why = "the chat service was busy".into();
+        f.reason = OTHER_REASON;
+        self.failed(f);
+    }
+
+    /// Records `f`'s failure for its person and its application.
+    fn failed(&mut self, f: Flight) {
+        self.stats.failed.fetch_add(1, Relaxed);
+        self.board
+            .note_failure(f.job.id, &format!("endpoint: {}", f.why));
+        self.board.endpoint_failed(f.job.app, f.reason);
     }
 }
 
@@ -288,56 +503,6 @@ fn next<'a>(shared: &'a Shared, stats: &'a EndpointStats) -> Option<Taken<'a>> {
 /// is left for any endpoint to answer in.
 fn too_late(deadline: Instant, now: Instant) -> bool {
     deadline.saturating_duration_since(now) < Duration::from_millis(MIN_CALL_MS)
-}
-
-fn deliver(
-    egress: &EgressClient,
-    chat: &Sender<ChatRequest>,
-    board: &Board,
-    stats: &EndpointStats,
-    job: &Job,
-) {
-    let mut why = String::new();
-    let mut reason = 12;
-    for attempt in 0..2 {
-        if attempt == 1 {
-            let left = job.deadline.saturating_duration_since(Instant::now());
-            if left < Duration::from_millis(RETRY_MARGIN_MS) {
-                break;
-            }
-            stats.retries.fetch_add(1, Relaxed);
-        }
-        match egress.deliver(&job.url, &job.seed, &job.body, job.deadline) {
-            Ok((200, answer)) if is_response(&answer) => {
-                stats.inline.fetch_add(1, Relaxed);
-                let req = callback(job, answer);
-                if chat.send_timeout(req, Duration::from_secs(1)).is_err() {
-                    why = "the chat service was busy".into();
-                    reason = 12;
-                    break;
-                }
-                return;
-            }
-            Ok((202 | 204, _)) => {
-                stats.deferred_to_callback.fetch_add(1, Relaxed);
-                return;
-            }
-            Ok((status, _)) => {
-                why = format!("the endpoint answered {status} without a response");
-                reason = 10;
-            }
-            Err(e) => {
-                why = e.to_string();
-                reason = crate::egress::Reason::ALL
-                    .iter()
-                    .position(|r| *r == e.reason)
-                    .unwrap_or(12);
-            }
-        }
-    }
-    stats.failed.fetch_add(1, Relaxed);
-    board.note_failure(job.id, &format!("endpoint: {why}"));
-    board.endpoint_failed(job.app, reason);
 }
 
 fn is_response(body: &[u8]) -> bool {
@@ -379,22 +544,14 @@ mod tests {
         }
     }
 
-    /// The chat thread's side alone (no deliverers): refusals are counted
+    /// The chat thread's side alone (no deliverer): refusals are counted
     /// by which bound refused.
     #[test]
     fn refusals_are_counted_by_the_bound_that_refused() {
         let stats = Arc::new(EndpointStats::default());
         let d = Deliveries {
-            shared: Arc::new(Shared {
-                q: Mutex::new(FairQ::new(Limits {
-                    per_app_queued: PER_APP_QUEUE,
-                    total_queued: QUEUE,
-                    per_app_in_flight: PER_APP_IN_FLIGHT,
-                    max_in_flight: DELIVERERS,
-                })),
-                work: Condvar::new(),
-                closed: AtomicBool::new(false),
-            }),
+            shared: Arc::new(Shared::new()),
+            wake: crossbeam_channel::bounded(1).0,
             stats: stats.clone(),
         };
         for id in 0..PER_APP_QUEUE as u64 {

@@ -1,11 +1,12 @@
-//! Per-application fairness in front of the HTTP interaction deliverers
-//! (`endpoint.rs`): which queued job a free deliverer takes next. Sans-IO:
-//! no clock, no lock, no thread; the caller holds it under one mutex.
+//! Per-application fairness in front of the HTTP interaction deliverer
+//! (`endpoint.rs`): which queued job is called next when a call may
+//! start. Sans-IO: no clock, no lock, no thread; the caller holds it under
+//! one mutex.
 //!
 //! - Each application with work has a FIFO of its queued jobs.
 //! - `take` serves the applications round-robin, one job per turn, and
 //!   skips an application with `per_app_in_flight` jobs taken and not yet
-//!   `done` (a hanging endpoint holds at most that many deliverers).
+//!   `done` (a hanging endpoint holds at most that many calls).
 //! - `push` refuses (hands the job back) when the application already has
 //!   `per_app_queued` jobs queued or `total_queued` are queued in all: the
 //!   caller shows the person the failure at once.
@@ -13,7 +14,7 @@
 //! Bounds and invariants (checked by `check`, after every step in the
 //! tests; `new` asserts the limits):
 //! - `queued <= total_queued`; per application `queued <= per_app_queued`;
-//! - `in_flight <= max_in_flight` (the deliverer count: `take` gives no more)
+//! - `in_flight <= max_in_flight` (the calls in flight: `take` gives no more)
 //!   and per application `in_flight <= per_app_in_flight`;
 //! - an application is tracked (has a slot) exactly while it has a job
 //!   queued or in flight, so at most `total_queued + max_in_flight` slots;
@@ -37,7 +38,7 @@ pub struct Limits {
     pub total_queued: usize,
     /// Jobs of one application taken and not yet done.
     pub per_app_in_flight: usize,
-    /// Jobs taken and not yet done in all (the number of takers).
+    /// Jobs taken and not yet done in all (the calls in flight at once).
     pub max_in_flight: usize,
 }
 
@@ -158,7 +159,7 @@ impl<T> FairQ<T> {
     }
 
     /// The next job, round-robin over the applications that may have one
-    /// more in flight; `None` when there is none (or every taker is busy).
+    /// more in flight; `None` when there is none (or `max_in_flight` are).
     pub fn take(&mut self) -> Option<(u64, T)> {
         if self.in_flight >= self.lim.max_in_flight {
             return None;

@@ -39,6 +39,14 @@ pub struct Stored {
 }
 
 impl Stored {
+    /// The message object as JSON (written again only if held as a value).
+    pub fn json(&self) -> std::borrow::Cow<'_, [u8]> {
+        match &self.raw {
+            Some(r) => std::borrow::Cow::Borrowed(r),
+            None => std::borrow::Cow::Owned(serde_json::to_vec(&self.message).expect("json")),
+        }
+    }
+
     /// The message object (parsing it if it was learnt from the stream).
     pub fn value(&self) -> Value {
         match &self.raw {
@@ -54,12 +62,21 @@ struct Channel {
     last_write: u64,
 }
 
-#[derive(Default)]
 pub struct History {
     channels: HashMap<u64, Channel>,
     bytes: usize,
+    /// Messages held (kept, not counted per call: read every turn).
+    count: usize,
+    /// This window's byte bound (`MAX_BYTES`, or a worker's share of it).
+    max_bytes: usize,
     clock: u64,
     pub evicted: u64,
+}
+
+impl Default for History {
+    fn default() -> History {
+        History::with_max_bytes(MAX_BYTES)
+    }
 }
 
 impl History {
@@ -67,36 +84,53 @@ impl History {
         History::default()
     }
 
+    /// A window bounded at `max_bytes` of message JSON (a worker's chat
+    /// service holds its servers' share of `MAX_BYTES`).
+    pub fn with_max_bytes(max_bytes: usize) -> History {
+        History {
+            channels: HashMap::new(),
+            bytes: 0,
+            count: 0,
+            max_bytes,
+            clock: 0,
+            evicted: 0,
+        }
+    }
+
     pub fn bytes(&self) -> usize {
         self.bytes
     }
 
     pub fn len(&self) -> usize {
-        self.channels.values().map(|c| c.messages.len()).sum()
+        self.count
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
-    /// Keep a committed message (ids increase, so it is the newest).
+    /// Keep a committed message, in id order (almost always the newest:
+    /// a message learnt from another source may be a little older than
+    /// ours, ids of two generators in one millisecond interleave).
     pub fn push(&mut self, channel: u64, m: Stored) {
         self.clock += 1;
         let clock = self.clock;
-        self.bytes += m.bytes;
         let ch = self.channels.entry(channel).or_default();
         ch.last_write = clock;
-        debug_assert!(
-            ch.messages.back().is_none_or(|b| b.id < m.id),
-            "ids increase"
-        );
-        ch.messages.push_back(m);
+        let at = ch.messages.partition_point(|x| x.id < m.id);
+        if ch.messages.get(at).is_some_and(|x| x.id == m.id) {
+            return; // already kept
+        }
+        self.bytes += m.bytes;
+        self.count += 1;
+        ch.messages.insert(at, m);
         if ch.messages.len() > PER_CHANNEL {
             let old = ch.messages.pop_front().expect("non-empty");
             self.bytes -= old.bytes;
+            self.count -= 1;
             self.evicted += 1;
         }
-        while self.bytes > MAX_BYTES {
+        while self.bytes > self.max_bytes {
             let Some((&victim, _)) = self
                 .channels
                 .iter()
@@ -108,19 +142,12 @@ impl History {
             let c = self.channels.get_mut(&victim).expect("present");
             let old = c.messages.pop_front().expect("non-empty");
             self.bytes -= old.bytes;
+            self.count -= 1;
             self.evicted += 1;
             if c.messages.is_empty() {
                 self.channels.remove(&victim);
             }
         }
-    }
-
-    /// Would a message with this id be the channel's newest (ids increase)?
-    pub fn is_newest(&self, channel: u64, id: u64) -> bool {
-        self.channels
-            .get(&channel)
-            .and_then(|c| c.messages.back())
-            .is_none_or(|m| m.id < id)
     }
 
     pub fn get(&self, channel: u64, id: u64) -> Option<&Stored> {
@@ -145,6 +172,7 @@ impl History {
         let i = c.messages.binary_search_by_key(&id, |m| m.id).ok()?;
         let m = c.messages.remove(i).expect("found");
         self.bytes -= m.bytes;
+        self.count -= 1;
         Some(m)
     }
 
@@ -215,6 +243,25 @@ mod tests {
         let m = h.remove(7, 50).unwrap();
         assert_eq!(m.id, 50);
         assert_eq!(h.bytes(), (PER_CHANNEL - 1) * 10);
+        assert_eq!(h.len(), PER_CHANNEL - 1);
+    }
+
+    #[test]
+    fn ids_of_two_generators_are_kept_in_order_and_once() {
+        let mut h = History::new();
+        h.push(7, msg(10, 1));
+        h.push(7, msg(30, 1));
+        // Another worker's id of the same millisecond, committed later.
+        h.push(7, msg(20, 1));
+        h.push(7, msg(20, 1));
+        let ids: Vec<u64> = h
+            .list(7, 10, None, None, None)
+            .iter()
+            .map(|m| m.id)
+            .collect();
+        assert_eq!(ids, vec![30, 20, 10]);
+        assert_eq!((h.len(), h.bytes()), (3, 3));
+        assert!(h.get(7, 20).is_some(), "found by binary search");
     }
 
     #[test]

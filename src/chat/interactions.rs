@@ -90,7 +90,7 @@ pub struct Interactions {
     token_ttl_ms: u64,
     pub board: Arc<Board>,
     pub stats: Arc<InteractionStats>,
-    /// The deliverers to HTTP interactions endpoints (`endpoint.rs`).
+    /// The deliverer to HTTP interactions endpoints (`endpoint.rs`).
     pub deliver: Option<super::endpoint::Deliveries>,
     /// The shared state (`store.rs`).
     pub store: super::store::Store,
@@ -182,7 +182,8 @@ impl Interactions {
             if let Some(o) = self.open.get_mut(&id) {
                 if o.state == State::Waiting {
                     use super::store::Settled;
-                    if let Settled::Lost(now_state) = self.store.settle(id, State::Failed, 0) {
+                    if let Settled::Lost(now_state) = self.store.settle(id, State::Failed, 0, None)
+                    {
                         // Answered on another node: not a miss.
                         o.state = now_state.unwrap_or(State::Failed);
                         note_answered_elsewhere(&self.stats, &self.board, id);
@@ -365,7 +366,7 @@ impl Chat {
                 .is_some_and(|q| q.try_send(job).is_ok());
             if !queued {
                 self.ix.stats.refused.fetch_add(1, Relaxed);
-                let _ = self.ix.store.settle(n.id, State::Failed, 0);
+                let _ = self.ix.store.settle(n.id, State::Failed, 0, None);
                 self.ix.show(
                     n.id,
                     json!({"state": "failed", "failure": "refused: the endpoint deliverers are busy"}),
@@ -378,7 +379,7 @@ impl Chat {
             let sent = self.commit("INTERACTION_CREATE", target, 0, false, &[bot_id], &bytes);
             self.addressed = false;
             if let Err(e) = sent {
-                let _ = self.ix.store.settle(n.id, State::Failed, 0);
+                let _ = self.ix.store.settle(n.id, State::Failed, 0, None);
                 return Err(e);
             }
         }
@@ -478,7 +479,10 @@ impl Chat {
         } else {
             State::Answered
         };
-        self.settle_first_response(id, to, now)?;
+        // A message answers it (4, 5): its id is reserved now and recorded
+        // by the settle itself (one write; `respond` makes the message).
+        let original = matches!(rtype, 4 | 5).then(|| self.ids.next_id());
+        self.settle_first_response(id, to, original, now)?;
         let mut seen = json!({"state": "answered", "response_type": rtype});
         let mut resource = json!({"type": rtype});
         let (mut message_id, mut loading, mut ephemeral) = (None, false, false);
@@ -495,6 +499,7 @@ impl Chat {
                 };
                 ephemeral = draft.flags & EPHEMERAL != 0;
                 loading = rtype == 5;
+                draft.id = original;
                 draft.interaction = Some((self.metadata(id), self.ix.open[&id].app));
                 let msg = self.respond(id, draft, now)?;
                 message_id = msg["id"].as_str().map(str::to_owned);
@@ -572,12 +577,14 @@ impl Chat {
         let o = &self.ix.open[&id];
         let (t, bot) = (o.target, o.bot.clone());
         let first = o.original.is_none();
+        // The first response's id was reserved and recorded by its settle.
+        let recorded = first && draft.id.is_some();
         let msg = if draft.flags & EPHEMERAL != 0 {
-            let mid = self.ids.next_id();
+            let mid = draft.id.unwrap_or_else(|| self.ids.next_id());
             let m = objects::message(&objects::NewMessage {
                 id: mid,
                 channel: t.channel.0,
-                author: bot.value(),
+                author: bot.json(),
                 draft: &draft,
                 now_ms: now,
                 mentions: &[],
@@ -603,7 +610,9 @@ impl Chat {
         } else if o.followups.len() < MAX_FOLLOWUPS {
             o.followups.push(mid);
         }
-        self.ix.store.save_messages(id, o);
+        if !recorded {
+            self.ix.store.save_messages(id, o);
+        }
         Ok(msg)
     }
 

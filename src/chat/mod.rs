@@ -28,11 +28,14 @@ pub mod endpoint;
 mod fairq;
 pub mod history;
 pub mod interactions;
+mod messages;
 pub mod objects;
 mod open;
+mod reactions;
 pub mod sink;
 pub mod store;
 mod tap;
+pub use tap::Forward;
 pub mod upstream;
 mod webhooks;
 
@@ -48,7 +51,8 @@ use crate::api::body::{codes, ApiError};
 use crate::api::permit::{may_delete, Target};
 use crate::delivery::batch::Batch;
 use crate::protocol::bot_user::BotUser;
-use crate::worker::mail::{ChatAction, ChatRequest, ToWorker, WorkerHandle};
+use crate::worker::local_chat::{LocalChat, Takes};
+use crate::worker::mail::{ChatAction, ChatRequest, ConnKey, Learnt, ToWorker, WorkerHandle};
 use history::{History, Reaction, Stored, MAX_REACTIONS, MAX_REACTORS};
 pub use sink::Sink;
 
@@ -80,11 +84,17 @@ pub struct ChatStats {
     pub history_messages: AtomicU64,
     pub history_bytes: AtomicU64,
     pub history_evicted: AtomicU64,
+    /// Learnt messages a worker's full inbox did not take (`tap.rs`).
+    pub learn_dropped: AtomicU64,
     /// The upstream option's calls (`upstream.rs`).
     pub upstream: Arc<upstream::UpstreamStats>,
 }
 
-struct Chat {
+/// One chat service: the chat thread's (interactions, member routes'
+/// commits, and everything with Kafka or upstream) or a worker's
+/// (`for_worker`: the message actions of the servers `api::commit_worker`
+/// gives that worker).
+pub struct Chat {
     ids: registry::snowflake::SnowflakeGenerator,
     history: History,
     /// Where the commits go (`sink.rs`): this node's pipeline, or Kafka.
@@ -96,14 +106,157 @@ struct Chat {
     stats: Arc<ChatStats>,
     /// The bot whose request is being handled.
     actor: u64,
-    /// Open interactions (`interactions.rs`).
+    /// Open interactions (`interactions.rs`); a worker's stays empty.
     ix: interactions::Interactions,
     /// The next commit is for the bots in its mentions only.
     addressed: bool,
+    /// This turn's answers: (worker, connection, status, body), sent once
+    /// the turn's events are in the stream.
+    answers: Vec<(usize, ConnKey, u16, Vec<u8>)>,
+    /// A worker's: (its index, the number of workers); None: the chat thread.
+    worker: Option<(usize, usize)>,
+    /// The history figures this instance last added to `stats`.
+    published: (u64, u64, u64),
+    /// The `d` being committed (reused).
+    event: Vec<u8>,
+    /// The chat thread's, with per-worker chat services: where what it
+    /// learns goes (`tap.rs`).
+    forward: Option<tap::Forward>,
+}
+
+impl Chat {
+    fn new(
+        sink: Sink,
+        ix: interactions::Interactions,
+        stats: Arc<ChatStats>,
+        id: u16,
+        max_bytes: usize,
+    ) -> Chat {
+        Chat {
+            actor: 0,
+            ix,
+            addressed: false,
+            ids: registry::snowflake::SnowflakeGenerator::new(id),
+            history: History::with_max_bytes(max_bytes),
+            sink,
+            index: 0,
+            frame: Vec::with_capacity(64 * 1024),
+            reader: ingest::FrameReader::new(),
+            stats,
+            answers: Vec::with_capacity(BATCH),
+            worker: None,
+            published: (0, 0, 0),
+            event: Vec::with_capacity(4096),
+            forward: None,
+        }
+    }
+
+    /// Worker `me`'s chat service: it commits through the worker's own
+    /// pipeline (`Pipeline::for_worker`), keeps its servers' window
+    /// (`MAX_BYTES / workers`), and never serves an interaction action
+    /// (the REST edge sends those to the chat thread). `generator`: its
+    /// snowflake generator (`ids.rs`).
+    pub fn for_worker(
+        pipeline: crate::ingest::pipeline::Pipeline,
+        ix: interactions::Interactions,
+        stats: Arc<ChatStats>,
+        (me, workers): (usize, usize),
+        generator: u16,
+    ) -> Chat {
+        let mut c = Chat::new(
+            Sink::Local(pipeline),
+            ix,
+            stats,
+            generator,
+            history::MAX_BYTES / workers.max(1),
+        );
+        c.worker = Some((me, workers));
+        c
+    }
+
+    /// Commits would have to wait for workers to let go of batches: the
+    /// worker answers 503 instead (`Pipeline::busy`).
+    pub fn busy(&self) -> bool {
+        match &self.sink {
+            Sink::Local(p) => p.busy() || self.answers.len() >= QUEUE,
+            Sink::Kafka(_) => false,
+        }
+    }
+}
+
+/// A worker's chat service, as its worker drives it; the chat thread drives
+/// its own the same way.
+impl LocalChat for Chat {
+    fn takes(&self) -> Takes {
+        Takes::ServersMessages
+    }
+
+    /// Handle one request of this turn; its answer waits for `end_turn`.
+    /// A worker's refuses it (503) while `busy`.
+    fn take(&mut self, req: ChatRequest) {
+        let (worker, conn) = (req.worker, req.conn);
+        self.index = self.answers.len();
+        let answer = if self.worker.is_some() && self.busy() {
+            Err(ApiError::new(503, 0, "the chat service is busy: try again"))
+        } else {
+            self.handle(req)
+        };
+        let (status, body) = match answer {
+            Ok(a) => a,
+            Err(e) => (e.status, e.to_bytes()),
+        };
+        self.answers.push((worker, conn, status, body));
+    }
+
+    /// The end of a turn: the events first, then the answers (a bot never
+    /// hears "done" before the stream has its event: every worker's inbox
+    /// has the batch ahead of the answer). False if there was nothing.
+    fn end_turn(&mut self, workers: &[WorkerHandle]) -> bool {
+        if self.answers.is_empty() {
+            return false;
+        }
+        for i in self.sink.finish() {
+            let e = ApiError::new(
+                503,
+                0,
+                "the chat service could not commit the action in time; try again",
+            );
+            self.stats.commit_failed.fetch_add(1, Relaxed);
+            self.stats.committed.fetch_sub(1, Relaxed);
+            let a = &mut self.answers[i];
+            (a.2, a.3) = (e.status, e.to_bytes());
+        }
+        self.publish_stats();
+        let me = self.worker.map(|(w, _)| w);
+        for (worker, conn, status, body) in self.answers.drain(..) {
+            let Some(w) = workers.get(worker) else {
+                continue;
+            };
+            let msg = ToWorker::RestReply { conn, status, body };
+            if Some(worker) == me {
+                // Our own inbox, in our turn: behind the batch, no wakeup.
+                let _ = w.push_quiet(msg);
+            } else {
+                w.send(msg);
+            }
+        }
+        true
+    }
+
+    /// Apply what the chat thread learnt for this worker's servers.
+    fn learnt(&mut self, changes: Box<[Learnt]>) {
+        for l in changes.into_vec() {
+            self.history.apply(l);
+        }
+        self.publish_stats();
+    }
 }
 
 type Answer = Result<(u16, Vec<u8>), ApiError>;
 
+// Each argument is one of the thread's distinct inputs or outputs; a
+// struct of them would only rename the list.
+#[allow(clippy::too_many_arguments)]
 pub fn start(
     sink: Sink,
     rx: Receiver<ChatRequest>,
@@ -111,24 +264,15 @@ pub fn start(
     workers: Arc<[WorkerHandle]>,
     stats: Arc<ChatStats>,
     ix: interactions::Interactions,
+    forward: Option<Forward>,
+    generator: u16,
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     std::thread::Builder::new()
         .name("chat".into())
         .spawn(move || {
-            let mut chat = Chat {
-                actor: 0,
-                ix,
-                addressed: false,
-                ids: registry::snowflake::SnowflakeGenerator::new(1023),
-                history: History::new(),
-                sink,
-                index: 0,
-                frame: Vec::with_capacity(64 * 1024),
-                reader: ingest::FrameReader::new(),
-                stats,
-            };
-            let mut answers = Vec::with_capacity(BATCH);
+            let mut chat = Chat::new(sink, ix, stats, generator, history::MAX_BYTES);
+            chat.forward = forward;
             chat.ix.restore(now_ms());
             while !stop.load(Relaxed) {
                 let now = now_ms();
@@ -155,36 +299,12 @@ pub fn start(
                 };
                 let mut next = Some(first);
                 while let Some(req) = next.take() {
-                    let (worker, conn) = (req.worker, req.conn);
-                    chat.index = answers.len();
-                    let (status, body) = match chat.handle(req) {
-                        Ok(a) => a,
-                        Err(e) => (e.status, e.to_bytes()),
-                    };
-                    answers.push((worker, conn, status, body));
-                    if answers.len() < BATCH {
+                    chat.take(req);
+                    if chat.answers.len() < BATCH {
                         next = rx.try_recv().ok();
                     }
                 }
-                // The events first, then the answers: a bot never hears "done"
-                // before the stream has its event.
-                for i in chat.sink.finish() {
-                    let e = ApiError::new(
-                        503,
-                        0,
-                        "the chat service could not commit the action in time; try again",
-                    );
-                    chat.stats.commit_failed.fetch_add(1, Relaxed);
-                    chat.stats.committed.fetch_sub(1, Relaxed);
-                    let a = &mut answers[i];
-                    (a.2, a.3) = (e.status, e.to_bytes());
-                }
-                chat.publish_stats();
-                for (worker, conn, status, body) in answers.drain(..) {
-                    if let Some(w) = workers.get(worker) {
-                        w.send(ToWorker::RestReply { conn, status, body });
-                    }
-                }
+                chat.end_turn(&workers);
             }
         })
 }
@@ -208,16 +328,21 @@ fn now_ms() -> u64 {
 }
 
 impl Chat {
-    fn publish_stats(&self) {
-        self.stats
-            .history_messages
-            .store(self.history.len() as u64, Relaxed);
-        self.stats
-            .history_bytes
-            .store(self.history.bytes() as u64, Relaxed);
-        self.stats
-            .history_evicted
-            .store(self.history.evicted, Relaxed);
+    /// Add this instance's change of its window's figures to `stats`
+    /// (several instances share them: the chat thread and each worker's).
+    fn publish_stats(&mut self) {
+        let now = (
+            self.history.len() as u64,
+            self.history.bytes() as u64,
+            self.history.evicted,
+        );
+        let was = std::mem::replace(&mut self.published, now);
+        let add = |a: &AtomicU64, new: u64, old: u64| {
+            a.fetch_add(new.wrapping_sub(old), Relaxed);
+        };
+        add(&self.stats.history_messages, now.0, was.0);
+        add(&self.stats.history_bytes, now.1, was.1);
+        add(&self.stats.history_evicted, now.2, was.2);
     }
 
     /// Produce one event; `Err` is the 503 the bot gets.
@@ -266,359 +391,101 @@ impl Chat {
             d,
             &mut self.frame,
         );
-        // Checked like any producer's record (it is ours, so a refusal is a bug).
-        self.reader.push(&self.frame);
-        let outcome = self.reader.next().map(|r| r.map(|_| ()));
-        match outcome {
-            Some(Ok(())) => {
-                let body = self.reader.last_body();
-                if !self.sink.commit(server, &self.frame, body, self.index) {
-                    self.stats.commit_failed.fetch_add(1, Relaxed);
-                    return Err(ApiError::new(
-                        503,
-                        0,
-                        "the chat service could not commit the action; try again",
-                    ));
-                }
-                self.stats.committed.fetch_add(1, Relaxed);
-                Ok(())
-            }
-            other => {
+        // Our own record: its `d` is JSON we wrote. Debug builds (every
+        // test) check it as the ingest decoder checks a producer's, so a
+        // refusal is a bug found there; release builds commit the encoded
+        // body as it is (the check was ~4 % of a request's CPU).
+        if cfg!(debug_assertions) {
+            self.reader.push(&self.frame);
+            let outcome = self.reader.next().map(|r| r.map(|_| ()));
+            if !matches!(outcome, Some(Ok(()))) {
                 self.reader.reset();
-                let other = other.map(|r| r.map_err(|e| e.reason()));
+                let other = outcome.map(|r| r.map_err(|e| e.reason()));
                 self.stats.commit_failed.fetch_add(1, Relaxed);
                 tracing::error!(
                     ?other,
                     event = t,
                     "chat service: its own record was refused by the ingest decoder"
                 );
-                Err(ApiError::new(
+                return Err(ApiError::new(
                     500,
                     0,
                     "the chat service could not commit the action",
-                ))
+                ));
             }
+            debug_assert_eq!(self.reader.last_body(), &self.frame[ingest::HEADER_LEN..]);
         }
+        let body = &self.frame[ingest::HEADER_LEN..];
+        if !self.sink.commit(server, &self.frame, body, self.index) {
+            self.stats.commit_failed.fetch_add(1, Relaxed);
+            return Err(ApiError::new(
+                503,
+                0,
+                "the chat service could not commit the action; try again",
+            ));
+        }
+        self.stats.committed.fetch_add(1, Relaxed);
+        // A worker's edits and deletes reach the chat thread too: its
+        // interactions act on the messages it knows (`tap.rs`).
+        if self.worker.is_some()
+            && matches!(
+                t,
+                "MESSAGE_UPDATE" | "MESSAGE_DELETE" | "MESSAGE_DELETE_BULK"
+            )
+        {
+            self.sink.tap_this();
+        }
+        Ok(())
     }
 
+    /// One request: who acts, where, then its family's handler, each of
+    /// which ends in the one `commit` (or answers from the window).
     fn handle(&mut self, req: ChatRequest) -> Answer {
         let t = req.target;
-        let (server, channel) = (t.server.0, t.channel.0);
         // The acting bot, as the registry records it (`BotUser`): the
         // author, reactor and typer of what follows. A request without one
         // (an interaction token's) acts as its interaction's bot, below.
-        let bot = req.bot.clone();
-        let me = bot.as_ref().map_or(0, BotUser::id);
+        let me = req.bot.as_ref().map_or(0, BotUser::id);
         self.actor = me;
-        let now = now_ms();
-        let acting = || bot.as_ref().ok_or_else(no_bot);
+        let act = Act {
+            t,
+            server: t.server.0,
+            channel: t.channel.0,
+            me,
+            bot: req.bot,
+            now: now_ms(),
+        };
+        if self.worker.is_some() && !req.action.commits_on_worker() {
+            // The REST edge sends these to the chat thread.
+            return Err(ApiError::new(
+                500,
+                0,
+                "an interaction action reached a worker's chat service",
+            ));
+        }
         match req.action {
-            ChatAction::Create(draft) => {
-                let author = acting()?.value();
-                // A reply to a message this service did not commit (a person's,
-                // from another producer) or that left the window is still a
-                // reply: `referenced_message` is then null, as for a deleted one.
-                let reply_to = match draft.reference {
-                    Some((mid, ch)) if ch.is_none_or(|c| c == channel) => Some((
-                        mid,
-                        self.history
-                            .get(channel, mid)
-                            .map_or(Value::Null, Stored::value),
-                    )),
-                    Some(_) => {
-                        return Err(ApiError::form(
-                            "message_reference",
-                            "REPLIES_CANNOT_REFERENCE_OTHER_CHANNEL",
-                            "Cannot reply to a message in another channel",
-                        ))
-                    }
-                    None => None,
-                };
-                let content = draft.content.as_deref().unwrap_or("");
-                let mentions = objects::allowed_users(content, draft.allowed_mentions.as_ref());
-                let id = self.ids.next_id();
-                let m = objects::message(&objects::NewMessage {
-                    id,
-                    channel,
-                    author,
-                    draft: &draft,
-                    now_ms: now,
-                    mentions: &mentions,
-                    reply_to: reply_to.as_ref().map(|(i, v)| (*i, v)),
-                    guild: server,
-                });
-                let body = serde_json::to_vec(&m).expect("json");
-                let d = objects::message_event(&body, server, now);
-                // The author sees its own message's content (as on the
-                // platform), like those it mentions.
-                let mut full = mentions;
-                full.push(me);
-                self.commit(
-                    "MESSAGE_CREATE",
-                    t,
-                    intents::GUILD_MESSAGES,
-                    true,
-                    &full,
-                    &d,
-                )?;
-                self.history.push(
-                    channel,
-                    Stored {
-                        id,
-                        author_id: me,
-                        bytes: body.len(),
-                        message: m,
-                        raw: None,
-                        reactions: Vec::new(),
-                    },
-                );
-                Ok((200, body))
-            }
+            ChatAction::Create(draft) => self.create(&act, draft),
             ChatAction::List {
                 limit,
                 before,
                 after,
                 around,
-            } => {
-                let list: Vec<Value> = self
-                    .history
-                    .list(channel, limit, before, after, around)
-                    .into_iter()
-                    .map(|s| objects::with_reactions(&s.value(), &s.reactions, me))
-                    .collect();
-                Ok((200, serde_json::to_vec(&list).expect("json")))
-            }
-            ChatAction::Get(mid) => {
-                let s = self.history.get(channel, mid).ok_or_else(unknown_message)?;
-                Ok((
-                    200,
-                    serde_json::to_vec(&objects::with_reactions(&s.value(), &s.reactions, me))
-                        .expect("json"),
-                ))
-            }
-            ChatAction::Edit(mid, draft) => {
-                let s = self.history.get(channel, mid).ok_or_else(unknown_message)?;
-                if s.author_id != me {
-                    return Err(ApiError::new(
-                        403,
-                        codes::CANNOT_EDIT_OTHERS,
-                        "Cannot edit a message authored by another user",
-                    ));
-                }
-                let mut m = s.value();
-                if let Some(c) = &draft.content {
-                    m["content"] = c.clone().into();
-                }
-                if let Some(e) = &draft.embeds {
-                    m["embeds"] = e.clone().into();
-                }
-                if let Some(c) = &draft.components {
-                    m["components"] = c.clone().into();
-                }
-                // An edit answers a deferral: the message is no longer loading.
-                if let Some(f) = m["flags"].as_u64().filter(|f| f & LOADING != 0) {
-                    m["flags"] = (f & !LOADING).into();
-                }
-                m["edited_timestamp"] = crate::protocol::payload::iso8601(now).into();
-                let empty = m["content"].as_str().is_none_or(str::is_empty)
-                    && m["embeds"].as_array().is_none_or(Vec::is_empty)
-                    && m["components"].as_array().is_none_or(Vec::is_empty);
-                if empty {
-                    return Err(ApiError::new(
-                        400,
-                        codes::EMPTY_MESSAGE,
-                        "Cannot send an empty message",
-                    ));
-                }
-                let content = m["content"].as_str().unwrap_or("").to_string();
-                let mentions = objects::allowed_users(&content, draft.allowed_mentions.as_ref());
-                let body = serde_json::to_vec(&m).expect("json");
-                let d = objects::message_event(&body, server, now);
-                self.commit(
-                    "MESSAGE_UPDATE",
-                    t,
-                    intents::GUILD_MESSAGES,
-                    true,
-                    &mentions,
-                    &d,
-                )?;
-                let s = self.history.get_mut(channel, mid).expect("checked");
-                let old = s.bytes;
-                s.message = m;
-                s.raw = None;
-                s.bytes = body.len();
-                let reactions = s.reactions.clone();
-                self.history.resize(old, body.len());
-                let out = objects::with_reactions(
-                    &serde_json::from_slice(&body).expect("json"),
-                    &reactions,
-                    me,
-                );
-                Ok((200, serde_json::to_vec(&out).expect("json")))
-            }
-            ChatAction::Delete(mid) => {
-                let s = self.history.get(channel, mid).ok_or_else(unknown_message)?;
-                may_delete(t.perms, s.author_id == me)?;
-                let d = json!({"id": mid.to_string(), "channel_id": channel.to_string(), "guild_id": server.to_string()});
-                self.commit(
-                    "MESSAGE_DELETE",
-                    t,
-                    intents::GUILD_MESSAGES,
-                    false,
-                    &[],
-                    &json_bytes(&d),
-                )?;
-                self.history.remove(channel, mid);
-                Ok((204, Vec::new()))
-            }
-            ChatAction::BulkDelete(ids) => {
-                let oldest = now.saturating_sub(BULK_MAX_AGE_MS);
-                if ids
-                    .iter()
-                    .any(|&id| registry::snowflake::timestamp_ms(id) < oldest)
-                {
-                    return Err(ApiError::new(
-                        400,
-                        codes::BULK_DELETE_TOO_OLD,
-                        "You can only bulk delete messages that are under 14 days old.",
-                    ));
-                }
-                let found: Vec<u64> = ids
-                    .into_iter()
-                    .filter(|&id| self.history.get(channel, id).is_some())
-                    .collect();
-                if !found.is_empty() {
-                    let d = json!({"ids": found.iter().map(u64::to_string).collect::<Vec<_>>(), "channel_id": channel.to_string(), "guild_id": server.to_string()});
-                    self.commit(
-                        "MESSAGE_DELETE_BULK",
-                        t,
-                        intents::GUILD_MESSAGES,
-                        false,
-                        &[],
-                        &json_bytes(&d),
-                    )?;
-                    for id in found {
-                        self.history.remove(channel, id);
-                    }
-                }
-                Ok((204, Vec::new()))
-            }
-            ChatAction::React(mid, emoji) => {
-                let s = self.history.get(channel, mid).ok_or_else(unknown_message)?;
-                let author = s.author_id;
-                match s.reactions.iter().find(|r| r.emoji == emoji) {
-                    Some(r) if r.users.contains(&me) => return Ok((204, Vec::new())),
-                    Some(r) if r.users.len() >= MAX_REACTORS => {
-                        return Err(ApiError::new(
-                            400,
-                            30010,
-                            "Maximum number of reactions reached (1000)",
-                        ))
-                    }
-                    None if s.reactions.len() >= MAX_REACTIONS => {
-                        return Err(ApiError::new(
-                            400,
-                            30010,
-                            "Maximum number of reactions reached (20)",
-                        ))
-                    }
-                    _ => {}
-                }
-                let d = objects::reaction_event(
-                    me,
-                    acting()?.value(),
-                    channel,
-                    mid,
-                    server,
-                    &emoji,
-                    Some(author),
-                    true,
-                    now,
-                );
-                self.commit(
-                    "MESSAGE_REACTION_ADD",
-                    t,
-                    intents::GUILD_MESSAGE_REACTIONS,
-                    false,
-                    &[],
-                    &json_bytes(&d),
-                )?;
-                let s = self.history.get_mut(channel, mid).expect("checked");
-                match s.reactions.iter_mut().find(|r| r.emoji == emoji) {
-                    Some(r) => r.users.push(me),
-                    None => s.reactions.push(Reaction {
-                        emoji,
-                        users: vec![me],
-                    }),
-                }
-                Ok((204, Vec::new()))
-            }
-            ChatAction::Unreact(mid, emoji) => {
-                let s = self.history.get(channel, mid).ok_or_else(unknown_message)?;
-                let had = s
-                    .reactions
-                    .iter()
-                    .any(|r| r.emoji == emoji && r.users.contains(&me));
-                if had {
-                    let d = objects::reaction_event(
-                        me,
-                        acting()?.value(),
-                        channel,
-                        mid,
-                        server,
-                        &emoji,
-                        None,
-                        false,
-                        now,
-                    );
-                    self.commit(
-                        "MESSAGE_REACTION_REMOVE",
-                        t,
-                        intents::GUILD_MESSAGE_REACTIONS,
-                        false,
-                        &[],
-                        &json_bytes(&d),
-                    )?;
-                    let s = self.history.get_mut(channel, mid).expect("checked");
-                    if let Some(r) = s.reactions.iter_mut().find(|r| r.emoji == emoji) {
-                        r.users.retain(|&u| u != me);
-                    }
-                    s.reactions.retain(|r| !r.users.is_empty());
-                }
-                Ok((204, Vec::new()))
-            }
+            } => self.list(&act, limit, before, after, around),
+            ChatAction::Get(mid) => self.get(&act, mid),
+            ChatAction::Edit(mid, draft) => self.edit(&act, mid, draft),
+            ChatAction::Delete(mid) => self.delete(&act, mid),
+            ChatAction::BulkDelete(ids) => self.bulk_delete(&act, ids),
+            ChatAction::Typing => self.typing(&act),
+            ChatAction::React(mid, emoji) => self.react(&act, mid, emoji),
+            ChatAction::Unreact(mid, emoji) => self.unreact(&act, mid, emoji),
             ChatAction::Reactions {
                 message,
                 emoji,
                 limit,
                 after,
-            } => {
-                let s = self
-                    .history
-                    .get(channel, message)
-                    .ok_or_else(unknown_message)?;
-                let Some(r) = s.reactions.iter().find(|r| r.emoji == emoji) else {
-                    return Err(ApiError::new(404, codes::UNKNOWN_EMOJI, "Unknown Emoji"));
-                };
-                let mut users: Vec<u64> = r
-                    .users
-                    .iter()
-                    .copied()
-                    .filter(|&u| after.is_none_or(|a| u > a))
-                    .collect();
-                users.sort_unstable();
-                let list: Vec<Value> = users
-                    .into_iter()
-                    .take(limit)
-                    .map(|u| match &bot {
-                        Some(b) if u == me => b.value().clone(),
-                        _ => objects::user_stub(u),
-                    })
-                    .collect();
-                Ok((200, serde_json::to_vec(&list).expect("json")))
-            }
+            } => self.reactions(&act, message, &emoji, limit, after),
             ChatAction::Interaction(n) => {
-                let a = self.open_interaction(req.app, bot, t, *n, now);
+                let a = self.open_interaction(req.app, act.bot, t, *n, act.now);
                 self.actor = me;
                 a
             }
@@ -634,7 +501,7 @@ impl Chat {
                 with_response,
                 &body,
                 content_type.as_deref(),
-                now,
+                act.now,
             ),
             ChatAction::Webhook {
                 app,
@@ -650,7 +517,7 @@ impl Chat {
                 message,
                 &body,
                 content_type.as_deref(),
-                now,
+                act.now,
             ),
             ChatAction::Commit { events, .. } => {
                 for (name, intent, d) in &events {
@@ -658,18 +525,25 @@ impl Chat {
                 }
                 Ok((204, Vec::new()))
             }
-            ChatAction::Typing => {
-                let d = objects::typing_event(me, acting()?.value(), channel, server, now);
-                self.commit(
-                    "TYPING_START",
-                    t,
-                    intents::GUILD_MESSAGE_TYPING,
-                    false,
-                    &[],
-                    &json_bytes(&d),
-                )?;
-                Ok((204, Vec::new()))
-            }
         }
+    }
+}
+
+/// Who acts, where and when: what every action of one request needs.
+pub(crate) struct Act {
+    t: Target,
+    server: u64,
+    channel: u64,
+    /// The acting bot's user id (0: none).
+    me: u64,
+    bot: Option<BotUser>,
+    now: u64,
+}
+
+impl Act {
+    /// The acting bot; an action that must have one and has none is a bug
+    /// of the node's, answered as one.
+    fn acting(&self) -> Result<&BotUser, ApiError> {
+        self.bot.as_ref().ok_or_else(no_bot)
     }
 }

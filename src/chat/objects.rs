@@ -2,10 +2,10 @@
 //! (as REST returns them; the event adds `guild_id` and `member`), emoji,
 //! and the `d` of each event it produces.
 
-use serde_json::{json, Map, Value};
+use serde_json::{json, Value};
 
 use crate::api::body::MessageDraft;
-use crate::protocol::payload::iso8601;
+use crate::protocol::payload::{iso8601, Iso8601};
 
 pub const MESSAGE_DEFAULT: u8 = 0;
 pub const MESSAGE_REPLY: u8 = 19;
@@ -68,76 +68,103 @@ pub fn allowed_users(content: &str, allowed: Option<&Value>) -> Vec<u64> {
 pub struct NewMessage<'a> {
     pub id: u64,
     pub channel: u64,
-    pub author: &'a Value,
+    /// The author's user object, as JSON (`BotUser::json`).
+    pub author: &'a str,
     pub draft: &'a MessageDraft,
     pub now_ms: u64,
     pub mentions: &'a [u64],
-    /// The message replied to: (its id, its object).
-    pub reply_to: Option<(u64, &'a Value)>,
+    /// The message replied to: (its id, its object as JSON, `null` when it
+    /// is not in the window).
+    pub reply_to: Option<(u64, &'a [u8])>,
     pub guild: u64,
 }
 
-/// A message object as `POST /channels/{id}/messages` answers it.
-pub fn message(m: &NewMessage) -> Value {
-    let mut o = Map::new();
-    o.insert("id".into(), m.id.to_string().into());
-    o.insert(
-        "type".into(),
-        if m.draft.interaction.is_some() {
-            MESSAGE_CHAT_INPUT_COMMAND
-        } else if m.reply_to.is_some() {
-            MESSAGE_REPLY
-        } else {
-            MESSAGE_DEFAULT
-        }
-        .into(),
-    );
+/// A JSON string (escaped as serde_json escapes it).
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    serde_json::to_writer(&mut *out, s).expect("a string serialises");
+}
+
+fn put_value<T: serde::Serialize + ?Sized>(out: &mut Vec<u8>, v: &T) {
+    serde_json::to_writer(&mut *out, v).expect("a value serialises");
+}
+
+/// Append a message object, as `POST /channels/{id}/messages` answers it,
+/// to `out`: written directly (no `serde_json::Value` on the commit path),
+/// its fields in the platform's order.
+pub fn write_message(m: &NewMessage, out: &mut Vec<u8>) {
+    use std::io::Write;
+    let kind = if m.draft.interaction.is_some() {
+        MESSAGE_CHAT_INPUT_COMMAND
+    } else if m.reply_to.is_some() {
+        MESSAGE_REPLY
+    } else {
+        MESSAGE_DEFAULT
+    };
+    let w = "writing to a Vec cannot fail";
+    write!(out, r#"{{"id":"{}","type":{kind}"#, m.id).expect(w);
     if let Some((meta, app)) = &m.draft.interaction {
         // `interaction_metadata` and the older `interaction` object.
         if let Some(fields) = meta.as_object() {
-            o.extend(fields.iter().map(|(k, v)| (k.clone(), v.clone())));
+            for (k, v) in fields {
+                out.push(b',');
+                put_str(out, k);
+                out.push(b':');
+                put_value(out, v);
+            }
         }
-        o.insert("application_id".into(), app.to_string().into());
-        o.insert("webhook_id".into(), app.to_string().into());
+        write!(out, r#","application_id":"{app}","webhook_id":"{app}""#).expect(w);
     }
-    o.insert("channel_id".into(), m.channel.to_string().into());
-    o.insert("author".into(), m.author.clone());
-    o.insert(
-        "content".into(),
-        m.draft.content.clone().unwrap_or_default().into(),
+    write!(out, r#","channel_id":"{}","author":"#, m.channel).expect(w);
+    out.extend_from_slice(m.author.as_bytes());
+    out.extend_from_slice(br#","content":"#);
+    put_str(out, m.draft.content.as_deref().unwrap_or(""));
+    write!(
+        out,
+        r#","timestamp":"{}","edited_timestamp":null,"tts":false,"mention_everyone":false,"mentions":["#,
+        Iso8601(m.now_ms)
+    )
+    .expect(w);
+    for (i, &u) in m.mentions.iter().enumerate() {
+        if i > 0 {
+            out.push(b',');
+        }
+        put_value(out, &user_stub(u));
+    }
+    out.extend_from_slice(
+        br#"],"mention_roles":[],"mention_channels":[],"attachments":[],"embeds":"#,
     );
-    o.insert("timestamp".into(), iso8601(m.now_ms).into());
-    o.insert("edited_timestamp".into(), Value::Null);
-    o.insert("tts".into(), false.into());
-    o.insert("mention_everyone".into(), false.into());
-    o.insert(
-        "mentions".into(),
-        m.mentions.iter().map(|&u| user_stub(u)).collect(),
-    );
-    o.insert("mention_roles".into(), json!([]));
-    o.insert("mention_channels".into(), json!([]));
-    o.insert("attachments".into(), json!([]));
-    o.insert(
-        "embeds".into(),
-        m.draft.embeds.clone().unwrap_or_default().into(),
-    );
-    o.insert(
-        "components".into(),
-        m.draft.components.clone().unwrap_or_default().into(),
-    );
-    o.insert("pinned".into(), false.into());
-    o.insert("flags".into(), m.draft.flags.into());
+    match &m.draft.embeds {
+        Some(e) => put_value(out, e),
+        None => out.extend_from_slice(b"[]"),
+    }
+    out.extend_from_slice(br#","components":"#);
+    match &m.draft.components {
+        Some(c) => put_value(out, c),
+        None => out.extend_from_slice(b"[]"),
+    }
+    write!(out, r#","pinned":false,"flags":{}"#, m.draft.flags).expect(w);
     if let Some(n) = &m.draft.nonce {
-        o.insert("nonce".into(), n.clone());
+        out.extend_from_slice(br#","nonce":"#);
+        put_value(out, n);
     }
     if let Some((rid, obj)) = m.reply_to {
-        o.insert(
-            "message_reference".into(),
-            json!({"type": 0, "message_id": rid.to_string(), "channel_id": m.channel.to_string(), "guild_id": m.guild.to_string()}),
-        );
-        o.insert("referenced_message".into(), obj.clone());
+        write!(
+            out,
+            r#","message_reference":{{"type":0,"message_id":"{rid}","channel_id":"{}","guild_id":"{}"}},"referenced_message":"#,
+            m.channel, m.guild
+        )
+        .expect(w);
+        out.extend_from_slice(if obj.is_empty() { b"null" } else { obj });
     }
-    Value::Object(o)
+    out.push(b'}');
+}
+
+/// The same message object as a `Value` (the interaction paths, which
+/// edit it further).
+pub fn message(m: &NewMessage) -> Value {
+    let mut out = Vec::with_capacity(512);
+    write_message(m, &mut out);
+    serde_json::from_slice(&out).expect("write_message writes JSON")
 }
 
 /// The `d` of MESSAGE_CREATE / MESSAGE_UPDATE from the message's JSON: the
@@ -145,15 +172,28 @@ pub fn message(m: &NewMessage) -> Value {
 /// before its closing brace (no second serialisation of the message).
 /// A direct message (`guild` 0) has neither: it is the message as is.
 pub fn message_event(message: &[u8], guild: u64, now_ms: u64) -> Vec<u8> {
-    debug_assert!(message.starts_with(b"{") && message.ends_with(b"}"));
-    if guild == 0 {
-        return message.to_vec();
-    }
-    let member = serde_json::to_string(&bot_member(now_ms)).expect("json");
-    let mut d = Vec::with_capacity(message.len() + member.len() + 48);
-    d.extend_from_slice(&message[..message.len() - 1]);
-    d.extend_from_slice(format!(r#","guild_id":"{guild}","member":{member}}}"#).as_bytes());
+    let mut d = Vec::with_capacity(message.len() + 320);
+    write_message_event(message, guild, now_ms, &mut d);
     d
+}
+
+/// `message_event` into `out` (cleared first).
+pub fn write_message_event(message: &[u8], guild: u64, now_ms: u64, out: &mut Vec<u8>) {
+    use std::io::Write;
+    debug_assert!(message.starts_with(b"{") && message.ends_with(b"}"));
+    out.clear();
+    if guild == 0 {
+        out.extend_from_slice(message);
+        return;
+    }
+    out.extend_from_slice(&message[..message.len() - 1]);
+    // `bot_member`, written directly.
+    write!(
+        out,
+        r#","guild_id":"{guild}","member":{{"roles":[],"joined_at":"{}","deaf":false,"mute":false,"flags":0,"pending":false,"premium_since":null,"nick":null,"avatar":null,"communication_disabled_until":null}}}}"#,
+        Iso8601(now_ms)
+    )
+    .expect("writing to a Vec cannot fail");
 }
 
 /// A message object with its current reactions, as REST reads answer it.
@@ -257,7 +297,58 @@ mod tests {
         assert_eq!(d["id"], "1");
         assert_eq!(d["content"], "hi");
         assert_eq!(d["guild_id"], "7");
-        assert!(d["member"]["roles"].is_array());
+        assert_eq!(
+            d["member"],
+            bot_member(0),
+            "the member object, as `bot_member`"
+        );
+    }
+
+    #[test]
+    fn the_written_message_is_the_platforms_object() {
+        let draft = MessageDraft {
+            content: Some("hi \"<@5>\"\n".into()),
+            embeds: Some(vec![json!({"title": "t"})]),
+            nonce: Some(json!("n1")),
+            flags: 4,
+            ..Default::default()
+        };
+        let author = r#"{"id":"9","username":"b"}"#;
+        let m = message(&NewMessage {
+            id: 11,
+            channel: 22,
+            author,
+            draft: &draft,
+            now_ms: 0,
+            mentions: &[5],
+            reply_to: Some((3, b"null")),
+            guild: 33,
+        });
+        assert_eq!(m["id"], "11");
+        assert_eq!(m["type"], MESSAGE_REPLY);
+        assert_eq!(m["channel_id"], "22");
+        assert_eq!(m["author"]["id"], "9");
+        assert_eq!(m["content"], "hi \"<@5>\"\n");
+        assert_eq!(m["mentions"][0], user_stub(5));
+        assert_eq!(m["embeds"][0]["title"], "t");
+        assert_eq!(m["components"], json!([]));
+        assert_eq!(m["nonce"], "n1");
+        assert_eq!(m["flags"], 4);
+        assert_eq!(m["edited_timestamp"], Value::Null);
+        assert_eq!(m["message_reference"]["message_id"], "3");
+        assert_eq!(m["message_reference"]["guild_id"], "33");
+        assert_eq!(m["referenced_message"], Value::Null);
+        for k in [
+            "timestamp",
+            "tts",
+            "mention_everyone",
+            "mention_roles",
+            "mention_channels",
+            "attachments",
+            "pinned",
+        ] {
+            assert!(m.get(k).is_some(), "{k}");
+        }
     }
 
     #[test]

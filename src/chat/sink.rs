@@ -111,6 +111,14 @@ impl Sink {
         }
     }
 
+    /// The chat thread needs the record just committed (`Pipeline::
+    /// tap_this_batch`); Kafka's records reach it from the topic.
+    pub fn tap_this(&mut self) {
+        if let Sink::Local(p) = self {
+            p.tap_this_batch();
+        }
+    }
+
     /// End of a turn: make this turn's records visible to the workers (local)
     /// or wait for the broker (Kafka). Returns the requests whose record was
     /// NOT committed.

@@ -110,12 +110,20 @@ impl Store {
         self.call(|r| r.put_interaction(&p, now)).is_ok()
     }
 
-    /// Moves `id` out of waiting to `to`, if opened at or after `since_ms`.
-    pub(in crate::chat) fn settle(&self, id: u64, to: State, since_ms: u64) -> Settled {
+    /// Moves `id` out of waiting to `to`, if opened at or after `since_ms`;
+    /// the winner records `original`, the id its answer's message will
+    /// have, in the same write.
+    pub(in crate::chat) fn settle(
+        &self,
+        id: u64,
+        to: State,
+        since_ms: u64,
+        original: Option<u64>,
+    ) -> Settled {
         if !self.enabled() {
             return Settled::Won;
         }
-        match self.call(|r| r.settle_interaction(id, code(to), since_ms)) {
+        match self.call(|r| r.settle_interaction(id, code(to), since_ms, original)) {
             Ok(true) => Settled::Won,
             Ok(false) => match self.call(|r| r.interaction(id)) {
                 Ok(row) => Settled::Lost(row.map(|p| state(p.state))),

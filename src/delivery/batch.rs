@@ -13,6 +13,18 @@ pub struct Batch {
     pos: Vec<StreamPos>,
     /// Its number in the node's recovery journal (0: not journaled).
     pub number: u64,
+    /// Which source filled it: `ORIGIN_OTHER`, or `origin_of_worker(w)`
+    /// for worker `w`'s chat service (it knows its own commits, so it skips
+    /// them when it learns from the stream). Set once by its pipeline.
+    pub origin: u32,
+}
+
+/// A batch of a producer, Kafka or the chat thread.
+pub const ORIGIN_OTHER: u32 = 0;
+
+/// The origin of worker `w`'s chat service's batches.
+pub fn origin_of_worker(w: usize) -> u32 {
+    w as u32 + 1
 }
 
 /// A record's place in a partitioned stream, equal on every node that
@@ -51,6 +63,7 @@ impl Batch {
             spans: Vec::with_capacity(records),
             pos: Vec::with_capacity(records),
             number: 0,
+            origin: ORIGIN_OTHER,
         }
     }
 

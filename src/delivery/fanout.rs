@@ -9,6 +9,7 @@
 //! it and a Resume replays from it.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 mod handoff;
 
@@ -18,6 +19,7 @@ use ringbuf::{Arena, ArenaConfig, Entry, PushError, RecordRef, RingConfig, RingS
 use shards::SessionId;
 
 use crate::delivery::entitlement::{self, Requirement, Variant};
+use crate::delivery::interest::Interest;
 use crate::delivery::record;
 use crate::delivery::resume::ResumeRefusal;
 use crate::delivery::ConnKey;
@@ -108,6 +110,9 @@ pub struct FanOut {
     by_bot: HashMap<u64, Vec<u32>>,
     /// The redacted variant of the event being delivered.
     redacted: Vec<u8>,
+    /// `index` and `by_bot` as counters other threads read: whether this
+    /// worker wants a server's events (`interest.rs`).
+    interest: Arc<Interest>,
 }
 
 /// Ring storage ran out: drop the older half of every session's *sent*
@@ -147,8 +152,14 @@ impl FanOut {
             index: HashMap::new(),
             by_bot: HashMap::new(),
             redacted: Vec::with_capacity(64 * 1024),
+            interest: Arc::default(),
             cfg,
         })
+    }
+
+    /// Which servers this fan-out has sessions in, for the event sources.
+    pub fn interest(&self) -> Arc<Interest> {
+        self.interest.clone()
     }
 
     pub fn get(&self, idx: SessionIdx) -> Option<&SessionSlot> {
@@ -195,7 +206,9 @@ impl FanOut {
         self.by_id.insert(s.identity.session_id, idx);
         for g in &s.identity.guilds {
             self.index.entry(g.id).or_default().push(idx);
+            self.interest.add(g.id);
         }
+        self.interest.add(ServerId::NONE);
         self.by_bot
             .entry(s.identity.bot_user_id)
             .or_default()
@@ -214,7 +227,9 @@ impl FanOut {
         unlist(&mut self.by_bot, s.identity.bot_user_id, idx);
         for g in &s.identity.guilds {
             unlist(&mut self.index, g.id, idx);
+            self.interest.remove(g.id);
         }
+        self.interest.remove(ServerId::NONE);
         self.free.push(idx);
     }
 
@@ -315,6 +330,7 @@ impl FanOut {
             if let Ok(g) = s.identity.guilds.binary_search_by_key(&server_id, |g| g.id) {
                 s.identity.guilds.remove(g);
                 unlist(&mut self.index, server_id, i as u32);
+                self.interest.remove(server_id);
                 n += 1;
             }
         }

@@ -7,6 +7,7 @@
 pub mod batch;
 pub mod entitlement;
 pub mod fanout;
+pub mod interest;
 pub mod moved;
 pub mod record;
 pub mod recovery;

@@ -42,7 +42,7 @@ pub fn start(
     std::thread::Builder::new()
         .name("demo".into())
         .spawn(move || {
-            let ids = registry::snowflake::SnowflakeGenerator::new(1);
+            let ids = registry::snowflake::SnowflakeGenerator::new(crate::api::ids::DEMO);
             let mut conn: Option<TcpStream> = None;
             let mut frame = Vec::with_capacity(4096);
             let mut n: u64 = 0;

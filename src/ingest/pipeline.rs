@@ -2,7 +2,10 @@
 //! validated record bodies are batched in stream order, each batch is handed
 //! to every worker, and a GUILD_STATE record is applied through the registry
 //! link, with every worker taking the new permissions, between the batch
-//! before it and the batch after it.
+//! before it and the batch after it. A worker is woken for a batch only if
+//! one of its sessions is in one of the batch's servers
+//! (`delivery::interest`); the others find it, in order, at their next
+//! wakeup (after `NUDGE_EVERY` such batches at the latest).
 //!
 //! Bounds: a batch holds at most `BATCH_RECORDS` records or `BATCH_BYTES`
 //! bytes before it is sent (or, for a source that polls, once it is
@@ -20,11 +23,14 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Sender;
 use ingest::DecodeError;
 
+use crate::delivery::interest::NUDGE_EVERY;
 use crate::worker::mail::{Batch, SidecarRequest, ToWorker, WorkerHandle};
 
-/// Where a copy of every batch goes besides the workers (the chat service
+/// Where a copy of a batch goes besides the workers (the chat service
 /// learns the messages other producers committed): tried once per batch,
-/// skipped when full, so it never slows the stream.
+/// skipped when full, so it never slows the stream. Every batch of a
+/// producer or Kafka; of a worker's chat service, only the batches it marks
+/// (`tap_this_batch`: what the chat thread's interactions act on).
 pub type Tap = Option<Sender<Arc<Batch>>>;
 
 /// Records per batch and bytes per batch before it is sent on.
@@ -81,7 +87,34 @@ pub struct Pipeline {
     journal: Option<Arc<crate::delivery::recovery::Journal>>,
     /// A server change was applied since the last batch went out.
     state_before: bool,
+    /// `Some(w)`: worker `w`'s own chat service fills this pipeline, on the
+    /// worker's thread, which must never wait (`for_worker`).
+    worker: Option<usize>,
+    /// Bounds of this source: records and bytes per batch, batches out.
+    max_records: usize,
+    max_bytes: usize,
+    max_in_flight: usize,
+    /// Every batch goes to the tap (other sources), or only those marked.
+    tap_all: bool,
+    /// The batch being filled is marked for the tap.
+    tap_marked: bool,
+    /// Batches queued for each worker without waking it since it was last
+    /// woken (`send`, `send_from_worker`).
+    quiet: Vec<u32>,
 }
+
+/// A worker's chat service's batches: it flushes once per turn, so they
+/// are small; at most this many are out before it refuses commits (503).
+/// 256 turns: at one request per turn and 10,000 requests/s, 25 ms of a
+/// worker not letting go (descheduled on a busy core), where 64 (6 ms)
+/// answered steady single-connection load with 503s. Worst case held:
+/// 256 x 64 KiB = 16 MiB per worker.
+pub const WORKER_BATCH_RECORDS: usize = 256;
+pub const WORKER_BATCH_BYTES: usize = 64 << 10;
+pub const WORKER_BATCHES_IN_FLIGHT: usize = 256;
+/// What a worker's batch is allocated with (it grows to what a turn needs
+/// and keeps it): at one request per turn most hold one event.
+const WORKER_BATCH_START_BYTES: usize = 8 << 10;
 
 impl Pipeline {
     pub fn new(
@@ -90,17 +123,74 @@ impl Pipeline {
         stats: Arc<IngestStats>,
         tap: Tap,
     ) -> Pipeline {
+        let quiet = vec![0; workers.len()];
         Pipeline {
+            quiet,
             workers,
             sidecar,
             stats,
             out: VecDeque::with_capacity(BATCHES_IN_FLIGHT + 1),
-            batch: Some(new_batch()),
+            batch: Some(new_batch(
+                BATCH_RECORDS,
+                BATCH_BYTES + 64 * 1024,
+                crate::delivery::batch::ORIGIN_OTHER,
+            )),
             since: None,
             tap,
             journal: None,
             state_before: false,
+            worker: None,
+            max_records: BATCH_RECORDS,
+            max_bytes: BATCH_BYTES,
+            max_in_flight: BATCHES_IN_FLIGHT,
+            tap_all: true,
+            tap_marked: false,
         }
+    }
+
+    /// Worker `me`'s chat service's pipeline. It runs on the worker's
+    /// thread, so it never waits: a full inbox drops the batch for that
+    /// worker at once (counted in `dropped_batches`, as after the 1 s of
+    /// other sources), its own copy goes to its own inbox without a wakeup
+    /// (the worker is in its turn), and with `WORKER_BATCHES_IN_FLIGHT`
+    /// batches out `busy()` says so and the chat service refuses the
+    /// commit (503) instead of waiting for workers to let go.
+    pub fn for_worker(
+        workers: Arc<[WorkerHandle]>,
+        sidecar: Sender<SidecarRequest>,
+        stats: Arc<IngestStats>,
+        tap: Tap,
+        me: usize,
+    ) -> Pipeline {
+        let origin = crate::delivery::batch::origin_of_worker(me);
+        // Every batch it may have out, allocated now: a commit allocates
+        // none (tests/no_alloc_worker.rs counts a send's allocations).
+        let mut out = VecDeque::with_capacity(WORKER_BATCHES_IN_FLIGHT + 2);
+        out.extend(
+            (0..WORKER_BATCHES_IN_FLIGHT).map(|_| new_batch(64, WORKER_BATCH_START_BYTES, origin)),
+        );
+        Pipeline {
+            out,
+            batch: Some(new_batch(64, WORKER_BATCH_START_BYTES, origin)),
+            worker: Some(me),
+            max_records: WORKER_BATCH_RECORDS,
+            max_bytes: WORKER_BATCH_BYTES,
+            max_in_flight: WORKER_BATCHES_IN_FLIGHT,
+            tap_all: false,
+            ..Pipeline::new(workers, sidecar, stats, tap)
+        }
+    }
+
+    /// Offer the batch being filled to the tap when it goes out (a worker's
+    /// pipeline taps only the batches so marked).
+    pub fn tap_this_batch(&mut self) {
+        self.tap_marked = true;
+    }
+
+    /// A worker's pipeline has as many batches out as it may: the next
+    /// commit is refused rather than waited for (`for_worker`).
+    pub fn busy(&self) -> bool {
+        self.out.len() >= self.max_in_flight && self.out.iter().all(|b| Arc::strong_count(b) > 1)
     }
 
     /// Journal every batch of this source (`[recovery]` on).
@@ -139,7 +229,7 @@ impl Pipeline {
 
     /// The batch has reached a size bound: send it now.
     pub fn is_full(&self) -> bool {
-        self.batch().len() >= BATCH_RECORDS || self.batch().bytes() >= BATCH_BYTES
+        self.batch().len() >= self.max_records || self.batch().bytes() >= self.max_bytes
     }
 
     /// The batch has waited `FLUSH_AFTER` for more records.
@@ -166,12 +256,29 @@ impl Pipeline {
             j.write(b, flags, registry::snowflake::unix_ms_now());
         }
         let number = full.number;
-        if let Some(tap) = &self.tap {
+        let tapped = self.tap_all || std::mem::take(&mut self.tap_marked);
+        if let Some(tap) = self.tap.as_ref().filter(|_| tapped) {
             if tap.try_send(full.clone()).is_err() {
                 self.stats.tap_skipped.fetch_add(1, Relaxed);
             }
         }
-        let (next, dropped) = send(full, &self.workers, &self.stats, &mut self.out);
+        let (next, dropped) = match self.worker {
+            None => send(
+                full,
+                &self.workers,
+                &self.stats,
+                &mut self.out,
+                &mut self.quiet,
+            ),
+            Some(me) => send_from_worker(
+                full,
+                me,
+                &self.workers,
+                &self.stats,
+                &mut self.out,
+                &mut self.quiet,
+            ),
+        };
         if let Some(j) = journal.as_mut() {
             j.dropped(number, dropped);
         }
@@ -222,8 +329,73 @@ impl Pipeline {
     }
 }
 
-fn new_batch() -> Arc<Batch> {
-    Arc::new(Batch::with_capacity(BATCH_RECORDS, BATCH_BYTES + 64 * 1024))
+/// Whether worker `w` is woken for `batch`: a session of its may want it,
+/// or it was not woken for the `NUDGE_EVERY - 1` batches before (`quiet`).
+fn wakes(batch: &Batch, w: &WorkerHandle, quiet: u32) -> bool {
+    quiet + 1 >= NUDGE_EVERY || wanted_by(batch, w)
+}
+
+/// Whether a record of `batch` may reach a session of worker `w`.
+fn wanted_by(batch: &Batch, w: &WorkerHandle) -> bool {
+    batch.bodies().any(|body| {
+        // SAFETY: the pipeline accepted exactly these bytes.
+        let rec = unsafe { ingest::access_trusted(body) };
+        w.interest.wants(rec.server_id())
+    })
+}
+
+/// A batch with room for `records` bodies of `bytes` without growing.
+fn new_batch(records: usize, bytes: usize, origin: u32) -> Arc<Batch> {
+    let mut b = Batch::with_capacity(records, bytes);
+    b.origin = origin;
+    Arc::new(b)
+}
+
+/// `send` for a worker's own pipeline: never waits. A full inbox drops the
+/// batch for that worker at once. The worker's own copy is queued without
+/// a wakeup (it is in its turn and drains its inbox before it parks); so is
+/// another worker's when none of its sessions is in a server of the batch
+/// (`delivery::interest`): it takes the batch, in order, at its next
+/// wakeup, and it is woken after `NUDGE_EVERY` such batches so it lets go
+/// of them (`quiet` counts them per worker). The batch to fill next is the
+/// oldest one every worker let go of (all of them are allocated by
+/// `for_worker`), else a new one (only past the bound, which `Pipeline::
+/// busy` then refuses).
+fn send_from_worker(
+    batch: Arc<Batch>,
+    me: usize,
+    workers: &[WorkerHandle],
+    stats: &IngestStats,
+    out: &mut VecDeque<Arc<Batch>>,
+    quiet: &mut [u32],
+) -> (Arc<Batch>, u64) {
+    let mut dropped = 0u64;
+    for (i, w) in workers.iter().enumerate() {
+        let msg = ToWorker::Batch(batch.clone());
+        let sent = if i == me {
+            w.push_quiet(msg).is_ok()
+        } else if wakes(&batch, w, quiet[i]) {
+            quiet[i] = 0;
+            w.try_send(msg).is_ok()
+        } else {
+            quiet[i] += 1;
+            w.push_quiet(msg).is_ok()
+        };
+        if !sent {
+            stats.dropped_batches.fetch_add(1, Relaxed);
+            dropped |= 1 << i.min(63);
+        }
+    }
+    let origin = batch.origin;
+    out.push_back(batch);
+    // Any batch every worker let go of (the chat thread's tap may still
+    // hold an older one than another's).
+    if let Some(i) = out.iter().position(|b| Arc::strong_count(b) == 1) {
+        let mut b = out.remove(i).expect("position is in range");
+        Arc::get_mut(&mut b).expect("unique").clear();
+        return (b, dropped);
+    }
+    (new_batch(64, WORKER_BATCH_START_BYTES, origin), dropped)
 }
 
 /// Have the registry apply a server change and every worker take the new
@@ -267,23 +439,39 @@ fn apply_state(
 
 /// Hand a batch to every worker; return an empty batch to fill next
 /// (a recycled one when all workers are done with it).
+/// Hand `batch` to every worker: woken if one of its sessions is in a
+/// server of the batch (`delivery::interest`), or after `NUDGE_EVERY`
+/// batches queued for it quietly (`quiet` counts them), else queued without
+/// a wakeup (taken, in order, at its next one).
 fn send(
     batch: Arc<Batch>,
     workers: &[WorkerHandle],
     stats: &IngestStats,
     out: &mut VecDeque<Arc<Batch>>,
+    quiet: &mut [u32],
 ) -> (Arc<Batch>, u64) {
     // Bit per worker that did not get it (63 and above share bit 63).
     let mut dropped = 0u64;
     for (i, w) in workers.iter().enumerate() {
+        let wake = wakes(&batch, w, quiet[i]);
         // A full inbox means a worker is behind: wait a little (backpressure
         // to the producer through TCP) before counting the batch as dropped.
         let deadline = Instant::now() + Duration::from_secs(1);
         let mut msg = ToWorker::Batch(batch.clone());
         loop {
-            match w.try_send(msg) {
-                Ok(()) => break,
+            let sent = if wake {
+                w.try_send(msg)
+            } else {
+                w.push_quiet(msg)
+            };
+            match sent {
+                Ok(()) => {
+                    quiet[i] = if wake { 0 } else { quiet[i] + 1 };
+                    break;
+                }
                 Err(back) => {
+                    // Behind: make sure it is awake to catch up.
+                    w.wake();
                     if Instant::now() > deadline {
                         stats.dropped_batches.fetch_add(1, Relaxed);
                         dropped |= 1 << i.min(63);
@@ -304,7 +492,11 @@ fn send(
         }
     }
     if out.len() > BATCHES_IN_FLIGHT {
-        // Workers hold too many: wait for the oldest rather than grow.
+        // Workers hold too many: wait for the oldest rather than grow (and
+        // wake them all: one may hold batches it was not woken for).
+        for w in workers {
+            w.wake();
+        }
         let mut oldest = out.pop_front().expect("non-empty");
         loop {
             if let Some(b) = Arc::get_mut(&mut oldest) {
@@ -314,5 +506,12 @@ fn send(
             std::thread::sleep(Duration::from_micros(200));
         }
     }
-    (new_batch(), dropped)
+    (
+        new_batch(
+            BATCH_RECORDS,
+            BATCH_BYTES + 64 * 1024,
+            crate::delivery::batch::ORIGIN_OTHER,
+        ),
+        dropped,
+    )
 }

@@ -71,10 +71,26 @@ impl Sidecar {
         }
     }
 
-    /// The interaction the chat service opens, or why it is refused.
+    /// The interaction the chat service opens, or why it is refused. The
+    /// registry rows it is completed from are kept between interactions
+    /// while the registry's revision holds (`enrich.rs`).
     fn open_interaction(
         &mut self,
         raw: &RawInteraction,
+    ) -> Result<(Target, Option<BotUser>, ChatAction), &'static str> {
+        let mut kept = std::mem::take(&mut self.enrich);
+        let out = self.complete(raw, &mut kept);
+        if out.as_ref().err() == Some(&"registry") {
+            kept.forget();
+        }
+        self.enrich = kept;
+        out
+    }
+
+    fn complete(
+        &mut self,
+        raw: &RawInteraction,
+        kept: &mut super::enrich::Enrich,
     ) -> Result<(Target, Option<BotUser>, ChatAction), &'static str> {
         let mut d: Map<String, Value> = match serde_json::from_slice(&raw.d) {
             Ok(Value::Object(m)) => m,
@@ -96,18 +112,23 @@ impl Sidecar {
         if !(2..=5).contains(&kind) {
             return Err("malformed");
         }
+        let revision = self.call(|r| r.revision()).map_err(|_| "registry")?;
+        kept.at(revision);
         let (server, channel_id) = (raw.server, raw.channel);
-        let app = match self.call(|r| r.application(raw.app_user)) {
-            Ok(Some(a)) if a.bot_user_id == raw.app_user => a,
-            Ok(_) => return Err("unknown_application"),
-            Err(_) => return Err("registry"),
-        };
-        let inst = match self.call(|r| r.installation(app.id, server)) {
+        let app =
+            match kept.application(raw.app_user, || self.call(|r| r.application(raw.app_user))) {
+                Ok(Some(a)) if a.bot_user_id == raw.app_user => a,
+                Ok(_) => return Err("unknown_application"),
+                Err(_) => return Err("registry"),
+            };
+        let inst = match kept.installation((app.id, server), || {
+            self.call(|r| r.installation(app.id, server))
+        }) {
             Ok(Some(i)) => i,
             Ok(None) => return Err("not_installed"),
             Err(_) => return Err("registry"),
         };
-        let snap = match self.call(|r| r.server_snapshot(server)) {
+        let snap = match kept.snapshot(server, || self.call(|r| r.server_snapshot(server))) {
             Ok(Some(s)) => s,
             Ok(None) => return Err("not_installed"),
             Err(_) => return Err("registry"),
@@ -132,8 +153,10 @@ impl Sidecar {
             .and_then(|u| u["id"].as_str())
             .and_then(|s| s.parse().ok())
             .ok_or("malformed")?;
-        let member = self
-            .call(|r| r.member(server, user_id))
+        let member = kept
+            .member((server, user_id), || {
+                self.call(|r| r.member(server, user_id))
+            })
             .map_err(|_| "registry")?;
         let (user, roles, joined, nick) = match &member {
             Some(m) => (person(&m.user), m.role_ids.clone(), m.joined_at_ms, m.nick.clone()),
@@ -164,7 +187,7 @@ impl Sidecar {
                 .to_owned();
             let ctype = data.get("type").and_then(Value::as_u64).unwrap_or(1) as u8;
             data.insert("type".into(), ctype.into());
-            let (cmd, scoped) = self.command_named(app.id, server, &name, ctype)?;
+            let (cmd, scoped) = self.command_named(kept, app.id, server, &name, ctype)?;
             data.insert("id".into(), cmd.to_string().into());
             if scoped {
                 data.insert("guild_id".into(), guild.clone().into());
@@ -199,15 +222,15 @@ impl Sidecar {
             channel: ChannelId(channel_id),
             perms,
         };
-        let endpoint = match self.call(|r| r.interactions_endpoint(app.id)) {
-            Ok(Some(url)) => Some((
-                url,
-                self.call(|r| r.signing_seed(app.id))
-                    .map_err(|_| "registry")?,
-            )),
-            Ok(None) => None,
-            Err(_) => return Err("registry"),
-        };
+        let endpoint = kept
+            .endpoint(app.id, || {
+                Ok(match self.call(|r| r.interactions_endpoint(app.id))? {
+                    Some(url) => Some((url, self.call(|r| r.signing_seed(app.id))?)),
+                    None => None,
+                })
+            })
+            .map_err(|_: registry::RegistryError| "registry")?
+            .map(|e| (*e).clone());
         Ok((
             target,
             Some(BotUser::of(&app)),
@@ -223,14 +246,15 @@ impl Sidecar {
     /// The registered command a person used: (its id, server-scoped?).
     fn command_named(
         &mut self,
+        kept: &mut super::enrich::Enrich,
         app: u64,
         server: u64,
         name: &str,
         kind: u8,
     ) -> Result<(u64, bool), &'static str> {
         for scope in [Some(server), None] {
-            let list = self
-                .call(|r| r.commands(app, scope))
+            let list = kept
+                .commands((app, scope), || self.call(|r| r.commands(app, scope)))
                 .map_err(|_| "registry")?;
             if let Some(c) = list.iter().find(|c| c.name == name && c.kind == kind) {
                 return Ok((c.id, scope.is_some()));

@@ -26,6 +26,7 @@ use crate::worker::mail::*;
 pub mod cluster;
 mod commands;
 pub mod counters;
+mod enrich;
 mod interactions;
 mod members;
 pub mod recovery;
@@ -64,6 +65,8 @@ pub struct Sidecar {
     pub chat: Option<crossbeam_channel::Sender<ChatRequest>>,
     /// This process among the nodes sharing the registry (interaction claims).
     pub node_id: String,
+    /// The registry rows interactions are completed from (`enrich.rs`).
+    enrich: enrich::Enrich,
 }
 
 /// What the registry link does, for metrics (shared with the admin port).
@@ -166,6 +169,7 @@ impl Sidecar {
                 let _ = getrandom::fill(&mut b);
                 b.iter().map(|x| format!("{x:02x}")).collect()
             },
+            enrich: Default::default(),
         }
     }
 

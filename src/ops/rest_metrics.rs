@@ -123,9 +123,10 @@ pub fn render(workers: &[WorkerMetrics], chat: &ChatStats, ingest: &IngestStats,
         out,
         "gatewayd_chat_history_messages",
         "gauge",
-        "Messages the embedded chat service keeps for reads and edits.",
+        "Messages the embedded chat services keep for reads and edits (the chat thread's window and each worker's, so a message can count twice).",
         chat.history_messages.load(Relaxed),
     );
+    scalar(out, "gatewayd_chat_learn_dropped_total", "counter", "Messages of other sources the chat thread learnt for a worker whose inbox was full (that worker's bots cannot reply to or react to them).", chat.learn_dropped.load(Relaxed));
     scalar(out, "gatewayd_chat_tap_skipped_total", "counter", "Batches of other sources the chat service was too busy to read into its history (those messages cannot be replied to or reacted to).", ingest.tap_skipped.load(Relaxed));
     scalar(
         out,
@@ -217,14 +218,14 @@ pub fn render_interactions(
         out,
         "gatewayd_interactions_endpoint_queued",
         "gauge",
-        "Interactions waiting for an endpoint deliverer (at most 1,024; 64 per application).",
+        "Interactions waiting for their endpoint call (at most 1,024; 64 per application).",
         ep.queued.load(Relaxed),
     );
     scalar(
         out,
         "gatewayd_interactions_endpoint_in_flight",
         "gauge",
-        "Calls to interactions endpoints in flight (at most 64 deliverers; 4 per application).",
+        "Calls to interactions endpoints in flight (at most 64; 4 per application).",
         ep.in_flight.load(Relaxed),
     );
     st.ack_latency.render(

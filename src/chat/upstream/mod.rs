@@ -5,23 +5,29 @@
 //! at that URL, relaying its answer. Same interface as the embedded one:
 //! `ChatRequest` in (the bounded `chat::QUEUE`), `ToWorker::RestReply` out.
 //!
-//! Design: one dispatcher thread ("chat") takes each request off the chat
-//! queue, stamps its deadline (`timeout` from that moment) and puts it on a
-//! bounded job queue; `connections` threads ("chat-up-N") each own ONE
-//! keep-alive HTTP/1.1 connection and make one call at a time on it: one
-//! `POST <url path>` with the JSON envelope (`envelope`), then its answer.
+//! Design: a `Pool` is `connections` threads, each owning ONE keep-alive
+//! HTTP/1.1 connection and making one call at a time on it (one `POST <url
+//! path>` with the JSON envelope, `envelope`, then its answer), fed by one
+//! bounded job queue. Each worker has its own pool (`Forwarder`, the
+//! worker's `LocalChat`: "chat-up-wW-N"): an action of a bot the worker
+//! serves is stamped with its deadline (`timeout` from that moment) and
+//! queued there by the worker itself, with no thread between (issue 27).
+//! The chat thread ("chat") keeps a pool of its own ("chat-up-N") for what
+//! reaches the chat queue from elsewhere (a person's interaction, a member
+//! route's events, from the sidecar).
 //! A connection is opened when a call needs one (never one per request),
 //! checked before reuse (closed by the peer meanwhile: reopened), and
 //! dropped after any failure. Plain http only (no TLS yet). The HTTP
 //! client and the reader of answers are in `client.rs`.
 //!
-//! Bounds: `JOBS` calls waiting for a connection (beyond: 503 at once); one
-//! call in flight per connection, at most `MAX_CONNECTIONS`; an answer head
+//! Bounds: per pool, `JOBS` calls waiting for a connection (beyond: 503 at
+//! once) and one call in flight per connection, at most `MAX_CONNECTIONS`
+//! (so `chat.upstream_connections` x (workers + 1) connections in all); an answer head
 //! of `MAX_HEAD` bytes and a body of `MAX_ANSWER` bytes. The deadline
 //! covers waiting for a connection, connecting, sending and reading, so a
 //! slow or hung upstream makes requests 503 once it passes; they never pile
-//! up behind it. (The dispatcher never blocks, so a request's time in the
-//! chat queue before it is stamped is short.)
+//! up behind it. (Neither a worker nor the dispatcher blocks to queue, so
+//! a request's time before it is stamped is short.)
 //!
 //! Failure policy: never a retry (an action is not idempotent; the one
 //! exception is a reused connection the peer had closed, which fails before
@@ -55,7 +61,8 @@ use serde_json::{json, Map, Value};
 use crate::api::body::MessageDraft;
 use crate::api::route::ApiRoute;
 use crate::protocol::bot_user::BotUser;
-use crate::worker::mail::{ChatAction, ChatRequest, ToWorker, WorkerHandle};
+use crate::worker::local_chat::{LocalChat, Takes};
+use crate::worker::mail::{ChatAction, ChatRequest, Learnt, ToWorker, WorkerHandle};
 
 pub mod client;
 use client::Client;
@@ -91,8 +98,108 @@ struct Job {
     deadline: Instant,
 }
 
-/// Start the dispatcher and the connection threads; the handle is the
-/// dispatcher's, which joins the others when `stop` is set.
+/// `connections` threads, each with its own connection, sharing one job
+/// queue. Dropping the pool lets its threads end once the queue is empty
+/// (they also stop on `stop`).
+pub struct Pool {
+    jobs: crossbeam_channel::Sender<Job>,
+    timeout: Duration,
+    workers: Arc<[WorkerHandle]>,
+    stats: Arc<UpstreamStats>,
+}
+
+impl Pool {
+    /// Start the pool's threads, named `{name}-{i}`.
+    pub fn start(
+        settings: &Settings,
+        name: &str,
+        workers: Arc<[WorkerHandle]>,
+        stats: Arc<UpstreamStats>,
+        stop: &Arc<AtomicBool>,
+    ) -> io::Result<(Pool, Vec<JoinHandle<()>>)> {
+        let (jobs, jobs_rx) = crossbeam_channel::bounded::<Job>(JOBS);
+        let n = settings.connections.clamp(1, MAX_CONNECTIONS);
+        let mut threads = Vec::with_capacity(n);
+        for i in 0..n {
+            let (jobs, workers, stats, stop) = (
+                jobs_rx.clone(),
+                workers.clone(),
+                stats.clone(),
+                stop.clone(),
+            );
+            let url = settings.url.clone();
+            threads.push(
+                std::thread::Builder::new()
+                    .name(format!("{name}-{i}"))
+                    .spawn(move || connection(url, &jobs, &workers, &stats, &stop))?,
+            );
+        }
+        let pool = Pool {
+            jobs,
+            timeout: settings.timeout,
+            workers,
+            stats,
+        };
+        Ok((pool, threads))
+    }
+
+    /// Stamp the request's deadline (from now) and queue it; a full queue
+    /// answers it 503 (`busy`) at once. Never waits.
+    pub fn submit(&self, req: ChatRequest) {
+        let job = Job {
+            req,
+            deadline: Instant::now() + self.timeout,
+        };
+        if let Err(e) = self.jobs.try_send(job) {
+            reply(
+                &self.workers,
+                &e.into_inner().req,
+                Err(Failure::Busy),
+                &self.stats,
+            );
+        }
+    }
+}
+
+/// A worker's own pool, as its chat service: every action of the bots the
+/// worker serves is forwarded from it (the upstream commits and orders
+/// them, so no server's worker is asked). Its threads end on `stop`.
+pub struct Forwarder(Pool);
+
+impl Forwarder {
+    pub fn start(
+        settings: &Settings,
+        worker: usize,
+        workers: Arc<[WorkerHandle]>,
+        stats: Arc<UpstreamStats>,
+        stop: &Arc<AtomicBool>,
+    ) -> io::Result<Forwarder> {
+        let name = format!("chat-up-w{worker}");
+        let (pool, _detached) = Pool::start(settings, &name, workers, stats, stop)?;
+        Ok(Forwarder(pool))
+    }
+}
+
+impl LocalChat for Forwarder {
+    fn takes(&self) -> Takes {
+        Takes::Everything
+    }
+
+    fn take(&mut self, req: ChatRequest) {
+        self.0.submit(req);
+    }
+
+    fn learnt(&mut self, _: Box<[Learnt]>) {}
+
+    /// Answers come from the pool's threads as they arrive.
+    fn end_turn(&mut self, _: &[WorkerHandle]) -> bool {
+        false
+    }
+}
+
+/// Start the chat thread's dispatcher and its pool (what reaches the chat
+/// queue: the sidecar's actions); the handle is the dispatcher's, which
+/// joins its pool's threads when `stop` is set.
 pub fn start(
     settings: Settings,
     rx: Receiver<ChatRequest>,
@@ -100,42 +207,18 @@ pub fn start(
     stats: Arc<UpstreamStats>,
     stop: Arc<AtomicBool>,
 ) -> io::Result<JoinHandle<()>> {
-    let (jobs_tx, jobs_rx) = crossbeam_channel::bounded::<Job>(JOBS);
-    let n = settings.connections.clamp(1, MAX_CONNECTIONS);
-    let mut threads = Vec::with_capacity(n);
-    for i in 0..n {
-        let (jobs, workers, stats, stop) = (
-            jobs_rx.clone(),
-            workers.clone(),
-            stats.clone(),
-            stop.clone(),
-        );
-        let url = settings.url.clone();
-        threads.push(
-            std::thread::Builder::new()
-                .name(format!("chat-up-{i}"))
-                .spawn(move || connection(url, &jobs, &workers, &stats, &stop))?,
-        );
-    }
-    let timeout = settings.timeout;
+    let (pool, threads) = Pool::start(&settings, "chat-up", workers, stats, &stop)?;
     std::thread::Builder::new()
         .name("chat".into())
         .spawn(move || {
             while !stop.load(Relaxed) {
-                let req = match rx.recv_timeout(Duration::from_millis(100)) {
-                    Ok(r) => r,
+                match rx.recv_timeout(Duration::from_millis(100)) {
+                    Ok(req) => pool.submit(req),
                     Err(RecvTimeoutError::Timeout) => continue,
                     Err(RecvTimeoutError::Disconnected) => break,
-                };
-                let job = Job {
-                    req,
-                    deadline: Instant::now() + timeout,
-                };
-                if let Err(e) = jobs_tx.try_send(job) {
-                    reply(&workers, &e.into_inner().req, Err(Failure::Busy), &stats);
                 }
             }
-            drop(jobs_tx);
+            drop(pool);
             for t in threads {
                 let _ = t.join();
             }

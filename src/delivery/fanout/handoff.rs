@@ -263,6 +263,7 @@ impl FanOut {
         if let Ok(g) = s.identity.guilds.binary_search_by_key(&server_id, |g| g.id) {
             s.identity.guilds.remove(g);
             unlist(&mut self.index, server_id, idx.0);
+            self.interest.remove(server_id);
         }
     }
 

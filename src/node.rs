@@ -2,6 +2,7 @@
 //! core, the admin endpoint and the demo source, wired by messages.
 
 mod recovery;
+mod services;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -13,7 +14,6 @@ use crate::config::Config;
 use crate::worker::mail::*;
 use crate::worker::metrics::WorkerMetrics;
 use crate::worker::shared::Shared;
-use crate::worker::{Worker, WorkerSetup};
 
 /// Sidecar queue bound: identifies and REST calls waiting for the registry.
 const SIDECAR_QUEUE: usize = 16_384;
@@ -48,6 +48,32 @@ fn interaction_node(cfg: &Config) -> String {
     format!("{}:{}", host.trim(), cfg.gateway_addr.port())
 }
 
+/// The figures every service publishes and the admin port and the portal
+/// read; made once, each service handed its own.
+#[derive(Default)]
+struct Stats {
+    ingest: Arc<crate::ingest::pipeline::IngestStats>,
+    link: Arc<crate::link::LinkStats>,
+    chat: Arc<crate::chat::ChatStats>,
+    board: Arc<crate::chat::interactions::Board>,
+    interactions: Arc<crate::chat::interactions::InteractionStats>,
+    endpoint: Arc<crate::chat::endpoint::EndpointStats>,
+    portal: Arc<crate::portal::PortalStats>,
+    cluster: Arc<crate::link::cluster::ClusterStats>,
+}
+
+/// A started service's thread, joined at the end of a drain. Every one of
+/// them stops on `stop`, none waits for another: the order is immaterial.
+type Join = Box<dyn FnOnce()>;
+
+fn joiner<T: Send + 'static>(t: std::thread::JoinHandle<T>) -> Join {
+    Box::new(move || {
+        let _ = t.join();
+    })
+}
+
+/// Start every service of a node, in the order each needs the others, say
+/// where they listen, then wait for SIGTERM/SIGINT and drain.
 pub fn run(mut cfg: Config) -> Result<(), String> {
     std::fs::create_dir_all(&cfg.data_dir)
         .map_err(|e| format!("creating data dir {}: {e}", cfg.data_dir.display()))?;
@@ -61,55 +87,18 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     let demo_target = seed_demo(&cfg, &*registry)?;
     // Outbound calls to bot-supplied URLs go through the egress process
     // (ADR-11): the node's own child, or a remote one.
-    let (egress, egress_child) = start_egress(&cfg)?;
-
+    let (egress, egress_child) = services::start_egress(&cfg)?;
     // The chat service: embedded (None), or the upstream one at this URL.
     let upstream = (!cfg.chat.upstream_url.is_empty())
         .then(|| crate::chat::upstream::Url::parse(&cfg.chat.upstream_url))
-        .transpose()?;
-
-    let tls = match (&cfg.tls.cert, &cfg.tls.key) {
-        (Some(c), Some(k)) => {
-            Some(net::tls::load_server_config(c, k).map_err(|e| format!("TLS: {e}"))?)
-        }
-        _ => None,
-    };
+        .transpose()?
+        .map(|url| crate::chat::upstream::Settings {
+            url,
+            connections: cfg.chat.upstream_connections,
+            timeout: Duration::from_millis(cfg.chat.upstream_timeout_ms),
+        });
     let workers = cfg.worker_count();
-    // Rings per worker: each fixed file table is capped by RLIMIT_NOFILE, so a
-    // worker holding more sessions than one table allows opens several.
-    let want =
-        cfg.limits.max_sessions_per_worker as u64 * (100 + cfg.ring.headroom_percent as u64) / 100;
-    let table_cap = net::uring::cap_fixed_files(u32::MAX).max(64) as u64;
-    let rings = want.div_ceil(table_cap).max(1) as usize;
-    let slots = want.div_ceil(rings as u64).max(64) as u32;
-    tracing::info!(
-        workers,
-        rings_per_worker = rings,
-        slots_per_ring = slots,
-        nofile,
-        "sizing workers"
-    );
-
-    // Port 0 means "any free port": pick it once, so every ring's listener
-    // joins the same SO_REUSEPORT group. The placeholder closes once they exist.
-    let placeholder = if cfg.gateway_addr.port() == 0 {
-        let l = net::uring::listen_reuseport(cfg.gateway_addr, 1).map_err(|e| e.to_string())?;
-        cfg.gateway_addr = l.local_addr().map_err(|e| e.to_string())?;
-        Some(l)
-    } else {
-        None
-    };
-    let mut setups = Vec::with_capacity(workers);
-    for w in 0..workers {
-        let setup = WorkerSetup::new(&cfg, rings, slots).map_err(|e| {
-            format!(
-                "worker {w}: setting up io_uring on {}: {e} (io_uring with direct descriptors is required; \
-                 check the kernel version, RLIMIT_NOFILE and RLIMIT_MEMLOCK)",
-                cfg.gateway_addr
-            )
-        })?;
-        setups.push(setup);
-    }
+    let (setups, placeholder) = services::set_up_workers(&mut cfg, workers, nofile)?;
     let mut inboxes = Vec::with_capacity(workers);
     let mut handles = Vec::with_capacity(workers);
     for s in &setups {
@@ -117,6 +106,7 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         handles.push(WorkerHandle {
             tx,
             wake_fd: s.wake_fd,
+            interest: s.fan.interest(),
         });
         inboxes.push(rx);
     }
@@ -124,15 +114,13 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     let (sidecar_tx, sidecar_rx) = crossbeam_channel::bounded(SIDECAR_QUEUE);
     // A shared registry makes a cluster: claim a node number (it goes into
     // every session id) before the workers start (docs/cluster.md).
-    let joined = join_cluster(&cfg)?;
+    let joined = services::join_cluster(&cfg)?;
     let (take_tx, take_rx) = crossbeam_channel::bounded(cfg.cluster.handoff_queue.max(1));
     let mut recovery = recovery::prepare(&cfg, joined.as_ref(), workers)?;
     let journal = recovery.as_ref().map(|r| r.journal.clone());
     let (chat_tx, chat_rx) = crossbeam_channel::bounded(crate::chat::QUEUE);
     drop(placeholder);
-    let gateway_url = cfg.gateway_url();
-    let ingest_stats: Arc<crate::ingest::pipeline::IngestStats> = Arc::new(Default::default());
-    let link_stats: Arc<crate::link::LinkStats> = Arc::new(Default::default());
+    let stats = Stats::default();
     // REST limits shared with other nodes through Redis: the workers' queue
     // to the counters thread (started below, once the inboxes exist).
     let (counters, counter_deltas) = if cfg.rest.redis_url.is_empty() {
@@ -148,8 +136,8 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         ..Default::default()
     });
     let shared = Arc::new(Shared {
-        gateway_url: gateway_url.clone(),
-        tls,
+        gateway_url: cfg.gateway_url(),
+        tls: services::load_tls(&cfg)?,
         sidecar: sidecar_tx,
         counters,
         rest_addrs: crate::api::addr::AddressTable::new(cfg.rest.invalid_per_address),
@@ -187,227 +175,141 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     });
 
     let stop = Arc::new(AtomicBool::new(false));
-    if !cfg.registry_url.is_empty() && cfg.registry.revocation_poll_ms > 0 {
-        // PostgreSQL pushes revocations with NOTIFY: wake the sidecar at once
-        // (its periodic poll stays as the backstop for a lost notification).
-        crate::link::listen_revocations(
-            cfg.registry_url.clone(),
-            Duration::from_millis(cfg.registry.timeout_ms),
-            shared.sidecar.clone(),
-            stop.clone(),
-        );
+    // Joined after the workers.
+    let mut joins: Vec<Join> = Vec::new();
+    joins.push(joiner(services::start_sidecar(
+        &cfg, registry, &shared, sidecar_rx, &stats, &stop,
+    )?));
+    if let Some(rx) = counter_deltas {
+        joins.push(joiner(services::start_counters(
+            &cfg,
+            rx,
+            &handles,
+            &redis_stats,
+            &stop,
+        )?));
     }
-    let mut sidecar = crate::link::Sidecar::new(
-        registry,
-        handles.clone(),
-        gateway_url.clone(),
-        cfg.registry.clone(),
-        link_stats.clone(),
-    );
-    sidecar.chat = Some(shared.chat.clone());
-    let sidecar_stop = stop.clone();
-    let sidecar_thread = std::thread::Builder::new()
-        .name("sidecar".into())
-        .spawn(move || sidecar.run(sidecar_rx, sidecar_stop))
-        .map_err(|e| e.to_string())?;
-
-    let counters_thread = match counter_deltas {
-        None => None,
-        Some(rx) => {
-            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-            let node_id = format!(
-                "{}:{}:{}",
-                host.trim(),
-                cfg.gateway_addr.port(),
-                std::process::id()
-            );
-            let c = crate::link::counters::CountersConfig {
-                url: cfg.rest.redis_url.clone(),
-                sync_ms: cfg.rest.redis_sync_ms,
-                timeout_ms: cfg.rest.redis_timeout_ms,
-                nodes: cfg.rest.nodes,
-                node_id,
-            };
-            let t = crate::link::counters::start(
-                c,
-                rx,
-                handles.clone(),
-                redis_stats.clone(),
-                stop.clone(),
-            )?;
-            Some(t)
-        }
-    };
-
-    let cores = shards::worker_cores(workers);
-    let mut worker_threads = Vec::with_capacity(workers);
-    for (w, (setup, inbox)) in setups.into_iter().zip(inboxes).enumerate() {
-        let shared = shared.clone();
-        let core = cores.get(w).copied();
-        let wake_fd = setup.wake_fd;
-        let builder = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-            .name(&format!("worker-{w}"));
-        let handle = builder
-            .spawn(move || async move {
-                if let Some(core) = core {
-                    if !shards::pin_current_thread(core) {
-                        tracing::warn!(worker = w, core, "could not pin worker to its core");
-                    }
-                }
-                Worker::new(w, shared, inbox, setup).run(wake_fd).await
-            })
-            .map_err(|e| format!("starting worker {w} (glommio): {e}"))?;
-        worker_threads.push(handle);
-    }
-
-    let cluster_stats: Arc<crate::link::cluster::ClusterStats> = Arc::new(Default::default());
-    let interaction_board: Arc<crate::chat::interactions::Board> = Arc::new(Default::default());
-    let link_addr = joined.as_ref().map(|j| j.link_addr);
-    let to_recover = recovery
-        .as_ref()
-        .map(|r| (r.jobs.0.clone(), r.fence.clone()));
-    let cluster = joined
-        .map(|j| {
-            crate::link::cluster::start(
-                j,
-                handles.clone(),
-                take_rx,
-                cluster_stats.clone(),
-                to_recover,
-                stop.clone(),
-                // Other nodes' portals ask for an application's figures.
-                crate::portal::figures_provider(shared.clone(), interaction_board.clone()),
-            )
-        })
-        .transpose()?;
-    let recovery_threads = match recovery {
-        Some(r) => recovery::start(&cfg, r, handles.clone(), stop.clone())?,
-        None => Vec::new(),
-    };
-    let chat_stats: Arc<crate::chat::ChatStats> = Arc::new(Default::default());
-    let interaction_stats: Arc<crate::chat::interactions::InteractionStats> =
-        Arc::new(Default::default());
-    let endpoint_stats: Arc<crate::chat::endpoint::EndpointStats> = Arc::new(Default::default());
-    let portal_stats: Arc<crate::portal::PortalStats> = Arc::new(Default::default());
-    let admin = crate::ops::admin::start(
-        cfg.admin_addr,
-        crate::ops::admin::Views {
-            shared: shared.clone(),
-            ingest: ingest_stats.clone(),
-            link: link_stats.clone(),
-            chat: chat_stats.clone(),
-            redis: redis_stats.clone(),
-            board: interaction_board.clone(),
-            interactions: interaction_stats.clone(),
-            endpoint: endpoint_stats.clone(),
-            egress: egress.stats.clone(),
-            portal: portal_stats.clone(),
-            cluster: cluster_stats.clone(),
-        },
-    )
-    .map_err(|e| format!("admin {}: {e}", cfg.admin_addr))?;
     // Every other source's batches are also offered to the embedded chat
     // service, so its window holds the messages people (other producers)
     // committed. An upstream chat service keeps its own: no tap.
     let (tap_tx, tap_rx) = crossbeam_channel::bounded(crate::chat::TAP_QUEUE);
+    // The embedded chat service on one node's own stream: each worker
+    // commits the message actions of its servers itself (docs/rest.md,
+    // "Where a request is committed"); with Kafka the chat thread commits
+    // everything; with an upstream service each worker forwards its bots'
+    // actions from its own connections (docs/chat-upstream.md).
+    let per_worker = upstream.is_none() && cfg.events.kafka_brokers.is_empty();
+    // Each chat service's snowflake generator is unique in the cluster
+    // (api/ids.rs): a node whose block does not fit refuses to start.
+    let node_number = joined.as_ref().map_or(0, |j| j.node);
+    crate::api::ids::generator(node_number, workers, workers)?;
+    let chats = (0..workers)
+        .map(|w| match &upstream {
+            Some(settings) => {
+                let f = crate::chat::upstream::Forwarder::start(
+                    settings,
+                    w,
+                    handles.clone(),
+                    stats.chat.upstream.clone(),
+                    &stop,
+                )
+                .map_err(|e| format!("starting worker {w}'s upstream connections: {e}"))?;
+                Ok(Some(
+                    Box::new(f) as Box<dyn crate::worker::local_chat::LocalChat>
+                ))
+            }
+            None => per_worker
+                .then(|| {
+                    services::worker_chat(&cfg, &shared, &stats, &tap_tx, &journal, node_number, w)
+                })
+                .transpose(),
+        })
+        .collect::<Result<_, String>>()?;
+    let worker_threads = services::start_workers(&shared, setups, inboxes, chats)?;
+
+    let link_addr = joined.as_ref().map(|j| j.link_addr);
+    if let Some(j) = joined {
+        let to_recover = recovery
+            .as_ref()
+            .map(|r| (r.jobs.0.clone(), r.fence.clone()));
+        let c = crate::link::cluster::start(
+            j,
+            handles.clone(),
+            take_rx,
+            stats.cluster.clone(),
+            to_recover,
+            stop.clone(),
+            // Other nodes' portals ask for an application's figures.
+            crate::portal::figures_provider(shared.clone(), stats.board.clone()),
+        )?;
+        joins.push(Box::new(move || c.join()));
+    }
+    if let Some(r) = recovery {
+        for t in recovery::start(&cfg, r, handles.clone(), stop.clone())? {
+            joins.push(joiner(t));
+        }
+    }
+    let admin = services::start_admin(&cfg, &shared, &stats, &redis_stats, &egress)?;
+    // With per-worker chat services, the chat thread also learns its own
+    // batches (interaction responses), to hand them to their servers' workers.
+    let own_tap = per_worker.then(|| tap_tx.clone());
     let tap = upstream.is_none().then_some(tap_tx);
     let (ingest_addr, ingest_thread) = crate::ingest::listener::start(
         cfg.events.ingest_addr,
         cfg.events.ingest_max_connections,
         handles.clone(),
         shared.sidecar.clone(),
-        ingest_stats.clone(),
+        stats.ingest.clone(),
         tap.clone(),
         journal.clone(),
         stop.clone(),
     )
     .map_err(|e| e.to_string())?;
-    let kafka_thread = if cfg.events.kafka_brokers.is_empty() {
-        None
-    } else {
-        let group = if cfg.events.kafka_group.is_empty() {
-            // One group per node: the host name and gateway port tell nodes apart.
-            let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-            format!("gatewayd-{}-{}", host.trim(), cfg.gateway_addr.port())
-        } else {
-            cfg.events.kafka_group.clone()
-        };
-        Some(
-            crate::ingest::kafka::start(
-                crate::ingest::kafka::KafkaConfig {
-                    brokers: cfg.events.kafka_brokers.clone(),
-                    topic: cfg.events.kafka_topic.clone(),
-                    group,
-                    session_timeout_ms: cfg.events.kafka_session_timeout_ms,
-                    journal: journal.clone(),
-                },
-                handles.clone(),
-                shared.sidecar.clone(),
-                ingest_stats.clone(),
-                tap.clone(),
-                stop.clone(),
-            )
-            .map_err(|e| format!("kafka ingest: {e}"))?,
-        )
-    };
-    drop(tap);
+    let kafka_thread = services::start_kafka(&cfg, &shared, &stats, tap, &journal, &stop)?;
     let chat_thread = match upstream {
         // The upstream chat service commits; the node relays its answers.
-        Some(url) => crate::chat::upstream::start(
-            crate::chat::upstream::Settings {
-                url,
-                connections: cfg.chat.upstream_connections,
-                timeout: Duration::from_millis(cfg.chat.upstream_timeout_ms),
-            },
+        Some(settings) => crate::chat::upstream::start(
+            settings,
             chat_rx,
             handles.clone(),
-            chat_stats.upstream.clone(),
+            stats.chat.upstream.clone(),
             stop.clone(),
-        ),
-        // The embedded one commits REST actions as events into the same
-        // stream: it is a source of it, like a producer connection (its own
-        // batches are not tapped: it knows them).
-        None => crate::chat::start(
-            embedded_sink(&cfg, &handles, &shared, &ingest_stats)?,
+        )
+        .map_err(|e| format!("starting the chat service: {e}"))?,
+        None => services::start_chat_thread(
+            &cfg,
+            &shared,
+            &stats,
+            &egress,
             chat_rx,
             tap_rx,
-            handles.clone(),
-            chat_stats.clone(),
-            {
-                let mut ix = crate::chat::interactions::Interactions::new(
-                    cfg.chat.interaction_token_ttl_ms,
-                    interaction_board.clone(),
-                    interaction_stats.clone(),
-                );
-                ix.store = crate::chat::store::Store::new(
-                    open_registry(&cfg)?,
-                    interaction_node(&cfg),
-                    interaction_stats.store_failures.clone(),
-                );
-                ix.deliver = Some(crate::chat::endpoint::start(
-                    egress.clone(),
-                    shared.chat.clone(),
-                    interaction_board.clone(),
-                    endpoint_stats.clone(),
-                ));
-                ix
-            },
-            stop.clone(),
-        ),
-    }
-    .map_err(|e| format!("starting the chat service: {e}"))?;
+            own_tap,
+            per_worker,
+            node_number,
+            &stop,
+        )?,
+    };
+    joins.push(joiner(chat_thread));
     // The demo source is a producer like any other: it writes records to the ingest listener.
-    let demo_thread = cfg.demo.enabled.then(|| {
-        crate::ingest::demo::start(demo_target, cfg.demo.interval_ms, ingest_addr, stop.clone())
-    });
+    if cfg.demo.enabled {
+        let t = crate::ingest::demo::start(
+            demo_target,
+            cfg.demo.interval_ms,
+            ingest_addr,
+            stop.clone(),
+        );
+        joins.push(joiner(t));
+    }
+    joins.push(joiner(ingest_thread));
+    joins.extend(kafka_thread.map(joiner));
 
-    let portal = start_portal(
+    let portal = services::start_portal(
         &cfg,
         &shared,
-        &interaction_board,
+        &stats.board,
         &egress,
         ingest_addr,
-        portal_stats,
+        stats.portal.clone(),
     )?;
     let deadline = Instant::now() + Duration::from_secs(10);
     while shared.ready_workers.load(Ordering::SeqCst) < workers {
@@ -416,39 +318,7 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    let scheme = if cfg.tls_enabled() { "https" } else { "http" };
-    println!("gatewayd is up");
-    println!("  gateway:  {gateway_url}");
-    println!("  REST:     {scheme}://{}/api/v10", cfg.gateway_addr);
-    println!("  ingest:   {ingest_addr} (length-prefixed event records)");
-    println!("  admin:    http://{}/metrics", admin.addr);
-    if let Some(p) = &portal {
-        println!("  portal:   http://{}/ (developer portal)", p.addr);
-        // Its own file: gatewayd.addrs keeps its three lines (tests and
-        // scripts read exactly those).
-        std::fs::write(
-            cfg.data_path("gatewayd.portal-addr"),
-            format!("{}\n", p.addr),
-        )
-        .map_err(|e| format!("writing gatewayd.portal-addr: {e}"))?;
-    }
-    // The addresses actually bound (ports chosen by the kernel when the config said 0).
-    let mut addrs = format!(
-        "gateway={}\nadmin={}\ningest={}\n",
-        cfg.gateway_addr, admin.addr, ingest_addr
-    );
-    if let Some(a) = link_addr {
-        addrs.push_str(&format!("link={a}\n"));
-    }
-    // Written whole, then renamed: a reader never sees half of it.
-    let tmp = cfg.data_path("gatewayd.addrs.tmp");
-    std::fs::write(&tmp, addrs)
-        .and_then(|_| std::fs::rename(&tmp, cfg.data_path("gatewayd.addrs")))
-        .map_err(|e| format!("writing gatewayd.addrs: {e}"))?;
-    println!(
-        "  demo bot token: stored in {}",
-        cfg.data_path("demo-token").display()
-    );
+    announce(&cfg, admin.addr, ingest_addr, link_addr, portal.as_ref())?;
 
     // Block until SIGTERM or SIGINT, then drain.
     let mut signals = signal_hook::iterator::Signals::new([
@@ -472,23 +342,8 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         let _ = t.join();
     }
     stop.store(true, Ordering::SeqCst);
-    let _ = sidecar_thread.join();
-    if let Some(c) = cluster {
-        c.join();
-    }
-    for t in recovery_threads {
-        let _ = t.join();
-    }
-    let _ = chat_thread.join();
-    if let Some(t) = counters_thread {
-        let _ = t.join();
-    }
-    if let Some(t) = demo_thread {
-        let _ = t.join();
-    }
-    let _ = ingest_thread.join();
-    if let Some(t) = kafka_thread {
-        let _ = t.join();
+    for join in joins {
+        join();
     }
     drop(admin);
     drop(egress);
@@ -497,113 +352,49 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     Ok(())
 }
 
-/// The developer portal on its own listener, with its own registry
-/// connection (None when `portal.enabled` is off).
-fn start_portal(
+/// Say where the node listens: on stdout for a person, and in
+/// `gatewayd.addrs` (and `gatewayd.portal-addr`) for tests and scripts.
+fn announce(
     cfg: &Config,
-    shared: &Arc<Shared>,
-    board: &Arc<crate::chat::interactions::Board>,
-    egress: &Arc<crate::egress::EgressClient>,
-    ingest_addr: std::net::SocketAddr,
-    stats: Arc<crate::portal::PortalStats>,
-) -> Result<Option<crate::portal::Portal>, String> {
-    if !cfg.portal.enabled {
-        return Ok(None);
+    admin: std::net::SocketAddr,
+    ingest: std::net::SocketAddr,
+    link: Option<std::net::SocketAddr>,
+    portal: Option<&crate::portal::Portal>,
+) -> Result<(), String> {
+    let scheme = if cfg.tls_enabled() { "https" } else { "http" };
+    println!("gatewayd is up");
+    println!("  gateway:  {}", cfg.gateway_url());
+    println!("  REST:     {scheme}://{}/api/v10", cfg.gateway_addr);
+    println!("  ingest:   {ingest} (length-prefixed event records)");
+    println!("  admin:    http://{admin}/metrics");
+    if let Some(p) = portal {
+        println!("  portal:   http://{}/ (developer portal)", p.addr);
+        // Its own file: gatewayd.addrs keeps its three lines (tests and
+        // scripts read exactly those).
+        std::fs::write(
+            cfg.data_path("gatewayd.portal-addr"),
+            format!("{}\n", p.addr),
+        )
+        .map_err(|e| format!("writing gatewayd.portal-addr: {e}"))?;
     }
-    let views = crate::portal::Views {
-        shared: shared.clone(),
-        board: board.clone(),
-        egress: egress.clone(),
-        ingest_addr,
-        stats,
-    };
-    let secure = cfg.tls_enabled() || cfg.portal.secure_cookie;
-    crate::portal::start(cfg.portal.clone(), secure, views, open_registry(cfg)?)
-        .map(Some)
-        .map_err(|e| format!("portal {}: {e}", cfg.portal.addr))
-}
-
-/// Join the cluster when the registry is shared and `cluster.enabled`: its
-/// own registry connection, whose calls fit in a hand-off's deadline.
-fn join_cluster(cfg: &Config) -> Result<Option<crate::link::cluster::Joined>, String> {
-    if !cfg.cluster.enabled || cfg.registry_url.is_empty() {
-        return Ok(None);
+    // The addresses actually bound (ports chosen by the kernel when the config said 0).
+    let mut addrs = format!(
+        "gateway={}\nadmin={admin}\ningest={ingest}\n",
+        cfg.gateway_addr
+    );
+    if let Some(a) = link {
+        addrs.push_str(&format!("link={a}\n"));
     }
-    let ms = cfg
-        .registry
-        .timeout_ms
-        .min(cfg.cluster.handoff_timeout_ms)
-        .max(50);
-    let reg = registry::PostgresRegistry::connect(&cfg.registry_url, Duration::from_millis(ms))
-        .map_err(|e| format!("connecting to the PostgreSQL registry (cluster): {e}"))?;
-    crate::link::cluster::join(&cfg.cluster, Arc::new(reg)).map(Some)
-}
-
-/// The egress client, and the child egress it talks to unless
-/// `egress.remote` names one (stopped when dropped, at shutdown).
-fn start_egress(
-    cfg: &Config,
-) -> Result<
-    (
-        Arc<crate::egress::EgressClient>,
-        Option<crate::egress::client::EgressChild>,
-    ),
-    String,
-> {
-    use crate::egress::client::{Addr, Defaults, EgressChild};
-    let e = &cfg.egress;
-    let defaults = Defaults {
-        connect: Duration::from_millis(e.connect_timeout_ms),
-        max_response_bytes: e.max_response_bytes,
-    };
-    if !e.remote.is_empty() {
-        let addr = Addr::parse(&e.remote)?;
-        tracing::info!(%addr, "using a remote egress");
-        return Ok((
-            Arc::new(crate::egress::EgressClient::new(addr, defaults)),
-            None,
-        ));
-    }
-    let addr = if e.addr.is_empty() {
-        Addr::Unix(cfg.data_path("egress.sock"))
-    } else {
-        Addr::parse(&e.addr)?
-    };
-    let exe = if e.program.is_empty() {
-        std::env::current_exe().map_err(|err| format!("egress: own executable: {err}"))?
-    } else {
-        std::path::PathBuf::from(&e.program)
-    };
-    let child = EgressChild::spawn(&exe, &addr, &e.allow_private_cidrs, e.max_in_flight)?;
-    tracing::info!(%addr, pid = child.id(), "egress started");
-    Ok((
-        Arc::new(crate::egress::EgressClient::new(addr, defaults)),
-        Some(child),
-    ))
-}
-
-/// Where the embedded chat service's commits go: this node's pipeline, or
-/// the Kafka topic when the node ingests from Kafka (several nodes: every
-/// one, this one too, gets the commit from the topic).
-fn embedded_sink(
-    cfg: &Config,
-    handles: &Arc<[WorkerHandle]>,
-    shared: &Shared,
-    ingest_stats: &Arc<crate::ingest::pipeline::IngestStats>,
-) -> Result<crate::chat::Sink, String> {
-    Ok(if cfg.events.kafka_brokers.is_empty() {
-        crate::chat::Sink::Local(crate::ingest::pipeline::Pipeline::new(
-            handles.clone(),
-            shared.sidecar.clone(),
-            ingest_stats.clone(),
-            None,
-        ))
-    } else {
-        crate::chat::Sink::Kafka(Box::new(crate::chat::sink::KafkaSink::new(
-            &cfg.events.kafka_brokers,
-            &cfg.events.kafka_topic,
-        )?))
-    })
+    // Written whole, then renamed: a reader never sees half of it.
+    let tmp = cfg.data_path("gatewayd.addrs.tmp");
+    std::fs::write(&tmp, addrs)
+        .and_then(|_| std::fs::rename(&tmp, cfg.data_path("gatewayd.addrs")))
+        .map_err(|e| format!("writing gatewayd.addrs: {e}"))?;
+    println!(
+        "  demo bot token: stored in {}",
+        cfg.data_path("demo-token").display()
+    );
+    Ok(())
 }
 
 /// Seed the demo application on first start and publish its token.

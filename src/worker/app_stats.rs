@@ -304,15 +304,12 @@ impl AppTable {
 
     /// A REST answer written by the edge (the scope of a 429 is read from
     /// its `X-RateLimit-Scope` header).
-    pub fn answered(&self, app: u64, route: usize, status: u16, headers: &[(&str, String)]) {
-        let scope =
-            (status == 429).then(
-                || match headers.iter().find(|h| h.0 == "X-RateLimit-Scope") {
-                    Some((_, v)) if v == "global" => 1,
-                    Some((_, v)) if v == "shared" => 2,
-                    _ => 0,
-                },
-            );
+    pub fn answered(&self, app: u64, route: usize, status: u16, scope: Option<&str>) {
+        let scope = (status == 429).then_some(match scope {
+            Some("global") => 1,
+            Some("shared") => 2,
+            _ => 0,
+        });
         self.rest(app, route, status, scope);
     }
 

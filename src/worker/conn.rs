@@ -132,7 +132,7 @@ pub struct Conn {
     /// A REST answer is awaited from the sidecar; later requests wait.
     pub(super) rest_pending: bool,
     /// The rate-limit headers the awaited REST answer will carry.
-    pub(super) rest_headers: Vec<(&'static str, String)>,
+    pub(super) rest_headers: crate::api::headers::HeaderList,
     /// The request's `api::route::ROUTE_NAMES` index, for its metrics.
     pub(super) rest_route: u8,
     /// The application of the request's token, once known (0: not yet).
@@ -218,7 +218,7 @@ impl Conn {
             life: Lifecycle::Open,
             deadline_ms,
             rest_pending: false,
-            rest_headers: Vec::new(),
+            rest_headers: crate::api::headers::HeaderList::new(),
             rest_route: 0,
             rest_app: 0,
             rest_class: 0,

@@ -10,6 +10,12 @@ impl Worker {
         match msg {
             ToWorker::Identified { conn, result } => self.on_identified(conn, result),
             ToWorker::RestReply { conn, status, body } => self.on_rest_reply(conn, status, body),
+            ToWorker::Chat(req) => self.commit_here(*req),
+            ToWorker::Learn(changes) => {
+                if let Some(chat) = self.chat.as_mut() {
+                    chat.learnt(changes);
+                }
+            }
             ToWorker::ApiAuthed { digest, view } => self.on_api_authed(digest, view),
             ToWorker::DmOpened { conn, app, opened } => self.on_dm_opened(conn, app, opened),
             ToWorker::ApiRefreshed { app, view } => match view {

@@ -10,7 +10,7 @@ use crate::protocol::session::GuildAccess;
 use crate::protocol::Close;
 use proto::{AppId, ChannelId, ServerId};
 
-use crate::api::body::MessageDraft;
+pub use crate::api::action::{ChatAction, ChatRequest, NewInteraction};
 use crate::api::permit::Target;
 use crate::api::route::ApiRoute;
 use crate::api::view::AppView;
@@ -137,6 +137,13 @@ pub enum ToWorker {
         status: u16,
         body: Vec<u8>,
     },
+    /// A message action of a server this worker commits for
+    /// (`api::commit_worker`), from the worker its bot's token is served
+    /// on; answered with `RestReply` there after its event's batch.
+    Chat(Box<ChatRequest>),
+    /// Messages of this worker's servers committed elsewhere (people,
+    /// producers, interaction responses), learnt by the chat thread.
+    Learn(Box<[Learnt]>),
     /// The answer to `SidecarRequest::ApiDm` (the view learns the channel).
     DmOpened {
         conn: ConnKey,
@@ -266,6 +273,8 @@ pub struct TakeJob {
 pub struct WorkerHandle {
     pub tx: crossbeam_channel::Sender<ToWorker>,
     pub wake_fd: RawFd,
+    /// Which servers the worker has sessions in (`delivery::interest`).
+    pub interest: Arc<crate::delivery::interest::Interest>,
 }
 
 impl WorkerHandle {
@@ -276,7 +285,14 @@ impl WorkerHandle {
         Ok(())
     }
 
-    fn wake(&self) {
+    /// `try_send` without the wakeup: for a worker queueing to its own
+    /// inbox during its turn (it drains the inbox before it parks).
+    pub fn push_quiet(&self, msg: ToWorker) -> Result<(), ToWorker> {
+        self.tx.try_send(msg).map_err(|e| e.into_inner())
+    }
+
+    /// Wake the worker without a message (it looks at its inbox).
+    pub fn wake(&self) {
         let one: u64 = 1;
         // SAFETY: writing 8 bytes to an eventfd we own for the process lifetime.
         unsafe { libc::write(self.wake_fd, (&one as *const u64).cast(), 8) };
@@ -327,19 +343,6 @@ pub struct RawInteraction {
     pub d: Vec<u8>,
 }
 
-/// A person's interaction, completed from the registry (`d` is the
-/// INTERACTION_CREATE without its token), or refused (the person is shown
-/// the failure at once).
-#[derive(Debug)]
-pub struct NewInteraction {
-    pub id: u64,
-    pub d: serde_json::Value,
-    pub refused: Option<&'static str>,
-    /// The application's interactions endpoint and signing seed: delivered
-    /// there by HTTP instead of the gateway.
-    pub endpoint: Option<(String, [u8; 32])>,
-}
-
 pub use crate::api::route::WebhookMethod;
 
 /// A command route the worker permitted (the path's application is the
@@ -359,93 +362,24 @@ pub struct DmOpened {
     pub channel: Option<(ChannelId, u64)>,
 }
 
-/// The commit step of a permitted REST request, for the chat service.
-pub struct ChatRequest {
-    pub worker: usize,
-    pub conn: ConnKey,
-    /// The acting bot's application (the upstream chat service is told it).
-    pub app: AppId,
-    /// The acting bot's user, from the registry (`BotUser::of`); `None`
-    /// where the request names no bot of its own (an interaction token's
-    /// callback or follow-up: the open interaction knows its bot; a
-    /// refused interaction).
-    pub bot: Option<BotUser>,
-    pub target: Target,
-    pub action: ChatAction,
-}
-
-impl ChatRequest {
-    /// A request the node makes itself (an interaction opened, an
-    /// endpoint's inline answer, a response acting as the bot): no worker
-    /// waits for its answer.
-    pub fn internal(
-        app: AppId,
-        bot: Option<BotUser>,
-        target: Target,
-        action: ChatAction,
-    ) -> ChatRequest {
-        ChatRequest {
-            worker: usize::MAX,
-            conn: ConnKey::NONE,
-            app,
-            bot,
-            target,
-            action,
-        }
-    }
-}
-
-/// What a bot asks the chat service to do in `target.channel`.
-#[derive(Debug)]
-pub enum ChatAction {
-    Create(MessageDraft),
-    List {
-        limit: usize,
-        before: Option<u64>,
-        after: Option<u64>,
-        around: Option<u64>,
-    },
-    Get(u64),
-    Edit(u64, MessageDraft),
-    Delete(u64),
-    BulkDelete(Vec<u64>),
-    React(u64, String),
-    Unreact(u64, String),
-    Reactions {
-        message: u64,
-        emoji: String,
-        limit: usize,
-        after: Option<u64>,
-    },
-    Typing,
-    /// Open a person's interaction (from `link::interactions`): deliver its
-    /// INTERACTION_CREATE and start its 3-second timer. No answer.
-    Interaction(Box<NewInteraction>),
-    /// `POST /interactions/{id}/{token}/callback` (no bot token: the
-    /// interaction's token is the credential).
-    Callback {
+/// One change to a worker's chat window (`chat::history`), learnt from
+/// the stream by the chat thread (`ToWorker::Learn`): the copies are made
+/// there, so the worker only moves them in.
+#[derive(Debug, Clone)]
+pub enum Learnt {
+    /// A message created elsewhere, kept as its event carried it.
+    Keep {
+        channel: u64,
         id: u64,
-        token: String,
-        with_response: bool,
-        body: Vec<u8>,
-        content_type: Option<String>,
+        author_id: u64,
+        raw: Box<[u8]>,
     },
-    /// `/webhooks/{app}/{token}[/messages/{id|@original}]`: follow-ups
-    /// with an interaction's token. `message`: None for `POST` (a new
-    /// follow-up), `Some(0)` for `@original`.
-    Webhook {
-        app: u64,
-        token: String,
-        method: WebhookMethod,
-        message: Option<u64>,
-        body: Vec<u8>,
-        content_type: Option<String>,
+    /// A message edited elsewhere: its new JSON.
+    Update {
+        channel: u64,
+        id: u64,
+        raw: Box<[u8]>,
     },
-    /// Events a change made elsewhere (the registry, by the member route
-    /// `route`) results in, as (name, intent, `d`), committed in order;
-    /// then 204.
-    Commit {
-        route: ApiRoute,
-        events: Vec<(&'static str, u64, Vec<u8>)>,
-    },
+    /// A message deleted elsewhere.
+    Forget { channel: u64, id: u64 },
 }

@@ -4,13 +4,15 @@
 //! inbox (a bounded channel plus an eventfd write).
 //!
 //! Waiting: every ring signals one blocking eventfd on each completion, and
-//! other threads write the same eventfd to wake us. glommio awaits it with a
-//! `BufferedFile` read on its own ring, so the executor parks in the kernel
-//! until there is work.
+//! other threads write the same eventfd to wake us; ring 0's 250 ms tick is
+//! a completion too. Between turns the worker blocks in `read(2)` on that
+//! eventfd (`park`): no timer is armed per park (glommio's park did, and
+//! reprogramming the timer is a VM exit here), and a signal can't be lost
+//! (a read returns at once while the count is above zero).
 
 use std::collections::HashMap;
 use std::net::TcpListener;
-use std::os::fd::{AsRawFd, FromRawFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,12 +26,14 @@ mod handover;
 mod housekeeping;
 mod inbox;
 mod input;
+pub mod local_chat;
 pub mod mail;
 pub mod metrics;
 mod op;
 mod rest_edge;
 mod send;
 mod sessions;
+mod setup;
 pub mod shared;
 mod upgrade;
 
@@ -41,12 +45,12 @@ use op::{ud, ud_adopt, ud_parts, Op};
 use crossbeam_channel::Receiver;
 use net::http::{self, RequestHead};
 use net::tls::TlsSession;
-use net::uring::{Completion, Ring, RingConfig};
+use net::uring::{Completion, Ring};
 use net::ws::{self, Message, OpCode};
 use proto::{AppId, ServerId, SessionIdx};
 use shards::SessionId;
 
-use crate::delivery::fanout::{EventIn, FanOut, FanOutConfig};
+use crate::delivery::fanout::{EventIn, FanOut};
 use crate::delivery::resume::ResumeRefusal;
 use crate::delivery::sendpath::{self, SendPool};
 use crate::protocol::compress::{self, Compressor};
@@ -58,21 +62,15 @@ use crate::protocol::{intents, payload, Close, CloseCode};
 use crate::worker::mail::*;
 use crate::worker::metrics::WorkerMetrics;
 use crate::worker::shared::{home_worker, Shared};
+pub use setup::WorkerSetup;
 
-/// Ring entries beyond `max_unsent` a session may hold (see FanOutConfig).
-const RING_HEADROOM: u32 = 64;
 /// An unmatched half of a handover is dropped after this long.
 const ADOPT_TIMEOUT_MS: u64 = 5_000;
 
+/// Ring 0's housekeeping tick; also the longest a worker parks.
 const TICK: Duration = Duration::from_millis(250);
-/// The longest a worker parks on its eventfd before it looks at its rings
-/// and inbox anyway. The read parked on the eventfd (an io_uring READ on
-/// glommio's ring, completed through an internal poll of the eventfd) has
-/// been seen to stay pending with the eventfd's count far above zero: the
-/// worker then slept for good while its rings and inbox filled (new
-/// Identifies and handed-over connections unanswered). Bounding the park
-/// turns such a lost wakeup into at most this much delay.
-const PARK_MAX: Duration = Duration::from_millis(50);
+/// How often the worker's CPU time is read for `gatewayd_worker_busy_seconds_total`.
+const BUSY_SAMPLE: Duration = Duration::from_millis(10);
 /// A flush submits and reaps its sends every this many: the completions
 /// then find their connection, send slot and session still in cache (the
 /// kernel's work for a few hundred sends evicts them otherwise).
@@ -121,6 +119,10 @@ pub struct Worker {
     id: usize,
     shared: Arc<Shared>,
     inbox: Receiver<ToWorker>,
+    /// This worker's chat service: it commits the message actions of the
+    /// servers `api::commit_worker` gives it (None: the chat thread commits
+    /// everything, with Kafka or an upstream chat service).
+    chat: Option<Box<dyn local_chat::LocalChat>>,
     rings: Vec<RingState>,
     limits: Limits,
     completions: Vec<Completion>,
@@ -155,81 +157,9 @@ pub struct Worker {
     unix_ms: u64,
     next_lease_renewal: u64,
     lease_pairs: Vec<(AppId, ServerId)>,
-    /// Parks that timed out with the eventfd signalled (see PARK_MAX).
-    lost_wakeups: u64,
     api: rest_edge::ApiState,
     /// Sessions arriving from other nodes, and the recent stream they line up on.
     clu: cluster::ClusterState,
-}
-
-/// Everything a worker needs, built on the main thread so setup errors
-/// (bind, ring limits) are reported before the node says it is ready.
-pub struct WorkerSetup {
-    pub rings: Vec<(Ring, TcpListener)>,
-    pub wake_fd: RawFd,
-    pub fan: FanOut,
-}
-
-impl WorkerSetup {
-    pub fn new(
-        shared_cfg: &crate::config::Config,
-        rings: usize,
-        slots_per_ring: u32,
-    ) -> std::io::Result<WorkerSetup> {
-        // SAFETY: a plain eventfd; blocking on purpose (glommio reads it).
-        let wake_fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-        if wake_fd < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        let mut out = Vec::new();
-        for _ in 0..rings {
-            let ring = Ring::new(&RingConfig {
-                sq_entries: shared_cfg.ring.sq_entries,
-                cq_entries: shared_cfg.ring.cq_entries,
-                fixed_files: slots_per_ring,
-                recv_buffers: shared_cfg.ring.recv_buffers,
-                recv_buffer_size: shared_cfg.ring.recv_buffer_size,
-            })?;
-            ring.register_eventfd(wake_fd)?;
-            let listener = net::uring::listen_reuseport(shared_cfg.gateway_addr, 4096)?;
-            if shared_cfg.limits.socket_send_buffer_bytes > 0 {
-                net::uring::set_send_buffer(&listener, shared_cfg.limits.socket_send_buffer_bytes)?;
-            }
-            out.push((ring, listener));
-        }
-        let ev = &shared_cfg.events;
-        let fan = FanOut::new(
-            FanOutConfig {
-                arena_bytes: ev.arena_bytes,
-                // Auto: every session may hold two chunks (its READY and
-                // recent history) plus room for backlogs.
-                ring_chunks: if ev.ring_chunks > 0 {
-                    ev.ring_chunks
-                } else {
-                    shared_cfg
-                        .limits
-                        .max_sessions_per_worker
-                        .saturating_mul(2)
-                        .saturating_add(16_384)
-                },
-                ring: ringbuf::RingConfig {
-                    max_unsent: ev.max_unsent,
-                    // Headroom past the unsent bound for the event that finds
-                    // it reached and for RESUMED after a full replay.
-                    max_held: ev.max_held.max(ev.max_unsent + RING_HEADROOM),
-                    max_unsent_bytes: ev.max_unsent_bytes,
-                },
-                resume_window_ms: shared_cfg.limits.resume_window_ms,
-            },
-            shared_cfg.limits.max_sessions_per_worker as usize,
-        )
-        .map_err(std::io::Error::other)?;
-        Ok(WorkerSetup {
-            rings: out,
-            wake_fd,
-            fan,
-        })
-    }
 }
 
 impl Worker {
@@ -238,6 +168,7 @@ impl Worker {
         shared: Arc<Shared>,
         inbox: Receiver<ToWorker>,
         setup: WorkerSetup,
+        chat: Option<Box<dyn local_chat::LocalChat>>,
     ) -> Worker {
         let send_slots = shared.cfg.events.send_slots;
         let cfg = &shared.cfg;
@@ -274,6 +205,7 @@ impl Worker {
             id,
             shared,
             inbox,
+            chat,
             rings,
             limits,
             completions: Vec::with_capacity(4096),
@@ -299,7 +231,6 @@ impl Worker {
             unix_ms: registry::snowflake::unix_ms_now(),
             next_lease_renewal: 0,
             lease_pairs: Vec::new(),
-            lost_wakeups: 0,
             api,
             clu: cluster::ClusterState::new(clustered),
         }
@@ -315,9 +246,6 @@ impl Worker {
 
     /// The worker's task: runs until drained after a shutdown request.
     pub async fn run(mut self, wake_fd: RawFd) {
-        // SAFETY: dup gives glommio its own descriptor of the eventfd to own and close.
-        let waiter = unsafe { glommio::io::BufferedFile::from_raw_fd(libc::dup(wake_fd)) };
-        let mut reading = None;
         for r in 0..self.rings.len() {
             self.arm_accept(r);
         }
@@ -329,12 +257,20 @@ impl Worker {
             rings = self.rings.len(),
             "worker listening"
         );
+        // The worker's CPU time (user + system, the kernel's send work done
+        // inline in submit included; a blocked park costs none), read at
+        // most every BUSY_SAMPLE: reading it is a system call, which two
+        // per turn made a visible share of a one-connection request.
+        let cpu0 = thread_cpu_ns();
+        let mut sampled = Instant::now();
         loop {
-            // CPU time of this thread (user + system, including the kernel's
-            // send work done inline in submit), not wall time.
-            let t0 = thread_cpu_ns();
             self.turn();
-            WorkerMetrics::add(&self.metrics().busy_ns, thread_cpu_ns().saturating_sub(t0));
+            let now = Instant::now();
+            if now.duration_since(sampled) >= BUSY_SAMPLE {
+                sampled = now;
+                let busy = thread_cpu_ns().saturating_sub(cpu0);
+                self.metrics().busy_ns.store(busy, Ordering::Relaxed);
+            }
             if self.finished() {
                 break;
             }
@@ -343,34 +279,9 @@ impl Worker {
                     tracing::error!(worker = self.id, error = %e, "io_uring submit failed");
                 }
             }
-            // The read stays pending across parks that end by the bound
-            // (a dropped read could still take the next signal); it is only
-            // replaced once it completed, or when it is plainly stuck.
-            let read = reading.get_or_insert_with(|| Box::pin(waiter.read_at(0, 8)));
-            match park(read.as_mut(), PARK_MAX).await {
-                Some(r) => {
-                    reading = None;
-                    if let Err(e) = r {
-                        tracing::error!(worker = self.id, error = %e, "waiting on the worker eventfd failed");
-                        glommio::timer::sleep(Duration::from_millis(1)).await;
-                    }
-                }
-                None if eventfd_readable(wake_fd) => {
-                    // Signalled, yet the read parked on it did not complete:
-                    // without the bound we would sleep here for good. Drop
-                    // (cancel) it; the next park reads afresh. (A signal
-                    // landing just at the bound counts here too; harmless.)
-                    reading = None;
-                    self.lost_wakeups += 1;
-                    if self.lost_wakeups.is_power_of_two() {
-                        tracing::warn!(
-                            worker = self.id,
-                            lost = self.lost_wakeups,
-                            "eventfd wakeup lost; recovered by the park bound"
-                        );
-                    }
-                }
-                None => {}
+            if let Err(e) = park(wake_fd) {
+                tracing::error!(worker = self.id, error = %e, "waiting on the worker eventfd failed");
+                std::thread::sleep(Duration::from_millis(1));
             }
         }
         tracing::info!(worker = self.id, "worker stopped");
@@ -410,6 +321,9 @@ impl Worker {
                     self.on_completion(r, c);
                 }
             }
+            // The REST actions this pass committed: their batch to every
+            // worker's inbox (ours included), then their answers behind it.
+            progressed |= self.end_chat_turn();
             // Send what the completions made sendable (a resumed session's
             // replay) before new events queue behind it.
             progressed |= self.flush_and_submit();
@@ -422,6 +336,7 @@ impl Worker {
                     Err(_) => break,
                 }
             }
+            progressed |= self.end_chat_turn();
             progressed |= self.flush_and_submit();
             if !progressed {
                 break;
@@ -431,6 +346,15 @@ impl Worker {
 
     fn conn(&mut self, key: ConnKey) -> Option<&mut Conn> {
         conn_in(&mut self.rings, key)
+    }
+
+    /// True if this worker's chat service had answers to send (they and
+    /// their batch are in inboxes now, ours included: look again).
+    fn end_chat_turn(&mut self) -> bool {
+        match self.chat.as_mut() {
+            Some(chat) => chat.end_turn(&self.shared.workers),
+            None => false,
+        }
     }
 
     /// Returns true if completions were handled on the way (so the turn
@@ -570,37 +494,26 @@ pub fn admit_limit(slots: u32) -> u32 {
     slots.saturating_sub((slots / 32).max(4))
 }
 
-/// Poll `read` (the eventfd read) until it completes, or until `max` has
-/// passed (None); a timed-out read is left pending for the next park.
-async fn park<F: std::future::Future>(
-    mut read: std::pin::Pin<&mut F>,
-    max: Duration,
-) -> Option<F::Output> {
-    use std::future::Future;
-    use std::task::Poll;
-    let mut timer = std::pin::pin!(glommio::timer::sleep(max));
-    std::future::poll_fn(|cx| {
-        if let Poll::Ready(r) = read.as_mut().poll(cx) {
-            return Poll::Ready(Some(r));
+/// Block until the worker's eventfd is signalled, and take its count. A
+/// signal sent at any time since the last read is never lost: the count
+/// stays above zero until read.
+fn park(fd: RawFd) -> std::io::Result<()> {
+    let mut count: u64 = 0;
+    loop {
+        // SAFETY: 8 bytes into a live u64, from an eventfd this worker owns.
+        let n = unsafe { libc::read(fd, (&mut count as *mut u64).cast(), 8) };
+        if n == 8 {
+            return Ok(());
         }
-        if timer.as_mut().poll(cx).is_ready() {
-            return Poll::Ready(None);
+        let e = std::io::Error::last_os_error();
+        if n >= 0 || e.kind() != std::io::ErrorKind::Interrupted {
+            return Err(if n >= 0 {
+                std::io::Error::other(format!("eventfd read returned {n} bytes"))
+            } else {
+                e
+            });
         }
-        Poll::Pending
-    })
-    .await
-}
-
-/// Whether the eventfd's count is above zero (a read would not block); it
-/// is not consumed.
-fn eventfd_readable(fd: RawFd) -> bool {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // SAFETY: one pollfd on the stack, zero timeout.
-    unsafe { libc::poll(&mut p, 1, 0) == 1 && p.revents & libc::POLLIN != 0 }
+    }
 }
 
 /// CPU time consumed by the calling thread, in ns.
@@ -628,67 +541,39 @@ fn conn_in(rings: &mut [RingState], key: ConnKey) -> Option<&mut Conn> {
 mod tests {
     use super::*;
 
-    fn signal(fd: RawFd) {
-        let one: u64 = 1;
-        assert_eq!(
-            // SAFETY: 8 bytes from a live u64 to an eventfd.
-            unsafe { libc::write(fd, (&one as *const u64).cast(), 8) },
-            8
-        );
-    }
-
-    /// A worker whose eventfd wakeup never arrives (lost, or work queued
-    /// without one) must still come back to look at its rings and inbox:
-    /// the park is bounded and a worker never sleeps for good. A park that
-    /// ends by its bound keeps its read, which still takes the next signal.
+    /// A signal sent before the park, or while parked, ends it; the park
+    /// takes the whole count, so the next one waits for a new signal.
     #[test]
-    fn park_is_bounded_and_keeps_its_read() {
-        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
-            .spawn(|| async move {
-                // SAFETY: a fresh blocking eventfd, as Worker::new makes.
-                let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-                assert!(fd >= 0);
-                // SAFETY: a dup for glommio to own, as Worker::run does.
-                let waiter = unsafe { glommio::io::BufferedFile::from_raw_fd(libc::dup(fd)) };
-
-                // Nothing signalled: the park ends by its bound.
-                let mut read = Box::pin(waiter.read_at(0, 8));
-                let t0 = Instant::now();
-                assert!(park(read.as_mut(), Duration::from_millis(50))
-                    .await
-                    .is_none());
-                let took = t0.elapsed();
-                assert!(
-                    took >= Duration::from_millis(40),
-                    "returned early: {took:?}"
-                );
-                assert!(took < Duration::from_secs(5), "park not bounded: {took:?}");
-                assert!(!eventfd_readable(fd));
-
-                // The same read, parked again, completes on a signal.
-                assert!(park(read.as_mut(), Duration::from_millis(10))
-                    .await
-                    .is_none());
-                signal(fd);
-                let r = park(read.as_mut(), Duration::from_secs(30)).await;
-                assert!(matches!(r, Some(Ok(_))), "the signal ends the park");
-                assert!(!eventfd_readable(fd), "the read consumed the count");
-
-                // A signal before the park: a fresh read returns at once.
-                signal(fd);
-                assert!(eventfd_readable(fd));
-                let mut read = Box::pin(waiter.read_at(0, 8));
-                let t0 = Instant::now();
-                assert!(matches!(
-                    park(read.as_mut(), Duration::from_secs(30)).await,
-                    Some(Ok(_))
-                ));
-                assert!(t0.elapsed() < Duration::from_secs(5));
-                // SAFETY: ours (glommio closes its dup).
-                unsafe { libc::close(fd) };
-            })
-            .unwrap()
-            .join()
-            .unwrap();
+    fn park_returns_on_a_signal_sent_before_or_during_it() {
+        // SAFETY: a fresh blocking eventfd, as WorkerSetup::new makes.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        assert!(fd >= 0);
+        let signal = move || {
+            let one: u64 = 1;
+            // SAFETY: 8 bytes from a live u64 to an eventfd.
+            let n = unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+            assert_eq!(n, 8);
+        };
+        signal();
+        signal();
+        park(fd).expect("a signalled eventfd is read at once");
+        let readable = || {
+            let mut p = libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one pollfd on the stack, zero timeout.
+            unsafe { libc::poll(&mut p, 1, 0) == 1 }
+        };
+        assert!(!readable(), "the park took both signals");
+        let t = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            signal();
+        });
+        park(fd).expect("the signal from another thread ends the park");
+        t.join().unwrap();
+        // SAFETY: ours.
+        unsafe { libc::close(fd) };
     }
 }

@@ -1,5 +1,5 @@
 //! A REST request on a worker: the order of the steps in `crate::api`
-//! (route, token, limit, permit, body) and the hand-off to the registry
+//! (route, token, limit, permit, decode: `api::action`) and the hand-off to the registry
 //! sidecar (connect-time routes, server reads) or the chat service
 //! (actions), whose answer comes back as `ToWorker::RestReply`.
 //!
@@ -9,15 +9,19 @@
 //! live on one worker (shared nothing). If the handover is refused, this
 //! worker serves it anyway (its own windows: at worst a second allowance).
 
+use super::local_chat::Takes;
 use super::*;
+use crate::api::action::{self, Next};
 use crate::api::body::{self, codes, ApiError};
+use crate::api::headers::HeaderList;
 use crate::api::limit::{self, Decision, Limiter};
 use crate::api::permit;
-use crate::api::query::{query_flag, query_id, query_limit};
 use crate::api::route::{self as api_route, ApiRoute, RouteError};
 use crate::api::view::{Lookup, Views};
 use crate::api::Pending as Parked;
-use crate::protocol::rest::{GuildsPage, MAX_GUILDS_PAGE};
+
+/// An answer without rate-limit headers.
+const NO_HEADERS: HeaderList = HeaderList::new();
 
 /// A keep-alive REST connection may sit idle this long between requests.
 pub(super) const REST_IDLE_MS: u64 = 60_000;
@@ -58,32 +62,28 @@ impl Worker {
             return None;
         }
         let token = rest::bearer(head.authorization.as_deref())?;
-        let owner = crate::api::owner_of(&token, n)?;
+        let owner = crate::api::owner_of(token, n)?;
         (owner != self.id).then_some(owner)
     }
 
     /// Answer a REST request now (status, JSON body, headers).
-    fn rest_answer(
-        &mut self,
-        key: ConnKey,
-        status: u16,
-        body: &[u8],
-        headers: &[(&'static str, String)],
-    ) {
+    fn rest_answer(&mut self, key: ConnKey, status: u16, body: &[u8], headers: &HeaderList) {
         let idle_until = self.now_ms() + REST_IDLE_MS;
-        let invalid = matches!(status, 401 | 403)
-            || (status == 429
-                && !headers
-                    .iter()
-                    .any(|(k, v)| *k == "X-RateLimit-Scope" && v == "shared"));
+        let scope = headers.get("X-RateLimit-Scope");
+        let invalid = matches!(status, 401 | 403) || (status == 429 && scope != Some("shared"));
         if invalid {
             self.count_invalid(key);
         }
         let Some(conn) = self.conn(key) else { return };
         let keep = conn.keep_alive;
-        let hv: Vec<(&str, &str)> = headers.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let mut hv = [("", ""); HeaderList::MAX];
+        let mut n = 0;
+        for (slot, h) in hv.iter_mut().zip(headers.iter()) {
+            *slot = h;
+            n += 1;
+        }
         let ct = if body.is_empty() { "" } else { rest::JSON };
-        http::write_response(status, ct, body, keep, &hv, &mut conn.out);
+        http::write_response(status, ct, body, keep, &hv[..n], &mut conn.out);
         let route = std::mem::take(&mut conn.rest_route);
         let app = std::mem::take(&mut conn.rest_app);
         let (class, started) = (conn.rest_class, std::mem::take(&mut conn.rest_started_us));
@@ -91,7 +91,7 @@ impl Worker {
         self.metrics().rest_response(route as usize, status);
         self.shared
             .apps
-            .answered(app, route as usize, status, headers);
+            .answered(app, route as usize, status, scope);
         if started > 0 {
             let us = (self.started.elapsed().as_micros() as u64).saturating_sub(started);
             self.metrics().rest_latency[class as usize].record_us(us);
@@ -200,20 +200,21 @@ impl Worker {
                 WorkerMetrics::inc(&self.metrics().rest_address_refused);
                 let retry_ms = until.saturating_sub(now).max(1);
                 let body = limit::body_429(retry_ms, false);
-                let headers = [
-                    ("Retry-After", retry_ms.div_ceil(1000).to_string()),
-                    ("X-RateLimit-Scope", "user".to_string()),
-                    ("Via", "1.1 gatewayd".to_string()),
-                ];
+                let mut headers = HeaderList::new();
+                headers.push("Retry-After", retry_ms.div_ceil(1000));
+                headers.push("X-RateLimit-Scope", "user");
+                headers.push("Via", "1.1 gatewayd");
                 return self.rest_answer(key, 429, &body, &headers);
             }
         }
         let head = req.head;
         let route = match api_route::route(&head.method, &head.path) {
             Ok(r) => r,
-            Err(RouteError::NotFound) => return self.rest_answer(key, 404, rest::NOT_FOUND, &[]),
+            Err(RouteError::NotFound) => {
+                return self.rest_answer(key, 404, rest::NOT_FOUND, &NO_HEADERS)
+            }
             Err(RouteError::MethodNotAllowed) => {
-                return self.rest_answer(key, 405, rest::METHOD_NOT_ALLOWED, &[])
+                return self.rest_answer(key, 405, rest::METHOD_NOT_ALLOWED, &NO_HEADERS)
             }
         };
         let started_us = (self.started.elapsed().as_micros() as u64).max(1);
@@ -224,11 +225,11 @@ impl Worker {
         }
         if route == ApiRoute::Gateway {
             let body = rest::gateway_body(&self.shared.gateway_url);
-            return self.rest_answer(key, 200, &body, &[]);
+            return self.rest_answer(key, 200, &body, &NO_HEADERS);
         }
         let token = rest::bearer(head.authorization.as_deref());
         if let Some(action) =
-            interaction_action(&route, &head.query, head.content_type.as_deref(), &req.body)
+            action::interaction(&route, &head.query, head.content_type.as_deref(), &req.body)
         {
             // The interaction's token is the credential: straight to the chat
             // service, which holds the interaction.
@@ -240,30 +241,30 @@ impl Worker {
                 target: permit::Target::NONE,
                 action,
             };
-            if req_too_large(&req) {
+            if req.action.too_large() {
                 let e = ApiError::new(413, codes::REQUEST_TOO_LARGE, "Request entity too large");
-                return self.rest_answer(key, 413, &e.to_bytes(), &[]);
+                return self.rest_answer(key, 413, &e.to_bytes(), &NO_HEADERS);
             }
-            return self.hand_to_chat(key, req, Vec::new());
+            return self.hand_to_chat(key, req, HeaderList::new());
         }
         let Some(token) = token else {
             return self.rest_answer(
                 key,
                 401,
                 br#"{"message": "401: Unauthorized", "code": 0}"#,
-                &[],
+                &NO_HEADERS,
             );
         };
         if req.body.len() > body::MAX_BODY {
             let e = ApiError::new(413, codes::REQUEST_TOO_LARGE, "Request entity too large");
-            return self.rest_answer(key, 413, &e.to_bytes(), &[]);
+            return self.rest_answer(key, 413, &e.to_bytes(), &NO_HEADERS);
         }
         let parked = Box::new(Parked {
             route,
             query: head.query,
             content_type: head.content_type,
             body: req.body,
-            digest: identify::token_digest(&token),
+            digest: identify::token_digest(token),
         });
         let now = self.unix_ms;
         match self.api.views.lookup(&parked.digest, key, now) {
@@ -272,13 +273,13 @@ impl Worker {
                 key,
                 401,
                 br#"{"message": "401: Unauthorized", "code": 0}"#,
-                &[],
+                &NO_HEADERS,
             ),
             Lookup::Busy => self.rest_answer(
                 key,
                 503,
                 br#"{"message": "busy: try again", "code": 0}"#,
-                &[],
+                &NO_HEADERS,
             ),
             Lookup::Wait => self.park(key, parked),
             Lookup::Ask => {
@@ -287,7 +288,7 @@ impl Worker {
                 let ask = SidecarRequest::ApiAuth {
                     worker: self.id,
                     digest,
-                    token,
+                    token: token.to_string(),
                 };
                 if self.shared.sidecar.try_send(ask).is_err() {
                     for k in self.api.views.failed(&digest) {
@@ -313,7 +314,7 @@ impl Worker {
             key,
             503,
             br#"{"message": "registry unavailable", "code": 0}"#,
-            &[],
+            &NO_HEADERS,
         );
         self.process_input(key);
     }
@@ -346,7 +347,7 @@ impl Worker {
                     k,
                     401,
                     br#"{"message": "401: Unauthorized", "code": 0}"#,
-                    &[],
+                    &NO_HEADERS,
                 ),
             }
             self.process_input(k);
@@ -376,7 +377,7 @@ impl Worker {
         };
         let hv = limit::render(&headers, None);
         self.publish_limiter_counts();
-        let next = match chat_action(&p) {
+        let next = match action::decode(&p) {
             Ok(n) => n,
             Err(e) => return self.rest_answer(key, e.status, &e.to_bytes(), &hv),
         };
@@ -461,7 +462,47 @@ impl Worker {
         self.hand_to_chat(key, req, hv);
     }
 
-    fn hand_to_chat(&mut self, key: ConnKey, req: ChatRequest, hv: Vec<(&'static str, String)>) {
+    /// The commit step: on this worker's chat service or the one of the
+    /// worker that commits for the target's server (`api::commit_worker`),
+    /// or the chat thread's (interactions, Kafka); with an upstream chat
+    /// service, every action from this worker's own connections.
+    fn hand_to_chat(&mut self, key: ConnKey, req: ChatRequest, hv: HeaderList) {
+        let takes = self.chat.as_ref().map(|c| c.takes());
+        if takes == Some(Takes::Everything) {
+            // The upstream option: forwarded from this worker's own pool.
+            if let Some(conn) = self.conn(key) {
+                conn.rest_pending = true;
+                conn.rest_headers = hv;
+            }
+            return self.commit_here(req);
+        }
+        if takes.is_some() && req.action.commits_on_worker() {
+            let n = self.shared.workers.len();
+            let w = crate::api::commit_worker(req.target.server.0, req.target.channel.0, n);
+            if w == self.id {
+                if let Some(conn) = self.conn(key) {
+                    conn.rest_pending = true;
+                    conn.rest_headers = hv;
+                }
+                return self.commit_here(req);
+            }
+            if self.shared.workers[w]
+                .try_send(ToWorker::Chat(Box::new(req)))
+                .is_err()
+            {
+                return self.rest_answer(
+                    key,
+                    503,
+                    br#"{"message": "the chat service is busy: try again", "code": 0}"#,
+                    &hv,
+                );
+            }
+            if let Some(conn) = self.conn(key) {
+                conn.rest_pending = true;
+                conn.rest_headers = hv;
+            }
+            return;
+        }
         if self.shared.chat.try_send(req).is_err() {
             return self.rest_answer(
                 key,
@@ -476,6 +517,18 @@ impl Worker {
         }
     }
 
+    /// A message action for a server this worker commits for: handled now,
+    /// answered at the end of the turn (`Worker::end_chat_turn`).
+    pub(super) fn commit_here(&mut self, req: ChatRequest) {
+        match self.chat.as_mut() {
+            Some(chat) => chat.take(req),
+            // Not configured here (cannot happen: every worker or none).
+            None => {
+                let _ = self.shared.chat.try_send(req);
+            }
+        }
+    }
+
     fn publish_limiter_counts(&self) {
         let c = self.api.limiter.counts;
         self.metrics().rest_bans.store(c.bans, Ordering::Relaxed);
@@ -484,12 +537,7 @@ impl Worker {
             .store(c.restrictions, Ordering::Relaxed);
     }
 
-    fn hand_to_sidecar(
-        &mut self,
-        key: ConnKey,
-        req: SidecarRequest,
-        headers: Vec<(&'static str, String)>,
-    ) {
+    fn hand_to_sidecar(&mut self, key: ConnKey, req: SidecarRequest, headers: HeaderList) {
         if self.shared.sidecar.try_send(req).is_err() {
             return self.rest_answer(key, 503, br#"{"message": "busy", "code": 0}"#, &headers);
         }
@@ -518,162 +566,5 @@ impl Worker {
         crate::api::headers::handoff_429(status, &body, &mut headers);
         self.rest_answer(key, status, &body, &headers);
         self.process_input(key);
-    }
-}
-
-// Transient (one per request, on the stack): boxing `Chat` would cost an
-// allocation per request for no saving.
-#[allow(clippy::large_enum_variant)]
-enum Next {
-    /// `GET /users/@me`, answered from the view.
-    Me,
-    /// `GET /gateway/bot`, `/users/@me/guilds`, `/oauth2/applications/@me`:
-    /// answered by the registry sidecar.
-    Connect(RestRoute),
-    /// A member route, with `GET .../members`'s (limit, after).
-    Members((u32, u64)),
-    /// `POST /users/@me/channels` to this person.
-    Dm(u64),
-    Chat(ChatAction),
-    /// A read of server data, answered by the registry sidecar.
-    Read,
-    /// An application command route, answered by the registry sidecar.
-    Commands(crate::api::commands::CommandCall),
-}
-
-/// What the route asks of the chat service, its body and query validated.
-fn chat_action(p: &Parked) -> Result<Next, ApiError> {
-    use ApiRoute::*;
-    let json = || body::parse(p.content_type.as_deref(), &p.body);
-    Ok(Next::Chat(match &p.route {
-        CreateMessage { .. } => ChatAction::Create(body::message(&json()?, true)?),
-        EditMessage { message, .. } => ChatAction::Edit(*message, body::message(&json()?, false)?),
-        ListMessages { .. } => ChatAction::List {
-            limit: query_limit(&p.query, 50, 100)?,
-            before: query_id(&p.query, "before")?,
-            after: query_id(&p.query, "after")?,
-            around: query_id(&p.query, "around")?,
-        },
-        GetMessage { message, .. } => ChatAction::Get(*message),
-        DeleteMessage { message, .. } => ChatAction::Delete(*message),
-        BulkDelete { .. } => ChatAction::BulkDelete(body::bulk_delete(&json()?)?),
-        AddReaction { message, emoji, .. } => ChatAction::React(*message, emoji.clone()),
-        RemoveOwnReaction { message, emoji, .. } => ChatAction::Unreact(*message, emoji.clone()),
-        ListReactions { message, emoji, .. } => ChatAction::Reactions {
-            message: *message,
-            emoji: emoji.clone(),
-            limit: query_limit(&p.query, 25, 100)?,
-            after: query_id(&p.query, "after")?,
-        },
-        Typing { .. } => ChatAction::Typing,
-        GetChannel { .. } | GetGuild { .. } | GuildChannels { .. } | GuildRoles { .. } => {
-            return Ok(Next::Read)
-        }
-        ListMembers { .. } => {
-            let limit = query_limit(&p.query, 1, registry::MAX_MEMBERS_PAGE as usize)?;
-            let after = query_id(&p.query, "after")?.unwrap_or(0);
-            return Ok(Next::Members((limit as u32, after)));
-        }
-        Ban { .. } => {
-            if !p.body.is_empty() {
-                body::ban(&json()?)?;
-            }
-            return Ok(Next::Members((0, 0)));
-        }
-        GetMember { .. }
-        | AddMemberRole { .. }
-        | RemoveMemberRole { .. }
-        | Kick { .. }
-        | Unban { .. } => return Ok(Next::Members((0, 0))),
-        CreateDm => return Ok(Next::Dm(body::create_dm(&json()?)?)),
-        InteractionCallback { .. } | WebhookExecute { .. } | WebhookMessage { .. } => {
-            return Err(ApiError::new(
-                500,
-                0,
-                "an interaction route reached the bot-token path",
-            ))
-        }
-        ListCommands { .. }
-        | PutCommands { .. }
-        | CreateCommand { .. }
-        | GetCommand { .. }
-        | EditCommand { .. }
-        | DeleteCommand { .. } => {
-            let call = crate::api::commands::call(&p.route, p.content_type.as_deref(), &p.body)?;
-            return Ok(Next::Commands(call));
-        }
-        UsersMe => return Ok(Next::Me),
-        GatewayBot => return Ok(Next::Connect(RestRoute::GatewayBot)),
-        ApplicationsMe => return Ok(Next::Connect(RestRoute::ApplicationsMe)),
-        MyGuilds => {
-            let page = GuildsPage {
-                before: query_id(&p.query, "before")?,
-                after: query_id(&p.query, "after")?,
-                limit: query_limit(&p.query, MAX_GUILDS_PAGE, MAX_GUILDS_PAGE)? as u32,
-                with_counts: query_flag(&p.query, "with_counts"),
-            };
-            return Ok(Next::Connect(RestRoute::MyGuilds(page)));
-        }
-        Gateway => return Err(ApiError::new(500, 0, "GET /gateway reached the token path")),
-    }))
-}
-
-/// The chat service's action for an interaction route (None: not one).
-fn interaction_action(
-    route: &ApiRoute,
-    query: &str,
-    content_type: Option<&str>,
-    body: &[u8],
-) -> Option<ChatAction> {
-    use ApiRoute::*;
-    if !matches!(
-        route,
-        InteractionCallback { .. } | WebhookExecute { .. } | WebhookMessage { .. }
-    ) {
-        return None;
-    }
-    let content_type = content_type.map(str::to_owned);
-    let body = body.to_vec();
-    Some(match route {
-        ApiRoute::InteractionCallback { id, token } => ChatAction::Callback {
-            id: *id,
-            token: token.clone(),
-            // discord.py sends `with_response=1`, others `true`.
-            with_response: query_flag(query, "with_response"),
-            body,
-            content_type,
-        },
-        ApiRoute::WebhookExecute { app, token } => ChatAction::Webhook {
-            app: *app,
-            token: token.clone(),
-            method: crate::api::route::WebhookMethod::Post,
-            message: None,
-            body,
-            content_type,
-        },
-        ApiRoute::WebhookMessage {
-            app,
-            token,
-            message,
-            method,
-        } => ChatAction::Webhook {
-            app: *app,
-            token: token.clone(),
-            method: *method,
-            message: Some(*message),
-            body,
-            content_type,
-        },
-        _ => return None,
-    })
-}
-
-/// An interaction route's body over the limit (`body::MAX_BODY`).
-fn req_too_large(req: &ChatRequest) -> bool {
-    match &req.action {
-        ChatAction::Callback { body, .. } | ChatAction::Webhook { body, .. } => {
-            body.len() > body::MAX_BODY
-        }
-        _ => false,
     }
 }

@@ -424,3 +424,87 @@ fn an_upstream_that_never_answers_is_503_after_the_deadline() {
     assert!(started.elapsed() < Duration::from_secs(10));
     assert_eq!(f.failures("timeout"), 6.0);
 }
+
+/// Each worker forwards its bots' actions from its own connections (issue
+/// 27): with one connection per pool, a call the upstream holds for a bot
+/// served on one worker does not hold a bot served on the other worker.
+/// (Through one shared pool, the second call waited behind the first until
+/// its deadline: 503.)
+#[test]
+fn a_held_call_of_one_workers_bot_does_not_hold_the_other_workers() {
+    let release: Arc<(Mutex<bool>, std::sync::Condvar)> = Arc::default();
+    let held = release.clone();
+    let upstream = Upstream::start(move |e| {
+        if e["body"]["content"] == "hold" {
+            let (lock, cvar) = &*held;
+            let mut go = lock.lock().unwrap();
+            while !*go {
+                go = cvar.wait(go).unwrap();
+            }
+        }
+        Some(http(200, &message(e, MESSAGE_ID)))
+    });
+    let f = fixture(
+        &upstream.url(),
+        &[
+            "--workers",
+            "2",
+            "--chat-upstream-connections",
+            "1",
+            // Room for the held call: the test releases it well before.
+            "--chat-upstream-timeout-ms",
+            "20000",
+        ],
+    );
+    let reg = support::registry::Registry::new(f.node.dir.path());
+    let home = gatewayd::api::owner_of(&f.node.token, 2).unwrap();
+    let other = (0..32)
+        .map(|i| reg.add_app(&format!("other-{i}"), 0))
+        .find(|a| gatewayd::api::owner_of(&a.token, 2) != Some(home))
+        .expect("an application served by the other worker");
+    reg.install(
+        other.id,
+        f.server,
+        Some(support::perm::VIEW_CHANNEL | support::perm::SEND_MESSAGES),
+    );
+    let path = format!("/api/v10/channels/{}/messages", f.general);
+    let held_call = {
+        let (gateway, auth, path) = (f.node.gateway, f.auth.clone(), path.clone());
+        std::thread::spawn(move || {
+            support::http::json_request(
+                gateway,
+                "POST",
+                &path,
+                Some(&auth),
+                Some(&json!({"content": "hold"})),
+            )
+        })
+    };
+    // The held call has reached the upstream before the other is sent.
+    assert!(
+        support::wait_until(Duration::from_secs(30), || upstream.calls().len() == 1).is_some(),
+        "the first call reached the upstream"
+    );
+    let r = support::http::json_request(
+        f.node.gateway,
+        "POST",
+        &path,
+        Some(&format!("Bot {}", other.token)),
+        Some(&json!({"content": "pass"})),
+    );
+    assert_eq!(
+        r.status, 200,
+        "answered while the other call is held: {}",
+        r.body
+    );
+    let (lock, cvar) = &*release;
+    *lock.lock().unwrap() = true;
+    cvar.notify_all();
+    let r = held_call.join().unwrap();
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(
+        upstream.connections.load(Ordering::SeqCst),
+        2,
+        "one per worker's pool"
+    );
+}

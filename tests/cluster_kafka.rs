@@ -237,3 +237,71 @@ fn a_session_moves_across_nodes_that_interleave_partitions_differently() {
     let db = url.rsplit('/').next().unwrap();
     let _ = client.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));
 }
+
+/// Message ids are unique across the nodes of a cluster (issue 27): two
+/// nodes sharing the registry and the topic answer sends in one channel at
+/// once, each from its own snowflake generator (`api/ids.rs`). Before,
+/// every node's chat thread was generator 1023: two sends answered in one
+/// millisecond on two nodes could carry one id.
+#[test]
+#[ignore = "needs PostgreSQL and a Kafka-protocol broker: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL and GATEWAYD_TEST_KAFKA_BROKERS"]
+fn message_ids_are_unique_across_the_nodes_of_a_cluster() {
+    use support::perm::*;
+    let brokers = brokers();
+    let topic = create_topic(&brokers);
+    let (_admin, url) = support::registry::pg_database();
+    let node = |url: &str| {
+        Node::start(&[
+            "--registry-url",
+            url,
+            "--no-demo",
+            "--kafka-brokers",
+            &brokers,
+            "--kafka-topic",
+            &topic,
+            "--kafka-group",
+            &unique("ids"),
+            "--rest-limit-scale",
+            "1000",
+        ])
+    };
+    let nodes = [node(&url), node(&url)];
+    let reg = Registry::with_url(nodes[0].dir.path(), Some(&url));
+    let app = reg.add_app("ids", support::intent::MESSAGE_CONTENT);
+    let (server, general) = reg.add_server("ids");
+    reg.install(
+        app.id,
+        server,
+        Some(VIEW_CHANNEL | SEND_MESSAGES | READ_MESSAGE_HISTORY),
+    );
+    const PER_NODE: usize = 150;
+    let senders: Vec<_> = nodes
+        .iter()
+        .map(|n| {
+            let (gateway, token) = (n.gateway, app.token.clone());
+            std::thread::spawn(move || {
+                (0..PER_NODE)
+                    .map(|i| {
+                        let r = support::http::json_request(
+                            gateway,
+                            "POST",
+                            &format!("/api/v10/channels/{general}/messages"),
+                            Some(&format!("Bot {token}")),
+                            Some(&json!({"content": format!("m{i}")})),
+                        );
+                        assert_eq!(r.status, 200, "{}", r.body);
+                        r.json()["id"].as_str().unwrap().parse::<u64>().unwrap()
+                    })
+                    .collect::<Vec<u64>>()
+            })
+        })
+        .collect();
+    let ids: Vec<Vec<u64>> = senders.into_iter().map(|t| t.join().unwrap()).collect();
+    let all: BTreeSet<u64> = ids.iter().flatten().copied().collect();
+    assert_eq!(all.len(), 2 * PER_NODE, "every id once across both nodes");
+    // The generator bits (worker << 12 of a snowflake) tell the nodes apart.
+    let generators =
+        |v: &[u64]| -> BTreeSet<u64> { v.iter().map(|id| (id >> 12) & 1023).collect() };
+    let (ga, gb) = (generators(&ids[0]), generators(&ids[1]));
+    assert!(ga.is_disjoint(&gb), "node generators {ga:?} and {gb:?}");
+}

@@ -545,3 +545,118 @@ fn the_first_follow_up_replaces_the_thinking_message() {
     assert_ne!(r.json()["id"], original.as_str());
     assert_eq!(click.wait().1["content"], "and another");
 }
+
+/// A button on a message the bot sent through REST (committed by the
+/// server's worker, not the chat thread that holds interactions; issue 27
+/// offers the chat thread only such messages and edits, not every send):
+/// the click carries the whole message, response 7 updates it, and the
+/// worker's window has the update for the bot's next read. The same for a
+/// message sent plain and given its button by an edit.
+#[test]
+fn a_button_on_a_message_sent_or_edited_through_rest_is_clicked_and_updated() {
+    let mut w = world(&["--workers", "2"]);
+    let auth = format!("Bot {}", w.app.token);
+    let button = json!([{"type": 1, "components": [{"type": 2, "style": 1, "label": "Yes", "custom_id": "yes"}]}]);
+    let messages = format!("/api/v10/channels/{}/messages", w.general);
+    let sent = json_request(
+        w.node.gateway,
+        "POST",
+        &messages,
+        Some(&auth),
+        Some(&json!({"content": "Pick one", "components": button})),
+    );
+    assert_eq!(sent.status, 200, "{}", sent.body);
+    let plain = json_request(
+        w.node.gateway,
+        "POST",
+        &messages,
+        Some(&auth),
+        Some(&json!({"content": "plain"})),
+    );
+    assert_eq!(plain.status, 200, "{}", plain.body);
+    let plain_id = plain.json()["id"].as_str().unwrap().to_string();
+    let edited = json_request(
+        w.node.gateway,
+        "PATCH",
+        &format!("{messages}/{plain_id}"),
+        Some(&auth),
+        Some(&json!({"content": "now with a button", "components": button})),
+    );
+    assert_eq!(edited.status, 200, "{}", edited.body);
+
+    for (mid, content) in [
+        (sent.json()["id"].as_str().unwrap().to_string(), "Pick one"),
+        (plain_id, "now with a button"),
+    ] {
+        let click = w.click(&["--button", "yes", "--message", &mid]);
+        let b = w.next_interaction();
+        assert_eq!(b["message"]["id"], mid.as_str(), "{b}");
+        assert_eq!(b["message"]["content"], content, "the whole message: {b}");
+        assert_eq!(b["message"]["components"], button, "{b}");
+        let r = w.callback(
+            &b,
+            json!({"type": 7, "data": {"content": "You said yes", "components": []}}),
+            "",
+        );
+        assert_eq!(r.status, 204, "response 7 finds the message: {}", r.body);
+        let (_, seen) = click.wait();
+        assert_eq!(seen["message_id"], mid, "the same message, updated");
+        // The chat thread's edit reaches the server's worker's window: the
+        // bot reads the updated message (learnt asynchronously: a moment).
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let got = json_request(
+                w.node.gateway,
+                "GET",
+                &format!("{messages}/{mid}"),
+                Some(&auth),
+                None,
+            );
+            assert_eq!(got.status, 200, "{}", got.body);
+            if got.json()["content"] == "You said yes" {
+                break;
+            }
+            assert!(Instant::now() < deadline, "never updated: {}", got.body);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// The registry rows an interaction is completed from are kept between
+/// interactions (`link/enrich.rs`) only while the registry is unchanged: a
+/// command registered and an uninstall done by another process (the
+/// registry CLI) are seen by the very next interaction.
+#[test]
+fn an_interaction_sees_a_registry_change_made_just_before_it() {
+    let mut w = world(&[]);
+    let reg = Registry::new(w.node.dir.path());
+    let click = w.click(&["--command", "ping"]);
+    let i = w.next_interaction();
+    let r = w.callback(&i, json!({"type": 4, "data": {"content": "pong"}}), "");
+    assert_eq!(r.status, 204, "{}", r.body);
+    assert_eq!(click.wait().1["state"], "answered");
+
+    // A command registered after the rows were kept: found at once.
+    let r = json_request(
+        w.node.gateway,
+        "POST",
+        &format!("/api/v10/applications/{}/commands", w.app.id),
+        Some(&format!("Bot {}", w.app.token)),
+        Some(&json!({"name": "fresh", "description": "Made a moment ago", "type": 1})),
+    );
+    assert!(matches!(r.status, 200 | 201), "{}", r.body);
+    let fresh = r.json()["id"].as_str().unwrap().to_string();
+    let click = w.click(&["--command", "fresh"]);
+    let i = w.next_interaction();
+    assert_eq!(i["data"]["name"], "fresh", "{i}");
+    assert_eq!(i["data"]["id"], fresh.as_str(), "{i}");
+    let r = w.callback(&i, json!({"type": 4, "data": {"content": "new"}}), "");
+    assert_eq!(r.status, 204, "{}", r.body);
+    assert_eq!(click.wait().1["state"], "answered");
+
+    // Uninstalled by the CLI: the next click is refused at once.
+    reg.uninstall(w.app.id, w.server);
+    let (_, seen) = w.click(&["--command", "ping"]).wait();
+    assert_eq!(seen["state"], "failed", "{seen:?}");
+    assert!(seen["failure"].contains("not_installed"), "{seen:?}");
+}

@@ -14,6 +14,9 @@
 # Loopback only; one node on ports chosen by the kernel.
 #
 # Environment: OUT (output dir), SECS (seconds per run, 10), CONNS,
+# PLACEMENT (cross | same | any, below), WORKERS (the node's, nproc),
+# APPS (applications, each its own wrk process; 1), NODE_ARGS (more
+# `gatewayd run` flags, e.g. --rest-redis-url to share the limits),
 # THREADS (wrk threads, 1: the node has the other core), GW (gatewayd binary,
 # target/release/gatewayd; NO_BUILD=1 uses it as it is), CHANNELS (channels the requests spread over, 16:
 # windows per channel are what a real bot fleet spreads over), PERF=1 (sample
@@ -35,16 +38,45 @@ rm -rf "$D"
 
 reg() { "$GW" registry --data-dir "$D" "$@"; }
 kv() { sed -n "s/^$1=//p"; }
-APP_OUT=$(reg add-app --name rest-bench)
-TOKEN=$(kv token <<< "$APP_OUT")
-APP=$(kv application_id <<< "$APP_OUT")
-SRV_OUT=$(reg add-server --name rest-bench)
-SERVER=$(kv server_id <<< "$SRV_OUT")
-CHS=("$(kv channel_id <<< "$SRV_OUT")")
-for i in $(seq 2 "$CHANNELS"); do
-  CHS+=("$(reg add-channel --server "$SERVER" --name "c$i" | kv channel_id)")
+# Where a server is committed against where its application's token is
+# served (api::owner_of, api::commit_worker): PLACEMENT=cross (default; what
+# (N-1)/N of a fleet's pairs are at N workers: the request hops to the
+# server's worker and back), same (served and committed on one worker), or
+# any (the first server made, as before issue 27: a coin toss per run that
+# made single runs bimodal).
+PLACEMENT=${PLACEMENT:-cross}
+NWORKERS=${WORKERS:-$(nproc)}
+# APPS applications, each with its own token, server and CHANNELS
+# channels, each driven by its own wrk process with CONNS/APPS connections
+# (wrk sends one token). With APPS > 1, application i is one the node
+# serves on worker i % WORKERS: the load is spread over the workers as a
+# fleet's is (one application's requests are one worker's, by design).
+APPS=${APPS:-1}
+mix() { python3 -c "import sys; print(((int(sys.argv[1]) * 0x9E3779B97F4A7C15 % 2**64) >> 32) % int(sys.argv[2]))" "$1" "$NWORKERS"; }
+TOKENS=(); CHLIST=()
+for a in $(seq 0 $((APPS - 1))); do
+  for _ in $(seq 1 64); do
+    APP_OUT=$(reg add-app --name "rest-bench-$a")
+    APP=$(kv application_id <<< "$APP_OUT")
+    [ "$APPS" = 1 ] || [ "$NWORKERS" -le 1 ] || [ "$(mix "$APP")" = $((a % NWORKERS)) ] && break
+  done
+  TOKENS+=("$(kv token <<< "$APP_OUT")")
+  for _ in $(seq 1 64); do
+    SRV_OUT=$(reg add-server --name "rest-bench-$a")
+    SERVER=$(kv server_id <<< "$SRV_OUT")
+    [ "$PLACEMENT" = any ] || [ "$NWORKERS" -le 1 ] && break
+    same=0; [ "$(mix "$APP")" = "$(mix "$SERVER")" ] && same=1
+    { [ "$PLACEMENT" = same ] && [ $same = 1 ]; } && break
+    { [ "$PLACEMENT" = cross ] && [ $same = 0 ]; } && break
+  done
+  CHS=("$(kv channel_id <<< "$SRV_OUT")")
+  for i in $(seq 2 "$CHANNELS"); do
+    CHS+=("$(reg add-channel --server "$SERVER" --name "c$i" | kv channel_id)")
+  done
+  CHLIST+=("$(printf '"%s",' "${CHS[@]}")")
+  FIRST+=("${CHS[0]}")
+  reg install --app "$APP" --server "$SERVER" >/dev/null
 done
-reg install --app "$APP" --server "$SERVER" >/dev/null
 
 # Builds older than the portal (e.g. 4a4afed, where the edge landed) have no
 # --portal-addr: pass it only to a binary that knows it, so an A/B against
@@ -52,7 +84,7 @@ reg install --app "$APP" --server "$SERVER" >/dev/null
 PORTAL=()
 "$GW" run --help 2>/dev/null | grep -q -- '--portal-addr' && PORTAL=(--portal-addr 127.0.0.1:0)
 "$GW" run --data-dir "$D" --gateway-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 --ingest-addr 127.0.0.1:0 "${PORTAL[@]}" \
-  --no-demo --rest-limit-scale 1000000 --rest-global-per-second 100000000 > "$OUT/gatewayd.log" 2>&1 &
+  --workers "$NWORKERS" --no-demo --rest-limit-scale 1000000 --rest-global-per-second 100000000 ${NODE_ARGS:-} > "$OUT/gatewayd.log" 2>&1 &
 NODE=$!
 trap 'kill -INT $NODE 2>/dev/null || true; wait $NODE 2>/dev/null || true' EXIT
 for _ in $(seq 1 100); do [ -s "$D/gatewayd.addrs" ] && break; sleep 0.1; done
@@ -61,11 +93,12 @@ ADMIN=$(sed -n 's/^admin=//p' "$D/gatewayd.addrs")
 for _ in $(seq 1 100); do curl -sf "http://$ADMIN/readyz" >/dev/null && break; sleep 0.1; done
 
 # One wrk connection per channel in turn: request i goes to channel i mod N.
-cat > "$OUT/post.lua" <<EOF
-local chans = { $(printf '"%s",' "${CHS[@]}") }
+for a in $(seq 0 $((APPS - 1))); do
+  cat > "$OUT/post-$a.lua" <<EOF
+local chans = { ${CHLIST[$a]} }
 local n = 0
 wrk.method = "POST"
-wrk.headers["Authorization"] = "Bot $TOKEN"
+wrk.headers["Authorization"] = "Bot ${TOKENS[$a]}"
 wrk.headers["Content-Type"] = "application/json"
 wrk.body = '{"content":"benchmark message with a little text in it, about the size of a chat line"}'
 request = function()
@@ -73,9 +106,10 @@ request = function()
   return wrk.format(nil, "/api/v10/channels/" .. chans[(n % #chans) + 1] .. "/messages")
 end
 EOF
-# Warm the token cache and the connection path.
-curl -sf -X POST -H "Authorization: Bot $TOKEN" -H "Content-Type: application/json" \
-  -d '{"content":"warm"}' "http://$ADDR/api/v10/channels/${CHS[0]}/messages" > /dev/null
+  # Warm the token cache and the connection path.
+  curl -sf -X POST -H "Authorization: Bot ${TOKENS[$a]}" -H "Content-Type: application/json" \
+    -d '{"content":"warm"}' "http://$ADDR/api/v10/channels/${FIRST[$a]}/messages" > /dev/null
+done
 
 cpu() { awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); split($0, f, " "); printf "%.2f", (f[12] + f[13]) / hz }' "/proc/$NODE/stat"; }
 printf "conns\treq_per_s\tp50_ms\tp99_ms\tmax_ms\tnon2xx\tnode_cpu_s\tcpu_us_per_req\tload1\n" > "$OUT/rest.tsv"
@@ -87,14 +121,35 @@ for c in $CONNS; do
     perf record -q -e cpu-clock -F 1999 -p "$NODE" -o "$OUT/perf-c$c.data" -- sleep "$SECS" 2>/dev/null &
     PERF_PID=$!
   fi
-  wrk -t"$t" -c"$c" -d"${SECS}s" --latency -s "$OUT/post.lua" "http://$ADDR" > "$OUT/wrk-c$c.txt" 2>&1
+  if [ "$APPS" = 1 ]; then
+    wrk -t"$t" -c"$c" -d"${SECS}s" --latency -s "$OUT/post-0.lua" "http://$ADDR" > "$OUT/wrk-c$c.txt" 2>&1
+  else
+    WRKS=()
+    for a in $(seq 0 $((APPS - 1))); do
+      wrk -t1 -c"$(( (c + APPS - 1) / APPS ))" -d"${SECS}s" --latency -s "$OUT/post-$a.lua" "http://$ADDR" > "$OUT/wrk-c$c-a$a.txt" 2>&1 &
+      WRKS+=($!)
+    done
+    wait "${WRKS[@]}"
+    # One summary as wrk prints it: requests and non-2xx summed; p50, p99
+    # and max the worst of the processes (each saw its own connections).
+    cat "$OUT"/wrk-c$c-a*.txt > "$OUT/wrk-c$c-all.txt"
+    awk '
+      function ms(v) { if (v ~ /us$/) return v / 1000; if (v ~ /ms$/) return v + 0; if (v ~ /s$/) return v * 1000; return v }
+      /^ +50%/ { if (ms($2) > p50) p50 = ms($2) } /^ +99%/ { if (ms($2) > p99) p99 = ms($2) }
+      $1 == "Latency" { if (ms($4) > max) max = ms($4) }
+      /Requests\/sec/ { rps += $2 }
+      /requests in/ { total += $1 }
+      /Non-2xx/ { non += $NF }
+      END { printf "    Latency 0 0 %.3fms\n     50%% %.3fms\n     99%% %.3fms\n%d requests in\nRequests/sec: %.2f\n", max, p50, p99, total, rps;
+            if (non) printf "  Non-2xx or 3xx responses: %d\n", non }' "$OUT/wrk-c$c-all.txt" > "$OUT/wrk-c$c.txt"
+  fi
   c1=$(cpu)
   if [ -n "$PERF_PID" ]; then
     wait "$PERF_PID" || true
     { echo "== node CPU samples per thread"; perf report -q -i "$OUT/perf-c$c.data" --no-children --sort comm 2>/dev/null | head -20
       echo "== top symbols"; perf report -q -i "$OUT/perf-c$c.data" --no-children --sort dso,sym 2>/dev/null | head -40
       echo "== per thread and symbol"; perf report -q -i "$OUT/perf-c$c.data" --no-children --sort comm,sym 2>/dev/null | head -60
-    } > "$OUT/perf-c$c.txt"
+    } > "$OUT/perf-c$c.txt" || true  # head closing the pipe is not a failure
     rm -f "$OUT/perf-c$c.data"
   fi
   awk -v c="$c" -v c0="$c0" -v c1="$c1" -v load="$(cut -d' ' -f1 /proc/loadavg)" '

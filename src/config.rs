@@ -10,11 +10,13 @@ mod cluster;
 mod egress;
 mod portal;
 mod recovery;
+mod secrets;
 mod sections;
 pub use cluster::Cluster;
 pub use egress::Egress;
 pub use portal::{Portal, PortalArgs};
 pub use recovery::Recovery;
+pub use secrets::SecretArgs;
 pub use sections::{Chat, Rest};
 
 #[derive(Clone, Debug, Deserialize)]
@@ -32,6 +34,8 @@ pub struct Config {
     /// address (the node refuses to start without one); also settable with
     /// `GATEWAYD_ADMIN_TOKEN`. Empty: none (loopback only).
     pub admin_token: String,
+    /// A file holding admin_token (config/secrets.rs): a systemd credential.
+    pub admin_token_file: Option<PathBuf>,
     /// Whether `GET /metrics` needs the token too (default false: metrics stay
     /// readable by the scraper; `/healthz` and `/readyz` never need it).
     pub admin_metrics_auth: bool,
@@ -45,6 +49,8 @@ pub struct Config {
     /// A shared PostgreSQL registry (`postgres://user@host:port/db`) instead
     /// of the embedded file: for several nodes.
     pub registry_url: String,
+    /// A file holding registry_url (its password with it).
+    pub registry_url_file: Option<PathBuf>,
     pub tls: TlsConfig,
     pub limits: Limits,
     pub ring: RingSizes,
@@ -220,11 +226,13 @@ impl Default for Config {
             gateway_addr: "127.0.0.1:8080".parse().unwrap(),
             admin_addr: "127.0.0.1:9090".parse().unwrap(),
             admin_token: String::new(),
+            admin_token_file: None,
             admin_metrics_auth: false,
             public_url: String::new(),
             workers: 0,
             registry_path: PathBuf::new(),
             registry_url: String::new(),
+            registry_url_file: None,
             tls: TlsConfig::default(),
             limits: Limits::default(),
             ring: RingSizes::default(),
@@ -286,6 +294,11 @@ pub struct RunArgs {
     /// TOML configuration file (see README for every key).
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// Validate the configuration and reach every service it names, each
+    /// within its deadline; print one line per check and exit 0 (all passed)
+    /// or 1. Starts nothing.
+    #[arg(long)]
+    pub check: bool,
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
     #[arg(long)]
@@ -433,6 +446,8 @@ pub struct RunArgs {
     /// Ranges the child egress may reach anyway (development, tests), comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub egress_allow_private_cidrs: Option<Vec<String>>,
+    #[command(flatten)]
+    pub secrets: SecretArgs,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -526,6 +541,7 @@ impl Config {
         if args.no_demo {
             cfg.demo.enabled = false;
         }
+        secrets::from_files(&mut cfg, args)?;
         cfg.validate()?;
         Ok(cfg)
     }

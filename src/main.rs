@@ -46,6 +46,28 @@ enum Command {
     Interact(gatewayd::interact_cli::InteractArgs),
 }
 
+/// `gatewayd run`: its exit status says how it ended (node/notify.rs).
+fn run(args: &config::RunArgs) -> ! {
+    use node::notify::{EXIT_CONFIG, EXIT_FAILED};
+    if args.check {
+        std::process::exit(node::check::run(args));
+    }
+    let cfg = match config::Config::load(args) {
+        Ok(cfg) => cfg,
+        Err(e) => {
+            eprintln!("gatewayd: configuration: {e}");
+            std::process::exit(EXIT_CONFIG);
+        }
+    };
+    match node::run(cfg) {
+        Ok(stopped) => std::process::exit(stopped.code()),
+        Err(e) => {
+            eprintln!("gatewayd: {e}");
+            std::process::exit(EXIT_FAILED);
+        }
+    }
+}
+
 fn main() {
     tracing_subscriber::fmt()
         .with_env_filter(
@@ -69,8 +91,8 @@ fn main() {
             Ok(code) => std::process::exit(code),
             Err(e) => Err(e),
         },
-        Some(Command::Run(args)) => config::Config::load(&args).and_then(node::run),
-        None => config::Config::load(&cli.run).and_then(node::run),
+        Some(Command::Run(args)) => run(&args),
+        None => run(&cli.run),
     };
     if let Err(e) = result {
         eprintln!("gatewayd: {e}");

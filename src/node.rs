@@ -1,6 +1,8 @@
 //! Starting and stopping a node: the registry, the sidecar, one worker per
 //! core, the admin endpoint and the demo source, wired by messages.
 
+pub mod check;
+pub mod notify;
 mod recovery;
 mod services;
 
@@ -74,7 +76,8 @@ fn joiner<T: Send + 'static>(t: std::thread::JoinHandle<T>) -> Join {
 
 /// Start every service of a node, in the order each needs the others, say
 /// where they listen, then wait for SIGTERM/SIGINT and drain.
-pub fn run(mut cfg: Config) -> Result<(), String> {
+pub fn run(mut cfg: Config) -> Result<notify::Stopped, String> {
+    let notifier = notify::Notifier::from_env().map(Arc::new);
     std::fs::create_dir_all(&cfg.data_dir)
         .map_err(|e| format!("creating data dir {}: {e}", cfg.data_dir.display()))?;
     let nofile = net::uring::raise_nofile_limit();
@@ -319,6 +322,11 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
         std::thread::sleep(Duration::from_millis(5));
     }
     announce(&cfg, admin.addr, ingest_addr, link_addr, portal.as_ref())?;
+    // Every listener bound, every worker listening, the registry answered.
+    notify::notify(&notifier, "READY=1");
+    if let Some(t) = notify::start_watchdog(&notifier, shared.clone(), stop.clone())? {
+        joins.push(joiner(t));
+    }
 
     // Block until SIGTERM or SIGINT, then drain.
     let mut signals = signal_hook::iterator::Signals::new([
@@ -333,7 +341,13 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     } else {
         cfg.limits.drain_spread_ms
     };
-    tracing::info!(?sig, spread_ms, "draining: op 7 to every session");
+    let stopped = if crate::ops::admin::DRAIN_REQUESTED.load(Ordering::SeqCst) {
+        notify::Stopped::DrainRequested
+    } else {
+        notify::Stopped::Signal
+    };
+    tracing::info!(?sig, ?stopped, spread_ms, "draining: op 7 to every session");
+    notify::notify(&notifier, "STOPPING=1");
     shared.shutting_down.store(true, Ordering::SeqCst);
     for h in handles.iter() {
         h.send(ToWorker::Shutdown { spread_ms });
@@ -348,8 +362,8 @@ pub fn run(mut cfg: Config) -> Result<(), String> {
     drop(admin);
     drop(egress);
     drop(egress_child);
-    tracing::info!("stopped");
-    Ok(())
+    tracing::info!(?stopped, exit = stopped.code(), "stopped");
+    Ok(stopped)
 }
 
 /// Say where the node listens: on stdout for a person, and in

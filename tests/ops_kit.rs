@@ -226,6 +226,9 @@ fn unit_seconds(v: &str) -> u64 {
 fn example_config() -> gatewayd::config::Config {
     gatewayd::config::Config::load(&gatewayd::config::RunArgs {
         config: Some(repo(CONFIG)),
+        // As a flag overrides the file's admin_token_file (the unit's
+        // credential, read where systemd puts it: the node test below).
+        admin_token: Some("a-flag-overrides-the-credential".into()),
         ..Default::default()
     })
     .unwrap_or_else(|e| panic!("{CONFIG} is not accepted: {e}"))
@@ -285,6 +288,38 @@ fn example_config_parses_and_the_unit_fits_it() {
     for key in ["LimitNOFILE", "LimitMEMLOCK", "User", "Restart"] {
         assert_eq!(unit_value(&unit, key).len(), 1, "{key}= once in {UNIT}");
     }
+    // A node the service manager can run (node/notify.rs): it says when it
+    // is ready and that it is alive, and its exit statuses drive restarts.
+    assert_eq!(unit_value(&unit, "Type"), ["notify"]);
+    assert_eq!(unit_value(&unit, "NotifyAccess"), ["main"]);
+    assert_eq!(unit_value(&unit, "WatchdogSec").len(), 1, "WatchdogSec=");
+    assert!(unit_seconds(&unit_value(&unit, "WatchdogSec")[0]) >= 2);
+    assert_eq!(unit_value(&unit, "Restart"), ["on-failure"]);
+    assert_eq!(unit_value(&unit, "RestartForceExitStatus"), ["75"]);
+    assert_eq!(unit_value(&unit, "SuccessExitStatus"), ["75"]);
+    assert_eq!(unit_value(&unit, "RestartPreventExitStatus"), ["78"]);
+    // Every secret file the example config names is a credential of the unit.
+    let text = read(CONFIG);
+    let creds = unit_credentials();
+    for line in text.lines().filter(|l| !l.trim_start().starts_with('#')) {
+        if let Some((key, value)) = line.split_once('=') {
+            if key.trim().ends_with("_file") {
+                let name = value.trim().trim_matches('"');
+                assert!(
+                    creds.iter().any(|c| c == name),
+                    "{CONFIG} reads {name} but {UNIT} has no LoadCredential={name}:...: {creds:?}"
+                );
+            }
+        }
+    }
+}
+
+/// The credential names of the unit's `LoadCredential=name:path` lines.
+fn unit_credentials() -> Vec<String> {
+    unit_value(&read(UNIT), "LoadCredential")
+        .iter()
+        .map(|v| v.split_once(':').map_or(v.as_str(), |(n, _)| n).to_string())
+        .collect()
 }
 
 #[test]
@@ -358,7 +393,20 @@ fn every_metric_of_the_alerts_and_the_dashboard_is_exported_and_the_example_conf
     // The example config as shipped: none of the tests' defaults, only
     // port 0 and a fresh data directory.
     let config = repo(CONFIG);
-    let mut node = Node::start_exactly(&["--config", config.to_str().unwrap()]);
+    // The unit's credentials (LoadCredential=): systemd puts each in a
+    // directory of the service's own and names it in CREDENTIALS_DIRECTORY.
+    let creds = tempfile::tempdir().unwrap();
+    for name in unit_credentials() {
+        std::fs::write(
+            creds.path().join(&name),
+            format!("{name}-0123456789abcdef\n"),
+        )
+        .unwrap();
+    }
+    let mut node = Node::start_exactly_with_env(
+        &["--config", config.to_str().unwrap()],
+        &[("CREDENTIALS_DIRECTORY", creds.path().to_str().unwrap())],
+    );
     let (gateway, admin) = (node.gateway, node.admin);
 
     // One refused WebSocket (encoding=etf: close 4002), so that

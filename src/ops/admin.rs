@@ -56,6 +56,12 @@ pub fn start(addr: SocketAddr, views: Views) -> std::io::Result<Admin> {
 
 /// Time a client has to send its whole request head (one thread serves the
 /// port: a client that trickles bytes must not hold it for longer).
+/// Set by `POST /drain` before it signals the process: the drain that
+/// follows ends in the exit status that asks to be restarted
+/// (node/notify.rs, EXIT_DRAINED_ON_REQUEST).
+pub static DRAIN_REQUESTED: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
+
 const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
 
 /// Whether the request may use a protected endpoint: no token configured, or
@@ -196,7 +202,9 @@ fn serve(mut s: TcpStream, views: &Views) -> std::io::Result<()> {
             )
         }
         "/drain" if method == "POST" => {
-            // The same path as SIGTERM: op 7 spread over the drain window, then exit.
+            // The same path as SIGTERM: op 7 spread over the drain window,
+            // then exit, with the status that asks to be restarted.
+            DRAIN_REQUESTED.store(true, Ordering::SeqCst);
             // SAFETY: signalling our own process.
             unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
             (202, "text/plain", "draining\n".to_string())

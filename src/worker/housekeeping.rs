@@ -6,6 +6,7 @@ use super::*;
 
 impl Worker {
     pub(super) fn on_tick(&mut self) {
+        self.metrics().ticks.fetch_add(1, Ordering::Relaxed);
         self.expire_pending();
         if !self.fenced() {
             self.checkpoint_if_due(None);

@@ -100,6 +100,9 @@ pub struct WorkerMetrics {
     /// Gateway closes sent, indexed by code - 4000 (0..=14); 15 counts WebSocket-level closes.
     pub closes: [AtomicU64; 16],
     pub busy_ns: AtomicU64,
+    /// Housekeeping ticks (every 250 ms): the watchdog's proof that the
+    /// worker turns (node/notify.rs).
+    pub ticks: AtomicU64,
     /// Connections of this worker served with transport compression (set each tick).
     pub compressed_sessions: AtomicU64,
     /// Connections that asked for compression but were served plain text

@@ -66,8 +66,24 @@ impl Node {
         Node::start_in(old, &args)
     }
 
+    /// `start_exactly` with these environment variables set for the node.
+    pub fn start_exactly_with_env(args: &[&str], env: &[(&str, &str)]) -> Node {
+        Node::start_in_env(tempfile::tempdir().unwrap(), args, env)
+    }
+
+    /// `start` with these environment variables set for the node.
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Node {
+        let args: Vec<&str> = TEST_DEFAULTS.iter().chain(extra).copied().collect();
+        Node::start_in_env(tempfile::tempdir().unwrap(), &args, env)
+    }
+
     fn start_in(dir: tempfile::TempDir, args: &[&str]) -> Node {
+        Node::start_in_env(dir, args, &[])
+    }
+
+    fn start_in_env(dir: tempfile::TempDir, args: &[&str], env: &[(&str, &str)]) -> Node {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_gatewayd"));
+        cmd.envs(env.iter().copied());
         cmd.arg("run")
             .arg("--data-dir")
             .arg(dir.path())

@@ -8,12 +8,14 @@ use serde::Deserialize;
 
 mod cluster;
 mod egress;
+mod flags;
 mod portal;
 mod recovery;
 mod secrets;
 mod sections;
 pub use cluster::Cluster;
 pub use egress::Egress;
+pub use flags::{OnOff, RunArgs};
 pub use portal::{Portal, PortalArgs};
 pub use recovery::Recovery;
 pub use secrets::SecretArgs;
@@ -35,7 +37,7 @@ pub struct Config {
     /// `GATEWAYD_ADMIN_TOKEN`. Empty: none (loopback only).
     pub admin_token: String,
     /// A file holding admin_token (config/secrets.rs): a systemd credential.
-    pub admin_token_file: Option<PathBuf>,
+    pub admin_token_file: PathBuf,
     /// Whether `GET /metrics` needs the token too (default false: metrics stay
     /// readable by the scraper; `/healthz` and `/readyz` never need it).
     pub admin_metrics_auth: bool,
@@ -50,7 +52,7 @@ pub struct Config {
     /// of the embedded file: for several nodes.
     pub registry_url: String,
     /// A file holding registry_url (its password with it).
-    pub registry_url_file: Option<PathBuf>,
+    pub registry_url_file: PathBuf,
     pub tls: TlsConfig,
     pub limits: Limits,
     pub ring: RingSizes,
@@ -226,13 +228,13 @@ impl Default for Config {
             gateway_addr: "127.0.0.1:8080".parse().unwrap(),
             admin_addr: "127.0.0.1:9090".parse().unwrap(),
             admin_token: String::new(),
-            admin_token_file: None,
+            admin_token_file: PathBuf::new(),
             admin_metrics_auth: false,
             public_url: String::new(),
             workers: 0,
             registry_path: PathBuf::new(),
             registry_url: String::new(),
-            registry_url_file: None,
+            registry_url_file: PathBuf::new(),
             tls: TlsConfig::default(),
             limits: Limits::default(),
             ring: RingSizes::default(),
@@ -288,174 +290,6 @@ impl Default for Demo {
     }
 }
 
-/// Flags of `gatewayd run`; each overrides the config file.
-#[derive(clap::Args, Debug, Default, Clone)]
-pub struct RunArgs {
-    /// TOML configuration file (see README for every key).
-    #[arg(long)]
-    pub config: Option<PathBuf>,
-    /// Validate the configuration and reach every service it names, each
-    /// within its deadline; print one line per check and exit 0 (all passed)
-    /// or 1. Starts nothing.
-    #[arg(long)]
-    pub check: bool,
-    #[arg(long)]
-    pub data_dir: Option<PathBuf>,
-    #[arg(long)]
-    pub gateway_addr: Option<SocketAddr>,
-    #[command(flatten)]
-    pub portal: PortalArgs,
-    #[arg(long)]
-    pub admin_addr: Option<SocketAddr>,
-    /// Bearer token for POST /drain and /fault/registry (required when
-    /// admin_addr is not loopback). Prefer the environment variable: a flag
-    /// is visible in the process list.
-    #[arg(long, env = "GATEWAYD_ADMIN_TOKEN", hide_env_values = true)]
-    pub admin_token: Option<String>,
-    #[arg(long)]
-    pub public_url: Option<String>,
-    #[arg(long)]
-    pub workers: Option<usize>,
-    #[arg(long)]
-    pub registry_path: Option<PathBuf>,
-    /// Shared PostgreSQL registry URL (instead of the embedded SQLite file).
-    #[arg(long, env = "GATEWAYD_REGISTRY_URL")]
-    pub registry_url: Option<String>,
-    #[arg(long)]
-    pub tls_cert: Option<PathBuf>,
-    #[arg(long)]
-    pub tls_key: Option<PathBuf>,
-    #[arg(long)]
-    pub max_sessions_per_worker: Option<u32>,
-    #[arg(long)]
-    pub heartbeat_interval_ms: Option<u64>,
-    #[arg(long)]
-    pub handshake_timeout_ms: Option<u64>,
-    #[arg(long)]
-    pub resume_window_ms: Option<u64>,
-    #[arg(long)]
-    pub shutdown_grace_ms: Option<u64>,
-    /// Window over which a drain (SIGTERM, POST /drain) spreads op 7.
-    #[arg(long)]
-    pub drain_spread_ms: Option<u64>,
-    /// Node-wide cap on connections served compressed (zlib-stream / zstd-stream); 0: none.
-    #[arg(long)]
-    pub max_compressed_sessions: Option<usize>,
-    /// Ingest listener address (events in).
-    #[arg(long)]
-    pub ingest_addr: Option<SocketAddr>,
-    /// Kafka-protocol bootstrap servers to consume events from (e.g. 127.0.0.1:9092).
-    #[arg(long)]
-    pub kafka_brokers: Option<String>,
-    #[arg(long)]
-    pub kafka_topic: Option<String>,
-    /// Consumer group (default: gatewayd-<hostname>-<gateway port>).
-    #[arg(long)]
-    pub kafka_group: Option<String>,
-    #[arg(long)]
-    pub kafka_session_timeout_ms: Option<u32>,
-    /// Unsent events a session may queue before it is closed (4000).
-    #[arg(long)]
-    pub max_unsent: Option<u32>,
-    /// Per-worker event arena size in bytes.
-    #[arg(long)]
-    pub arena_bytes: Option<u64>,
-    /// Per-application identify limits (max_concurrency buckets, daily session starts): on|off.
-    #[arg(long)]
-    pub identify_limits: Option<OnOff>,
-    /// Node-wide identify admission per second (0: off).
-    #[arg(long)]
-    pub admission_per_second: Option<u32>,
-    #[arg(long)]
-    pub lease_ttl_ms: Option<u64>,
-    /// How often the revocation outbox is read (0: never).
-    #[arg(long)]
-    pub revocation_poll_ms: Option<u64>,
-    #[arg(long)]
-    pub brownout_max_ms: Option<u64>,
-    /// Deadline of each registry call: slower (or failing) means brownout.
-    #[arg(long)]
-    pub registry_timeout_ms: Option<u64>,
-    /// Allow POST /fault/registry on the admin port.
-    #[arg(long)]
-    pub fault_injection: bool,
-    /// Post a demo MESSAGE_CREATE every N ms.
-    #[arg(long)]
-    pub demo_interval_ms: Option<u64>,
-    /// Do not run the demo traffic source.
-    #[arg(long)]
-    pub no_demo: bool,
-    /// REST: multiply every route bucket's limit (load tests of the edge).
-    #[arg(long)]
-    pub rest_limit_scale: Option<u32>,
-    /// REST: requests per second per bot token across all routes.
-    #[arg(long)]
-    pub rest_global_per_second: Option<u32>,
-    /// REST: invalid requests per source address per 10 minutes before it is restricted (0: never).
-    #[arg(long)]
-    pub rest_invalid_per_address: Option<u32>,
-    /// REST: 429s within 10 s before a token is banned.
-    #[arg(long)]
-    pub rest_ban_after_429s: Option<u32>,
-    /// REST: how long such a ban lasts.
-    #[arg(long)]
-    pub rest_ban_seconds: Option<u64>,
-    /// REST: how often an application's view is rebuilt (new installations).
-    #[arg(long)]
-    pub rest_view_refresh_ms: Option<u64>,
-    /// Forward REST actions to this chat service (http://host:port/path) instead of the embedded one.
-    #[arg(long)]
-    pub chat_upstream_url: Option<String>,
-    /// Deadline of each call to that chat service.
-    #[arg(long)]
-    pub chat_upstream_timeout_ms: Option<u64>,
-    /// Connections to that chat service per pool: each worker's and the chat thread's (1-64; 4).
-    #[arg(long)]
-    pub chat_upstream_connections: Option<usize>,
-    /// How long an interaction's token works for follow-ups (ms; 15 minutes).
-    #[arg(long)]
-    pub interaction_token_ttl_ms: Option<u64>,
-    /// REST: share the rate-limit counters with other nodes through this Redis (redis://host:port).
-    #[arg(long, env = "GATEWAYD_REST_REDIS_URL")]
-    pub rest_redis_url: Option<String>,
-    /// REST: how soon an admission is counted on every other node (ms, at most 100).
-    #[arg(long)]
-    pub rest_redis_sync_ms: Option<u64>,
-    /// REST: deadline of each Redis connect and round (ms).
-    #[arg(long)]
-    pub rest_redis_timeout_ms: Option<u64>,
-    /// REST: nodes sharing the limits, for the fallback share (0: from Redis heartbeats).
-    #[arg(long)]
-    pub rest_nodes: Option<u32>,
-    /// Cluster: where the node-to-node link listens (docs/cluster.md).
-    #[arg(long)]
-    pub cluster_link_addr: Option<SocketAddr>,
-    #[arg(long)]
-    pub cluster_handoff_timeout_ms: Option<u64>,
-    /// Crash recovery: the session store (redis://host:port); turns [recovery] on.
-    #[arg(long, env = "GATEWAYD_RECOVERY_REDIS_URL")]
-    pub recovery_redis_url: Option<String>,
-    #[arg(long)]
-    pub recovery_checkpoint_ms: Option<u64>,
-    /// Where the node's child egress listens (Unix socket path or host:port).
-    #[arg(long)]
-    pub egress_addr: Option<String>,
-    /// Use the egress at host:port instead of starting one.
-    #[arg(long)]
-    pub egress_remote: Option<String>,
-    /// Ranges the child egress may reach anyway (development, tests), comma-separated.
-    #[arg(long, value_delimiter = ',')]
-    pub egress_allow_private_cidrs: Option<Vec<String>>,
-    #[command(flatten)]
-    pub secrets: SecretArgs,
-}
-
-#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
-pub enum OnOff {
-    On,
-    Off,
-}
-
 impl Config {
     pub fn load(args: &RunArgs) -> Result<Config, String> {
         let mut cfg = match &args.config {
@@ -466,81 +300,7 @@ impl Config {
             }
             None => Config::default(),
         };
-        macro_rules! set {
-            ($flag:expr => $field:expr) => {
-                if let Some(v) = $flag.clone() {
-                    $field = v;
-                }
-            };
-        }
-        set!(args.data_dir => cfg.data_dir);
-        set!(args.gateway_addr => cfg.gateway_addr);
-        set!(args.admin_addr => cfg.admin_addr);
-        set!(args.admin_token => cfg.admin_token);
-        args.portal.apply(&mut cfg.portal);
-        set!(args.public_url => cfg.public_url);
-        set!(args.workers => cfg.workers);
-        set!(args.registry_path => cfg.registry_path);
-        set!(args.registry_url => cfg.registry_url);
-        set!(args.max_sessions_per_worker => cfg.limits.max_sessions_per_worker);
-        set!(args.heartbeat_interval_ms => cfg.limits.heartbeat_interval_ms);
-        set!(args.handshake_timeout_ms => cfg.limits.handshake_timeout_ms);
-        set!(args.resume_window_ms => cfg.limits.resume_window_ms);
-        set!(args.shutdown_grace_ms => cfg.limits.shutdown_grace_ms);
-        set!(args.drain_spread_ms => cfg.limits.drain_spread_ms);
-        set!(args.max_compressed_sessions => cfg.limits.max_compressed_sessions);
-        set!(args.demo_interval_ms => cfg.demo.interval_ms);
-        set!(args.ingest_addr => cfg.events.ingest_addr);
-        set!(args.kafka_brokers => cfg.events.kafka_brokers);
-        set!(args.kafka_topic => cfg.events.kafka_topic);
-        set!(args.kafka_group => cfg.events.kafka_group);
-        set!(args.kafka_session_timeout_ms => cfg.events.kafka_session_timeout_ms);
-        if let Some(v) = args.identify_limits {
-            cfg.registry.identify_limits = v == OnOff::On;
-        }
-        set!(args.admission_per_second => cfg.registry.admission_per_second);
-        set!(args.lease_ttl_ms => cfg.registry.lease_ttl_ms);
-        set!(args.revocation_poll_ms => cfg.registry.revocation_poll_ms);
-        set!(args.brownout_max_ms => cfg.registry.brownout_max_ms);
-        set!(args.registry_timeout_ms => cfg.registry.timeout_ms);
-        if args.fault_injection {
-            cfg.registry.fault_injection = true;
-        }
-        set!(args.rest_limit_scale => cfg.rest.limit_scale);
-        set!(args.rest_global_per_second => cfg.rest.global_per_second);
-        set!(args.rest_ban_after_429s => cfg.rest.ban_after_429s);
-        set!(args.rest_ban_seconds => cfg.rest.ban_seconds);
-        set!(args.rest_invalid_per_address => cfg.rest.invalid_per_address);
-        set!(args.rest_view_refresh_ms => cfg.rest.view_refresh_ms);
-        set!(args.chat_upstream_url => cfg.chat.upstream_url);
-        set!(args.chat_upstream_timeout_ms => cfg.chat.upstream_timeout_ms);
-        set!(args.chat_upstream_connections => cfg.chat.upstream_connections);
-        set!(args.interaction_token_ttl_ms => cfg.chat.interaction_token_ttl_ms);
-        set!(args.rest_redis_url => cfg.rest.redis_url);
-        set!(args.rest_redis_sync_ms => cfg.rest.redis_sync_ms);
-        set!(args.rest_redis_timeout_ms => cfg.rest.redis_timeout_ms);
-        set!(args.rest_nodes => cfg.rest.nodes);
-        set!(args.cluster_link_addr => cfg.cluster.link_addr);
-        set!(args.cluster_handoff_timeout_ms => cfg.cluster.handoff_timeout_ms);
-        if let Some(url) = args.recovery_redis_url.clone() {
-            cfg.recovery.enabled = true;
-            cfg.recovery.redis_url = url;
-        }
-        set!(args.recovery_checkpoint_ms => cfg.recovery.checkpoint_ms);
-        set!(args.egress_addr => cfg.egress.addr);
-        set!(args.egress_remote => cfg.egress.remote);
-        set!(args.egress_allow_private_cidrs => cfg.egress.allow_private_cidrs);
-        set!(args.max_unsent => cfg.events.max_unsent);
-        set!(args.arena_bytes => cfg.events.arena_bytes);
-        if args.tls_cert.is_some() {
-            cfg.tls.cert = args.tls_cert.clone();
-        }
-        if args.tls_key.is_some() {
-            cfg.tls.key = args.tls_key.clone();
-        }
-        if args.no_demo {
-            cfg.demo.enabled = false;
-        }
+        args.apply(&mut cfg);
         secrets::from_files(&mut cfg, args)?;
         cfg.validate()?;
         Ok(cfg)

@@ -4,9 +4,11 @@
 use std::fmt::Write;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-/// Upper bounds in milliseconds.
-const BOUNDS_MS: [u64; 14] = [
-    1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10_000, 60_000,
+/// Upper bounds in milliseconds. 1.5 s: the revocation promise
+/// (`gatewayd_revocation_apply_seconds`, about a second) is judged between
+/// 1 s and 2 s.
+const BOUNDS_MS: [u64; 15] = [
+    1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 1500, 2000, 5000, 10_000, 60_000,
 ];
 
 #[derive(Default)]
@@ -77,13 +79,16 @@ mod tests {
         let h = Histogram::default();
         h.record_us(500);
         h.record_us(3_000);
+        h.record_us(1_200_000);
         h.record_us(90_000_000);
         let mut out = String::new();
         h.render("x_seconds", "test", &mut out);
         assert!(out.contains("x_seconds_bucket{le=\"0.001\"} 1"));
         assert!(out.contains("x_seconds_bucket{le=\"0.005\"} 2"));
-        assert!(out.contains("x_seconds_bucket{le=\"60\"} 2"));
-        assert!(out.contains("x_seconds_bucket{le=\"+Inf\"} 3"));
-        assert!(out.contains("x_seconds_count 3"));
+        assert!(out.contains("x_seconds_bucket{le=\"1\"} 2"));
+        assert!(out.contains("x_seconds_bucket{le=\"1.5\"} 3"));
+        assert!(out.contains("x_seconds_bucket{le=\"60\"} 3"));
+        assert!(out.contains("x_seconds_bucket{le=\"+Inf\"} 4"));
+        assert!(out.contains("x_seconds_count 4"));
     }
 }

@@ -16,7 +16,8 @@ use clap::{Parser, Subcommand};
 #[derive(Parser)]
 #[command(
     name = "gatewayd",
-    version,
+    // The commit from build.rs ("unknown" outside a git checkout).
+    version = concat!(env!("CARGO_PKG_VERSION"), " (", env!("GATEWAYD_COMMIT"), ")"),
     about = "Discord Gateway v10 compatible node on thread-per-core io_uring workers"
 )]
 struct Cli {

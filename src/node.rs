@@ -163,6 +163,10 @@ pub fn run(mut cfg: Config) -> Result<notify::Stopped, String> {
                     .collect()
             })
             .collect(),
+        ring_slots: setups
+            .iter()
+            .map(|s| s.rings.iter().map(|(r, _)| r.fixed_files()).collect())
+            .collect(),
         metrics: (0..workers).map(|_| WorkerMetrics::default()).collect(),
         apps: crate::worker::app_stats::AppTable::new(workers),
         ready_workers: AtomicUsize::new(0),

@@ -326,6 +326,155 @@ fn metrics_exposition_is_valid_and_has_the_operations_families() {
     drop(idle);
 }
 
+/// `git rev-parse --short HEAD` of this checkout, if it is one and git answers.
+fn git_head() -> Option<String> {
+    let dir = env!("CARGO_MANIFEST_DIR");
+    if !std::path::Path::new(dir).join(".git").exists() {
+        return None;
+    }
+    let out = Command::new("git")
+        .args(["rev-parse", "--short", "HEAD"])
+        .current_dir(dir)
+        .output()
+        .ok()?;
+    let head = String::from_utf8(out.stdout).ok()?.trim().to_string();
+    (out.status.success() && !head.is_empty()).then_some(head)
+}
+
+/// The soft "Max open files" of a process, from /proc/PID/limits.
+fn max_open_files(pid: u32) -> f64 {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .expect("Max open files in /proc/PID/limits");
+    let soft = line["Max open files".len()..]
+        .split_whitespace()
+        .next()
+        .unwrap();
+    if soft == "unlimited" {
+        u64::MAX as f64
+    } else {
+        soft.parse().unwrap()
+    }
+}
+
+/// The node's own gauges on a real node: which build runs, whether it takes
+/// traffic (1 exactly when /readyz answers 200; 0 once a drain begins), the
+/// fd limit, each worker's io_uring fixed file table slots as connections
+/// come and go, and the revocation histogram's 1.5 s bucket.
+#[test]
+fn build_readiness_fd_limit_and_fixed_file_slots() {
+    let node = Node::start(&[
+        "--workers",
+        &WORKERS.to_string(),
+        "--max-sessions-per-worker",
+        "1000",
+        // A drain that lasts (op 7 within 10 s, then 3 s for the session
+        // to go): the admin port answers throughout.
+        "--drain-spread-ms",
+        "10000",
+        "--shutdown-grace-ms",
+        "3000",
+    ]);
+    let s = scrape(&node);
+
+    // gatewayd_build_info: one series, 1, this crate's version, the commit
+    // build.rs found (that of this checkout, when git answers).
+    let info: Vec<_> = s
+        .iter()
+        .filter(|(n, _, _)| n == "gatewayd_build_info")
+        .collect();
+    assert_eq!(info.len(), 1, "{info:?}");
+    let (_, labels, v) = info[0];
+    assert_eq!(*v, 1.0);
+    assert_eq!(labels["version"], env!("CARGO_PKG_VERSION"));
+    let commit = labels["commit"].as_str();
+    assert_eq!(commit, env!("GATEWAYD_COMMIT"));
+    if std::env::var_os("GATEWAYD_COMMIT").is_none() {
+        match git_head() {
+            // The abbreviation may grow by a digit as the repository does.
+            Some(head) => assert!(
+                head.starts_with(commit) || commit.starts_with(&head),
+                "built from {commit}, HEAD is {head}"
+            ),
+            None => assert_eq!(commit, "unknown"),
+        }
+    }
+
+    // Ready, as /readyz says.
+    assert_eq!(sum(&s, "gatewayd_ready", &[]), 1.0);
+    assert_eq!(
+        support::http::http_get(node.admin, "/readyz").unwrap().0,
+        200
+    );
+
+    // The fd limit: the node's own soft RLIMIT_NOFILE, above what is open.
+    let max = sum(&s, "process_max_fds", &[]);
+    assert_eq!(max, max_open_files(node.child.id()));
+    assert!(max > sum(&s, "process_open_fds", &[]), "{max}");
+
+    // Fixed file slots: every worker, used and free; 1000 sessions and 25 %
+    // headroom per worker, in one ring (the fd limit is above 1250).
+    assert!(max >= 1250.0);
+    for w in 0..WORKERS {
+        let w = w.to_string();
+        let used = sum(
+            &s,
+            "gatewayd_fixed_file_slots",
+            &[("worker", &w), ("state", "used")],
+        );
+        let free = sum(
+            &s,
+            "gatewayd_fixed_file_slots",
+            &[("worker", &w), ("state", "free")],
+        );
+        assert_eq!(used + free, 1250.0, "worker {w}: {used} used + {free} free");
+    }
+    let series = s
+        .iter()
+        .filter(|(n, _, _)| n == "gatewayd_fixed_file_slots")
+        .count();
+    assert_eq!(series, WORKERS * 2);
+    let used = |s: &Samples| sum(s, "gatewayd_fixed_file_slots", &[("state", "used")]);
+    let idle = used(&s);
+
+    // The revocation histogram has its 1.5 s bucket.
+    assert!(
+        s.iter()
+            .any(|(n, l, _)| n == "gatewayd_revocation_apply_seconds_bucket"
+                && l.get("le").map(String::as_str) == Some("1.5")),
+        "no le=\"1.5\" bucket in gatewayd_revocation_apply_seconds"
+    );
+
+    // A connection takes a slot (on whichever worker), and gives it back.
+    let mut ws = support::bot::connect(node.gateway);
+    assert!(
+        matches!(support::bot::read_next(&mut ws, Duration::from_secs(10)), Next::Json(v) if v["op"] == 10)
+    );
+    let s = scrape_until(&node, "a used fixed file slot", |s| used(s) >= idle + 1.0);
+    assert_eq!(
+        sum(&s, "gatewayd_fixed_file_slots", &[]),
+        1250.0 * WORKERS as f64
+    );
+    drop(ws);
+    scrape_until(&node, "the slot given back", |s| used(s) == idle);
+
+    // A drain: not ready from its first moment, /readyz agreeing, while the
+    // node is still up serving its session.
+    let intents = intent::GUILDS | intent::GUILD_MESSAGES;
+    let _session =
+        support::bot::identify(node.gateway, "demo", &node.token, intents, None).expect("identify");
+    node.sigterm();
+    scrape_until(&node, "gatewayd_ready 0 in the drain", |s| {
+        sum(s, "gatewayd_ready", &[]) == 0.0
+    });
+    assert_eq!(
+        support::http::http_get(node.admin, "/readyz").unwrap().0,
+        503
+    );
+}
+
 fn stats(args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_gatewayd"))
         .arg("stats")

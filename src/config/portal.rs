@@ -49,20 +49,23 @@ impl Default for Portal {
 /// The portal's flags of `gatewayd run`.
 #[derive(clap::Args, Debug, Default, Clone)]
 pub struct PortalArgs {
-    /// The developer portal's listener (default 127.0.0.1:8090; never the
-    /// admin port).
+    /// Listener of the developer portal, never the admin port (default 127.0.0.1:8090; port 0: any
+    /// free port, written to <data dir>/gatewayd.portal-addr) [config: portal.addr]
     #[arg(long)]
     pub portal_addr: Option<SocketAddr>,
-    /// Do not serve the developer portal.
+    /// Do not serve the developer portal [config: portal.enabled = false]
     #[arg(long)]
     pub no_portal: bool,
-    /// Idle lifetime of a portal session, seconds.
+    /// How long a portal session lives without use, seconds (default 1800)
+    /// [config: portal.session_idle_s]
     #[arg(long)]
     pub portal_session_idle_s: Option<u64>,
-    /// Failed portal sign-ins per address per minute before refusing it.
+    /// Failed portal sign-ins per source address per minute before it is refused (default 10)
+    /// [config: portal.signin_failures_per_address]
     #[arg(long)]
     pub portal_signin_failures_per_address: Option<u32>,
-    /// Failed portal sign-ins per minute from everyone before refusing all.
+    /// Failed portal sign-ins per minute from all addresses before every sign-in is refused
+    /// (default 200) [config: portal.signin_failures_global]
     #[arg(long)]
     pub portal_signin_failures_global: Option<u32>,
 }

@@ -12,7 +12,7 @@ pub struct Recovery {
     /// `redis://[[user]:password@]host[:port][/db]`: the session store.
     pub redis_url: String,
     /// A file holding redis_url (its password with it): config/secrets.rs.
-    pub redis_url_file: Option<std::path::PathBuf>,
+    pub redis_url_file: std::path::PathBuf,
     /// How often each worker checkpoints its sessions (at a batch boundary).
     pub checkpoint_ms: u64,
     /// Deadline of one journal append (the batch goes on without it past this).
@@ -38,7 +38,7 @@ impl Default for Recovery {
         Recovery {
             enabled: false,
             redis_url: String::new(),
-            redis_url_file: None,
+            redis_url_file: std::path::PathBuf::new(),
             checkpoint_ms: 1_000,
             journal_timeout_ms: 30,
             timeout_ms: 200,

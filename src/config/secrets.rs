@@ -32,16 +32,20 @@ use std::path::{Path, PathBuf};
 /// The `*_file` flags of `gatewayd run`.
 #[derive(clap::Args, Debug, Default, Clone)]
 pub struct SecretArgs {
-    /// Read the admin token from this file (overrides `admin_token`; not with --admin-token).
+    /// Read the admin token from this file; a relative path from $CREDENTIALS_DIRECTORY when set
+    /// (not with --admin-token) [config: admin_token_file]
     #[arg(long, value_name = "FILE")]
     pub admin_token_file: Option<PathBuf>,
-    /// Read the registry URL (with its password) from this file (not with --registry-url).
+    /// Read the registry URL (with its password) from this file (not with --registry-url)
+    /// [config: registry_url_file]
     #[arg(long, value_name = "FILE")]
     pub registry_url_file: Option<PathBuf>,
-    /// Read the REST limits' Redis URL from this file (not with --rest-redis-url).
+    /// Read the REST limits' Redis URL from this file (not with --rest-redis-url)
+    /// [config: rest.redis_url_file]
     #[arg(long, value_name = "FILE")]
     pub rest_redis_url_file: Option<PathBuf>,
-    /// Read crash recovery's Redis URL from this file; turns [recovery] on (not with --recovery-redis-url).
+    /// Read crash recovery's Redis URL from this file; turns recovery on (not with
+    /// --recovery-redis-url) [config: recovery.redis_url_file]
     #[arg(long, value_name = "FILE")]
     pub recovery_redis_url_file: Option<PathBuf>,
 }
@@ -87,6 +91,11 @@ impl Secret<'_> {
     }
 }
 
+/// A `*_file` key of the config: empty is unset.
+fn named(p: &Path) -> Option<&Path> {
+    (!p.as_os_str().is_empty()).then_some(p)
+}
+
 /// Where a `*_file` path points: a relative one in the service manager's
 /// credentials directory when there is one.
 fn locate(path: &Path) -> PathBuf {
@@ -130,7 +139,7 @@ pub(super) fn from_files(cfg: &mut super::Config, args: &super::RunArgs) -> Resu
         name: "admin_token",
         flag: args.admin_token.is_some(),
         flag_file: f.admin_token_file.as_deref(),
-        key_file: cfg.admin_token_file.as_deref(),
+        key_file: named(cfg.admin_token_file.as_path()),
         value: &mut cfg.admin_token,
     }
     .resolve()?;
@@ -138,7 +147,7 @@ pub(super) fn from_files(cfg: &mut super::Config, args: &super::RunArgs) -> Resu
         name: "registry_url",
         flag: args.registry_url.is_some(),
         flag_file: f.registry_url_file.as_deref(),
-        key_file: cfg.registry_url_file.as_deref(),
+        key_file: named(cfg.registry_url_file.as_path()),
         value: &mut cfg.registry_url,
     }
     .resolve()?;
@@ -146,7 +155,7 @@ pub(super) fn from_files(cfg: &mut super::Config, args: &super::RunArgs) -> Resu
         name: "rest.redis_url",
         flag: args.rest_redis_url.is_some(),
         flag_file: f.rest_redis_url_file.as_deref(),
-        key_file: cfg.rest.redis_url_file.as_deref(),
+        key_file: named(cfg.rest.redis_url_file.as_path()),
         value: &mut cfg.rest.redis_url,
     }
     .resolve()?;
@@ -154,7 +163,7 @@ pub(super) fn from_files(cfg: &mut super::Config, args: &super::RunArgs) -> Resu
         name: "recovery.redis_url",
         flag: args.recovery_redis_url.is_some(),
         flag_file: f.recovery_redis_url_file.as_deref(),
-        key_file: cfg.recovery.redis_url_file.as_deref(),
+        key_file: named(cfg.recovery.redis_url_file.as_path()),
         value: &mut cfg.recovery.redis_url,
     }
     .resolve()?;

@@ -55,7 +55,7 @@ pub struct Rest {
     /// (`redis://[:password@]host[:port][/db]`); empty: each node alone.
     pub redis_url: String,
     /// A file holding redis_url (its password with it): config/secrets.rs.
-    pub redis_url_file: Option<std::path::PathBuf>,
+    pub redis_url_file: std::path::PathBuf,
     /// Every admission reaches every other node's limiter within this
     /// (plus two Redis round trips): the counters thread runs a round every
     /// half of it. 2..=100.
@@ -79,7 +79,7 @@ impl Default for Rest {
             ban_seconds: 60,
             view_refresh_ms: 60_000,
             redis_url: String::new(),
-            redis_url_file: None,
+            redis_url_file: std::path::PathBuf::new(),
             redis_sync_ms: 100,
             redis_timeout_ms: 50,
             nodes: 0,

@@ -111,7 +111,6 @@ fn serve(mut s: TcpStream, views: &Views) -> std::io::Result<()> {
         Ok(Some((_, head))) => (head.method, head.path, head.query, head.authorization),
         _ => Default::default(),
     };
-    let workers = shared.metrics.len();
     let method = method.as_str();
     let cfg = &shared.cfg;
     let allowed = authorized(&cfg.admin_token, authorization.as_deref());
@@ -137,6 +136,7 @@ fn serve(mut s: TcpStream, views: &Views) -> std::io::Result<()> {
                 shared.started.elapsed().as_secs_f64(),
                 &mut out,
             );
+            crate::ops::metrics::render_node(shared, &mut out);
             render_ingest(&views.ingest, &mut out);
             render_link(&views.link, &shared.metrics, &mut out);
             crate::ops::metrics::render_ops(&shared.metrics, &views.ingest, &views.link, &mut out);
@@ -210,9 +210,7 @@ fn serve(mut s: TcpStream, views: &Views) -> std::io::Result<()> {
             (202, "text/plain", "draining\n".to_string())
         }
         "/readyz" => {
-            let ready = shared.ready_workers.load(Ordering::SeqCst) == workers
-                && !shared.shutting_down.load(Ordering::SeqCst);
-            if ready {
+            if shared.ready() {
                 (200, "text/plain", "ready\n".to_string())
             } else {
                 (503, "text/plain", "not ready\n".to_string())

@@ -133,6 +133,50 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
     let _ = writeln!(out, "gatewayd_uptime_seconds {uptime_s:.3}");
 }
 
+/// The build (`gatewayd_build_info`), whether the node takes traffic
+/// (`gatewayd_ready`, as `/readyz` answers) and each worker's io_uring
+/// fixed file tables (`gatewayd_fixed_file_slots`).
+pub fn render_node(shared: &crate::worker::shared::Shared, out: &mut String) {
+    fn family(out: &mut String, name: &str, kind: &str, help: &str) {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}");
+    }
+    family(
+        out,
+        "gatewayd_build_info",
+        "gauge",
+        "Always 1; the labels say which build runs: the crate version and the git commit it was built from (unknown: built outside a git checkout).",
+    );
+    let _ = writeln!(
+        out,
+        "gatewayd_build_info{{version=\"{}\",commit=\"{}\"}} 1",
+        env!("CARGO_PKG_VERSION"),
+        env!("GATEWAYD_COMMIT")
+    );
+    family(
+        out,
+        "gatewayd_ready",
+        "gauge",
+        "1 while the node takes traffic (GET /readyz answers 200); 0 while it starts or drains.",
+    );
+    let _ = writeln!(out, "gatewayd_ready {}", u8::from(shared.ready()));
+    family(
+        out,
+        "gatewayd_fixed_file_slots",
+        "gauge",
+        "Slots of the io_uring fixed file tables of the worker's rings (one per connection; sized by limits.max_sessions_per_worker and ring.headroom_percent, each table at most RLIMIT_NOFILE), used and free.",
+    );
+    for (i, (load, slots)) in shared.ring_load.iter().zip(&shared.ring_slots).enumerate() {
+        let used: u64 = load.iter().map(|u| u64::from(u.load(Relaxed))).sum();
+        let all: u64 = slots.iter().map(|&s| u64::from(s)).sum();
+        for (state, v) in [("used", used), ("free", all.saturating_sub(used))] {
+            let _ = writeln!(
+                out,
+                "gatewayd_fixed_file_slots{{worker=\"{i}\",state=\"{state}\"}} {v}"
+            );
+        }
+    }
+}
+
 /// The operations view: families that combine the per-worker counters, the
 /// ingest listener's and the registry link's into conventional labelled
 /// families (sessions by state, drops by reason, ring fill, identify
@@ -342,6 +386,20 @@ fn render_process(out: &mut String) {
             "gauge",
             "Number of open file descriptors.",
             fds.count() as f64,
+        );
+    }
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into a local.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } == 0 {
+        family(
+            out,
+            "process_max_fds",
+            "gauge",
+            "Maximum number of open file descriptors.",
+            lim.rlim_cur as f64,
         );
     }
 }

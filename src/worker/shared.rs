@@ -35,6 +35,8 @@ pub struct Shared {
     /// level above which no connection is handed to that ring.
     pub ring_load: Vec<Vec<std::sync::atomic::AtomicU32>>,
     pub ring_limits: Vec<Vec<u32>>,
+    /// Slots in each worker's rings' fixed file tables (their sizes).
+    pub ring_slots: Vec<Vec<u32>>,
     pub metrics: Box<[WorkerMetrics]>,
     /// Per-application figures for the developer portal (bounded).
     pub apps: crate::worker::app_stats::AppTable,
@@ -109,6 +111,13 @@ impl Shared {
     /// This node's number in session ids (0: not in a cluster).
     pub fn node(&self) -> u16 {
         self.cluster.as_ref().map_or(0, |c| c.node)
+    }
+
+    /// Whether the node takes traffic: every worker is running and no drain
+    /// has begun (what `/readyz` answers and `gatewayd_ready` says).
+    pub fn ready(&self) -> bool {
+        use std::sync::atomic::Ordering::SeqCst;
+        self.ready_workers.load(SeqCst) == self.metrics.len() && !self.shutting_down.load(SeqCst)
     }
 }
 

@@ -15,7 +15,7 @@ pub use cluster::Cluster;
 pub use egress::Egress;
 pub use portal::{Portal, PortalArgs};
 pub use recovery::Recovery;
-pub use sections::{Chat, Rest};
+pub use sections::{Chat, Demo, Rest};
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -206,13 +206,6 @@ pub struct RingSizes {
     pub headroom_percent: u32,
 }
 
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Demo {
-    pub enabled: bool,
-    pub interval_ms: u64,
-}
-
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -267,15 +260,6 @@ impl Default for RingSizes {
             recv_buffers: 2048,
             recv_buffer_size: 4096,
             headroom_percent: 25,
-        }
-    }
-}
-
-impl Default for Demo {
-    fn default() -> Self {
-        Demo {
-            enabled: true,
-            interval_ms: 1000,
         }
     }
 }
@@ -369,9 +353,14 @@ pub struct RunArgs {
     /// Post a demo MESSAGE_CREATE every N ms.
     #[arg(long)]
     pub demo_interval_ms: Option<u64>,
-    /// Do not run the demo traffic source.
+    /// No demo at all: no demo application, server or token is seeded and
+    /// no demo traffic runs (demo.enabled = false).
     #[arg(long)]
     pub no_demo: bool,
+    /// Seed the demo application, server and token, but run no demo
+    /// traffic source (demo.traffic = false).
+    #[arg(long)]
+    pub no_demo_traffic: bool,
     /// REST: multiply every route bucket's limit (load tests of the edge).
     #[arg(long)]
     pub rest_limit_scale: Option<u32>,
@@ -525,6 +514,9 @@ impl Config {
         }
         if args.no_demo {
             cfg.demo.enabled = false;
+        }
+        if args.no_demo_traffic {
+            cfg.demo.traffic = false;
         }
         cfg.validate()?;
         Ok(cfg)

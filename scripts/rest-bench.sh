@@ -83,6 +83,8 @@ done
 # them runs (scripts/rest-ab.sh).
 PORTAL=()
 "$GW" run --help 2>/dev/null | grep -q -- '--portal-addr' && PORTAL=(--portal-addr 127.0.0.1:0)
+# --no-demo: no demo (the bench's apps and servers are its own). Older builds
+# that rest-ab.sh runs know the flag too: there it stops only the traffic.
 "$GW" run --data-dir "$D" --gateway-addr 127.0.0.1:0 --admin-addr 127.0.0.1:0 --ingest-addr 127.0.0.1:0 "${PORTAL[@]}" \
   --workers "$NWORKERS" --no-demo --rest-limit-scale 1000000 --rest-global-per-second 100000000 ${NODE_ARGS:-} > "$OUT/gatewayd.log" 2>&1 &
 NODE=$!

@@ -108,6 +108,8 @@ wait_port() { # host port
   done
   log "nothing listening on $1:$2"; return 1
 }
+# --no-demo: no demo at all (the 16 bench apps and their server are this
+# script's own; nothing needs the demo bot).
 start_gatewayd() {
   "$GW" run --data-dir "$D" --gateway-addr 127.0.0.1:$GW_PORT --admin-addr 127.0.0.1:$GW_ADMIN \
     --ingest-addr 127.0.0.1:$GW_INGEST --no-demo --identify-limits off --admission-per-second 0 \

@@ -19,7 +19,7 @@ pub use flags::{OnOff, RunArgs};
 pub use portal::{Portal, PortalArgs};
 pub use recovery::Recovery;
 pub use secrets::SecretArgs;
-pub use sections::{Chat, Rest};
+pub use sections::{Chat, Demo, Rest};
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -214,13 +214,6 @@ pub struct RingSizes {
     pub headroom_percent: u32,
 }
 
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct Demo {
-    pub enabled: bool,
-    pub interval_ms: u64,
-}
-
 impl Default for Config {
     fn default() -> Self {
         Config {
@@ -277,15 +270,6 @@ impl Default for RingSizes {
             recv_buffers: 2048,
             recv_buffer_size: 4096,
             headroom_percent: 25,
-        }
-    }
-}
-
-impl Default for Demo {
-    fn default() -> Self {
-        Demo {
-            enabled: true,
-            interval_ms: 1000,
         }
     }
 }

@@ -2,6 +2,7 @@
 //! core, the admin endpoint and the demo source, wired by messages.
 
 pub mod check;
+mod demo;
 pub mod notify;
 mod recovery;
 mod services;
@@ -85,9 +86,9 @@ pub fn run(mut cfg: Config) -> Result<notify::Stopped, String> {
     // client-side deadline per call, SQLite by its busy timeout (a writer
     // stuck holding the lock, e.g. a stopped CLI).
     let registry = open_registry(&cfg)?;
-    // The demo data is always seeded (it is how a fresh node is usable);
-    // `--no-demo` only stops the traffic source.
-    let demo_target = seed_demo(&cfg, &*registry)?;
+    // The demo data (how a fresh node is usable) only with the demo on;
+    // with it off, nothing is seeded and an earlier start's is named.
+    let demo_target = demo::prepare(&cfg, &*registry)?;
     // Outbound calls to bot-supplied URLs go through the egress process
     // (ADR-11): the node's own child, or a remote one.
     let (egress, egress_child) = services::start_egress(&cfg)?;
@@ -298,13 +299,8 @@ pub fn run(mut cfg: Config) -> Result<notify::Stopped, String> {
     };
     joins.push(joiner(chat_thread));
     // The demo source is a producer like any other: it writes records to the ingest listener.
-    if cfg.demo.enabled {
-        let t = crate::ingest::demo::start(
-            demo_target,
-            cfg.demo.interval_ms,
-            ingest_addr,
-            stop.clone(),
-        );
+    if let Some(target) = demo_target.filter(|_| cfg.demo.traffic) {
+        let t = crate::ingest::demo::start(target, cfg.demo.interval_ms, ingest_addr, stop.clone());
         joins.push(joiner(t));
     }
     joins.push(joiner(ingest_thread));
@@ -408,78 +404,11 @@ fn announce(
     std::fs::write(&tmp, addrs)
         .and_then(|_| std::fs::rename(&tmp, cfg.data_path("gatewayd.addrs")))
         .map_err(|e| format!("writing gatewayd.addrs: {e}"))?;
-    println!(
-        "  demo bot token: stored in {}",
-        cfg.data_path("demo-token").display()
-    );
-    Ok(())
-}
-
-/// Seed the demo application on first start and publish its token.
-fn seed_demo(
-    cfg: &Config,
-    registry: &dyn Registry,
-) -> Result<crate::ingest::demo::DemoTarget, String> {
-    let token_path = cfg.data_path("demo-token");
-    let seed = match registry.seed_demo().map_err(|e| format!("seeding demo data: {e}"))? {
-        Some(s) => s,
-        None => return Err("demo data is incomplete (demo-bot exists without its server); use a fresh --data-dir or --no-demo".into()),
-    };
-    match &seed.token {
-        Some(token) => {
-            write_secret(&token_path, token)
-                .map_err(|e| format!("writing {}: {e}", token_path.display()))?;
-            println!(
-                "demo bot token (shown once, also in {}): {token}",
-                token_path.display()
-            );
-        }
-        None if !cfg.registry_url.is_empty() => {
-            // A shared registry: another node (or an earlier run) holds the
-            // token; resetting it here would end that node's demo sessions.
-            if !token_path.exists() {
-                println!("demo bot exists in the shared registry; its token is where it was first written (or use `gatewayd registry reset-token`)");
-            }
-        }
-        None => {
-            if !token_path.exists() {
-                // The token was lost: issue a new one rather than leave the demo unusable.
-                let token = registry
-                    .reset_token(seed.app.id)
-                    .map_err(|e| e.to_string())?;
-                write_secret(&token_path, &token)
-                    .map_err(|e| format!("writing {}: {e}", token_path.display()))?;
-                println!(
-                    "demo bot token reset (in {}): {token}",
-                    token_path.display()
-                );
-            }
-        }
+    if cfg.demo.enabled {
+        println!(
+            "  demo bot token: stored in {}",
+            cfg.data_path("demo-token").display()
+        );
     }
-    let owner = registry
-        .server_snapshot(seed.server_id)
-        .ok()
-        .flatten()
-        .map(|s| s.server.owner_id);
-    let person = owner
-        .and_then(|o| registry.user(o).ok().flatten())
-        .map(|u| crate::protocol::guild::person(&u));
-    Ok(crate::ingest::demo::DemoTarget {
-        server_id: seed.server_id,
-        channel_id: seed.general_channel_id,
-        bot_user_id: seed.app.bot_user_id,
-        person,
-    })
-}
-
-fn write_secret(path: &std::path::Path, secret: &str) -> std::io::Result<()> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(path)?;
-    writeln!(f, "{secret}")
+    Ok(())
 }

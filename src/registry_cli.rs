@@ -61,6 +61,12 @@ enum RegistryCmd {
         #[arg(long)]
         app: u64,
     },
+    /// Delete a server and everything in it (installations, each revoked
+    /// first, channels, roles, members).
+    DeleteServer {
+        #[arg(long)]
+        server: u64,
+    },
     /// Create a server with a #general text channel.
     AddServer {
         #[arg(long)]
@@ -251,6 +257,15 @@ pub fn run(args: RegistryArgs) -> Result<(), String> {
         }
         RegistryCmd::DeleteApp { app } => {
             println!("deleted={}", reg.delete_application(app).map_err(e)?)
+        }
+        RegistryCmd::DeleteServer { server } => {
+            // Uninstalled first, one by one: each writes its revocation,
+            // so a running node ends those bots' access to the server now
+            // rather than when their leases lapse.
+            for i in reg.installations_in_server(server).map_err(e)? {
+                reg.uninstall(i.application_id, server).map_err(e)?;
+            }
+            println!("deleted={}", reg.delete_server(server).map_err(e)?)
         }
         RegistryCmd::AddServer { name } => {
             let s = reg.create_server(&name, 0).map_err(e)?;

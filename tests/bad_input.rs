@@ -711,12 +711,12 @@ struct Case {
     isolation: bool,
 }
 
-const NO_DEMO: &[&str] = &["--no-demo"];
-const HANDSHAKE_500: &[&str] = &["--no-demo", "--handshake-timeout-ms", "500"];
-const HEARTBEAT_500: &[&str] = &["--no-demo", "--heartbeat-interval-ms", "500"];
+const NO_DEMO_TRAFFIC: &[&str] = &["--no-demo-traffic"];
+const HANDSHAKE_500: &[&str] = &["--no-demo-traffic", "--handshake-timeout-ms", "500"];
+const HEARTBEAT_500: &[&str] = &["--no-demo-traffic", "--heartbeat-interval-ms", "500"];
 
 /// `test_name: scenario[, on FLAGS];` is a `#[test]` on a node started with
-/// FLAGS (default `--no-demo`) that must be healthy after the scenario, and
+/// FLAGS (default `--no-demo-traffic`) that must be healthy after the scenario, and
 /// an isolation case. `own_test_only` before it leaves it out of the
 /// isolation runs; `isolation_only` makes no `#[test]` of it.
 macro_rules! cases {
@@ -740,7 +740,7 @@ macro_rules! cases {
             run_case($flags, $sc);
         }
     };
-    (@flags) => { NO_DEMO };
+    (@flags) => { NO_DEMO_TRAFFIC };
     (@flags $flags:expr) => { $flags };
     ($($cases:tt)*) => { cases!(@acc [] $($cases)*); };
 }

@@ -34,7 +34,7 @@ struct Cluster {
 impl Cluster {
     fn start(extra: &[&str]) -> Cluster {
         let (admin_url, url) = support::registry::pg_database();
-        let mut flags = vec!["--registry-url", url.as_str(), "--no-demo"];
+        let mut flags = vec!["--registry-url", url.as_str(), "--no-demo-traffic"];
         flags.extend_from_slice(extra);
         let a = Node::start(&flags);
         let b = Node::start(&flags);
@@ -526,7 +526,7 @@ fn a_bot_drained_off_one_node_resumes_on_the_other_without_a_gap() {
 #[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
 fn a_session_moves_twice_and_is_found_after_its_first_node_died() {
     let mut c = Cluster::start(&[]);
-    let flags = ["--registry-url", c.url.as_str(), "--no-demo"];
+    let flags = ["--registry-url", c.url.as_str(), "--no-demo-traffic"];
     let third = Node::start(&flags);
     let (ws, sid, server, channel) = login(&c.a, &c.a.token);
     let seq = ws.seq.unwrap();
@@ -589,11 +589,11 @@ fn a_revocation_the_holder_had_not_applied_reaches_the_moved_session() {
     let a = Node::start(&[
         "--registry-url",
         url.as_str(),
-        "--no-demo",
+        "--no-demo-traffic",
         "--revocation-poll-ms",
         "0",
     ]);
-    let b = Node::start(&["--registry-url", url.as_str(), "--no-demo"]);
+    let b = Node::start(&["--registry-url", url.as_str(), "--no-demo-traffic"]);
     let c = Cluster {
         admin_url,
         url,
@@ -652,11 +652,11 @@ fn a_revocation_the_holder_had_not_applied_reaches_the_moved_session() {
 #[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
 fn a_full_taker_refuses_with_op_9_and_the_session_stays_with_its_node() {
     let (admin_url, url) = support::registry::pg_database();
-    let a = Node::start(&["--registry-url", url.as_str(), "--no-demo"]);
+    let a = Node::start(&["--registry-url", url.as_str(), "--no-demo-traffic"]);
     let b = Node::start(&[
         "--registry-url",
         url.as_str(),
-        "--no-demo",
+        "--no-demo-traffic",
         "--workers",
         "1",
         "--max-sessions-per-worker",

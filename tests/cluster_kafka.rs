@@ -27,7 +27,7 @@ fn start(url: &str, brokers: &str, topic: &str) -> Node {
     Node::start(&[
         "--registry-url",
         url,
-        "--no-demo",
+        "--no-demo-traffic",
         "--kafka-brokers",
         brokers,
         "--kafka-topic",
@@ -254,7 +254,7 @@ fn message_ids_are_unique_across_the_nodes_of_a_cluster() {
         Node::start(&[
             "--registry-url",
             url,
-            "--no-demo",
+            "--no-demo-traffic",
             "--kafka-brokers",
             &brokers,
             "--kafka-topic",

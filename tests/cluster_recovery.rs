@@ -88,7 +88,7 @@ impl World {
             &config,
             "--registry-url",
             &self.url,
-            "--no-demo",
+            "--no-demo-traffic",
             "--kafka-brokers",
             &self.brokers,
             "--kafka-topic",

@@ -210,7 +210,7 @@ fn wait_for_metric(node: &Node, name: &str, want: f64) -> f64 {
 
 #[test]
 fn zlib_and_zstd_streams_carry_every_message_and_resume() {
-    let node = Node::start(&["--no-demo"]);
+    let node = Node::start(&["--no-demo-traffic"]);
     let mut producer = Producer::connect(node.ingest);
     for kind in ["zlib-stream", "zstd-stream"] {
         let mut c = Client::connect(&node, Some(kind));
@@ -322,7 +322,7 @@ fn zlib_and_zstd_streams_carry_every_message_and_resume() {
 
 #[test]
 fn beyond_the_cap_sessions_get_plain_text() {
-    let node = Node::start(&["--no-demo", "--max-compressed-sessions", "1"]);
+    let node = Node::start(&["--no-demo-traffic", "--max-compressed-sessions", "1"]);
     let mut first = Client::connect(&node, Some("zlib-stream"));
     first.identify(&node.token);
     assert_eq!((first.binary, first.text), (3, 0));
@@ -386,7 +386,7 @@ fn memory_per_compressed_session() {
         .unwrap_or(500);
     let cap = (2 * n).to_string();
     let node = Node::start(&[
-        "--no-demo",
+        "--no-demo-traffic",
         "--workers",
         "1",
         "--max-compressed-sessions",
@@ -503,13 +503,13 @@ fn a_backlog_survives_short_sends_on_ws_and_wss() {
     std::fs::write(&cert_path, cert.cert.pem()).unwrap();
     std::fs::write(&key_path, cert.key_pair.serialize_pem()).unwrap();
     let tls_node = Node::start(&[
-        "--no-demo",
+        "--no-demo-traffic",
         "--tls-cert",
         cert_path.to_str().unwrap(),
         "--tls-key",
         key_path.to_str().unwrap(),
     ]);
-    let node = Node::start(&["--no-demo"]);
+    let node = Node::start(&["--no-demo-traffic"]);
     const N: u64 = 4000;
 
     let mut c = Client::connect(&node, Some("zlib-stream"));

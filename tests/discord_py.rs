@@ -131,7 +131,7 @@ fn discord_py_bot_gets_ready_and_demo_messages() {
 #[ignore = "needs discord.py 2.x: run scripts/test-all.sh, or set GATEWAYD_PYTHON to a venv with tests/py/requirements.txt"]
 fn discord_py_bad_token_raises_login_failure() {
     let python = support::python::discord_py_python();
-    let node = Node::start(&["--no-demo"]);
+    let node = Node::start(&["--no-demo-traffic"]);
     let run = run_bot(&python, &node, "bad-token");
     assert_eq!(run.summary["outcome"], "LoginFailure", "{}", run.explain());
     assert!(run.status.success(), "{}", run.explain());
@@ -141,7 +141,7 @@ fn discord_py_bad_token_raises_login_failure() {
 #[ignore = "needs discord.py 2.x: run scripts/test-all.sh, or set GATEWAYD_PYTHON to a venv with tests/py/requirements.txt"]
 fn discord_py_unapproved_presences_intent_raises_privileged_intents_required() {
     let python = support::python::discord_py_python();
-    let node = Node::start(&["--no-demo"]);
+    let node = Node::start(&["--no-demo-traffic"]);
     let run = run_bot(&python, &node, "privileged-refused");
     assert_eq!(
         run.summary["outcome"],

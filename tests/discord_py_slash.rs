@@ -21,7 +21,7 @@ use support::python::Script;
 #[ignore = "needs discord.py 2.x: run scripts/test-all.sh, or set GATEWAYD_PYTHON to a venv with tests/py/requirements.txt"]
 fn discord_py_slash_commands_defer_follow_up_and_buttons() {
     let python = support::python::discord_py_python();
-    let node = Node::start(&["--no-demo"]);
+    let node = Node::start(&["--no-demo-traffic"]);
     let (app, at) = support::interact::installed(&node, "slash-bot");
     let server = at.server;
 

@@ -349,7 +349,7 @@ fn registry_rig() -> RegistryRig {
     let pg = PgServer::start();
     let url = pg.create_db("drill");
     let node = Node::start(&[
-        "--no-demo",
+        "--no-demo-traffic",
         "--registry-url",
         &url,
         "--registry-timeout-ms",
@@ -529,7 +529,7 @@ fn broker_rig(storage: &str) -> BrokerRig {
     let topic = create_topic(&brokers);
     let group = unique("drill");
     let node = Node::start(&[
-        "--no-demo",
+        "--no-demo-traffic",
         "--kafka-brokers",
         &brokers,
         "--kafka-topic",

@@ -442,7 +442,7 @@ type SessionSpec = (&'static str, &'static str, u64, Option<(u32, u32)>);
 
 #[test]
 fn raw_clients_get_exactly_the_events_they_are_entitled_to() {
-    let node = Node::start(&["--no-demo"]);
+    let node = Node::start(&["--no-demo-traffic"]);
     let w = build_raw_world(&node);
     let ps = ((w.s >> 22) % 2) as u32;
 
@@ -549,7 +549,7 @@ fn raw_clients_get_exactly_the_events_they_are_entitled_to() {
 /// bot it belongs to (`tags.bot_id`), whoever receives the GUILD_CREATE.
 #[test]
 fn managed_roles_are_tagged_with_their_own_bot() {
-    let node = Node::start(&["--no-demo"]);
+    let node = Node::start(&["--no-demo-traffic"]);
     let reg = Registry::new(node.dir.path());
     let (s, _) = reg.add_server("Roles Server");
     let x = reg.add_app("bot-x", 0);
@@ -781,7 +781,7 @@ mod tw {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twilight_bots_get_exactly_their_entitled_events() {
     use twilight_gateway::Intents;
-    let node = Node::start(&["--no-demo"]);
+    let node = Node::start(&["--no-demo-traffic"]);
     let w = build_lib_world(&node, "twilight");
     let mut full = tw::start(
         &node,
@@ -946,7 +946,7 @@ fn run_discord_py(
 #[ignore = "needs discord.py 2.x: run scripts/test-all.sh, or set GATEWAYD_PYTHON to a venv with tests/py/requirements.txt"]
 fn discord_py_bots_get_exactly_their_entitled_messages() {
     let python = support::python::discord_py_python();
-    let node = Node::start(&["--no-demo"]);
+    let node = Node::start(&["--no-demo-traffic"]);
     let w = build_lib_world(&node, "discordpy");
     let ingest: SocketAddr = node.ingest;
     // One bot at a time: each run pushes the same kind of events anew (new ids).

@@ -31,7 +31,7 @@ fn message(server: u64, channel: u64, content: &str, out: &mut Vec<u8>) {
 
 #[test]
 fn malformed_records_are_counted_and_the_stream_stays_in_sync() {
-    let node = Node::start(&["--no-demo"]);
+    let node = Node::start(&["--no-demo-traffic"]);
     let (mut ws, server, general) = identify(&node);
     let mut producer = TcpStream::connect(node.ingest).unwrap();
     let mut bytes = Vec::new();
@@ -102,7 +102,7 @@ fn malformed_records_are_counted_and_the_stream_stays_in_sync() {
 
 #[test]
 fn a_channel_overwrite_in_the_stream_changes_who_sees_later_events() {
-    let node = Node::start(&["--no-demo"]);
+    let node = Node::start(&["--no-demo-traffic"]);
     let (mut ws, server, general) = identify(&node);
     let mut producer = TcpStream::connect(node.ingest).unwrap();
     let overwrite = |deny: u64, out: &mut Vec<u8>| {
@@ -160,7 +160,7 @@ fn a_channel_overwrite_in_the_stream_changes_who_sees_later_events() {
 
 #[test]
 fn a_direct_message_reaches_only_the_named_bot_with_its_content() {
-    let node = Node::start(&["--no-demo"]);
+    let node = Node::start(&["--no-demo-traffic"]);
     let mut ws = bot::connect_path(node.gateway, "/");
     // DIRECT_MESSAGES and GUILD_MESSAGES, but no MESSAGE_CONTENT.
     let intents = intent::DIRECT_MESSAGES | intent::GUILD_MESSAGES;

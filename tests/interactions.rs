@@ -25,7 +25,7 @@ struct World {
 }
 
 fn world(extra: &[&str]) -> World {
-    let mut args = vec!["--no-demo"];
+    let mut args = vec!["--no-demo-traffic"];
     args.extend_from_slice(extra);
     let node = Node::start(&args);
     let (app, at) = support::interact::installed(&node, "slash-bot");

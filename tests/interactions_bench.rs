@@ -115,7 +115,7 @@ fn record(app: u64, server: u64, channel: u64, person: u64, id: u64) -> Vec<u8> 
 #[test]
 #[ignore = "a measurement, run by hand: cargo test --release --test interactions_bench -- --ignored --nocapture"]
 fn interaction_figures() {
-    let node = Node::start(&["--no-demo"]);
+    let node = Node::start(&["--no-demo-traffic"]);
     let reg = Registry::new(node.dir.path());
     let app = reg.add_app("bench-bot", 0);
     let (server, general) = reg.add_server("bench");

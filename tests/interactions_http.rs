@@ -117,7 +117,11 @@ fn click(node: &Node, app: &App, server: u64, channel: u64) -> (i32, String, Dur
 #[ignore = "needs PyNaCl: run scripts/test-all.sh, or set GATEWAYD_PYTHON to a venv with tests/py/requirements.txt"]
 fn an_http_bot_answers_inline_and_a_hanging_one_beside_it_fails_alone() {
     // The endpoints are on loopback: the node's egress may reach it (and says so at start).
-    let node = Node::start(&["--no-demo", "--egress-allow-private-cidrs", "127.0.0.0/8"]);
+    let node = Node::start(&[
+        "--no-demo-traffic",
+        "--egress-allow-private-cidrs",
+        "127.0.0.0/8",
+    ]);
     let reg = Registry::new(node.dir.path());
     let (server, general) = reg.add_server("http-server");
     reg.add_member(server, "alice", &[]);
@@ -218,7 +222,11 @@ fn six_hanging_applications_do_not_slow_a_fast_one() {
 
     const HANGING: usize = 6;
     const OPEN_EACH: usize = 6;
-    let node = Node::start(&["--no-demo", "--egress-allow-private-cidrs", "127.0.0.0/8"]);
+    let node = Node::start(&[
+        "--no-demo-traffic",
+        "--egress-allow-private-cidrs",
+        "127.0.0.0/8",
+    ]);
     let reg = Registry::new(node.dir.path());
     let (server, general) = reg.add_server("fair-server");
     reg.add_member(server, "alice", &[]);

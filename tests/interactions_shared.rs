@@ -132,7 +132,7 @@ fn click(node: &Node, at: Place, user: u64, what: &[&str]) -> Click {
 
 #[test]
 fn an_interaction_outlives_a_crash_of_its_node() {
-    let node = Node::start(&["--no-demo"]);
+    let node = Node::start(&["--no-demo-traffic"]);
     let (app, at, alice) =
         support::interact::installed_in(&Registry::new(node.dir.path()), "slash-bot");
     register_commands(node.gateway, &app);
@@ -154,7 +154,7 @@ fn an_interaction_outlives_a_crash_of_its_node() {
     let waiting = next_of(&mut s, "INTERACTION_CREATE");
     let waiting_opened = Instant::now();
     drop(s);
-    let node = node.crash_and_restart(&["--no-demo"]);
+    let node = node.crash_and_restart(&["--no-demo-traffic"]);
     let mut s = session(node.gateway, &app.token);
 
     // The deferred one: a second first response is still refused, and the
@@ -263,7 +263,7 @@ fn an_interaction_outlives_a_crash_of_its_node() {
 #[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
 fn a_callback_and_a_follow_up_may_land_on_either_node() {
     let (_admin, url) = support::registry::pg_database();
-    let flags = ["--registry-url", url.as_str(), "--no-demo"];
+    let flags = ["--registry-url", url.as_str(), "--no-demo-traffic"];
     let a = Node::start(&flags);
     let b = Node::start(&flags);
     let reg = Registry::with_url(a.dir.path(), Some(&url));

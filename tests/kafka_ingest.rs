@@ -25,7 +25,7 @@ const FIRST_EVENT: Duration = Duration::from_secs(40);
 
 fn start_node(brokers: &str, topic: &str, group: &str) -> Node {
     Node::start(&[
-        "--no-demo",
+        "--no-demo-traffic",
         "--kafka-brokers",
         brokers,
         "--kafka-topic",
@@ -43,7 +43,7 @@ fn start_node(brokers: &str, topic: &str, group: &str) -> Node {
 fn start_beside(a: &Node, brokers: &str, topic: &str) -> Node {
     let registry = a.dir.path().join("registry.sqlite");
     Node::start(&[
-        "--no-demo",
+        "--no-demo-traffic",
         "--registry-path",
         registry.to_str().unwrap(),
         "--kafka-brokers",

@@ -30,7 +30,7 @@ fn identify<S: std::io::Read + std::io::Write>(
 fn resume_after_a_dropped_connection_keeps_the_session() {
     // Four workers: the kernel spreads the reconnects over them, so most
     // resumes land on a worker that is not the session's and are handed over.
-    let node = Node::start(&["--workers", "4", "--no-demo"]);
+    let node = Node::start(&["--workers", "4", "--no-demo-traffic"]);
     let mut ws = connect(node.gateway);
     let (session_id, mut seq) = identify(&mut ws, &node.token);
     for round in 0..8 {
@@ -69,7 +69,7 @@ fn resume_after_a_dropped_connection_keeps_the_session() {
 
 #[test]
 fn client_close_1000_ends_the_session() {
-    let node = Node::start(&["--no-demo"]);
+    let node = Node::start(&["--no-demo-traffic"]);
     let mut ws = connect(node.gateway);
     let (session_id, seq) = identify(&mut ws, &node.token);
     ws.close(None).unwrap();
@@ -205,7 +205,7 @@ fn drain_and_time(node: &mut Node, n: usize, trigger: impl FnOnce(&mut Node)) ->
 #[test]
 fn sigterm_sends_reconnect_to_every_session_spread_over_the_window_then_exits() {
     let mut node = Node::start(&[
-        "--no-demo",
+        "--no-demo-traffic",
         "--shutdown-grace-ms",
         "500",
         "--drain-spread-ms",
@@ -228,7 +228,7 @@ fn sigterm_sends_reconnect_to_every_session_spread_over_the_window_then_exits() 
 #[test]
 fn post_drain_on_the_admin_port_drains_like_sigterm() {
     let mut node = Node::start(&[
-        "--no-demo",
+        "--no-demo-traffic",
         "--shutdown-grace-ms",
         "300",
         "--drain-spread-ms",
@@ -253,7 +253,7 @@ fn wss_with_a_rustls_certificate() {
     std::fs::write(&cert_path, cert.cert.pem()).unwrap();
     std::fs::write(&key_path, cert.key_pair.serialize_pem()).unwrap();
     let node = Node::start(&[
-        "--no-demo",
+        "--no-demo-traffic",
         "--tls-cert",
         cert_path.to_str().unwrap(),
         "--tls-key",
@@ -367,7 +367,7 @@ fn config_for(cert: &rcgen::CertifiedKey) -> rustls::ClientConfig {
 
 #[test]
 fn sessions_of_one_application_shard_live_on_its_placed_worker() {
-    let node = Node::start(&["--workers", "4", "--no-demo"]);
+    let node = Node::start(&["--workers", "4", "--no-demo-traffic"]);
     let mut sessions: Vec<_> = (0..12).map(|_| connect(node.gateway)).collect();
     for ws in &mut sessions {
         identify(ws, &node.token);

@@ -11,7 +11,7 @@
 //! - deploy/gatewayd.toml (the example /etc/gatewayd/gatewayd.toml) parses,
 //!   and a node started with it (addresses on port 0 and a temp data dir,
 //!   given as flags on top) becomes ready and drains on SIGTERM well within
-//!   the unit's TimeoutStopSec;
+//!   the unit's TimeoutStopSec, with no demo seeded (the demo is off in it);
 //! - deploy/systemd/gatewayd.service agrees with that config: TimeoutStopSec
 //!   covers drain_spread_ms + shutdown_grace_ms, the data dir is writable,
 //!   the io_uring system calls are allowed.
@@ -408,6 +408,13 @@ fn every_metric_of_the_alerts_and_the_dashboard_is_exported_and_the_example_conf
         &[("CREDENTIALS_DIRECTORY", creds.path().to_str().unwrap())],
     );
     let (gateway, admin) = (node.gateway, node.admin);
+    // The production config turns the demo off: nothing of it is seeded.
+    assert!(!node.token_path().exists(), "{CONFIG} wrote a demo-token");
+    let list = support::registry::Registry::new(node.dir.path()).text(&["list"]);
+    assert!(
+        !list.contains("\"demo-bot\""),
+        "{CONFIG} seeded the demo:\n{list}"
+    );
 
     // One refused WebSocket (encoding=etf: close 4002), so that
     // gatewayd_closes_total, which has series only for codes sent, has one.

@@ -38,7 +38,7 @@ fn sign_in(b: &Browser, base: &str, token: &str) {
 #[test]
 #[ignore = "needs chromium and chromedriver (Debian's chromium, chromium-driver): run scripts/test-all.sh, or install them"]
 fn the_portal_in_a_browser() {
-    let node = Node::start(&["--no-demo", "--max-unsent", "300"]);
+    let node = Node::start(&["--no-demo-traffic", "--max-unsent", "300"]);
     let base = format!("http://{}", support::portal::addr(&node));
     let reg = Registry::new(node.dir.path());
     let other = reg.add_app("other-bot", 0);
@@ -166,7 +166,7 @@ fn the_portal_in_a_browser() {
 #[ignore = "needs chromium, chromedriver and PostgreSQL: run scripts/test-all.sh, or install them and set GATEWAYD_TEST_DATABASE_URL"]
 fn the_cluster_view_in_a_browser() {
     let (admin_url, url) = support::registry::pg_database();
-    let flags = ["--registry-url", url.as_str(), "--no-demo"];
+    let flags = ["--registry-url", url.as_str(), "--no-demo-traffic"];
     let a = Node::start(&flags);
     let mut b_node = Node::start(&flags);
     let _on_a = bot::identify(a.gateway, "a", &a.token, BOT_INTENTS, Some((0, 2))).unwrap();

@@ -28,7 +28,7 @@ struct Two {
 impl Two {
     fn start() -> Two {
         let (admin_url, url) = support::registry::pg_database();
-        let flags = ["--registry-url", url.as_str(), "--no-demo"];
+        let flags = ["--registry-url", url.as_str(), "--no-demo-traffic"];
         let a = Node::start(&flags);
         let b = Node::start(&flags);
         assert!(!a.token.is_empty(), "the first node created the demo bot");
@@ -210,7 +210,7 @@ fn the_portal_shows_every_nodes_sessions_and_names_a_frozen_node() {
 
 #[test]
 fn a_node_outside_a_cluster_has_no_cluster_view() {
-    let node = Node::start(&["--no-demo"]);
+    let node = Node::start(&["--no-demo-traffic"]);
     let s = sign_in(portal::addr(&node), &node.token).unwrap();
     assert_eq!(s.health()["cluster"], Value::Null);
     assert!(!s.get("/").body.contains("Across the cluster"));

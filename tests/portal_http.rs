@@ -22,7 +22,7 @@ fn live(s: &portal::Signed) -> u64 {
 
 #[test]
 fn sign_in_gives_a_strict_cookie_and_one_application_sees_only_its_own() {
-    let node = Node::start(&["--no-demo"]);
+    let node = Node::start(&["--no-demo-traffic"]);
     let addr = portal::addr(&node);
     assert_ne!(addr, node.admin, "never on the admin port");
     // A second application, installed in a server whose name is markup.
@@ -121,7 +121,7 @@ fn sign_in_gives_a_strict_cookie_and_one_application_sees_only_its_own() {
 
 #[test]
 fn csrf_forged_and_expired_sessions_are_refused_and_counted() {
-    let node = Node::start(&["--no-demo", "--portal-session-idle-s", "2"]);
+    let node = Node::start(&["--no-demo-traffic", "--portal-session-idle-s", "2"]);
     let addr = portal::addr(&node);
     let s = sign_in(addr, &node.token).unwrap();
     let cookie = format!("Cookie: gw_portal={}", s.cookie);
@@ -189,7 +189,11 @@ fn csrf_forged_and_expired_sessions_are_refused_and_counted() {
 
 #[test]
 fn a_flood_of_bad_sign_ins_is_refused_and_counted() {
-    let node = Node::start(&["--no-demo", "--portal-signin-failures-per-address", "3"]);
+    let node = Node::start(&[
+        "--no-demo-traffic",
+        "--portal-signin-failures-per-address",
+        "3",
+    ]);
     let addr = portal::addr(&node);
     for i in 0..3 {
         let e = sign_in(addr, &format!("not-a-token-{i}")).unwrap_err();
@@ -219,7 +223,7 @@ fn a_flood_of_bad_sign_ins_is_refused_and_counted() {
 
 #[test]
 fn the_tools_send_an_event_click_a_command_check_the_endpoint_and_reset_the_token() {
-    let node = Node::start(&["--no-demo"]);
+    let node = Node::start(&["--no-demo-traffic"]);
     let addr = portal::addr(&node);
     let s = sign_in(addr, &node.token).unwrap();
     let mut bot = bot::identify(node.gateway, "demo", &node.token, BOT_INTENTS, None).unwrap();
@@ -328,7 +332,7 @@ fn the_tools_send_an_event_click_a_command_check_the_endpoint_and_reset_the_toke
 
 #[test]
 fn a_slow_consumer_shows_as_degraded() {
-    let node = Node::start(&["--no-demo", "--max-unsent", "300"]);
+    let node = Node::start(&["--no-demo-traffic", "--max-unsent", "300"]);
     let addr = portal::addr(&node);
     let s = sign_in(addr, &node.token).unwrap();
     // The bot identifies, then never reads again.
@@ -395,7 +399,7 @@ fn cpu_and_rss(pid: u32) -> (f64, u64) {
 fn portal_cost_figures() {
     const APPS: usize = 100;
     const SECS: u64 = 30;
-    let node = Node::start(&["--no-demo"]);
+    let node = Node::start(&["--no-demo-traffic"]);
     let addr = portal::addr(&node);
     let reg = Registry::new(node.dir.path());
     let (server, _) = reg.add_server("cost");

@@ -180,7 +180,7 @@ fn brownout_keeps_existing_sessions_for_a_while_and_refuses_new_ones(backend: &B
 }
 
 fn identify_buckets_and_the_daily_limit(backend: &Backend) {
-    let node = backend.start(&["--no-demo", "--identify-limits", "on"]);
+    let node = backend.start(&["--no-demo-traffic", "--identify-limits", "on"]);
     let reg = backend.registry(&node);
     let (_, _, server) = demo(&node);
     let a = reg.add_app_with("bucketed", 0, 2);
@@ -239,7 +239,7 @@ fn identify_buckets_and_the_daily_limit(backend: &Backend) {
 }
 
 fn node_admission_refuses_a_storm_beyond_its_rate(backend: &Backend) {
-    let node = backend.start(&["--no-demo", "--admission-per-second", "2"]);
+    let node = backend.start(&["--no-demo-traffic", "--admission-per-second", "2"]);
     let (mut ready, mut refused) = (0, 0);
     let mut held = Vec::new();
     for i in 0..8 {
@@ -268,7 +268,7 @@ fn node_admission_refuses_a_storm_beyond_its_rate(backend: &Backend) {
 }
 
 fn a_token_reset_closes_sessions_with_4004_and_withdrawn_intents_with_4014(backend: &Backend) {
-    let node = backend.start(&["--no-demo"]);
+    let node = backend.start(&["--no-demo-traffic"]);
     let reg = backend.registry(&node);
     let (_, _, server) = demo(&node);
     let a = reg.add_app("resettable", intent::MESSAGE_CONTENT);

@@ -31,7 +31,7 @@ fn assert_unauthorized(r: &Resp, what: &str) {
 }
 
 fn node() -> Node {
-    Node::start(&["--no-demo"])
+    Node::start(&["--no-demo-traffic"])
 }
 
 #[test]

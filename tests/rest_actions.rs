@@ -505,7 +505,7 @@ fn permissions_bite_rest_as_they_bite_events() {
     const SEND: u64 = 1 << 11;
     const HISTORY: u64 = 1 << 16;
     // The probes below poll a limited route: raise the limits so they see 403, not 429.
-    let node = Node::start(&["--no-demo", "--rest-limit-scale", "100"]);
+    let node = Node::start(&["--no-demo-traffic", "--rest-limit-scale", "100"]);
     let reg = Registry::new(node.dir.path());
     let app = reg.add_app("perm-bot", 1 << 15);
     let (server, general) = reg.add_server("perm-server");

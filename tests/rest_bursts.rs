@@ -88,7 +88,7 @@ struct Place {
 }
 
 fn place(servers: &[(Commit, usize)]) -> Place {
-    let node = Node::start(&["--no-demo", "--workers", "2"]);
+    let node = Node::start(&["--no-demo-traffic", "--workers", "2"]);
     let reg = Registry::new(node.dir.path());
     let bot = reg.add_app("burst-bot", support::intent::MESSAGE_CONTENT);
     let observer = (0..32)

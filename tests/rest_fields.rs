@@ -131,7 +131,7 @@ fn a_bots_message_posted_after_the_demo_pings_has_its_author() {
 
 #[test]
 fn the_connect_time_routes_carry_the_rate_limit_headers() {
-    let node = Node::start(&["--no-demo"]);
+    let node = Node::start(&["--no-demo-traffic"]);
     let a = auth(&node.token);
     let mut buckets = HashSet::new();
     for path in [
@@ -179,7 +179,7 @@ fn the_connect_time_routes_carry_the_rate_limit_headers() {
 
 #[test]
 fn users_me_guilds_pages_as_the_platform_does() {
-    let node = Node::start(&["--no-demo", "--rest-limit-scale", "100"]);
+    let node = Node::start(&["--no-demo-traffic", "--rest-limit-scale", "100"]);
     let reg = Registry::new(node.dir.path());
     let app = reg.add_app("pager", 0);
     let mut servers: Vec<u64> = (0..5)

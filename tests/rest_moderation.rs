@@ -39,7 +39,7 @@ const GRANT: u64 =
 
 fn server() -> Server {
     // The probes below poll limited routes: raise the limits so they see 403, not 429.
-    let node = Node::start(&["--no-demo", "--rest-limit-scale", "100"]);
+    let node = Node::start(&["--no-demo-traffic", "--rest-limit-scale", "100"]);
     let reg = Registry::new(node.dir.path());
     let app = reg.add_app("mod-bot", intent::GUILD_MEMBERS);
     let watcher_app = reg.add_app("watcher", intent::GUILD_MEMBERS);
@@ -330,7 +330,7 @@ fn moderation_follows_the_role_hierarchy_and_is_seen_as_events() {
 
 #[test]
 fn a_bot_opens_a_dm_and_its_message_comes_back_as_a_dm_event() {
-    let node = Node::start(&["--no-demo"]);
+    let node = Node::start(&["--no-demo-traffic"]);
     let reg = Registry::new(node.dir.path());
     let app = reg.add_app("dm-bot", 0);
     let (server, _) = reg.add_server("dm-server");

@@ -50,7 +50,7 @@ fn two_nodes(redis: &str, scale: u32, timeout_ms: u64) -> (Node, Node, String, u
     let flags = [
         "--registry-url",
         db.as_str(),
-        "--no-demo",
+        "--no-demo-traffic",
         "--rest-redis-url",
         redis,
         "--rest-redis-timeout-ms",

@@ -53,7 +53,13 @@ struct Place {
 /// A two-worker node with an application served on each worker and a
 /// server committed on each, every application installed everywhere.
 fn place() -> Place {
-    let node = Node::start(&["--no-demo", "--workers", "2", "--rest-limit-scale", "1000"]);
+    let node = Node::start(&[
+        "--no-demo-traffic",
+        "--workers",
+        "2",
+        "--rest-limit-scale",
+        "1000",
+    ]);
     let reg = Registry::new(node.dir.path());
     let mut apps: Vec<Option<App>> = vec![None, None];
     for i in 0..32 {

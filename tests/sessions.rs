@@ -53,7 +53,7 @@ fn hold_2000_sessions() {
     const N: usize = 2000;
     const THREADS: usize = 8;
     const STAGE_TIMEOUT: Duration = Duration::from_secs(120);
-    let node = Node::start(&["--heartbeat-interval-ms", "30000", "--no-demo"]);
+    let node = Node::start(&["--heartbeat-interval-ms", "30000", "--no-demo-traffic"]);
     let (base, _) = sessions_metric(&node);
     assert_eq!(base, 0.0, "sessions before any client");
     let t0 = Instant::now();
@@ -181,7 +181,7 @@ fn hold_40000_sessions() {
     assert!(hold.exists(), "{} not built", hold.display());
 
     let node = Node::start(&[
-        "--no-demo",
+        "--no-demo-traffic",
         "--workers",
         "2",
         "--max-sessions-per-worker",
@@ -327,7 +327,7 @@ fn hold_40000_sessions() {
 fn a_full_node_answers_every_connection() {
     // 2 workers x 1 ring x 64 slots: 128 sockets at most.
     let node = Node::start(&[
-        "--no-demo",
+        "--no-demo-traffic",
         "--workers",
         "2",
         "--max-sessions-per-worker",

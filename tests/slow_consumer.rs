@@ -335,7 +335,7 @@ fn resume_slow(
 
 #[test]
 fn slow_reader_is_closed_at_the_bound_while_its_fast_neighbour_gets_everything() {
-    let node = Node::start(&["--no-demo", "--max-unsent", &MAX_UNSENT.to_string()]);
+    let node = Node::start(&["--no-demo-traffic", "--max-unsent", &MAX_UNSENT.to_string()]);
     let w = world(&node);
     let pad = "a".repeat(PAD_BYTES);
     const N_ALONE: u64 = 150;
@@ -466,7 +466,7 @@ fn slow_reader_is_closed_at_the_bound_while_its_fast_neighbour_gets_everything()
 /// held for it, or reported lost (op 9) on resume.
 #[test]
 fn resume_after_a_slow_consumer_close_leaves_no_gap() {
-    let node = Node::start(&["--no-demo", "--max-unsent", &MAX_UNSENT.to_string()]);
+    let node = Node::start(&["--no-demo-traffic", "--max-unsent", &MAX_UNSENT.to_string()]);
     let w = world(&node);
     let pad = "a".repeat(PAD_BYTES);
     const LIMIT: u64 = 3000;

@@ -449,7 +449,7 @@ async fn twilight_resumes_after_a_4000_close_without_losing_events() {
 /// keeps heartbeating.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twilight_resumes_an_idle_session() {
-    let node = Node::start(&["--no-demo", "--heartbeat-interval-ms", "1000"]);
+    let node = Node::start(&["--no-demo-traffic", "--heartbeat-interval-ms", "1000"]);
     let intents = Intents::GUILDS | Intents::GUILD_MESSAGES | Intents::MESSAGE_CONTENT;
     let bot_user_id = rest_bot_user_id(&node);
     let mut shard = shard_for(&node, node.token.clone(), intents);
@@ -607,7 +607,7 @@ async fn close_code(shard: &mut Shard) -> u16 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twilight_unapproved_privileged_intent_is_closed_4014_and_not_retried() {
-    let node = Node::start(&["--no-demo"]);
+    let node = Node::start(&["--no-demo-traffic"]);
     // demo-bot has MESSAGE_CONTENT and GUILD_MEMBERS approved, not GUILD_PRESENCES.
     let mut shard = shard_for(
         &node,
@@ -629,7 +629,7 @@ async fn twilight_unapproved_privileged_intent_is_closed_4014_and_not_retried() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn twilight_bad_token_is_closed_4004() {
-    let node = Node::start(&["--no-demo"]);
+    let node = Node::start(&["--no-demo-traffic"]);
     let bad = format!("{}x", node.token);
     let mut shard = shard_for(&node, bad, Intents::GUILDS);
     assert_eq!(close_code(&mut shard).await, 4004);

@@ -59,7 +59,7 @@ fn message(content: &str, components: Option<Vec<Component>>) -> InteractionResp
 
 #[test]
 fn twilight_answers_a_slash_command_and_a_button() {
-    let node = Node::start(&["--no-demo"]);
+    let node = Node::start(&["--no-demo-traffic"]);
     let (app, at) = support::interact::installed(&node, "twilight-bot");
     let (server, general) = (at.server, at.channel);
     let rt = tokio::runtime::Builder::new_multi_thread()

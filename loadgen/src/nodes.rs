@@ -67,6 +67,8 @@ impl NodeProc {
                 "--admin-addr",
                 "127.0.0.1:0",
             ])
+            // No demo at all: the world is loadgen's own (World::generate
+            // wants an empty registry) and needs no demo bot.
             .args(["--ingest-addr", "127.0.0.1:0", "--no-demo"])
             .args(["--portal-addr", "127.0.0.1:0"]);
         match registry {

@@ -151,6 +151,10 @@ pub trait Registry: Send + Sync {
     /// returned by the call that created the app. None if "demo-bot" exists
     /// but its demo server or `#general` has since been removed.
     fn seed_demo(&self) -> Result<Option<DemoSeed>>;
+    /// The demo application ("demo-bot") and its demo server, if there,
+    /// read only: a node with the demo off seeds nothing, but says so
+    /// while an earlier start's demo application is still in the registry.
+    fn find_demo(&self) -> Result<Option<DemoFound>>;
 
     /// Every installation in a server.
     fn installations_in_server(&self, server_id: u64) -> Result<Vec<Installation>>;

@@ -177,6 +177,15 @@ pub struct DemoSeed {
     pub general_channel_id: u64,
 }
 
+/// The demo application found in a registry (by name, `demo-bot`), and its
+/// demo server if that is still installed: what a node started with the
+/// demo off warns about. Nothing is created to find it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DemoFound {
+    pub app: Application,
+    pub server_id: Option<u64>,
+}
+
 /// A person (or any non-bot account) of the chat service. Bots are not
 /// users here: a bot's user is its application's (`bot_user_id`).
 #[derive(Clone, Debug, PartialEq, Eq)]

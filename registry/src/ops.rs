@@ -395,6 +395,16 @@ pub(crate) fn servers_for_shard<S: InstallStore>(
     Ok(ids)
 }
 
+/// The demo application and its server, by the names [`seed_demo`] gives
+/// them; nothing is written.
+pub(crate) fn find_demo<S: InstallStore>(s: &mut S) -> Result<Option<DemoFound>> {
+    let Some(app) = s.application_by_name(DEMO_APP)? else {
+        return Ok(None);
+    };
+    let server_id = s.installed_server_named(app.id, DEMO_SERVER)?;
+    Ok(Some(DemoFound { app, server_id }))
+}
+
 /// The same names on either backend, so each finds the other's demo.
 pub(crate) fn seed_demo<S: InstallStore + crate::members::MemberStore>(
     s: &mut S,

@@ -153,9 +153,14 @@ pub struct RunArgs {
     /// Post a demo MESSAGE_CREATE every N ms (default 1000) [config: demo.interval_ms]
     #[arg(long)]
     pub demo_interval_ms: Option<u64>,
-    /// Do not run the demo traffic source [config: demo.enabled = false]
+    /// No demo at all: no demo application, server or token is seeded and no demo traffic
+    /// runs [config: demo.enabled = false]
     #[arg(long)]
     pub no_demo: bool,
+    /// Seed the demo application, server and token, but run no demo traffic source
+    /// [config: demo.traffic = false]
+    #[arg(long)]
+    pub no_demo_traffic: bool,
     /// REST: multiply every route bucket's limit, for load tests of the edge (default 1)
     /// [config: rest.limit_scale]
     #[arg(long)]
@@ -328,6 +333,9 @@ impl RunArgs {
         }
         if args.no_demo {
             cfg.demo.enabled = false;
+        }
+        if args.no_demo_traffic {
+            cfg.demo.traffic = false;
         }
     }
 }

@@ -1,5 +1,5 @@
-//! `[chat]` and `[rest]`: the chat service behind the REST edge and the
-//! REST edge's rate limits.
+//! `[chat]`, `[rest]` and `[demo]`: the chat service behind the REST edge,
+//! the REST edge's rate limits, and the demo a fresh node comes with.
 
 use serde::Deserialize;
 
@@ -83,6 +83,35 @@ impl Default for Rest {
             redis_sync_ms: 100,
             redis_timeout_ms: 50,
             nodes: 0,
+        }
+    }
+}
+
+/// The demo a fresh node comes with (README.md): on by default, off in
+/// production (deploy/gatewayd.toml).
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct Demo {
+    /// Seed the demo application `demo-bot`, its server `Demo Server` (with
+    /// its people) and write its token to `<data_dir>/demo-token` on first
+    /// start. Off (`--no-demo`): nothing is seeded, no token file is
+    /// written, no traffic runs; a demo application an earlier start seeded
+    /// stays (with a warning at every start) until
+    /// `gatewayd registry delete-app` removes it.
+    pub enabled: bool,
+    /// With `enabled`: the traffic source posting a MESSAGE_CREATE (and now
+    /// and then a `/ping`) in the demo server's `#general`. Off
+    /// (`--no-demo-traffic`): the demo data without the traffic.
+    pub traffic: bool,
+    pub interval_ms: u64,
+}
+
+impl Default for Demo {
+    fn default() -> Self {
+        Demo {
+            enabled: true,
+            traffic: true,
+            interval_ms: 1000,
         }
     }
 }

@@ -147,3 +147,43 @@ fn recovery_is_off_by_default_and_refused_without_a_cluster_and_kafka() {
     .unwrap_err();
     assert!(err.contains("lease_ttl_ms"), "{err}");
 }
+
+#[test]
+fn the_demo_and_its_traffic_from_file_and_flags() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("g.toml");
+    let load = |text: Option<&str>, no_demo, no_demo_traffic| {
+        if let Some(t) = text {
+            std::fs::write(&path, t).unwrap();
+        }
+        let cfg = Config::load(&RunArgs {
+            config: text.map(|_| path.clone()),
+            no_demo,
+            no_demo_traffic,
+            ..Default::default()
+        })
+        .unwrap();
+        (cfg.demo.enabled, cfg.demo.traffic)
+    };
+    // Default: the demo data and its traffic.
+    assert_eq!(load(None, false, false), (true, true));
+    assert_eq!(load(None, true, false), (false, true), "--no-demo");
+    assert_eq!(load(None, false, true), (true, false), "--no-demo-traffic");
+    assert_eq!(
+        load(Some("[demo]\nenabled = false\n"), false, false),
+        (false, true)
+    );
+    assert_eq!(
+        load(Some("[demo]\ntraffic = false\n"), false, false),
+        (true, false)
+    );
+    assert_eq!(
+        load(
+            Some("[demo]\nenabled = true\ntraffic = true\n"),
+            true,
+            false
+        ),
+        (false, true),
+        "the flag wins"
+    );
+}

@@ -19,8 +19,8 @@ pub struct Node {
     pub gateway: SocketAddr,
     pub admin: SocketAddr,
     pub ingest: SocketAddr,
-    /// The demo bot's token; empty when this node shares a registry whose
-    /// demo token another node wrote.
+    /// The demo bot's token; empty with the demo off (`--no-demo`), and
+    /// when this node shares a registry whose demo token another node wrote.
     pub token: String,
 }
 
@@ -49,13 +49,29 @@ impl Node {
     /// A node with only the flags given after its data directory and port-0
     /// addresses: e.g. `--config` of a shipped config, unaltered.
     pub fn start_exactly(args: &[&str]) -> Node {
-        Node::start_in(tempfile::tempdir().unwrap(), args)
+        Node::start_in(tempfile::tempdir().unwrap(), args, Stdio::inherit())
+    }
+
+    /// [`Node::start`] with the node's stderr (its log) written to `log`.
+    pub fn start_logging(extra: &[&str], log: &Path) -> Node {
+        let args: Vec<&str> = TEST_DEFAULTS.iter().chain(extra).copied().collect();
+        Node::start_in(tempfile::tempdir().unwrap(), &args, log_file(log))
     }
 
     /// Kills the node (SIGKILL: a crash, nothing flushed on the way out)
     /// and starts a new one on the same data directory with `extra` after
     /// the test defaults: what a node's state survives.
-    pub fn crash_and_restart(mut self, extra: &[&str]) -> Node {
+    pub fn crash_and_restart(self, extra: &[&str]) -> Node {
+        self.crash_and_restart_with(extra, Stdio::inherit())
+    }
+
+    /// [`Node::crash_and_restart`] with the new node's stderr (its log)
+    /// written to `log`.
+    pub fn crash_and_restart_logging(self, extra: &[&str], log: &Path) -> Node {
+        self.crash_and_restart_with(extra, log_file(log))
+    }
+
+    fn crash_and_restart_with(mut self, extra: &[&str], stderr: Stdio) -> Node {
         let _ = self.child.kill();
         let _ = self.child.wait();
         let dir = tempfile::tempdir().unwrap();
@@ -63,25 +79,30 @@ impl Node {
         let _ = std::fs::remove_file(old.path().join("gatewayd.addrs"));
         drop(self);
         let args: Vec<&str> = TEST_DEFAULTS.iter().chain(extra).copied().collect();
-        Node::start_in(old, &args)
+        Node::start_in(old, &args, stderr)
     }
 
     /// `start_exactly` with these environment variables set for the node.
     pub fn start_exactly_with_env(args: &[&str], env: &[(&str, &str)]) -> Node {
-        Node::start_in_env(tempfile::tempdir().unwrap(), args, env)
+        Node::start_in_env(tempfile::tempdir().unwrap(), args, env, Stdio::inherit())
     }
 
     /// `start` with these environment variables set for the node.
     pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Node {
         let args: Vec<&str> = TEST_DEFAULTS.iter().chain(extra).copied().collect();
-        Node::start_in_env(tempfile::tempdir().unwrap(), &args, env)
+        Node::start_in_env(tempfile::tempdir().unwrap(), &args, env, Stdio::inherit())
     }
 
-    fn start_in(dir: tempfile::TempDir, args: &[&str]) -> Node {
-        Node::start_in_env(dir, args, &[])
+    fn start_in(dir: tempfile::TempDir, args: &[&str], stderr: Stdio) -> Node {
+        Node::start_in_env(dir, args, &[], stderr)
     }
 
-    fn start_in_env(dir: tempfile::TempDir, args: &[&str], env: &[(&str, &str)]) -> Node {
+    fn start_in_env(
+        dir: tempfile::TempDir,
+        args: &[&str],
+        env: &[(&str, &str)],
+        stderr: Stdio,
+    ) -> Node {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_gatewayd"));
         cmd.envs(env.iter().copied());
         cmd.arg("run")
@@ -98,7 +119,7 @@ impl Node {
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),
             )
             .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+            .stderr(stderr);
         let mut child = cmd.spawn().expect("spawn gatewayd");
         let deadline = Instant::now() + START_TIMEOUT;
         let (gateway, admin, ingest) = wait_for_addrs(dir.path(), || {
@@ -161,6 +182,13 @@ impl Drop for Node {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// A node's stderr into a new file at `log`.
+fn log_file(log: &Path) -> Stdio {
+    std::fs::File::create(log)
+        .unwrap_or_else(|e| panic!("creating {}: {e}", log.display()))
+        .into()
 }
 
 /// Waits (up to 30 s) for `<dir>/gatewayd.addrs`, which a node started with

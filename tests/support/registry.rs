@@ -67,6 +67,16 @@ impl Registry {
 
     /// Run one registry command; returns its `key=value` output lines.
     pub fn run(&self, args: &[&str]) -> BTreeMap<String, String> {
+        self.text(args)
+            .lines()
+            .flat_map(|l| l.split_whitespace())
+            .filter_map(|kv| kv.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    /// Run one registry command; returns its output as printed (`list`).
+    pub fn text(&self, args: &[&str]) -> String {
         let mut cmd = Command::new(&self.bin);
         cmd.arg("registry").arg("--data-dir").arg(&self.dir);
         if let Some(url) = &self.url {
@@ -81,11 +91,6 @@ impl Registry {
             String::from_utf8_lossy(&out.stderr)
         );
         stdout
-            .lines()
-            .flat_map(|l| l.split_whitespace())
-            .filter_map(|kv| kv.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
     }
 
     fn id(out: &BTreeMap<String, String>, key: &str) -> u64 {

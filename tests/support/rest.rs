@@ -33,7 +33,7 @@ impl Fixture {
     /// A node started with `args` (no demo traffic) and the bot identified
     /// with `intents`.
     pub fn start(args: &[&str], intents: u64) -> Fixture {
-        let mut all = vec!["--no-demo"];
+        let mut all = vec!["--no-demo-traffic"];
         all.extend_from_slice(args);
         let node = Node::start(&all);
         let session =

@@ -922,6 +922,10 @@ impl Registry for PostgresRegistry {
         self.run(WriteKind::Write, |t| ops::seed_demo(t))
     }
 
+    fn find_demo(&self) -> Result<Option<DemoFound>> {
+        self.run(WriteKind::Read, |t| ops::find_demo(t))
+    }
+
     fn installations_in_server(&self, server_id: u64) -> Result<Vec<Installation>> {
         self.run(WriteKind::Read, |t| installs::in_server(t, server_id))
     }

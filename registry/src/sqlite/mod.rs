@@ -379,6 +379,10 @@ impl Registry for SqliteRegistry {
         self.write(|mut c| ops::seed_demo(&mut c))
     }
 
+    fn find_demo(&self) -> Result<Option<DemoFound>> {
+        self.read(|mut c| ops::find_demo(&mut c))
+    }
+
     fn installations_in_server(&self, server_id: u64) -> Result<Vec<Installation>> {
         self.read(|c| installs::in_server(c, server_id))
     }

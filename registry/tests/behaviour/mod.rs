@@ -65,6 +65,7 @@ macro_rules! behaviour_tests {
             bans_end_membership_and_block_rejoining,
             member_pages_and_dm_channels,
             demo_server_has_people_ranked_around_the_bot,
+            find_demo_reads_only_and_the_demo_stays_until_deleted,
             an_interaction_is_claimed_once,
             an_open_interaction_is_settled_once,
             signing_seed_and_interactions_endpoint,
@@ -770,6 +771,43 @@ pub fn seed_demo_idempotent_and_reopen_keeps_data(store: &dyn Store) {
     // Demo server gone: nothing to report, nothing recreated.
     reg.delete_server(seed.server_id).unwrap();
     assert_eq!(reg.seed_demo().unwrap(), None);
+}
+
+/// A node with the demo off only looks: finding the demo writes nothing,
+/// and the demo application stays until it is deleted (then a node with
+/// the demo on seeds a new one).
+pub fn find_demo_reads_only_and_the_demo_stays_until_deleted(reg: &dyn Backend) {
+    let rev = reg.revision().unwrap();
+    assert_eq!(reg.find_demo().unwrap(), None);
+    assert!(reg.list_applications().unwrap().is_empty());
+    assert!(reg.list_servers().unwrap().is_empty());
+    assert_eq!(reg.revision().unwrap(), rev, "looking wrote nothing");
+
+    let seed = reg.seed_demo().unwrap().unwrap();
+    let found = reg.find_demo().unwrap().unwrap();
+    assert_eq!(found.app, seed.app);
+    assert_eq!(found.server_id, Some(seed.server_id));
+    let rev = reg.revision().unwrap();
+    assert_eq!(reg.find_demo().unwrap(), Some(found.clone()));
+    assert_eq!(reg.revision().unwrap(), rev);
+
+    // delete-app removes the demo application and nothing else.
+    let (other, _) = reg.create_application("other", 0, 1).unwrap();
+    assert!(reg.delete_application(seed.app.id).unwrap());
+    assert_eq!(reg.find_demo().unwrap(), None, "deleted: gone");
+    assert_eq!(
+        reg.list_applications().unwrap(),
+        vec![other],
+        "only the demo application was deleted"
+    );
+    // The demo on again: a new demo application and server.
+    let again = reg.seed_demo().unwrap().unwrap();
+    assert_ne!(again.app.id, seed.app.id);
+    assert!(again.token.is_some());
+    // Its server removed: the application is still found.
+    reg.delete_server(again.server_id).unwrap();
+    let found = reg.find_demo().unwrap().unwrap();
+    assert_eq!((found.app.id, found.server_id), (again.app.id, None));
 }
 
 pub fn two_handles_on_one_store(store: &dyn Store) {

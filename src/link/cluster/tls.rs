@@ -379,3 +379,145 @@ pub(super) fn reloader(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::TcpListener;
+    use std::time::Duration;
+
+    /// A CA and a node certificate for 127.0.0.1 (serverAuth+clientAuth)
+    /// in `dir`, as `gatewayd cert` makes them.
+    fn certs(dir: &Path) -> Paths {
+        use rcgen::{BasicConstraints, CertificateParams, ExtendedKeyUsagePurpose as Eku, IsCa};
+        let ca_key = rcgen::KeyPair::generate().unwrap();
+        let mut ca = CertificateParams::default();
+        ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        let ca = ca.self_signed(&ca_key).unwrap();
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut p = CertificateParams::default();
+        p.subject_alt_names = vec![rcgen::SanType::IpAddress("127.0.0.1".parse().unwrap())];
+        p.extended_key_usages = vec![Eku::ServerAuth, Eku::ClientAuth];
+        let cert = p.signed_by(&key, &ca, &ca_key).unwrap();
+        let paths = Paths {
+            cert: dir.join("node.pem"),
+            key: dir.join("node.key"),
+            ca: dir.join("ca.pem"),
+        };
+        std::fs::write(&paths.cert, cert.pem()).unwrap();
+        std::fs::write(&paths.key, key.serialize_pem()).unwrap();
+        std::fs::write(&paths.ca, ca.pem()).unwrap();
+        paths
+    }
+
+    /// Serve `n` connections: handshake, then echo one byte.
+    fn echo(tls: Tls, n: usize) -> (SocketAddr, std::thread::JoinHandle<Vec<Option<Refusal>>>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let t = std::thread::spawn(move || {
+            (0..n)
+                .map(|_| {
+                    let (s, _) = l.accept().unwrap();
+                    let deadline = Instant::now() + Duration::from_millis(500);
+                    match accept(tls.as_deref(), s, deadline) {
+                        Ok(mut link) => {
+                            let mut b = [0u8; 1];
+                            if link.read_exact(&mut b).is_ok() {
+                                let _ = link.write_all(&b).and_then(|_| link.flush());
+                            }
+                            None
+                        }
+                        Err(why) => Some(why),
+                    }
+                })
+                .collect()
+        });
+        (addr, t)
+    }
+
+    fn round(tls: Option<&LinkTls>, addr: SocketAddr) -> io::Result<Duration> {
+        let start = Instant::now();
+        let mut s = dial(tls, addr, Instant::now() + Duration::from_secs(2))?;
+        s.write_all(b"x")?;
+        s.flush()?;
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b)?;
+        Ok(start.elapsed())
+    }
+
+    /// Connect, handshake and one round trip, plain and TLS, on loopback
+    /// (`cargo test --lib link::cluster::tls -- --nocapture` prints the
+    /// medians: docs/cluster.md's figure for a hand-off's added latency).
+    #[test]
+    fn a_tls_round_trip_and_what_the_handshake_costs() {
+        let dir = tempfile::tempdir().unwrap();
+        let tls = Arc::new(LinkTls::load(certs(dir.path())).unwrap());
+        const N: usize = 100;
+        let times = |tls: Tls| {
+            let (addr, t) = echo(tls.clone(), N);
+            let mut d: Vec<Duration> = (0..N)
+                .map(|_| round(tls.as_deref(), addr).unwrap())
+                .collect();
+            assert!(t.join().unwrap().iter().all(Option::is_none));
+            d.sort();
+            (d[N / 2], d[N * 99 / 100])
+        };
+        let plain = times(None);
+        let with_tls = times(Some(tls.clone()));
+        println!("connect + round trip, median / p99: plain {plain:?}, mutual TLS {with_tls:?}");
+        assert!(with_tls.0 < Duration::from_millis(500));
+    }
+
+    #[test]
+    fn plaintext_and_silence_are_refused_and_a_reload_keeps_serving() {
+        let dir = tempfile::tempdir().unwrap();
+        let paths = certs(dir.path());
+        let tls = Arc::new(LinkTls::load(paths.clone()).unwrap());
+        let (addr, t) = echo(Some(tls.clone()), 3);
+        // Plaintext.
+        assert!(round(None, addr).is_err());
+        // Silence past the deadline.
+        let silent = TcpStream::connect(addr).unwrap();
+        std::thread::sleep(Duration::from_millis(700));
+        drop(silent);
+        // Unchanged files: nothing reloaded; a broken file: refused, the
+        // old configs serve on.
+        assert_eq!(tls.reload_if_changed(), Ok(false));
+        std::fs::write(&paths.cert, "junk, and longer than before: a change").unwrap();
+        assert!(tls.reload_if_changed().is_err());
+        assert_eq!(
+            tls.reload_if_changed(),
+            Ok(false),
+            "not retried until it changes"
+        );
+        round(Some(&tls), addr).unwrap();
+        assert_eq!(
+            t.join().unwrap(),
+            [Some(Refusal::NotTls), Some(Refusal::HandshakeTimeout), None]
+        );
+    }
+
+    /// The dialer checks the address it dials against the certificate's IP
+    /// SAN: a node answering at 127.0.0.2 with 127.0.0.1's certificate is
+    /// refused by the dialer.
+    #[test]
+    fn a_certificate_for_another_address_is_refused_by_the_dialer() {
+        let dir = tempfile::tempdir().unwrap();
+        let tls = Arc::new(LinkTls::load(certs(dir.path())).unwrap());
+        let l = TcpListener::bind("127.0.0.2:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let server = tls.clone();
+        let t = std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            accept(Some(&server), s, Instant::now() + Duration::from_secs(1)).err()
+        });
+        let e = round(Some(&tls), addr).unwrap_err();
+        assert!(is_handshake_error(&e), "{e}");
+        assert!(e.to_string().contains("not valid for name"), "{e}");
+        assert_eq!(
+            t.join().unwrap(),
+            Some(Refusal::Other),
+            "the dialer's alert"
+        );
+    }
+}

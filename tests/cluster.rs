@@ -943,3 +943,53 @@ fn the_tls_link_refuses_strangers_at_the_handshake_and_counts_them() {
     figures::ask(Some(&good), link, &[1], soon()).expect("the old certificate stays");
     drop(ws);
 }
+
+/// Certificates rotated (new keys, SIGHUP) on both nodes before each of
+/// six hand-offs back and forth: none fails, nothing is refused.
+#[test]
+#[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
+fn certificates_rotated_between_hand_offs_fail_none() {
+    let certs = Certs::new();
+    let c = Cluster::start_tls(&certs, &[]);
+    let (ws, sid, _server, _channel) = login(&c.a, &c.a.token);
+    drop(ws);
+    let ca_key = std::fs::read_to_string(certs.path("ca.key")).unwrap();
+    let reloads =
+        |n: &Node| metric_sum(&metrics(n.admin), "gatewayd_cluster_tls_reloads_total", &[]);
+    let mut seq = 1;
+    for round in 0..6u32 {
+        for (name, node) in [("a", &c.a), ("b", &c.b)] {
+            let fresh = gatewayd::cert_cli::new_node(&ca_key, "127.0.0.1".parse().unwrap(), -1, 30)
+                .unwrap();
+            std::fs::write(certs.path(&format!("{name}.key")), &fresh.key).unwrap();
+            std::fs::write(certs.path(&format!("{name}.pem")), &fresh.cert).unwrap();
+            // SAFETY: kill(2) of our own child.
+            unsafe { libc::kill(node.child.id() as i32, libc::SIGHUP) };
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while reloads(&c.a) < f64::from(round + 1) || reloads(&c.b) < f64::from(round + 1) {
+            assert!(Instant::now() < deadline, "round {round}: no reload");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let to = if round % 2 == 0 { &c.b } else { &c.a };
+        let mut ws = resume(to, &c.a.token, &sid, seq);
+        let r = read(&mut ws, Duration::from_secs(5), |s| {
+            s.invalid_session || s.dispatches.iter().any(|d| d.1 == "RESUMED")
+        });
+        assert!(
+            !r.invalid_session && r.dispatches.iter().any(|d| d.1 == "RESUMED"),
+            "round {round}: {r:?}"
+        );
+        seq = r.dispatches.iter().map(|d| d.0).max().unwrap_or(seq);
+        drop(ws);
+    }
+    for n in [&c.a, &c.b] {
+        let m = metrics(n.admin);
+        assert_eq!(
+            metric_sum(&m, "gatewayd_cluster_link_refused_total", &[]),
+            0.0
+        );
+        assert_eq!(metric_sum(&m, "gatewayd_handoffs_in_total", &[]), 3.0);
+    }
+}

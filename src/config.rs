@@ -358,6 +358,8 @@ impl Config {
         if !(1..=5_000).contains(&self.rest.redis_timeout_ms) {
             return Err("rest.redis_timeout_ms must be 1..=5000".into());
         }
+        self.cluster
+            .validate(self.cluster.enabled && !self.registry_url.is_empty())?;
         self.egress.validate()?;
         self.recovery.validate(
             &self.registry_url,

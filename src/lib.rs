@@ -21,6 +21,7 @@
 //! ```
 
 pub mod api;
+pub mod cert_cli;
 pub mod chat;
 pub mod config;
 pub mod delivery;

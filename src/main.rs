@@ -45,6 +45,9 @@ enum Command {
     /// Use a bot's slash command (or click its button) as a person would,
     /// and print what the person sees.
     Interact(gatewayd::interact_cli::InteractArgs),
+    /// Make the cluster link's certificates: a cluster CA, and a node's
+    /// certificate for its advertised IP (docs/cluster.md).
+    Cert(gatewayd::cert_cli::CertArgs),
 }
 
 /// `gatewayd run`: its exit status says how it ended (node/notify.rs).
@@ -88,6 +91,7 @@ fn main() {
         }
         Some(Command::Egress(args)) => gatewayd::egress::server::run(args),
         Some(Command::Stats(args)) => gatewayd::ops::stats::run(args),
+        Some(Command::Cert(args)) => gatewayd::cert_cli::run(args),
         Some(Command::Interact(args)) => match gatewayd::interact_cli::run(args) {
             Ok(code) => std::process::exit(code),
             Err(e) => Err(e),

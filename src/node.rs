@@ -236,6 +236,7 @@ pub fn run(mut cfg: Config) -> Result<notify::Stopped, String> {
     let worker_threads = services::start_workers(&shared, setups, inboxes, chats)?;
 
     let link_addr = joined.as_ref().map(|j| j.link_addr);
+    let link_tls = joined.as_ref().and_then(|j| j.tls.clone());
     if let Some(j) = joined {
         let to_recover = recovery
             .as_ref()
@@ -313,6 +314,7 @@ pub fn run(mut cfg: Config) -> Result<notify::Stopped, String> {
         &egress,
         ingest_addr,
         stats.portal.clone(),
+        link_tls,
     )?;
     let deadline = Instant::now() + Duration::from_secs(10);
     while shared.ready_workers.load(Ordering::SeqCst) < workers {

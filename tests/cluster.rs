@@ -46,6 +46,88 @@ impl Cluster {
             b,
         }
     }
+
+    /// Two nodes with mutual TLS on the link, each its own certificate.
+    fn start_tls(certs: &Certs, extra: &[&str]) -> Cluster {
+        let (admin_url, url) = support::registry::pg_database();
+        let node = |name: &str| {
+            let link = format!("127.0.0.1:{}", support::node::free_port());
+            let mut flags: Vec<String> = vec![
+                "--registry-url".into(),
+                url.clone(),
+                "--no-demo-traffic".into(),
+                "--cluster-link-addr".into(),
+                link,
+            ];
+            flags.extend(certs.flags(name));
+            flags.extend(extra.iter().map(|s| s.to_string()));
+            Node::start(&flags.iter().map(String::as_str).collect::<Vec<_>>())
+        };
+        let a = node("a");
+        let b = node("b");
+        assert!(!a.token.is_empty(), "the first node created the demo bot");
+        Cluster {
+            admin_url,
+            url,
+            a,
+            b,
+        }
+    }
+}
+
+/// A cluster CA and certificates (`gatewayd::cert_cli`, what `gatewayd
+/// cert` makes): nodes `a` and `b` for 127.0.0.1, `third` (a third party
+/// holding a good certificate), `foreign` (of another CA), `expired` (of
+/// the cluster CA, expired yesterday).
+struct Certs {
+    dir: tempfile::TempDir,
+}
+
+impl Certs {
+    fn new() -> Certs {
+        use gatewayd::cert_cli::{new_ca, new_node};
+        let dir = tempfile::tempdir().unwrap();
+        let ip = "127.0.0.1".parse().unwrap();
+        let ca = new_ca(30).unwrap();
+        let other = new_ca(30).unwrap();
+        let write = |name: &str, pem: &gatewayd::cert_cli::Pem| {
+            std::fs::write(dir.path().join(format!("{name}.pem")), &pem.cert).unwrap();
+            std::fs::write(dir.path().join(format!("{name}.key")), &pem.key).unwrap();
+        };
+        write("ca", &ca);
+        for name in ["a", "b", "third"] {
+            write(name, &new_node(&ca.key, ip, -1, 30).unwrap());
+        }
+        write("foreign", &new_node(&other.key, ip, -1, 30).unwrap());
+        write("expired", &new_node(&ca.key, ip, -10, 9).unwrap());
+        Certs { dir }
+    }
+
+    fn path(&self, file: &str) -> String {
+        self.dir.path().join(file).to_str().unwrap().to_string()
+    }
+
+    /// The node flags for certificate `name`.
+    fn flags(&self, name: &str) -> Vec<String> {
+        vec![
+            "--cluster-tls-cert".into(),
+            self.path(&format!("{name}.pem")),
+            "--cluster-tls-key".into(),
+            self.path(&format!("{name}.key")),
+            "--cluster-tls-ca".into(),
+            self.path("ca.pem"),
+        ]
+    }
+
+    /// A third party's link TLS with certificate `name` (trusting the cluster CA).
+    fn client(&self, name: &str) -> gatewayd::link::cluster::tls::LinkTls {
+        gatewayd::link::cluster::tls::LinkTls::load(gatewayd::link::cluster::tls::Paths {
+            cert: self.path(&format!("{name}.pem")).into(),
+            key: self.path(&format!("{name}.key")).into(),
+            ca: self.path("ca.pem").into(),
+        })
+        .unwrap()
+    }
 }
 
 impl Drop for Cluster {
@@ -237,7 +319,29 @@ fn refusals(node: &Node, reason: &str) -> f64 {
 #[test]
 #[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
 fn a_resume_on_the_other_node_moves_the_session_with_events_in_flight() {
-    let c = Cluster::start(&[]);
+    moves_with_events_in_flight(&Cluster::start(&[]));
+}
+
+/// The same over mutual TLS (docs/cluster.md, "Mutual TLS on the link"):
+/// each node with its own certificate of the cluster CA naming its link
+/// address; nothing refused on either link.
+#[test]
+#[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
+fn a_resume_on_the_other_node_moves_the_session_over_mutual_tls() {
+    let certs = Certs::new();
+    let c = Cluster::start_tls(&certs, &[]);
+    moves_with_events_in_flight(&c);
+    for n in [&c.a, &c.b] {
+        let m = metrics(n.admin);
+        assert_eq!(
+            metric_sum(&m, "gatewayd_cluster_link_refused_total", &[]),
+            0.0
+        );
+        assert!(metric_sum(&m, "gatewayd_cluster_served_total", &[]) >= 1.0);
+    }
+}
+
+fn moves_with_events_in_flight(c: &Cluster) {
     let (mut ws, sid, server, channel) = login(&c.a, &c.a.token);
     let (producer, _done) = produce(
         &[&c.a, &c.b],
@@ -686,4 +790,206 @@ fn a_full_taker_refuses_with_op_9_and_the_session_stays_with_its_node() {
         r.dispatches.iter().any(|d| d.1 == "RESUMED"),
         "still A's: {r:?}"
     );
+}
+
+/// A node's link address (from the flags it was started with).
+fn link_of(node: &Node) -> std::net::SocketAddr {
+    let args = std::fs::read_to_string(format!("/proc/{}/cmdline", node.child.id())).unwrap();
+    let args: Vec<&str> = args.split('\0').collect();
+    let i = args
+        .iter()
+        .position(|a| *a == "--cluster-link-addr")
+        .unwrap();
+    args[i + 1].parse().unwrap()
+}
+
+fn link_refused(node: &Node, reason: &str) -> f64 {
+    metric_sum(
+        &metrics(node.admin),
+        "gatewayd_cluster_link_refused_total",
+        &[("reason", reason)],
+    )
+}
+
+/// A third party on a TLS link: without a client certificate, with one of
+/// another CA, with an expired one, speaking plaintext (a figures request),
+/// saying nothing: each refused at the handshake, counted by reason, no
+/// figures answered and no session touched. A good certificate is answered;
+/// a rotated certificate (SIGHUP) is taken without a restart, a broken one
+/// refused while the old one stays.
+#[test]
+#[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
+fn the_tls_link_refuses_strangers_at_the_handshake_and_counts_them() {
+    use gatewayd::link::cluster::figures;
+    let certs = Certs::new();
+    let c = Cluster::start_tls(&certs, &[]);
+    let (ws, _sid, _server, _channel) = login(&c.a, &c.a.token);
+    let link = link_of(&c.a);
+    let soon = || Instant::now() + Duration::from_secs(2);
+    let served = |n: &Node| {
+        metric_sum(
+            &metrics(n.admin),
+            "gatewayd_cluster_figures_served_total",
+            &[],
+        )
+    };
+    // A good certificate of the cluster CA: answered.
+    let good = certs.client("third");
+    figures::ask(Some(&good), link, &[1], soon()).expect("a cluster certificate is answered");
+    assert_eq!(served(&c.a), 1.0);
+
+    // Plaintext (a figures request as an old node would send it).
+    assert!(figures::ask(None, link, &[1], soon()).is_err());
+    // Another CA's certificate, and an expired one of the cluster CA.
+    assert!(figures::ask(Some(&certs.client("foreign")), link, &[1], soon()).is_err());
+    assert!(figures::ask(Some(&certs.client("expired")), link, &[1], soon()).is_err());
+    // A TLS client with no certificate at all.
+    {
+        let mut roots = rustls::RootCertStore::empty();
+        let pem = std::fs::read(certs.path("ca.pem")).unwrap();
+        use rustls::pki_types::pem::PemObject;
+        for ca in rustls::pki_types::CertificateDer::pem_slice_iter(&pem) {
+            roots.add(ca.unwrap()).unwrap();
+        }
+        let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        let name = rustls::pki_types::ServerName::IpAddress(link.ip().into());
+        let conn = rustls::ClientConnection::new(Arc::new(cfg), name).unwrap();
+        let sock = TcpStream::connect(link).unwrap();
+        sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+        let mut s = rustls::StreamOwned::new(conn, sock);
+        let ask = figures::Ask {
+            apps: vec![1],
+            deadline_unix_ms: u64::MAX / 2,
+        };
+        let _ = s.write_all(&ask.encode()).and_then(|_| s.flush());
+        let mut b = [0u8; 4];
+        assert!(
+            std::io::Read::read_exact(&mut s, &mut b).is_err(),
+            "answered without a client certificate"
+        );
+    }
+    // Connected, and silent past the deadline (1 s).
+    let silent = TcpStream::connect(link).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    drop(silent);
+
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let want = [
+        ("not_tls", 1.0),
+        ("bad_cert", 2.0),
+        ("no_client_cert", 1.0),
+        ("handshake_timeout", 1.0),
+        ("other", 0.0),
+    ];
+    loop {
+        let got: Vec<f64> = want.iter().map(|(r, _)| link_refused(&c.a, r)).collect();
+        if got.iter().zip(&want).all(|(g, (_, w))| g == w) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "refusals by reason {want:?}: {got:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let m = metrics(c.a.admin);
+    assert_eq!(served(&c.a), 1.0, "no figures answered to a stranger");
+    assert_eq!(
+        metric_sum(&m, "gatewayd_cluster_figures_refused_total", &[]),
+        0.0
+    );
+    assert_eq!(metric_sum(&m, "gatewayd_cluster_served_total", &[]), 0.0);
+    assert_eq!(
+        metric_sum(&m, "gatewayd_cluster_served_bad_total", &[]),
+        0.0
+    );
+    assert_eq!(metric_sum(&m, "gatewayd_handoffs_out_total", &[]), 0.0);
+
+    // Rotation: A's certificate replaced (a new key), SIGHUP: reloaded, and
+    // the other node and the third party still get through.
+    let fresh = gatewayd::cert_cli::new_node(
+        &std::fs::read_to_string(certs.path("ca.key")).unwrap(),
+        "127.0.0.1".parse().unwrap(),
+        -1,
+        30,
+    )
+    .unwrap();
+    std::fs::write(certs.path("a.key"), &fresh.key).unwrap();
+    std::fs::write(certs.path("a.pem"), &fresh.cert).unwrap();
+    let reloads = |n: &Node, name: &str| metric_sum(&metrics(n.admin), name, &[]);
+    // SAFETY: kill(2) of our own child.
+    unsafe { libc::kill(c.a.child.id() as i32, libc::SIGHUP) };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while reloads(&c.a, "gatewayd_cluster_tls_reloads_total") < 1.0 {
+        assert!(Instant::now() < deadline, "no reload after SIGHUP");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    figures::ask(Some(&good), link, &[1], soon()).expect("answered after the rotation");
+    // A broken file: the reload fails, the certificate in use stays.
+    std::fs::write(certs.path("a.pem"), "not a certificate").unwrap();
+    // SAFETY: as above.
+    unsafe { libc::kill(c.a.child.id() as i32, libc::SIGHUP) };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while reloads(&c.a, "gatewayd_cluster_tls_reload_failures_total") < 1.0 {
+        assert!(Instant::now() < deadline, "no failed reload counted");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    figures::ask(Some(&good), link, &[1], soon()).expect("the old certificate stays");
+    drop(ws);
+}
+
+/// Certificates rotated (new keys, SIGHUP) on both nodes before each of
+/// six hand-offs back and forth: none fails, nothing is refused.
+#[test]
+#[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
+fn certificates_rotated_between_hand_offs_fail_none() {
+    let certs = Certs::new();
+    let c = Cluster::start_tls(&certs, &[]);
+    let (ws, sid, _server, _channel) = login(&c.a, &c.a.token);
+    drop(ws);
+    let ca_key = std::fs::read_to_string(certs.path("ca.key")).unwrap();
+    let reloads =
+        |n: &Node| metric_sum(&metrics(n.admin), "gatewayd_cluster_tls_reloads_total", &[]);
+    let mut seq = 1;
+    for round in 0..6u32 {
+        for (name, node) in [("a", &c.a), ("b", &c.b)] {
+            let fresh = gatewayd::cert_cli::new_node(&ca_key, "127.0.0.1".parse().unwrap(), -1, 30)
+                .unwrap();
+            std::fs::write(certs.path(&format!("{name}.key")), &fresh.key).unwrap();
+            std::fs::write(certs.path(&format!("{name}.pem")), &fresh.cert).unwrap();
+            // SAFETY: kill(2) of our own child.
+            unsafe { libc::kill(node.child.id() as i32, libc::SIGHUP) };
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while reloads(&c.a) < f64::from(round + 1) || reloads(&c.b) < f64::from(round + 1) {
+            assert!(Instant::now() < deadline, "round {round}: no reload");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(100));
+        let to = if round % 2 == 0 { &c.b } else { &c.a };
+        let mut ws = resume(to, &c.a.token, &sid, seq);
+        let r = read(&mut ws, Duration::from_secs(5), |s| {
+            s.invalid_session || s.dispatches.iter().any(|d| d.1 == "RESUMED")
+        });
+        assert!(
+            !r.invalid_session && r.dispatches.iter().any(|d| d.1 == "RESUMED"),
+            "round {round}: {r:?}"
+        );
+        seq = r.dispatches.iter().map(|d| d.0).max().unwrap_or(seq);
+        drop(ws);
+    }
+    for n in [&c.a, &c.b] {
+        let m = metrics(n.admin);
+        assert_eq!(
+            metric_sum(&m, "gatewayd_cluster_link_refused_total", &[]),
+            0.0
+        );
+        assert_eq!(metric_sum(&m, "gatewayd_handoffs_in_total", &[]), 3.0);
+    }
 }

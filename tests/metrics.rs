@@ -181,6 +181,8 @@ fn metrics_exposition_is_valid_and_has_the_operations_families() {
         "gatewayd_registry_call_seconds_count",
         "gatewayd_revocation_apply_seconds_count",
         "gatewayd_worker_busy_seconds_total",
+        // The cluster link's refusals by reason (zeros outside a cluster).
+        "gatewayd_cluster_link_refused_total",
         "process_resident_memory_bytes",
         "process_cpu_seconds_total",
     ] {

@@ -27,10 +27,23 @@ struct Two {
 
 impl Two {
     fn start() -> Two {
+        Two::start_with(|_| Vec::new())
+    }
+
+    /// `extra(name)`: more flags for node "a" or "b".
+    fn start_with(extra: impl Fn(&str) -> Vec<String>) -> Two {
         let (admin_url, url) = support::registry::pg_database();
-        let flags = ["--registry-url", url.as_str(), "--no-demo-traffic"];
-        let a = Node::start(&flags);
-        let b = Node::start(&flags);
+        let node = |name: &str| {
+            let mut flags = vec![
+                "--registry-url".to_string(),
+                url.clone(),
+                "--no-demo-traffic".into(),
+            ];
+            flags.extend(extra(name));
+            Node::start(&flags.iter().map(String::as_str).collect::<Vec<_>>())
+        };
+        let a = node("a");
+        let b = node("b");
         assert!(!a.token.is_empty(), "the first node created the demo bot");
         Two {
             admin_url,
@@ -206,6 +219,46 @@ fn the_portal_shows_every_nodes_sessions_and_names_a_frozen_node() {
     });
     assert!(back.is_some(), "{:#}", demo.health()["cluster"]);
     assert_eq!(demo.health()["cluster"]["not_answering"], json!([]));
+}
+
+/// With mutual TLS on the link (docs/cluster.md), node A's portal still
+/// gets B's figures: the portal dials with the node's certificate.
+#[test]
+#[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
+fn the_cluster_view_is_asked_over_mutual_tls() {
+    use gatewayd::cert_cli::{new_ca, new_node};
+    let dir = tempfile::tempdir().unwrap();
+    let path = |f: &str| dir.path().join(f).to_str().unwrap().to_string();
+    let ca = new_ca(30).unwrap();
+    std::fs::write(path("ca.pem"), &ca.cert).unwrap();
+    for name in ["a", "b"] {
+        let n = new_node(&ca.key, "127.0.0.1".parse().unwrap(), -1, 30).unwrap();
+        std::fs::write(path(&format!("{name}.pem")), &n.cert).unwrap();
+        std::fs::write(path(&format!("{name}.key")), &n.key).unwrap();
+    }
+    let c = Two::start_with(|name| {
+        vec![
+            "--cluster-tls-cert".into(),
+            path(&format!("{name}.pem")),
+            "--cluster-tls-key".into(),
+            path(&format!("{name}.key")),
+            "--cluster-tls-ca".into(),
+            path("ca.pem"),
+        ]
+    });
+    let nb = node_number(&c.b);
+    let _on_b = bot::identify(c.b.gateway, "b", &c.a.token, BOT_INTENTS, Some((1, 2))).unwrap();
+    let demo = sign_in(portal::addr(&c.a), &c.a.token).unwrap();
+    let seen = wait_until(Duration::from_secs(10), || {
+        by_node_shard(&demo.health()).contains(&(nb, json!([1, 2]), 1, 0))
+    });
+    assert!(seen.is_some(), "{:#}", demo.health()["cluster"]);
+    let mb = metrics(c.b.admin);
+    assert!(metric_sum(&mb, "gatewayd_cluster_figures_served_total", &[]) >= 1.0);
+    assert_eq!(
+        metric_sum(&mb, "gatewayd_cluster_link_refused_total", &[]),
+        0.0
+    );
 }
 
 #[test]

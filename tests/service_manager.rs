@@ -164,6 +164,7 @@ fn check_passes_a_good_configuration_one_line_per_check() {
     assert!(line(&text, "registry").starts_with("ok"), "{text}");
     for unset in [
         "tls",
+        "cluster.tls",
         "rest.redis",
         "recovery.redis",
         "kafka",
@@ -188,6 +189,17 @@ fn check_fails_each_service_it_cannot_reach_and_says_which() {
                 "/nonexistent/key.pem".into(),
             ],
             "tls",
+        ),
+        (
+            vec![
+                "--cluster-tls-cert".into(),
+                "/nonexistent/node.pem".into(),
+                "--cluster-tls-key".into(),
+                "/nonexistent/node.key".into(),
+                "--cluster-tls-ca".into(),
+                "/nonexistent/ca.pem".into(),
+            ],
+            "cluster.tls",
         ),
         (
             vec![

@@ -225,6 +225,21 @@ pub struct RunArgs {
     /// [config: cluster.handoff_timeout_ms]
     #[arg(long)]
     pub cluster_handoff_timeout_ms: Option<u64>,
+    /// Cluster: this node's link certificate chain, PEM (IP SAN = its advertised link address;
+    /// turns mutual TLS on with the key and CA; docs/cluster.md) [config: cluster.tls_cert]
+    #[arg(long)]
+    pub cluster_tls_cert: Option<String>,
+    /// Cluster: the private key of --cluster-tls-cert, PEM [config: cluster.tls_key]
+    #[arg(long)]
+    pub cluster_tls_key: Option<String>,
+    /// Cluster: the cluster CA, PEM; every peer's certificate must chain to it
+    /// [config: cluster.tls_ca]
+    #[arg(long)]
+    pub cluster_tls_ca: Option<String>,
+    /// Cluster: run a link bound off loopback without TLS (logs a warning; default: refuse to
+    /// start) [config: cluster.allow_plaintext_link]
+    #[arg(long)]
+    pub cluster_allow_plaintext_link: bool,
     /// Crash recovery: the session store, redis://host:port; turns [recovery] on (default: off)
     /// [config: recovery.redis_url]
     #[arg(long, env = "GATEWAYD_RECOVERY_REDIS_URL", hide_env_values = true)]
@@ -315,6 +330,12 @@ impl RunArgs {
         set!(args.rest_nodes => cfg.rest.nodes);
         set!(args.cluster_link_addr => cfg.cluster.link_addr);
         set!(args.cluster_handoff_timeout_ms => cfg.cluster.handoff_timeout_ms);
+        set!(args.cluster_tls_cert => cfg.cluster.tls_cert);
+        set!(args.cluster_tls_key => cfg.cluster.tls_key);
+        set!(args.cluster_tls_ca => cfg.cluster.tls_ca);
+        if args.cluster_allow_plaintext_link {
+            cfg.cluster.allow_plaintext_link = true;
+        }
         if let Some(url) = args.recovery_redis_url.clone() {
             cfg.recovery.enabled = true;
             cfg.recovery.redis_url = url;

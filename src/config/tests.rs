@@ -187,3 +187,46 @@ fn the_demo_and_its_traffic_from_file_and_flags() {
         "the flag wins"
     );
 }
+
+#[test]
+fn a_link_off_loopback_needs_tls_or_allow_plaintext_link() {
+    let load = |link: &str, tls: bool, allow: bool, registry: bool| {
+        let s = |v: &str| tls.then(|| v.to_string());
+        Config::load(&RunArgs {
+            registry_url: registry.then(|| "postgres://x@127.0.0.1/db".into()),
+            cluster_link_addr: Some(link.parse().unwrap()),
+            cluster_tls_cert: s("node.pem"),
+            cluster_tls_key: s("node.key"),
+            cluster_tls_ca: s("ca.pem"),
+            cluster_allow_plaintext_link: allow,
+            ..Default::default()
+        })
+    };
+    let err = load("0.0.0.0:7070", false, false, true).unwrap_err();
+    assert!(err.contains("not a loopback address"), "{err}");
+    assert!(err.contains("allow_plaintext_link"), "{err}");
+    let err = load("10.0.0.5:7070", false, false, true).unwrap_err();
+    assert!(err.contains("tls_cert"), "{err}");
+    assert!(load("10.0.0.5:7070", true, false, true).is_ok());
+    assert!(
+        load("10.0.0.5:7070", false, true, true)
+            .unwrap()
+            .cluster
+            .allow_plaintext_link
+    );
+    assert!(
+        load("127.0.0.1:0", false, false, true).is_ok(),
+        "loopback may stay plaintext"
+    );
+    assert!(
+        load("0.0.0.0:7070", false, false, false).is_ok(),
+        "no cluster, no link"
+    );
+    // All three files or none.
+    let err = Config::load(&RunArgs {
+        cluster_tls_cert: Some("node.pem".into()),
+        ..Default::default()
+    })
+    .unwrap_err();
+    assert!(err.contains("all of tls_cert"), "{err}");
+}

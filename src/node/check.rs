@@ -13,6 +13,7 @@
 //! | config | parse, validate, read the `*_file` secrets | - |
 //! | data_dir | exists and writable, or its parent is | - |
 //! | tls | load the gateway certificate chain and key | - |
+//! | cluster.tls | load the link's certificate, key and CA (mutual TLS) | - |
 //! | registry | SQLite: open the file read-only if it exists and read its revision; PostgreSQL: connect and read the revision | `registry.timeout_ms` |
 //! | rest.redis | connect, AUTH/SELECT, PING | `rest.redis_timeout_ms` |
 //! | recovery.redis | the same | `recovery.timeout_ms` |
@@ -59,6 +60,7 @@ pub fn run(args: &RunArgs) -> i32 {
     };
     r.line(data_dir(&cfg), "data_dir");
     r.line(tls(&cfg), "tls");
+    r.line(cluster_tls(&cfg), "cluster.tls");
     r.line(registry(&cfg), "registry");
     let rest = &cfg.rest;
     r.line(redis(&rest.redis_url, rest.redis_timeout_ms), "rest.redis");
@@ -158,6 +160,19 @@ fn tls(cfg: &Config) -> Result<Option<String>, String> {
         ))),
         None => Ok(None),
     }
+}
+
+fn cluster_tls(cfg: &Config) -> Result<Option<String>, String> {
+    let c = &cfg.cluster;
+    if c.tls_cert.is_empty() {
+        return Ok(None);
+    }
+    crate::link::cluster::tls::LinkTls::load(crate::link::cluster::tls::Paths {
+        cert: c.tls_cert.clone().into(),
+        key: c.tls_key.clone().into(),
+        ca: c.tls_ca.clone().into(),
+    })?;
+    Ok(Some(format!("{} (CA {})", c.tls_cert, c.tls_ca)))
 }
 
 fn registry(cfg: &Config) -> Result<Option<String>, String> {

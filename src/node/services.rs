@@ -321,6 +321,7 @@ pub(super) fn start_portal(
     egress: &Arc<crate::egress::EgressClient>,
     ingest_addr: std::net::SocketAddr,
     stats: Arc<crate::portal::PortalStats>,
+    link_tls: crate::link::cluster::tls::Tls,
 ) -> Result<Option<crate::portal::Portal>, String> {
     if !cfg.portal.enabled {
         return Ok(None);
@@ -331,6 +332,7 @@ pub(super) fn start_portal(
         egress: egress.clone(),
         ingest_addr,
         stats,
+        link_tls,
     };
     let secure = cfg.tls_enabled() || cfg.portal.secure_cookie;
     crate::portal::start(cfg.portal.clone(), secure, views, open_registry(cfg)?)

@@ -6,6 +6,7 @@
 use std::fmt::Write;
 use std::sync::atomic::Ordering::Relaxed;
 
+use crate::link::cluster::tls::Refusal;
 use crate::link::cluster::ClusterStats;
 
 pub fn render(c: &ClusterStats, out: &mut String) {
@@ -26,6 +27,25 @@ pub fn render(c: &ClusterStats, out: &mut String) {
         let _ = writeln!(
             out,
             "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}"
+        );
+    }
+    let name = "gatewayd_cluster_link_refused_total";
+    let _ = writeln!(
+        out,
+        "# HELP {name} Connections to the cluster link refused at the TLS handshake (docs/cluster.md): no_client_cert, bad_cert (another CA, expired, wrong EKU), not_tls (plaintext to a TLS link), handshake_timeout, other. Nothing of theirs is read.\n# TYPE {name} counter"
+    );
+    for why in Refusal::ALL {
+        let v = c.link_refused[why.index()].load(Relaxed);
+        let _ = writeln!(out, "{name}{{reason=\"{}\"}} {v}", why.as_str());
+    }
+    let reloads: [(&str, &str, u64); 2] = [
+        ("gatewayd_cluster_tls_reloads_total", "Reloads of the cluster link's certificates (SIGHUP, or their files changed).", c.tls_reloads.load(Relaxed)),
+        ("gatewayd_cluster_tls_reload_failures_total", "Reloads of the cluster link's certificates that failed (the previous ones stay in use).", c.tls_reload_failures.load(Relaxed)),
+    ];
+    for (name, help, v) in reloads {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
         );
     }
 }

@@ -226,10 +226,11 @@ fn fetch(ctx: &Ctx, apps: &[u64]) -> Vec<Remote> {
         asked.push(i);
         ctx.v.stats.cluster_asks.fetch_add(1, Relaxed);
         let (tx, node, link, list) = (tx.clone(), *node, link.clone(), list.clone());
+        let tls = ctx.v.link_tls.clone();
         let spawned = std::thread::Builder::new()
             .name("portal-ask".into())
             .spawn(move || {
-                let _ = tx.send((i, ask(node, &link, &list, deadline)));
+                let _ = tx.send((i, ask(tls.as_deref(), node, &link, &list, deadline)));
             });
         if spawned.is_err() {
             said[i].2 = Err("no thread to ask it");
@@ -276,12 +277,18 @@ fn fetch(ctx: &Ctx, apps: &[u64]) -> Vec<Remote> {
         .collect()
 }
 
-fn ask(node: u16, link: &str, apps: &[u64], deadline: Instant) -> NodeAnswer {
+fn ask(
+    tls: Option<&crate::link::cluster::tls::LinkTls>,
+    node: u16,
+    link: &str,
+    apps: &[u64],
+    deadline: Instant,
+) -> NodeAnswer {
     // An IP and port (the cluster refuses anything else): no DNS lookup.
     let addr: std::net::SocketAddr = link
         .parse()
         .map_err(|_| "its link address is not an IP address and port")?;
-    let answers = figures::ask(addr, apps, deadline).map_err(figures::Silence::as_str)?;
+    let answers = figures::ask(tls, addr, apps, deadline).map_err(figures::Silence::as_str)?;
     Ok(answers
         .iter()
         .map(|bytes| match NodeFigures::decode(bytes) {

@@ -59,6 +59,8 @@ pub struct Views {
     /// The ingest listener (test events go in as a producer's would).
     pub ingest_addr: SocketAddr,
     pub stats: Arc<PortalStats>,
+    /// The cluster link's TLS (other nodes' figures are asked over it).
+    pub link_tls: crate::link::cluster::tls::Tls,
 }
 
 /// The portal's counters (`gatewayd_portal_*` on the admin port).

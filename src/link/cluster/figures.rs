@@ -24,9 +24,11 @@
 //!   frozen) does not answer.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use super::tls::{self, Link, LinkTls};
 
 use crate::delivery::moved::TAKE_LEN;
 
@@ -99,6 +101,8 @@ impl Ask {
 pub enum Silence {
     /// No connection (refused, or none within the deadline).
     Connect,
+    /// The TLS handshake failed (a certificate that does not verify).
+    Handshake,
     /// Connected, but no whole answer before the deadline (frozen, busy).
     Timeout,
     /// Closed without an answer (an older node, or too many requests).
@@ -113,6 +117,7 @@ impl Silence {
     pub fn as_str(self) -> &'static str {
         match self {
             Silence::Connect => "no connection",
+            Silence::Handshake => "TLS handshake failed",
             Silence::Timeout => "no answer in time",
             Silence::Closed => "closed without an answer",
             Silence::TooLong => "answer too long",
@@ -124,7 +129,7 @@ impl Silence {
 /// Serve one figures request (the link thread read its head, whose magic
 /// is ours, with the stream's read timeout set). Returns whether an answer
 /// was written.
-pub(super) fn serve(stream: &mut TcpStream, head: &[u8], provider: &Provider) -> bool {
+pub(super) fn serve(stream: &mut Link, head: &[u8], provider: &Provider) -> bool {
     let Some((n, deadline)) = Ask::decode_head(head) else {
         return false;
     };
@@ -154,13 +159,19 @@ pub(super) fn serve(stream: &mut TcpStream, head: &[u8], provider: &Provider) ->
     stream
         .write_all(&len)
         .and_then(|_| stream.write_all(&body))
+        .and_then(|_| stream.flush())
         .is_ok()
 }
 
 /// Ask the node at `addr` for its figures of `apps` (at most `MAX_APPS`);
 /// everything before `deadline`. Each application's figures' bytes, in the
 /// order asked, or why there are none.
-pub fn ask(addr: SocketAddr, apps: &[u64], deadline: Instant) -> Result<Vec<Vec<u8>>, Silence> {
+pub fn ask(
+    tls: Option<&LinkTls>,
+    addr: SocketAddr,
+    apps: &[u64],
+    deadline: Instant,
+) -> Result<Vec<Vec<u8>>, Silence> {
     let apps = &apps[..apps.len().min(MAX_APPS)];
     let left = || {
         deadline
@@ -174,12 +185,19 @@ pub fn ask(addr: SocketAddr, apps: &[u64], deadline: Instant) -> Result<Vec<Vec<
         deadline_unix_ms: unix_deadline,
     }
     .encode();
-    let mut s = TcpStream::connect_timeout(&addr, left().ok_or(Silence::Connect)?)
-        .map_err(|_| Silence::Connect)?;
-    let _ = s.set_nodelay(true);
-    s.set_write_timeout(Some(left().ok_or(Silence::Timeout)?))
+    let mut s = tls::dial(tls, addr, deadline).map_err(|e| {
+        if tls::is_handshake_error(&e) {
+            Silence::Handshake
+        } else {
+            Silence::Connect
+        }
+    })?;
+    s.tcp()
+        .set_write_timeout(Some(left().ok_or(Silence::Timeout)?))
         .map_err(|_| Silence::Timeout)?;
-    s.write_all(&req).map_err(|_| Silence::Closed)?;
+    s.write_all(&req)
+        .and_then(|_| s.flush())
+        .map_err(|_| Silence::Closed)?;
     let mut len = [0u8; 4];
     read_by(&mut s, &mut len, &left)?;
     let len = u32::from_le_bytes(len) as usize;
@@ -210,13 +228,14 @@ fn split_answer(mut b: &[u8], apps: &[u64]) -> Option<Vec<Vec<u8>>> {
 
 /// Fill `buf`, re-arming the read timeout to what is left of the deadline.
 fn read_by(
-    s: &mut TcpStream,
+    s: &mut Link,
     buf: &mut [u8],
     left: &impl Fn() -> Option<Duration>,
 ) -> Result<(), Silence> {
     let mut got = 0;
     while got < buf.len() {
-        s.set_read_timeout(Some(left().ok_or(Silence::Timeout)?))
+        s.tcp()
+            .set_read_timeout(Some(left().ok_or(Silence::Timeout)?))
             .map_err(|_| Silence::Timeout)?;
         match s.read(&mut buf[got..]) {
             Ok(0) => return Err(Silence::Closed),
@@ -310,10 +329,20 @@ mod tests {
             drop(s1);
         });
         let start = Instant::now();
-        let r = ask(addr, &[7], Instant::now() + Duration::from_millis(150));
+        let r = ask(
+            None,
+            addr,
+            &[7],
+            Instant::now() + Duration::from_millis(150),
+        );
         assert_eq!(r, Err(Silence::Timeout));
         assert!(start.elapsed() < Duration::from_millis(400));
-        let r = ask(addr, &[7], Instant::now() + Duration::from_millis(150));
+        let r = ask(
+            None,
+            addr,
+            &[7],
+            Instant::now() + Duration::from_millis(150),
+        );
         assert_eq!(r, Err(Silence::TooLong));
         t.join().unwrap();
     }

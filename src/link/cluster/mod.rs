@@ -10,6 +10,8 @@
 //! `cluster.max_link_connections`), "cluster-take-N"
 //! (`cluster.handoff_threads`, 16, each one request at a time, every one
 //! under `cluster.handoff_timeout_ms`).
+//! "cluster-tls" (with TLS on: re-reads the certificates on SIGHUP and
+//! when their files change, checked every `cluster.tls_reload_ms`).
 //! None of them is a worker: a frozen peer costs a hand-off thread one
 //! deadline, never a worker anything.
 
@@ -27,6 +29,7 @@ use crate::worker::mail::{TakeJob, WorkerHandle};
 pub mod figures;
 mod serve;
 mod take;
+pub mod tls;
 
 /// Hand-off threads of this node, at most.
 const MAX_TAKE_THREADS: usize = 256;
@@ -53,6 +56,13 @@ pub struct ClusterStats {
     pub figures_refused: AtomicU64,
     /// Registry reads of the hand-off threads (node addresses, live nodes).
     pub registry_reads: AtomicU64,
+    /// Link connections refused at the TLS handshake, by
+    /// `tls::Refusal::index`.
+    pub link_refused: [AtomicU64; 5],
+    /// Reloads of the link's certificates, and those that failed (the old
+    /// ones kept).
+    pub tls_reloads: AtomicU64,
+    pub tls_reload_failures: AtomicU64,
 }
 
 /// A node that has joined: its number and what to start once workers exist.
@@ -62,6 +72,8 @@ pub struct Joined {
     /// This process (random per start) and the link address others dial.
     pub instance: String,
     pub advertised: String,
+    /// The link's TLS (None: plaintext).
+    pub tls: tls::Tls,
     listener: TcpListener,
     registry: Arc<dyn Registry>,
     cfg: ClusterConfig,
@@ -84,6 +96,26 @@ pub fn join(cfg: &ClusterConfig, registry: Arc<dyn Registry>) -> Result<Joined, 
     } else {
         cfg.advertise_addr.clone()
     };
+    let tls = match cfg.tls_cert.is_empty() {
+        false => Some(Arc::new(tls::LinkTls::load(tls::Paths {
+            cert: cfg.tls_cert.clone().into(),
+            key: cfg.tls_key.clone().into(),
+            ca: cfg.tls_ca.clone().into(),
+        })?)),
+        true => {
+            if !link_addr.ip().is_loopback() {
+                // Config validation let it through: allow_plaintext_link.
+                tracing::warn!(
+                    link = %link_addr,
+                    "CLUSTER LINK WITHOUT TLS on a non-loopback address \
+                     (cluster.allow_plaintext_link = true): anyone who can reach it can \
+                     take sessions and read figures; set cluster.tls_cert/tls_key/tls_ca \
+                     (docs/cluster.md)"
+                );
+            }
+            None
+        }
+    };
     let mut random = [0u8; 16];
     getrandom::fill(&mut random).map_err(|e| format!("random instance id: {e}"))?;
     let instance: String = random.iter().map(|b| format!("{b:02x}")).collect();
@@ -91,12 +123,13 @@ pub fn join(cfg: &ClusterConfig, registry: Arc<dyn Registry>) -> Result<Joined, 
     let node = registry
         .register_node(&instance, &advertised, now, cfg.node_ttl_ms)
         .map_err(|e| format!("joining the cluster: {e}"))?;
-    tracing::info!(node, link = %advertised, "joined the cluster");
+    tracing::info!(node, link = %advertised, tls = tls.is_some(), "joined the cluster");
     Ok(Joined {
         node,
         link_addr,
         instance,
         advertised,
+        tls,
         listener,
         registry,
         cfg: cfg.clone(),
@@ -170,6 +203,7 @@ pub fn start(
             max_connections: j.cfg.max_link_connections,
             stats: stats.clone(),
             figures,
+            tls: j.tls.clone(),
         };
         let (listener, stop) = (j.listener, stop.clone());
         threads.push(spawn(
@@ -186,11 +220,23 @@ pub fn start(
             resolver: resolver.clone(),
             stats: stats.clone(),
             recover: recover.clone(),
+            tls: j.tls.clone(),
         };
         let (jobs, stop) = (jobs.clone(), stop.clone());
         threads.push(spawn(
             format!("cluster-take-{i}"),
             Box::new(move || take::run(jobs, ctx, &stop)),
+        )?);
+    }
+    if let Some(t) = j.tls.clone() {
+        let hup = Arc::new(AtomicBool::new(false));
+        signal_hook::flag::register(signal_hook::consts::SIGHUP, hup.clone())
+            .map_err(|e| format!("SIGHUP: {e}"))?;
+        let (stats, stop) = (stats.clone(), stop.clone());
+        let every = Duration::from_millis(j.cfg.tls_reload_ms.max(100));
+        threads.push(spawn(
+            "cluster-tls".into(),
+            Box::new(move || tls::reloader(&t, &hup, every, &stats, &stop)),
         )?);
     }
     let (reg, node, instance) = (j.registry, j.node, j.instance);

@@ -5,6 +5,8 @@
 //! served at once (the rest are closed at once: the asker sees op 9).
 //! A request of the same size with the figures magic is another node's
 //! portal asking for an application's figures (`figures`).
+//! With TLS on (`tls`), the handshake comes first, under the same deadline;
+//! a connection refused there is counted and closed, nothing read.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -12,6 +14,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::tls;
 use super::{figures, ClusterStats};
 use crate::delivery::moved::{self, Take, DEADLINE_MARGIN_MS, TAKE_LEN};
 use crate::delivery::resume::ResumeRefusal;
@@ -28,6 +31,8 @@ pub(super) struct Ctx {
     pub stats: Arc<ClusterStats>,
     /// The application figures this node answers with (the portal's).
     pub figures: figures::Provider,
+    /// The link's TLS (None: plaintext).
+    pub tls: tls::Tls,
 }
 
 pub(super) fn run(listener: TcpListener, ctx: Ctx, stop: &AtomicBool) {
@@ -89,12 +94,30 @@ fn wait_readable(listener: &TcpListener, ms: i32) {
     }
 }
 
-fn serve(mut stream: TcpStream, ctx: &Ctx) {
+fn serve(stream: TcpStream, ctx: &Ctx) {
     let deadline = Instant::now() + ctx.timeout;
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_nodelay(true);
-    let _ = stream.set_read_timeout(Some(ctx.timeout));
     let _ = stream.set_write_timeout(Some(ctx.timeout));
+    let peer = stream.peer_addr().ok();
+    let mut stream = match tls::accept(ctx.tls.as_deref(), stream, deadline) {
+        Ok(s) => s,
+        Err(why) => {
+            ctx.stats.link_refused[why.index()].fetch_add(1, Relaxed);
+            tracing::debug!(
+                ?peer,
+                reason = why.as_str(),
+                "cluster link: connection refused"
+            );
+            return;
+        }
+    };
+    // What is left of the deadline bounds each read and write.
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(1));
+    let _ = stream.tcp().set_read_timeout(Some(left));
+    let _ = stream.tcp().set_write_timeout(Some(left));
     let mut req = [0u8; TAKE_LEN];
     if stream.read_exact(&mut req).is_err() {
         return;
@@ -130,6 +153,7 @@ fn serve(mut stream: TcpStream, ctx: &Ctx) {
     if stream
         .write_all(&len)
         .and_then(|_| stream.write_all(&answer))
+        .and_then(|_| stream.flush())
         .is_ok()
     {
         ctx.stats.served.fetch_add(1, Relaxed);

@@ -9,13 +9,14 @@
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use registry::Registry;
 
+use super::tls::{self, Link};
 use super::ClusterStats;
 use crate::delivery::moved::{self, MAX_FRAME};
 use crate::delivery::resume::ResumeRefusal;
@@ -36,6 +37,8 @@ pub(super) struct Ctx {
     /// Crash recovery's threads (None: off): a session no live node holds
     /// is asked of them instead of op 9.
     pub recover: Option<crossbeam_channel::Sender<crate::worker::mail::RecoverJob>>,
+    /// The link's TLS (None: plaintext).
+    pub tls: tls::Tls,
 }
 
 /// The live nodes as last read, and when.
@@ -224,7 +227,13 @@ fn ask(
     said_unknown: &mut Vec<String>,
 ) -> Result<Box<Moved>, ResumeRefusal> {
     let unreachable = ResumeRefusal::NodeUnreachable;
-    let answer = exchange(addr, &job.take.encode(), job.take.max_bytes, deadline);
+    let answer = exchange(
+        ctx.tls.as_deref(),
+        addr,
+        &job.take.encode(),
+        job.take.max_bytes,
+        deadline,
+    );
     let Some(bytes) = answer else {
         ctx.resolver.forget(node);
         return Err(unreachable);
@@ -247,17 +256,31 @@ fn ask(
     }
 }
 
-/// One request, one answer, all before `deadline`; None on any failure.
-fn exchange(addr: SocketAddr, req: &[u8], max_bytes: u64, deadline: Instant) -> Option<Vec<u8>> {
+/// One request, one answer, all before `deadline` (connect and TLS
+/// handshake included); None on any failure.
+fn exchange(
+    tls: Option<&tls::LinkTls>,
+    addr: SocketAddr,
+    req: &[u8],
+    max_bytes: u64,
+    deadline: Instant,
+) -> Option<Vec<u8>> {
     let left = || {
         deadline
             .checked_duration_since(Instant::now())
             .filter(|d| !d.is_zero())
     };
-    let mut s = TcpStream::connect_timeout(&addr, left()?).ok()?;
-    let _ = s.set_nodelay(true);
-    s.set_write_timeout(Some(left()?)).ok()?;
-    s.write_all(req).ok()?;
+    let mut s = match tls::dial(tls, addr, deadline) {
+        Ok(s) => s,
+        Err(e) => {
+            if tls::is_handshake_error(&e) {
+                tracing::warn!(%addr, error = %e, "cluster: TLS handshake with a node failed");
+            }
+            return None;
+        }
+    };
+    s.tcp().set_write_timeout(Some(left()?)).ok()?;
+    s.write_all(req).and_then(|_| s.flush()).ok()?;
     let mut len = [0u8; 4];
     read_by(&mut s, &mut len, &left)?;
     let len = u32::from_le_bytes(len) as usize;
@@ -275,10 +298,10 @@ fn exchange(addr: SocketAddr, req: &[u8], max_bytes: u64, deadline: Instant) -> 
 }
 
 /// Fill `buf`, re-arming the read timeout to what is left of the deadline.
-fn read_by(s: &mut TcpStream, buf: &mut [u8], left: &impl Fn() -> Option<Duration>) -> Option<()> {
+fn read_by(s: &mut Link, buf: &mut [u8], left: &impl Fn() -> Option<Duration>) -> Option<()> {
     let mut got = 0;
     while got < buf.len() {
-        s.set_read_timeout(Some(left()?)).ok()?;
+        s.tcp().set_read_timeout(Some(left()?)).ok()?;
         match s.read(&mut buf[got..]) {
             Ok(0) => return None,
             Ok(n) => got += n,

@@ -113,6 +113,29 @@ impl Target {
     }
 }
 
+pub use super::resp_tls::is_verify_failure;
+
+/// At start, for a `rediss://` URL: one connection by `timeout_ms`; a
+/// certificate that does not verify is an error naming `what` (the config
+/// key) and the reason, so the node refuses to start. An unreachable server
+/// is not: the caller's fallback applies (and it keeps retrying).
+pub fn refuse_unverified(url: &str, timeout_ms: u64, what: &str) -> Result<(), String> {
+    let Ok(t) = Target::parse(url) else {
+        return Ok(()); // the caller reports a bad URL
+    };
+    if !t.tls {
+        return Ok(());
+    }
+    let deadline = Instant::now() + Duration::from_millis(timeout_ms.max(1));
+    match Conn::connect(&t, deadline) {
+        Err(e) if is_verify_failure(&e) => Err(format!(
+            "Redis ({what}) at {}:{}: {e}",
+            t.host, t.port
+        )),
+        _ => Ok(()),
+    }
+}
+
 /// One reply.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reply {

@@ -72,12 +72,33 @@ fn handshake_failed(e: io::Error) -> io::Error {
             )
         });
     let e = super::resp::timed_out(e);
-    let what = if cert {
-        "certificate verify failed"
+    if cert {
+        io::Error::new(
+            e.kind(),
+            VerifyFailed(format!("redis: TLS certificate verify failed: {e}")),
+        )
     } else {
-        "handshake failed"
-    };
-    io::Error::new(e.kind(), format!("redis: TLS {what}: {e}"))
+        io::Error::new(e.kind(), format!("redis: TLS handshake failed: {e}"))
+    }
+}
+
+/// The server's certificate did not verify (a configuration fault, not an
+/// outage: see [`is_verify_failure`]).
+#[derive(Debug)]
+struct VerifyFailed(String);
+
+impl std::fmt::Display for VerifyFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for VerifyFailed {}
+
+/// Whether `e` (from `Conn::connect`) says the server's certificate did
+/// not verify.
+pub fn is_verify_failure(e: &io::Error) -> bool {
+    e.get_ref().is_some_and(|i| i.is::<VerifyFailed>())
 }
 
 /// The client configuration: read at each connection (a replaced CA file

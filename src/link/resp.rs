@@ -128,10 +128,9 @@ pub fn refuse_unverified(url: &str, timeout_ms: u64, what: &str) -> Result<(), S
     }
     let deadline = Instant::now() + Duration::from_millis(timeout_ms.max(1));
     match Conn::connect(&t, deadline) {
-        Err(e) if is_verify_failure(&e) => Err(format!(
-            "Redis ({what}) at {}:{}: {e}",
-            t.host, t.port
-        )),
+        Err(e) if is_verify_failure(&e) => {
+            Err(format!("Redis ({what}) at {}:{}: {e}", t.host, t.port))
+        }
         _ => Ok(()),
     }
 }

@@ -64,12 +64,8 @@ impl Recovery {
         if !self.enabled {
             return Ok(());
         }
-        if !self.redis_url.starts_with("redis://") {
-            return Err(format!(
-                "recovery.redis_url {:?}: expected redis://[:password@]host[:port][/db]",
-                self.redis_url
-            ));
-        }
+        crate::link::resp::Target::parse(&self.redis_url)
+            .map_err(|e| format!("recovery.redis_url: {}", e))?;
         if !(registry_url.starts_with("postgres://") || registry_url.starts_with("postgresql://"))
             || !cluster
         {

@@ -45,9 +45,10 @@ pub struct Target {
 
 impl Target {
     pub fn parse(url: &str) -> Result<Target, String> {
+        let shown = shown(url);
         let bad = |why: &str| {
             format!(
-                "redis URL {url:?}: {why} (expected redis://[:password@]host[:port][/db] \
+                "redis URL {shown:?}: {why} (expected redis://[:password@]host[:port][/db] \
                  or rediss://[:password@]host[:port][/db][?ca=/path/ca.pem])"
             )
         };
@@ -132,6 +133,18 @@ pub fn refuse_unverified(url: &str, timeout_ms: u64, what: &str) -> Result<(), S
             Err(format!("Redis ({what}) at {}:{}: {e}", t.host, t.port))
         }
         _ => Ok(()),
+    }
+}
+
+/// `url` without its credentials (for messages).
+fn shown(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    match rest[..end].rsplit_once('@') {
+        Some((_, host)) => format!("{scheme}://***@{host}{}", &rest[end..]),
+        None => url.to_string(),
     }
 }
 
@@ -423,6 +436,10 @@ mod tests {
             "rediss://h?ca=",
         ] {
             assert!(Target::parse(bad).is_err(), "{bad}");
+        }
+        for secret in ["redis://:s3cret@h:x", "rediss://u:s3cret@h/0?bogus=1"] {
+            let e = Target::parse(secret).unwrap_err();
+            assert!(!e.contains("s3cret") && e.contains("***@h"), "{e}");
         }
     }
 

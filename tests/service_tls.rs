@@ -214,6 +214,7 @@ fn the_registry_on_postgresql_with_verify_full_and_a_wrong_ca_refused() {
     assert!(l.contains("certificate verify failed"), "{text}");
     assert!(l.contains("UnknownIssuer"), "{text}");
     let (code, err) = refused(&["--registry-url", &bad]);
+    eprintln!("--check:\n{text}\nthe node ({code:?}):\n{err}");
     assert_ne!(code, Some(0), "{err}");
     assert!(err.contains("PostgreSQL"), "names the service: {err}");
     assert!(
@@ -281,7 +282,8 @@ fn shared_rest_limits_through_redis_over_tls_and_an_untrusted_certificate_refuse
         ),
         format!("rediss://127.0.0.1:{port}/0"),
     ] {
-        let (code, text) = check(&["--rest-redis-url", &bad]);
+        // Deadlines with room for a busy machine (the default is 50 ms).
+        let (code, text) = check(&["--rest-redis-url", &bad, "--rest-redis-timeout-ms", "2000"]);
         assert_eq!(code, 1, "{text}");
         let l = line(&text, "rest.redis");
         assert!(l.starts_with("FAIL"), "{text}");
@@ -289,7 +291,8 @@ fn shared_rest_limits_through_redis_over_tls_and_an_untrusted_certificate_refuse
             l.contains("certificate verify failed") && l.contains("UnknownIssuer"),
             "{text}"
         );
-        let (code, err) = refused(&["--rest-redis-url", &bad]);
+        let (code, err) = refused(&["--rest-redis-url", &bad, "--rest-redis-timeout-ms", "2000"]);
+        eprintln!("--check:\n{text}\nthe node ({code:?}):\n{err}");
         assert_ne!(code, Some(0), "{err}");
         assert!(
             err.contains("Redis (rest.redis_url)") && err.contains("UnknownIssuer"),

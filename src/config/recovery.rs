@@ -64,8 +64,12 @@ impl Recovery {
         if !self.enabled {
             return Ok(());
         }
-        crate::link::resp::Target::parse(&self.redis_url)
-            .map_err(|e| format!("recovery.redis_url: {}", e))?;
+        if !(self.redis_url.starts_with("redis://") || self.redis_url.starts_with("rediss://")) {
+            return Err(
+                "recovery.redis_url: expected redis://[:password@]host[:port][/db] or rediss://... (TLS)"
+                    .into(),
+            );
+        }
         if !(registry_url.starts_with("postgres://") || registry_url.starts_with("postgresql://"))
             || !cluster
         {

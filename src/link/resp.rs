@@ -22,7 +22,7 @@ use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use super::resp_tls::Stream;
+use super::resp_tls::{left, timed_out, Stream};
 
 /// The longest reply line or bulk string accepted.
 const MAX_REPLY: usize = 64 << 10;
@@ -193,17 +193,6 @@ pub struct Conn {
     /// The longest bulk string accepted, and whether arrays are.
     max_bulk: usize,
     arrays: bool,
-}
-
-pub(super) fn left(deadline: Instant) -> io::Result<Duration> {
-    let d = deadline.saturating_duration_since(Instant::now());
-    if d.is_zero() {
-        return Err(io::Error::new(
-            io::ErrorKind::TimedOut,
-            "redis: deadline passed",
-        ));
-    }
-    Ok(d)
 }
 
 fn protocol(what: String) -> io::Error {
@@ -384,15 +373,6 @@ impl Conn {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
             Err(e) => Err(timed_out(e)),
         }
-    }
-}
-
-/// A socket timeout reads as WouldBlock on Linux: say what it is.
-pub(super) fn timed_out(e: io::Error) -> io::Error {
-    if e.kind() == io::ErrorKind::WouldBlock {
-        io::Error::new(io::ErrorKind::TimedOut, "redis: deadline passed")
-    } else {
-        e
     }
 }
 

@@ -8,7 +8,7 @@ use std::io::{self, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName};
@@ -30,7 +30,7 @@ impl Stream {
     /// Bounds the next socket operations by `deadline` (both directions:
     /// a TLS read may write, and a write may read).
     pub(crate) fn bound(&self, deadline: Instant) -> io::Result<()> {
-        let d = super::resp::left(deadline)?;
+        let d = left(deadline)?;
         self.tcp().set_read_timeout(Some(d))?;
         self.tcp().set_write_timeout(Some(d))
     }
@@ -49,7 +49,7 @@ impl Stream {
             .map_err(|e| invalid(format!("redis: TLS: {e}")))?;
         let mut tcp = tcp;
         while conn.is_handshaking() {
-            let d = super::resp::left(deadline)?;
+            let d = left(deadline)?;
             tcp.set_read_timeout(Some(d))?;
             tcp.set_write_timeout(Some(d))?;
             if let Err(e) = conn.complete_io(&mut tcp) {
@@ -71,7 +71,7 @@ fn handshake_failed(e: io::Error) -> io::Error {
                 rustls::Error::InvalidCertificate(_) | rustls::Error::NoCertificatesPresented
             )
         });
-    let e = super::resp::timed_out(e);
+    let e = timed_out(e);
     if cert {
         io::Error::new(
             e.kind(),
@@ -158,5 +158,25 @@ impl Write for Stream {
             Stream::Plain(s) => s.flush(),
             Stream::Tls(s) => s.flush(),
         }
+    }
+}
+
+pub(super) fn left(deadline: Instant) -> io::Result<Duration> {
+    let d = deadline.saturating_duration_since(Instant::now());
+    if d.is_zero() {
+        return Err(io::Error::new(
+            io::ErrorKind::TimedOut,
+            "redis: deadline passed",
+        ));
+    }
+    Ok(d)
+}
+
+/// A socket timeout reads as WouldBlock on Linux: say what it is.
+pub(super) fn timed_out(e: io::Error) -> io::Error {
+    if e.kind() == io::ErrorKind::WouldBlock {
+        io::Error::new(io::ErrorKind::TimedOut, "redis: deadline passed")
+    } else {
+        e
     }
 }

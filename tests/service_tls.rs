@@ -32,9 +32,9 @@ struct Pki {
 }
 
 impl Pki {
-    /// A CA, a server certificate for 127.0.0.1 and localhost signed by
-    /// it, and an unrelated CA (`other_ca.pem`).
-    fn new() -> Pki {
+    /// A CA, a server certificate for `names` (DNS names, or IP addresses
+    /// as IP SANs) signed by it, and an unrelated CA (`other_ca.pem`).
+    fn new(names: &[&str]) -> Pki {
         use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
         let dir = tempfile::tempdir().unwrap();
         let ca = |cn: &str| {
@@ -47,8 +47,8 @@ impl Pki {
         };
         let (ca_cert, ca_key) = ca("gatewayd test CA");
         let (other, _) = ca("gatewayd other CA");
-        let mut p =
-            CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()]).unwrap();
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let mut p = CertificateParams::new(names).unwrap();
         p.distinguished_name.push(DnType::CommonName, "test server");
         let key = KeyPair::generate().unwrap();
         let cert = p.signed_by(&key, &ca_cert, &ca_key).unwrap();
@@ -176,10 +176,12 @@ fn refused(extra: &[&str]) -> (Option<i32>, String) {
 #[test]
 #[ignore = "needs PostgreSQL binaries: run scripts/test-all.sh, or set GATEWAYD_TEST_PG_BIN"]
 fn the_registry_on_postgresql_with_verify_full_and_a_wrong_ca_refused() {
-    let pki = Pki::new();
+    // The server's certificate names localhost only (not 127.0.0.1).
+    let pki = Pki::new(&["localhost"]);
     let (pg, url) = pg_with_tls(&pki);
     let ca = pki.path("ca.pem");
-    let good = format!("{url}?sslmode=verify-full&sslrootcert={}", ca.display());
+    let by_name = url.replace("127.0.0.1", "localhost");
+    let good = format!("{by_name}?sslmode=verify-full&sslrootcert={}", ca.display());
 
     // The server really refuses plaintext to `reg`.
     let (code, text) = check(&["--registry-url", &format!("{url}?sslmode=disable")]);
@@ -203,10 +205,24 @@ fn the_registry_on_postgresql_with_verify_full_and_a_wrong_ca_refused() {
         let (code, text) = check(&["--registry-url", &u]);
         assert_eq!(code, 0, "{mode}: {text}");
     }
+    // verify-full by address: the certificate does not name 127.0.0.1.
+    let (code, text) = check(&[
+        "--registry-url",
+        &format!("{url}?sslmode=verify-full&sslrootcert={}", ca.display()),
+    ]);
+    assert_eq!(code, 1, "{text}");
+    let l = line(&text, "registry");
+    assert!(
+        l.contains("certificate verify failed") && l.contains("not valid for name"),
+        "{text}"
+    );
 
     // Another CA: refused at the handshake, said so.
     let other = pki.path("other_ca.pem");
-    let bad = format!("{url}?sslmode=verify-full&sslrootcert={}", other.display());
+    let bad = format!(
+        "{by_name}?sslmode=verify-full&sslrootcert={}",
+        other.display()
+    );
     let (code, text) = check(&["--registry-url", &bad]);
     assert_eq!(code, 1, "{text}");
     let l = line(&text, "registry");
@@ -222,7 +238,7 @@ fn the_registry_on_postgresql_with_verify_full_and_a_wrong_ca_refused() {
         "names the reason: {err}"
     );
     // No sslrootcert: the compiled-in public roots do not know our CA.
-    let (code, text) = check(&["--registry-url", &format!("{url}?sslmode=verify-full")]);
+    let (code, text) = check(&["--registry-url", &format!("{by_name}?sslmode=verify-full")]);
     assert_eq!(code, 1, "{text}");
     assert!(line(&text, "registry").contains("UnknownIssuer"), "{text}");
 }
@@ -230,7 +246,8 @@ fn the_registry_on_postgresql_with_verify_full_and_a_wrong_ca_refused() {
 #[test]
 #[ignore = "needs redis-server: run scripts/test-all.sh, or set GATEWAYD_TEST_REDIS_SERVER"]
 fn shared_rest_limits_through_redis_over_tls_and_an_untrusted_certificate_refused() {
-    let pki = Pki::new();
+    // An IP SAN: verified by address.
+    let pki = Pki::new(&["127.0.0.1"]);
     let redis = RedisServer::start_tls(
         &pki.path("server.crt"),
         &pki.path("server.key"),

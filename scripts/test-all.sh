@@ -18,13 +18,14 @@
 #   3. Redis (Debian's redis-server, apt-get if missing; loopback, no
 #      persistence, a temp dir)                            -> GATEWAYD_TEST_REDIS_URL
 #      tests/rest_redis.rs starts and kills its own from the same binary
+#      (tests/service_tls.rs one with --tls-port: Debian's is built with TLS)
 #                                                          -> GATEWAYD_TEST_REDIS_SERVER
 #   4. Tansu, a Kafka-protocol broker (built from crates.io once per machine
 #      into $CACHE: ~15-30 min the first time; in-memory storage)
 #                                                          -> GATEWAYD_TEST_KAFKA_BROKERS
 #      The fault drills (tests/drills.rs) start, stop, freeze and kill their
 #      own PostgreSQL and Tansu from the same binaries  -> GATEWAYD_TEST_PG_BIN,
-#      GATEWAYD_TEST_TANSU
+#      GATEWAYD_TEST_TANSU (tests/service_tls.rs: a PostgreSQL with ssl on)
 #   5. chromium and chromedriver (Debian's chromium, chromium-driver;
 #      apt-get if missing) for the developer portal's browser test
 #                                       -> GATEWAYD_CHROMIUM, GATEWAYD_CHROMEDRIVER

@@ -346,11 +346,12 @@ impl Config {
         if !(10..=60_000).contains(&self.chat.upstream_timeout_ms) {
             return Err("chat.upstream_timeout_ms must be 10-60000".into());
         }
-        if !self.rest.redis_url.is_empty() && !self.rest.redis_url.starts_with("redis://") {
-            return Err(format!(
-                "rest.redis_url {:?}: expected redis://[:password@]host[:port][/db]",
-                self.rest.redis_url
-            ));
+        let redis = |u: &str| u.starts_with("redis://") || u.starts_with("rediss://");
+        if !self.rest.redis_url.is_empty() && !redis(&self.rest.redis_url) {
+            return Err(
+                "rest.redis_url: expected redis://[:password@]host[:port][/db] or rediss://... (TLS)"
+                    .into(),
+            );
         }
         if !(2..=100).contains(&self.rest.redis_sync_ms) {
             return Err("rest.redis_sync_ms must be 2..=100 (counters are reconciled at least every 100 ms)".into());

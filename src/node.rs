@@ -34,6 +34,15 @@ fn open_registry(cfg: &Config) -> Result<Box<dyn Registry>, String> {
             .map_err(|e| format!("registry busy timeout: {e}"))?;
         Box::new(reg)
     } else {
+        if let Ok((_, tls)) = registry::postgres::tls::split_url(&cfg.registry_url) {
+            if tls.mode == registry::postgres::tls::SslMode::Require && tls.root_cert.is_none() {
+                tracing::warn!(
+                    sslmode = ?tls.mode,
+                    "the PostgreSQL registry's certificate is not verified (sslmode=require): \
+                     set sslmode=verify-full and sslrootcert in registry_url"
+                );
+            }
+        }
         Box::new(
             registry::PostgresRegistry::connect(&cfg.registry_url, timeout)
                 .map_err(|e| format!("connecting to the PostgreSQL registry: {e}"))?,

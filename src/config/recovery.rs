@@ -64,11 +64,11 @@ impl Recovery {
         if !self.enabled {
             return Ok(());
         }
-        if !self.redis_url.starts_with("redis://") {
-            return Err(format!(
-                "recovery.redis_url {:?}: expected redis://[:password@]host[:port][/db]",
-                self.redis_url
-            ));
+        if !(self.redis_url.starts_with("redis://") || self.redis_url.starts_with("rediss://")) {
+            return Err(
+                "recovery.redis_url: expected redis://[:password@]host[:port][/db] or rediss://... (TLS)"
+                    .into(),
+            );
         }
         if !(registry_url.starts_with("postgres://") || registry_url.starts_with("postgresql://"))
             || !cluster

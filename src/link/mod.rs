@@ -31,6 +31,7 @@ mod interactions;
 mod members;
 pub mod recovery;
 pub mod resp;
+mod resp_tls;
 mod rest;
 
 /// Identify buckets remembered before stale ones are pruned.

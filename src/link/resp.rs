@@ -11,18 +11,25 @@
 //!   reply may be half read).
 //! - Bounds: a reply line or bulk string over `MAX_REPLY` bytes, and any
 //!   array reply (no command we send answers one), are protocol errors.
+//! - TLS: `rediss://` (see `link::resp_tls`): the handshake is bounded by
+//!   the connect deadline, and every later socket operation by its call's.
 //! - Address resolution (a host name in the URL) goes through the system
 //!   resolver, which the deadline does not bound: use an IP address where
 //!   that matters.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
+
+use super::resp_tls::{left, timed_out, Stream};
 
 /// The longest reply line or bulk string accepted.
 const MAX_REPLY: usize = 64 << 10;
 
-/// Where the counters live: `redis://[[user]:password@]host[:port][/db]`.
+/// Where the counters live: `redis://[[user]:password@]host[:port][/db]`,
+/// or `rediss://...[?ca=/path/ca.pem]` over TLS (always verified: the
+/// chain to the `ca` PEM file, else to webpki-roots, and the host).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Target {
     pub host: String,
@@ -30,16 +37,43 @@ pub struct Target {
     pub user: Option<String>,
     pub password: Option<String>,
     pub db: u32,
+    /// `rediss://`.
+    pub tls: bool,
+    /// `?ca=`: the roots to verify the server with (rediss:// only).
+    pub ca: Option<PathBuf>,
 }
 
 impl Target {
     pub fn parse(url: &str) -> Result<Target, String> {
+        let shown = shown(url);
         let bad = |why: &str| {
-            format!("redis URL {url:?}: {why} (expected redis://[:password@]host[:port][/db])")
+            format!(
+                "redis URL {shown:?}: {why} (expected redis://[:password@]host[:port][/db] \
+                 or rediss://[:password@]host[:port][/db][?ca=/path/ca.pem])"
+            )
         };
-        let rest = url
-            .strip_prefix("redis://")
-            .ok_or_else(|| bad("not redis://"))?;
+        let (tls, rest) = match url.strip_prefix("rediss://") {
+            Some(r) => (true, r),
+            None => (
+                false,
+                url.strip_prefix("redis://")
+                    .ok_or_else(|| bad("not redis:// or rediss://"))?,
+            ),
+        };
+        let (rest, ca) = match rest.split_once('?') {
+            None => (rest, None),
+            Some((r, q)) => {
+                let mut ca = None;
+                for pair in q.split('&').filter(|p| !p.is_empty()) {
+                    match pair.split_once('=') {
+                        Some(("ca", p)) if tls && !p.is_empty() => ca = Some(PathBuf::from(p)),
+                        Some(("ca", _)) if !tls => return Err(bad("ca= is for rediss://")),
+                        _ => return Err(bad(&format!("unknown parameter {pair:?}"))),
+                    }
+                }
+                (r, ca)
+            }
+        };
         let (auth, rest) = match rest.rsplit_once('@') {
             Some((a, r)) => (Some(a), r),
             None => (None, rest),
@@ -74,7 +108,43 @@ impl Target {
             user,
             password,
             db,
+            tls,
+            ca,
         })
+    }
+}
+
+pub use super::resp_tls::is_verify_failure;
+
+/// At start, for a `rediss://` URL: one connection by `timeout_ms`; a
+/// certificate that does not verify is an error naming `what` (the config
+/// key) and the reason, so the node refuses to start. An unreachable server
+/// is not: the caller's fallback applies (and it keeps retrying).
+pub fn refuse_unverified(url: &str, timeout_ms: u64, what: &str) -> Result<(), String> {
+    let Ok(t) = Target::parse(url) else {
+        return Ok(()); // the caller reports a bad URL
+    };
+    if !t.tls {
+        return Ok(());
+    }
+    let deadline = Instant::now() + Duration::from_millis(timeout_ms.max(1));
+    match Conn::connect(&t, deadline) {
+        Err(e) if is_verify_failure(&e) => {
+            Err(format!("Redis ({what}) at {}:{}: {e}", t.host, t.port))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// `url` without its credentials (for messages).
+fn shown(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_string();
+    };
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    match rest[..end].rsplit_once('@') {
+        Some((_, host)) => format!("{scheme}://***@{host}{}", &rest[end..]),
+        None => url.to_string(),
     }
 }
 
@@ -117,23 +187,12 @@ pub fn command(out: &mut Vec<u8>, args: &[&[u8]]) {
 }
 
 pub struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     buf: Vec<u8>,
     pos: usize,
     /// The longest bulk string accepted, and whether arrays are.
     max_bulk: usize,
     arrays: bool,
-}
-
-fn left(deadline: Instant) -> io::Result<Duration> {
-    let d = deadline.saturating_duration_since(Instant::now());
-    if d.is_zero() {
-        return Err(io::Error::new(
-            io::ErrorKind::TimedOut,
-            "redis: deadline passed",
-        ));
-    }
-    Ok(d)
 }
 
 fn protocol(what: String) -> io::Error {
@@ -150,8 +209,13 @@ impl Conn {
         );
         for a in addrs {
             match TcpStream::connect_timeout(&a, left(deadline)?) {
-                Ok(stream) => {
-                    stream.set_nodelay(true)?;
+                Ok(tcp) => {
+                    tcp.set_nodelay(true)?;
+                    let stream = if t.tls {
+                        Stream::tls(tcp, &t.host, t.ca.as_deref(), deadline)?
+                    } else {
+                        Stream::Plain(tcp)
+                    };
                     let mut c = Conn {
                         stream,
                         buf: Vec::with_capacity(16 << 10),
@@ -202,16 +266,20 @@ impl Conn {
         count: usize,
         deadline: Instant,
     ) -> io::Result<Vec<Reply>> {
-        self.stream.set_write_timeout(Some(left(deadline)?))?;
         let mut sent = 0;
         while sent < commands.len() {
-            self.stream.set_write_timeout(Some(left(deadline)?))?;
+            self.stream.bound(deadline)?;
             match self.stream.write(&commands[sent..]) {
                 Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
                 Ok(n) => sent += n,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(timed_out(e)),
             }
+        }
+        // TLS: what the session still holds goes out now.
+        if sent > 0 {
+            self.stream.bound(deadline)?;
+            self.stream.flush().map_err(timed_out)?;
         }
         (0..count).map(|_| self.reply(deadline)).collect()
     }
@@ -291,7 +359,7 @@ impl Conn {
             self.buf.drain(..self.pos);
             self.pos = 0;
         }
-        self.stream.set_read_timeout(Some(left(deadline)?))?;
+        self.stream.bound(deadline)?;
         let mut tmp = [0u8; 16 << 10];
         match self.stream.read(&mut tmp) {
             Ok(0) => Err(io::Error::new(
@@ -305,15 +373,6 @@ impl Conn {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => Ok(()),
             Err(e) => Err(timed_out(e)),
         }
-    }
-}
-
-/// A socket timeout reads as WouldBlock on Linux: say what it is.
-fn timed_out(e: io::Error) -> io::Error {
-    if e.kind() == io::ErrorKind::WouldBlock {
-        io::Error::new(io::ErrorKind::TimedOut, "redis: deadline passed")
-    } else {
-        e
     }
 }
 
@@ -336,14 +395,31 @@ mod tests {
             ("::1", 7000, Some("u"))
         );
         assert_eq!(Target::parse("redis://[::1]").unwrap().port, 6379);
+        let t = Target::parse("rediss://:pw@cache.internal:6380/1?ca=/etc/gw/ca.pem").unwrap();
+        assert!(t.tls);
+        assert_eq!(
+            (t.host.as_str(), t.port, t.db, t.password.as_deref()),
+            ("cache.internal", 6380, 1, Some("pw"))
+        );
+        assert_eq!(t.ca, Some(PathBuf::from("/etc/gw/ca.pem")));
+        let t = Target::parse("rediss://127.0.0.1").unwrap();
+        assert!(t.tls && t.ca.is_none());
+        assert!(!Target::parse("redis://h").unwrap().tls);
         for bad in [
             "http://x",
             "redis://",
             "redis://h:port",
             "redis://h/db",
             "redis://nopass@h",
+            "redis://h?ca=/x.pem",
+            "rediss://h?cert=/x.pem",
+            "rediss://h?ca=",
         ] {
             assert!(Target::parse(bad).is_err(), "{bad}");
+        }
+        for secret in ["redis://:s3cret@h:x", "rediss://u:s3cret@h/0?bogus=1"] {
+            let e = Target::parse(secret).unwrap_err();
+            assert!(!e.contains("s3cret") && e.contains("***@h"), "{e}");
         }
     }
 
@@ -361,7 +437,7 @@ mod tests {
             std::thread::sleep(Duration::from_millis(300));
         });
         let deadline = Instant::now() + Duration::from_secs(5);
-        let stream = TcpStream::connect(addr).unwrap();
+        let stream = Stream::Plain(TcpStream::connect(addr).unwrap());
         let mut c = Conn {
             stream,
             buf: Vec::new(),
@@ -415,7 +491,7 @@ mod tests {
         });
         let deadline = Instant::now() + Duration::from_secs(5);
         let mut c = Conn {
-            stream: TcpStream::connect(addr).unwrap(),
+            stream: Stream::Plain(TcpStream::connect(addr).unwrap()),
             buf: Vec::new(),
             pos: 0,
             max_bulk: MAX_REPLY,

@@ -42,6 +42,11 @@ pub(super) fn prepare(
         return Ok(None);
     }
     let j = joined.ok_or("[recovery] needs the node to be in a cluster ([cluster] enabled, a PostgreSQL registry_url)")?;
+    crate::link::resp::refuse_unverified(
+        &cfg.recovery.redis_url,
+        cfg.recovery.timeout_ms,
+        "recovery.redis_url",
+    )?;
     let stats = Arc::new(RecoveryStats::default());
     let fence = Arc::new(Fence {
         epoch: AtomicU64::new(0),

@@ -118,6 +118,11 @@ pub(super) fn start_counters(
         cfg.gateway_addr.port(),
         std::process::id()
     );
+    crate::link::resp::refuse_unverified(
+        &cfg.rest.redis_url,
+        cfg.rest.redis_timeout_ms,
+        "rest.redis_url",
+    )?;
     let c = crate::link::counters::CountersConfig {
         url: cfg.rest.redis_url.clone(),
         sync_ms: cfg.rest.redis_sync_ms,

@@ -169,6 +169,13 @@ pub struct PgServer {
 
 impl PgServer {
     pub fn start() -> PgServer {
+        Self::start_with(|_| {})
+    }
+
+    /// Like [`start`](Self::start), with `prepare` run on the data
+    /// directory between initdb and the first start (e.g. TLS files and
+    /// settings appended to its postgresql.conf).
+    pub fn start_with(prepare: impl FnOnce(&Path)) -> PgServer {
         required_env("GATEWAYD_TEST_PG_BIN", "PostgreSQL server");
         let dir = tempfile::tempdir().unwrap();
         let run = |args: &[&str]| {
@@ -186,6 +193,7 @@ impl PgServer {
             String::from_utf8_lossy(&out.stdout).trim().to_string()
         };
         run(&["init", dir.path().to_str().unwrap()]);
+        prepare(&dir.path().join("data"));
         // Below the kernel's ephemeral range (32768-60999 here), so no
         // client connection of a parallel test takes the port between the
         // check and the bind (the drill restarts the server on it too).
@@ -377,12 +385,26 @@ impl Drop for TansuServer {
 /// temp dir, loopback, no persistence), from `GATEWAYD_TEST_REDIS_SERVER`.
 pub struct RedisServer {
     pub port: u16,
+    /// With [`start_tls`](Self::start_tls): the TLS port (`port` stays
+    /// plaintext, for the readiness check only).
+    pub tls_port: Option<u16>,
+    tls_args: Vec<String>,
     dir: tempfile::TempDir,
     proc: Option<Proc>,
 }
 
 impl RedisServer {
     pub fn start() -> RedisServer {
+        Self::start_with_tls(None)
+    }
+
+    /// A server that also serves TLS on `tls_port` with these PEM files
+    /// (no client certificates asked for).
+    pub fn start_tls(cert: &Path, key: &Path, ca: &Path) -> RedisServer {
+        Self::start_with_tls(Some((cert, key, ca)))
+    }
+
+    fn start_with_tls(tls: Option<(&Path, &Path, &Path)>) -> RedisServer {
         required_env("GATEWAYD_TEST_REDIS_SERVER", "Redis server (redis-server)");
         // The tests of one binary run in parallel: each looks for a free
         // port from a base of its own, and the server that answers must be
@@ -399,9 +421,35 @@ impl RedisServer {
                 .output()
                 .expect("run redis-test-server.sh");
             assert!(out.status.success(), "redis-test-server.sh free-port");
-            let port = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+            let port: u16 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+            let (tls_port, tls_args) = match tls {
+                None => (None, Vec::new()),
+                Some((cert, key, ca)) => {
+                    let out = Command::new("bash")
+                        .arg(script("redis-test-server.sh"))
+                        .args(["free-port", &(port + 1).to_string()])
+                        .output()
+                        .expect("run redis-test-server.sh");
+                    let p: u16 = String::from_utf8_lossy(&out.stdout).trim().parse().unwrap();
+                    let args = [
+                        "--tls-port".to_string(),
+                        p.to_string(),
+                        "--tls-cert-file".into(),
+                        cert.display().to_string(),
+                        "--tls-key-file".into(),
+                        key.display().to_string(),
+                        "--tls-ca-cert-file".into(),
+                        ca.display().to_string(),
+                        "--tls-auth-clients".into(),
+                        "no".into(),
+                    ];
+                    (Some(p), args.to_vec())
+                }
+            };
             let mut r = RedisServer {
                 port,
+                tls_port,
+                tls_args,
                 dir,
                 proc: None,
             };
@@ -451,6 +499,7 @@ impl RedisServer {
             .arg("--dir")
             .arg(self.dir.path())
             .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+            .args(&self.tls_args)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)

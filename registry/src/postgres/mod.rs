@@ -54,6 +54,7 @@ mod people;
 mod schema;
 mod servers;
 mod signing;
+pub mod tls;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -63,9 +64,10 @@ use std::task::Poll;
 use std::time::{Duration, Instant};
 
 use tokio::runtime::Runtime;
-use tokio_postgres::tls::NoTlsStream;
 use tokio_postgres::types::{FromSql, ToSql, Type};
-use tokio_postgres::{AsyncMessage, Client, Connection, NoTls, Row, Socket, Statement};
+use tokio_postgres::{AsyncMessage, Client, Connection, Row, Socket, Statement};
+
+use self::tls::{MakeRustls, RustlsStream, SslMode, TlsSettings};
 
 use crate::commands as cmds;
 use crate::members::{self, MemberStore};
@@ -191,7 +193,7 @@ pub(crate) enum WriteKind {
 
 /// The tokio-postgres connection half: the socket, polled while a statement
 /// waits. Dropping it closes the socket.
-type PgConnection = Connection<Socket, NoTlsStream>;
+type PgConnection = Connection<Socket, RustlsStream>;
 
 /// Why a statement did not complete.
 enum Stop {
@@ -232,10 +234,17 @@ fn drive<T>(
 }
 
 /// Connects within `deadline` (TCP, startup, authentication).
-fn connect_by(rt: &Runtime, config: &Config, deadline: Instant) -> Result<(Client, PgConnection)> {
+fn connect_by(
+    rt: &Runtime,
+    config: &Config,
+    tls: &TlsSettings,
+    deadline: Instant,
+) -> Result<(Client, PgConnection)> {
+    // Read at every (re)connection: a replaced `sslrootcert` is picked up.
+    let make = MakeRustls(tls::client_config(tls)?);
     // The timer is made inside the runtime (it needs its time driver).
-    let attempt = rt
-        .block_on(async { tokio::time::timeout_at(deadline.into(), config.connect(NoTls)).await });
+    let attempt =
+        rt.block_on(async { tokio::time::timeout_at(deadline.into(), config.connect(make)).await });
     match attempt {
         Ok(r) => Ok(r?),
         Err(_) => Err(deadline_passed("connecting")),
@@ -283,10 +292,11 @@ impl Conn {
     fn open(
         rt: &Runtime,
         config: &Config,
+        tls: &TlsSettings,
         statement_timeout: Duration,
         deadline: Instant,
     ) -> Result<Conn> {
-        let (client, connection) = connect_by(rt, config, deadline)?;
+        let (client, connection) = connect_by(rt, config, tls, deadline)?;
         let mut conn = Conn {
             client,
             connection,
@@ -510,6 +520,8 @@ impl Tx<'_> {
 /// one connection. Not for use from inside a tokio runtime (its calls block).
 pub struct PostgresRegistry {
     config: Config,
+    /// `sslmode` / `sslrootcert`, taken out of the URL.
+    tls: TlsSettings,
     /// Each call's deadline, and the server's `statement_timeout`.
     statement_timeout: Duration,
     conn: Mutex<Link>,
@@ -530,15 +542,35 @@ impl std::fmt::Debug for PostgresRegistry {
             .field("ports", &self.config.get_ports())
             .field("dbname", &self.config.get_dbname())
             .field("user", &self.config.get_user())
+            .field("tls", &self.tls)
             .field("statement_timeout", &self.statement_timeout)
             .finish()
     }
 }
 
-fn parse_url(url: &str) -> Result<Config> {
+fn parse_url(url: &str) -> Result<(Config, TlsSettings)> {
+    let (rest, tls) = tls::split_url(url)?;
     // The parser's message never repeats the URL (which may hold a password).
-    url.parse::<Config>()
-        .map_err(|e| RegistryError::Invalid(format!("database url: {e}")))
+    let mut config = rest
+        .parse::<Config>()
+        .map_err(|e| RegistryError::Invalid(format!("database url: {e}")))?;
+    config.ssl_mode(tls.mode.for_driver());
+    Ok((config, tls))
+}
+
+/// The TLS settings of a configuration made without [`tls::split_url`]:
+/// tokio-postgres's own modes, no certificate check.
+fn tls_of(config: &Config) -> TlsSettings {
+    use tokio_postgres::config::SslMode as Pg;
+    let mode = match config.get_ssl_mode() {
+        Pg::Disable => SslMode::Disable,
+        Pg::Require => SslMode::Require,
+        _ => SslMode::Prefer,
+    };
+    TlsSettings {
+        mode,
+        root_cert: None,
+    }
 }
 
 /// Client-side bounds derived from the statement timeout, where the URL
@@ -572,13 +604,27 @@ impl PostgresRegistry {
     /// the schema up to date. Every statement then runs under
     /// `statement_timeout` (server side); exceeding it, like an unreachable
     /// server, is [`RegistryError::Unavailable`]. A bad URL is
-    /// [`RegistryError::Invalid`]. No TLS: use loopback or a private network.
+    /// [`RegistryError::Invalid`]. TLS as libpq's `sslmode` and
+    /// `sslrootcert` in the URL say (see [`tls`]); a certificate that does
+    /// not verify is [`RegistryError::Unavailable`] saying
+    /// "certificate verify failed" and why.
     pub fn connect(url: &str, statement_timeout: Duration) -> Result<Self> {
-        Self::connect_config(parse_url(url)?, statement_timeout)
+        let (config, tls) = parse_url(url)?;
+        Self::connect_tls(config, tls, statement_timeout)
     }
 
-    /// Like [`connect`](Self::connect) with a parsed configuration.
-    pub fn connect_config(mut config: Config, statement_timeout: Duration) -> Result<Self> {
+    /// Like [`connect`](Self::connect) with a parsed configuration (its
+    /// `ssl_mode` as tokio-postgres has it: no certificate check).
+    pub fn connect_config(config: Config, statement_timeout: Duration) -> Result<Self> {
+        let tls = tls_of(&config);
+        Self::connect_tls(config, tls, statement_timeout)
+    }
+
+    fn connect_tls(
+        mut config: Config,
+        tls: TlsSettings,
+        statement_timeout: Duration,
+    ) -> Result<Self> {
         if statement_timeout.is_zero() {
             return Err(RegistryError::Invalid(
                 "statement timeout must be > 0".into(),
@@ -589,6 +635,7 @@ impl PostgresRegistry {
         let mut conn = Conn::open(
             &rt,
             &config,
+            &tls,
             statement_timeout,
             Instant::now() + statement_timeout,
         )?;
@@ -597,6 +644,7 @@ impl PostgresRegistry {
         schema::migrate(&rt, Instant::now() + statement_timeout * 4, &mut conn)?;
         Ok(Self {
             config,
+            tls,
             statement_timeout,
             conn: Mutex::new(Link {
                 rt,
@@ -624,16 +672,20 @@ impl PostgresRegistry {
     /// A listener on the revocation channel over its own connection, to the
     /// same database as this registry.
     pub fn revocation_listener(&self) -> Result<RevocationListener> {
-        RevocationListener::open(self.config.clone(), self.statement_timeout)
+        RevocationListener::open(
+            self.config.clone(),
+            self.tls.clone(),
+            self.statement_timeout,
+        )
     }
 
     /// A listener on [`REVOCATION_CHANNEL`] of the database at `url` (its
     /// own connection; each (re)connection, `LISTEN` included, bounded by
     /// `timeout`, e.g. [`DEFAULT_TIMEOUT`]).
     pub fn listen_revocations(url: &str, timeout: Duration) -> Result<RevocationListener> {
-        let mut config = parse_url(url)?;
+        let (mut config, tls) = parse_url(url)?;
         tune(&mut config, timeout);
-        RevocationListener::open(config, timeout.max(Duration::from_millis(1)))
+        RevocationListener::open(config, tls, timeout.max(Duration::from_millis(1)))
     }
 
     fn lock(&self) -> MutexGuard<'_, Link> {
@@ -665,6 +717,7 @@ impl PostgresRegistry {
                     slot.insert(Conn::open(
                         rt,
                         &self.config,
+                        &self.tls,
                         self.statement_timeout,
                         deadline,
                     )?)
@@ -1257,6 +1310,7 @@ fn outbox(t: &mut Tx<'_>, r: Revocation) -> Result<()> {
 /// `Ok` after an error is the moment to catch up from the outbox.
 pub struct RevocationListener {
     config: Config,
+    tls: TlsSettings,
     /// Bounds a (re)connection: TCP, startup and `LISTEN`.
     connect_timeout: Duration,
     rt: Runtime,
@@ -1272,9 +1326,10 @@ impl std::fmt::Debug for RevocationListener {
 }
 
 impl RevocationListener {
-    fn open(config: Config, connect_timeout: Duration) -> Result<Self> {
+    fn open(config: Config, tls: TlsSettings, connect_timeout: Duration) -> Result<Self> {
         let mut l = Self {
             config,
+            tls,
             connect_timeout,
             rt: runtime()?,
             link: None,
@@ -1285,7 +1340,7 @@ impl RevocationListener {
 
     fn connect(&mut self) -> Result<&mut (Client, PgConnection)> {
         let deadline = Instant::now() + self.connect_timeout;
-        let (client, mut connection) = connect_by(&self.rt, &self.config, deadline)?;
+        let (client, mut connection) = connect_by(&self.rt, &self.config, &self.tls, deadline)?;
         let listen = format!("LISTEN {REVOCATION_CHANNEL}");
         match drive(
             &self.rt,

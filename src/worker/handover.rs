@@ -93,6 +93,7 @@ impl Worker {
         let Some(mut conn) = rs.conns[key.slot as usize].take_if(|c| c.gen == key.gen) else {
             return;
         };
+        self.retry_adoption_into(r, key.slot);
         self.open -= 1;
         WorkerMetrics::dec(&self.metrics().connections_open);
         let Some(mut h) = conn.handover.take() else {
@@ -167,6 +168,14 @@ impl Worker {
         let (r, Ok(slot)) = a.slot.expect("checked") else {
             return;
         };
+        if self.rings[r].conns[slot as usize].is_some() {
+            // The kernel freed this slot (a close, ours) and gave it to the
+            // passed socket before that close's completion reached us: the
+            // old connection is still in our table. Wait for it
+            // (`retry_adoption_into`, called where a slot is freed).
+            self.adopting.insert(token, a);
+            return;
+        }
         let (mut conn, action) = a.conn.expect("checked");
         let rs = &mut self.rings[r];
         let gen = rs.gens[slot as usize].wrapping_add(1);
@@ -177,7 +186,7 @@ impl Worker {
         if let Peer::Pending(_) = conn.peer {
             conn.peer = Peer::Unknown;
         }
-        debug_assert!(rs.conns[slot as usize].is_none());
+        debug_assert!(rs.conns[slot as usize].is_none(), "checked above");
         rs.conns[slot as usize] = Some(conn);
         rs.ring.recv_multi(slot, ud(Op::Recv, r as u8, gen, slot));
         self.open += 1;
@@ -191,5 +200,23 @@ impl Worker {
         self.on_action(key, action);
         self.queue_flush(key);
         self.process_input(key);
+    }
+
+    /// Our slot `slot` of ring `r` was just freed: an adoption the kernel
+    /// placed there while the old connection was still ours goes in now.
+    pub(super) fn retry_adoption_into(&mut self, r: usize, slot: u32) {
+        if self.adopting.is_empty() {
+            return;
+        }
+        let waiting = self
+            .adopting
+            .iter()
+            .find(|(_, a)| {
+                a.conn.is_some() && matches!(a.slot, Some((ar, Ok(s))) if ar == r && s == slot)
+            })
+            .map(|(t, _)| *t);
+        if let Some(token) = waiting {
+            self.try_adopt(token);
+        }
     }
 }

@@ -417,6 +417,7 @@ impl Worker {
                             .insert(ud(Op::Send, r as u8, key.gen, key.slot), (conn.wire, slot));
                     }
                 }
+                self.retry_adoption_into(r, key.slot);
             }
             Some(Op::Reject) => {
                 if c.result >= 0 {

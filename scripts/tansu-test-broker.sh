@@ -14,12 +14,15 @@
 #                    ~15-30 min on 2 cores, serialised with flock); prints the
 #                    binary's path (quick when present)
 #   free-port [P]    first loopback port >= P (default 19092) nobody listens on
-#   run DIR PORT [STORAGE]
+#   run DIR PORT [STORAGE [ADVERTISED]]
 #                    exec the broker in the foreground in DIR: the caller's PID
 #                    *is* the broker (stop it with SIGTERM). STORAGE: the
 #                    storage engine URL, default memory://tansu/ (nothing
 #                    kept); sqlite://tansu.db keeps topics, records and
-#                    committed offsets in DIR/tansu.db
+#                    committed offsets in DIR/tansu.db. ADVERTISED: the
+#                    host:port clients are told to reach it at (default
+#                    127.0.0.1:PORT); tests/kafka_tls.rs gives its TLS front's,
+#                    as Tansu 0.6 takes --cert/--key but serves plaintext
 #   wait-ready PORT SECONDS [PID]
 #                    until a Kafka-protocol request (list topics) succeeds
 #
@@ -80,7 +83,7 @@ cmd_free_port() { free_port_from "${1:-19092}"; }
 
 cmd_run() {
     local dir="${1:?run DIR PORT [STORAGE]}" port="${2:?run DIR PORT [STORAGE]}" bin
-    local storage="${3:-memory://tansu/}"
+    local storage="${3:-memory://tansu/}" advertised="${4:-127.0.0.1:$2}"
     bin="$(tansu_bin)"
     [[ -x "$bin" ]] || die "tansu is not installed (run: $0 install)"
     mkdir -p "$dir"
@@ -93,7 +96,7 @@ cmd_run() {
         "$bin" broker \
         --cluster-id gatewayd-test \
         --listener-url "tcp://127.0.0.1:$port" \
-        --advertised-listener-url "tcp://127.0.0.1:$port" \
+        --advertised-listener-url "tcp://$advertised" \
         --storage-engine "$storage"
 }
 

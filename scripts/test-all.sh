@@ -261,6 +261,18 @@ GATEWAYD_CHROMEDRIVER="$(command -v chromedriver)"
 chromium --version 2>/dev/null || true
 chromedriver --version
 
+# OpenSSL's headers for librdkafka's TLS (rdkafka-sys feature `ssl`: TLS to
+# the Kafka brokers). A fresh machine of this kind has them; installed if not.
+log "libssl-dev + pkg-config (librdkafka's TLS)"
+if ! pkg-config --exists openssl 2>/dev/null; then
+    die() { echo "error: $*" >&2; exit 1; }
+    # shellcheck source=service-lib.sh
+    . "$ROOT/scripts/service-lib.sh"
+    command -v pkg-config >/dev/null 2>&1 || apt_install_no_start pkg-config
+    apt_install_no_start libssl-dev
+fi
+pkg-config --modversion openssl
+
 status=0
 failed=()
 

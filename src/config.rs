@@ -141,6 +141,23 @@ pub struct Events {
     pub kafka_group: String,
     /// Low for tests; the broker's session timeout for this consumer.
     pub kafka_session_timeout_ms: u32,
+    /// TLS to the brokers (src/ingest/brokers.rs), verified against the
+    /// system's CA store; setting `kafka_tls_ca` or a client certificate
+    /// turns it on too.
+    pub kafka_tls: bool,
+    /// PEM roots the brokers' certificates must chain to.
+    pub kafka_tls_ca: Option<PathBuf>,
+    /// A client certificate chain (PEM) offered to the brokers, with its key.
+    pub kafka_tls_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM, unencrypted).
+    pub kafka_tls_key: Option<PathBuf>,
+}
+
+impl Events {
+    /// Whether the node's Kafka clients speak TLS to the brokers.
+    pub fn kafka_tls_on(&self) -> bool {
+        self.kafka_tls || self.kafka_tls_ca.is_some() || self.kafka_tls_cert.is_some()
+    }
 }
 
 impl Default for Events {
@@ -158,6 +175,10 @@ impl Default for Events {
             kafka_topic: "gatewayd-events".into(),
             kafka_group: String::new(),
             kafka_session_timeout_ms: 10_000,
+            kafka_tls: false,
+            kafka_tls_ca: None,
+            kafka_tls_cert: None,
+            kafka_tls_key: None,
         }
     }
 }
@@ -293,6 +314,20 @@ impl Config {
     fn validate(&self) -> Result<(), String> {
         if self.tls.cert.is_some() != self.tls.key.is_some() {
             return Err("tls: set both cert and key, or neither".into());
+        }
+        let e = &self.events;
+        if e.kafka_tls_cert.is_some() != e.kafka_tls_key.is_some() {
+            return Err("events: set both kafka_tls_cert and kafka_tls_key, or neither".into());
+        }
+        for (key, path) in [
+            ("kafka_tls_ca", &e.kafka_tls_ca),
+            ("kafka_tls_cert", &e.kafka_tls_cert),
+            ("kafka_tls_key", &e.kafka_tls_key),
+        ] {
+            if let Some(path) = path {
+                std::fs::File::open(path)
+                    .map_err(|err| format!("events.{key} {}: {err}", path.display()))?;
+            }
         }
         if !self.ring.recv_buffers.is_power_of_two() {
             return Err("ring.recv_buffers must be a power of two".into());

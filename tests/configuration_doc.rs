@@ -337,8 +337,11 @@ fn the_reference_block_is_a_config_of_the_defaults() {
     let mut cfg: gatewayd::config::Config = toml::from_str(&block)
         .unwrap_or_else(|e| panic!("{DOC}, the block from line {first}: {e}"));
     assert!(cfg.tls.cert.is_some() && cfg.tls.key.is_some());
+    let e = &mut cfg.events;
+    assert!(e.kafka_tls_ca.is_some() && e.kafka_tls_cert.is_some() && e.kafka_tls_key.is_some());
     // The example paths are the one non-default.
     cfg.tls = Default::default();
+    (e.kafka_tls_ca, e.kafka_tls_cert, e.kafka_tls_key) = (None, None, None);
     let (got, want) = (
         format!("{cfg:#?}"),
         format!("{:#?}", gatewayd::config::Config::default()),

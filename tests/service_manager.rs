@@ -13,9 +13,9 @@
 mod support;
 
 use std::os::unix::net::UnixDatagram;
-use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use support::cli::{check, gatewayd, line};
 use support::node::{free_port, Node};
 
 /// The next sd_notify datagram, within `wait`.
@@ -102,14 +102,6 @@ fn no_notify_socket_changes_nothing_and_sigterm_exits_0() {
     assert_eq!(status.code(), Some(0), "{status}");
 }
 
-fn gatewayd(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gatewayd"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap()
-}
-
 #[test]
 fn a_bad_configuration_exits_78_and_names_what_is_wrong() {
     let dir = tempfile::tempdir().unwrap();
@@ -123,36 +115,6 @@ fn a_bad_configuration_exits_78_and_names_what_is_wrong() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(78), "{err}");
     assert!(err.contains("workers"), "{err}");
-}
-
-/// `gatewayd run --check` with a fresh data dir, port 0 everywhere, and `extra`.
-fn check(extra: &[&str]) -> (i32, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let mut args = vec![
-        "run",
-        "--check",
-        "--data-dir",
-        data.to_str().unwrap(),
-        "--gateway-addr",
-        "127.0.0.1:0",
-        "--admin-addr",
-        "127.0.0.1:0",
-        "--ingest-addr",
-        "127.0.0.1:0",
-    ];
-    args.extend_from_slice(extra);
-    let out = gatewayd(&args);
-    let text = String::from_utf8_lossy(&out.stdout).into_owned();
-    // Nothing was started or created.
-    assert!(!data.exists(), "--check created the data dir:\n{text}");
-    (out.status.code().unwrap(), text)
-}
-
-fn line<'a>(text: &'a str, name: &str) -> &'a str {
-    text.lines()
-        .find(|l| l.split_whitespace().nth(1) == Some(name))
-        .unwrap_or_else(|| panic!("no {name} line in:\n{text}"))
 }
 
 #[test]

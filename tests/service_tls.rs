@@ -18,52 +18,14 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use support::cli::{check, line, refused};
 use support::metrics::{metric_sum, metrics};
 use support::node::Node;
+use support::pki::Pki;
 use support::services::{PgServer, RedisServer};
-
-/// A CA and a server certificate it signed, as PEM files in a temp dir.
-struct Pki {
-    dir: tempfile::TempDir,
-}
-
-impl Pki {
-    /// A CA, a server certificate for `names` (DNS names, or IP addresses
-    /// as IP SANs) signed by it, and an unrelated CA (`other_ca.pem`).
-    fn new(names: &[&str]) -> Pki {
-        use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
-        let dir = tempfile::tempdir().unwrap();
-        let ca = |cn: &str| {
-            let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
-            p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-            p.distinguished_name.push(DnType::CommonName, cn);
-            let key = KeyPair::generate().unwrap();
-            let cert = p.self_signed(&key).unwrap();
-            (cert, key)
-        };
-        let (ca_cert, ca_key) = ca("gatewayd test CA");
-        let (other, _) = ca("gatewayd other CA");
-        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
-        let mut p = CertificateParams::new(names).unwrap();
-        p.distinguished_name.push(DnType::CommonName, "test server");
-        let key = KeyPair::generate().unwrap();
-        let cert = p.signed_by(&key, &ca_cert, &ca_key).unwrap();
-        let write = |name: &str, pem: String| std::fs::write(dir.path().join(name), pem).unwrap();
-        write("ca.pem", ca_cert.pem());
-        write("other_ca.pem", other.pem());
-        write("server.crt", cert.pem());
-        write("server.key", key.serialize_pem());
-        Pki { dir }
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-}
 
 /// A PostgreSQL with `ssl = on` and the certificate of `pki`, whose
 /// database `reg` refuses plaintext (`hostnossl ... reject`); returns the
@@ -93,84 +55,6 @@ fn pg_with_tls(pki: &Pki) -> (PgServer, String) {
     });
     let url = pg.create_db("reg");
     (pg, url)
-}
-
-fn gatewayd(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_gatewayd"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .unwrap()
-}
-
-/// `gatewayd run --check` with a fresh data dir and `extra`.
-fn check(extra: &[&str]) -> (i32, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    let mut args = vec![
-        "run",
-        "--check",
-        "--data-dir",
-        data.to_str().unwrap(),
-        "--gateway-addr",
-        "127.0.0.1:0",
-        "--admin-addr",
-        "127.0.0.1:0",
-        "--ingest-addr",
-        "127.0.0.1:0",
-    ];
-    args.extend_from_slice(extra);
-    let out = gatewayd(&args);
-    (
-        out.status.code().unwrap(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
-}
-
-fn line<'a>(text: &'a str, name: &str) -> &'a str {
-    text.lines()
-        .find(|l| l.split_whitespace().nth(1) == Some(name))
-        .unwrap_or_else(|| panic!("no {name} line in:\n{text}"))
-}
-
-/// A node started with `extra` that must exit by itself (refusing to
-/// start): its exit code and stderr.
-fn refused(extra: &[&str]) -> (Option<i32>, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gatewayd"))
-        .arg("run")
-        .arg("--data-dir")
-        .arg(dir.path())
-        .args(["--gateway-addr", "127.0.0.1:0"])
-        .args(["--admin-addr", "127.0.0.1:0"])
-        .args(["--ingest-addr", "127.0.0.1:0"])
-        .args(["--portal-addr", "127.0.0.1:0"])
-        .args(extra)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            break;
-        }
-        if Instant::now() > deadline {
-            let _ = child.kill();
-            let out = child.wait_with_output().unwrap();
-            panic!(
-                "the node did not refuse to start {extra:?}:\n{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 #[test]

@@ -13,7 +13,6 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rdkafka::config::ClientConfig;
 use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
 use rdkafka::ClientContext;
 
@@ -51,16 +50,19 @@ pub struct KafkaSink {
 }
 
 impl KafkaSink {
-    pub fn new(brokers: &str, topic: &str) -> Result<KafkaSink, String> {
+    pub fn new(
+        brokers: &crate::ingest::brokers::Brokers,
+        topic: &str,
+    ) -> Result<KafkaSink, String> {
         let ctx = Ctx::default();
-        let producer = ClientConfig::new()
-            .set("bootstrap.servers", brokers)
+        let producer = brokers
+            .client()
             .set("linger.ms", "1")
             .set("message.timeout.ms", KAFKA_TIMEOUT.as_millis().to_string())
             // One server's events keep their order even if a request is retried.
             .set("max.in.flight.requests.per.connection", "1")
             .create_with_context(ctx.clone())
-            .map_err(|e| format!("chat service: Kafka producer for {brokers}: {e}"))?;
+            .map_err(|e| format!("chat service: Kafka producer for {}: {e}", brokers.list))?;
         Ok(KafkaSink {
             producer,
             ctx,

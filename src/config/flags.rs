@@ -114,6 +114,21 @@ pub struct RunArgs {
     /// [config: events.kafka_session_timeout_ms]
     #[arg(long)]
     pub kafka_session_timeout_ms: Option<u32>,
+    /// Speak TLS to the brokers, verified against the system's CA store (implied by
+    /// --kafka-tls-ca and --kafka-tls-cert) [config: events.kafka_tls]
+    #[arg(long)]
+    pub kafka_tls: bool,
+    /// PEM roots the brokers' certificates must chain to (turns TLS to the brokers on)
+    /// [config: events.kafka_tls_ca]
+    #[arg(long)]
+    pub kafka_tls_ca: Option<PathBuf>,
+    /// Client certificate chain (PEM) offered to the brokers, with --kafka-tls-key
+    /// [config: events.kafka_tls_cert]
+    #[arg(long)]
+    pub kafka_tls_cert: Option<PathBuf>,
+    /// The client certificate's private key (PEM, unencrypted) [config: events.kafka_tls_key]
+    #[arg(long)]
+    pub kafka_tls_key: Option<PathBuf>,
     /// Unsent events a session may queue; at the bound it is closed with 4000, resumable (default
     /// 5000) [config: events.max_unsent]
     #[arg(long)]
@@ -303,6 +318,18 @@ impl RunArgs {
         set!(args.kafka_topic => cfg.events.kafka_topic);
         set!(args.kafka_group => cfg.events.kafka_group);
         set!(args.kafka_session_timeout_ms => cfg.events.kafka_session_timeout_ms);
+        if args.kafka_tls {
+            cfg.events.kafka_tls = true;
+        }
+        for (flag, field) in [
+            (&args.kafka_tls_ca, &mut cfg.events.kafka_tls_ca),
+            (&args.kafka_tls_cert, &mut cfg.events.kafka_tls_cert),
+            (&args.kafka_tls_key, &mut cfg.events.kafka_tls_key),
+        ] {
+            if flag.is_some() {
+                field.clone_from(flag);
+            }
+        }
         if let Some(v) = args.identify_limits {
             cfg.registry.identify_limits = v == OnOff::On;
         }

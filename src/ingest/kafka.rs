@@ -62,7 +62,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use ingest::{DecodeError, FrameReader};
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaResult;
 use rdkafka::message::Message;
@@ -72,7 +71,7 @@ use crate::ingest::pipeline::{state_change, IngestStats, Pipeline};
 use crate::worker::mail::{SidecarRequest, WorkerHandle};
 
 pub struct KafkaConfig {
-    pub brokers: String,
+    pub brokers: crate::ingest::brokers::Brokers,
     pub topic: String,
     pub group: String,
     pub session_timeout_ms: u32,
@@ -142,8 +141,9 @@ pub fn start(
     stop: Arc<AtomicBool>,
 ) -> std::io::Result<std::thread::JoinHandle<()>> {
     let session_ms = cfg.session_timeout_ms.max(1);
-    let consumer: BaseConsumer<Ctx> = ClientConfig::new()
-        .set("bootstrap.servers", &cfg.brokers)
+    let consumer: BaseConsumer<Ctx> = cfg
+        .brokers
+        .client()
         .set("group.id", &cfg.group)
         .set("client.id", "gatewayd")
         .set("enable.auto.commit", "false")
@@ -163,7 +163,7 @@ pub fn start(
     consumer
         .subscribe(&[cfg.topic.as_str()])
         .map_err(|e| std::io::Error::other(format!("subscribing to {}: {e}", cfg.topic)))?;
-    tracing::info!(brokers = %cfg.brokers, topic = %cfg.topic, group = %cfg.group, "kafka ingest subscribed");
+    tracing::info!(brokers = %cfg.brokers.list, tls = cfg.brokers.tls(), topic = %cfg.topic, group = %cfg.group, "kafka ingest subscribed");
     std::thread::Builder::new()
         .name("kafka-ingest".into())
         .spawn(move || {

@@ -2,6 +2,7 @@
 //! workers, GUILD_STATE applied through the registry link before the events
 //! after it) fed by two sources, the TCP listener and Kafka.
 
+pub mod brokers;
 pub mod demo;
 pub mod kafka;
 pub mod listener;

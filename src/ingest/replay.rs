@@ -9,7 +9,6 @@
 use std::time::{Duration, Instant};
 
 use ingest::FrameReader;
-use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
@@ -19,7 +18,7 @@ use crate::delivery::resume::ResumeRefusal;
 use crate::ingest::kafka::{read_value, ValueItem};
 
 pub struct TopicReplay {
-    pub brokers: String,
+    pub brokers: crate::ingest::brokers::Brokers,
     pub topic: String,
 }
 
@@ -34,8 +33,8 @@ impl TopicReplay {
     fn consumer(&self) -> Result<BaseConsumer, ResumeRefusal> {
         let mut random = [0u8; 8];
         let _ = getrandom::fill(&mut random);
-        ClientConfig::new()
-            .set("bootstrap.servers", &self.brokers)
+        self.brokers
+            .client()
             .set(
                 "group.id",
                 format!("gatewayd-recovery-{}", u64::from_le_bytes(random)),

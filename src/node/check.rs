@@ -220,40 +220,28 @@ fn redis(url: &str, timeout_ms: u64) -> Result<Option<String>, String> {
 }
 
 fn kafka(cfg: &Config) -> Result<Option<String>, String> {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
     let e = &cfg.events;
     if e.kafka_brokers.is_empty() {
         return Ok(None);
     }
+    let brokers = crate::ingest::brokers::Brokers::new(e);
     let timeout = Duration::from_millis(cfg.registry.timeout_ms);
-    let consumer: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &e.kafka_brokers)
-        .set("client.id", "gatewayd-check")
-        .set("group.id", "gatewayd-check")
-        .set("enable.auto.commit", "false")
-        .create()
-        .map_err(|err| format!("{}: {err}", e.kafka_brokers))?;
-    let t = Instant::now();
-    let md = consumer
-        .fetch_metadata(Some(&e.kafka_topic), timeout)
-        .map_err(|err| format!("{}: {err} (deadline {timeout:?})", e.kafka_brokers))?;
-    let parts: usize = md
-        .topics()
-        .iter()
-        .filter(|t| t.error().is_none())
-        .map(|t| t.partitions().len())
-        .sum();
-    if parts == 0 {
+    let p = brokers
+        .probe(&e.kafka_topic, timeout)
+        .map_err(|err| format!("{}: {err}", brokers.list))?;
+    if p.partitions == 0 {
         return Err(format!(
             "{}: topic {:?} has no partitions (or does not exist)",
-            e.kafka_brokers, e.kafka_topic
+            brokers.list, e.kafka_topic
         ));
     }
     Ok(Some(format!(
-        "{} answered in {}: topic {:?}, {parts} partitions",
-        e.kafka_brokers,
-        ms(t),
-        e.kafka_topic
+        "{}{} answered in {:.1} ms: topic {:?}, {} partitions",
+        brokers.list,
+        if brokers.tls() { " (TLS)" } else { "" },
+        p.took.as_secs_f64() * 1e3,
+        e.kafka_topic,
+        p.partitions
     )))
 }
 

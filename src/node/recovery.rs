@@ -103,7 +103,7 @@ pub(super) fn start(
     let reg = registry::PostgresRegistry::connect(&cfg.registry_url, Duration::from_millis(ms))
         .map_err(|e| format!("connecting to the PostgreSQL registry (recovery): {e}"))?;
     let topic = crate::ingest::replay::TopicReplay {
-        brokers: cfg.events.kafka_brokers.clone(),
+        brokers: crate::ingest::brokers::Brokers::new(&cfg.events),
         topic: cfg.events.kafka_topic.clone(),
     };
     crate::link::recovery::start(

@@ -242,6 +242,28 @@ pub(super) fn start_kafka(
     if cfg.events.kafka_brokers.is_empty() {
         return Ok(None);
     }
+    let brokers = crate::ingest::brokers::Brokers::new(&cfg.events);
+    if brokers.tls() {
+        // A certificate that does not verify will not heal by retrying:
+        // refuse to start (src/ingest/brokers.rs). A broker that is down is
+        // waited for in the background, as without TLS.
+        use crate::ingest::brokers::ProbeError;
+        let deadline = std::time::Duration::from_millis(cfg.registry.timeout_ms);
+        match brokers.probe(&cfg.events.kafka_topic, deadline) {
+            Ok(_) => {}
+            Err(ProbeError::Unreachable(e)) => tracing::warn!(
+                brokers = %brokers.list,
+                error = %e,
+                "kafka brokers not answering at start; consuming once they do"
+            ),
+            Err(e) => {
+                return Err(format!(
+                    "kafka (events.kafka_brokers) at {}: {e}",
+                    brokers.list
+                ))
+            }
+        }
+    }
     let group = if cfg.events.kafka_group.is_empty() {
         // One group per node: the host name and gateway port tell nodes apart.
         let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
@@ -251,7 +273,7 @@ pub(super) fn start_kafka(
     };
     crate::ingest::kafka::start(
         crate::ingest::kafka::KafkaConfig {
-            brokers: cfg.events.kafka_brokers.clone(),
+            brokers,
             topic: cfg.events.kafka_topic.clone(),
             group,
             session_timeout_ms: cfg.events.kafka_session_timeout_ms,
@@ -422,7 +444,7 @@ fn embedded_sink(
         ))
     } else {
         crate::chat::Sink::Kafka(Box::new(crate::chat::sink::KafkaSink::new(
-            &cfg.events.kafka_brokers,
+            &crate::ingest::brokers::Brokers::new(&cfg.events),
             &cfg.events.kafka_topic,
         )?))
     })

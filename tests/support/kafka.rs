@@ -41,11 +41,18 @@ pub fn unique(prefix: &str) -> String {
 
 /// A fresh topic with PARTITIONS partitions.
 pub fn create_topic(brokers: &str) -> String {
+    create_topic_with(brokers, &[])
+}
+
+/// The same, with extra librdkafka settings (e.g. TLS's).
+pub fn create_topic_with(brokers: &str, extra: &[(&str, &str)]) -> String {
     let name = unique("gatewayd-it");
-    let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
-        .set("bootstrap.servers", brokers)
-        .create()
-        .expect("admin client");
+    let mut cfg = ClientConfig::new();
+    cfg.set("bootstrap.servers", brokers);
+    for (k, v) in extra {
+        cfg.set(*k, *v);
+    }
+    let admin: AdminClient<DefaultClientContext> = cfg.create().expect("admin client");
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -14,6 +14,7 @@
 //! - `fields`: the field lists of docs/rest.md, as checks over JSON;
 //! - `kafka`: a Kafka-protocol topic and its producer;
 //! - `services`: PostgreSQL, Tansu and Redis servers a test owns (to freeze, kill);
+//! - `pki`: a throwaway CA and its certificates; `tls_front`: TLS before a plaintext server;
 //! - `python`: the discord.py interpreter;
 //! - `portal`: the developer portal over plain HTTP; `webdriver`: chromium driving it.
 //!
@@ -25,6 +26,7 @@
 #![allow(dead_code)]
 
 pub mod bot;
+pub mod cli;
 pub mod events;
 pub mod fields;
 pub mod http;
@@ -33,12 +35,14 @@ pub mod js;
 pub mod kafka;
 pub mod metrics;
 pub mod node;
+pub mod pki;
 pub mod portal;
 pub mod python;
 pub mod raw;
 pub mod registry;
 pub mod rest;
 pub mod services;
+pub mod tls_front;
 pub mod webdriver;
 
 use std::time::{Duration, Instant};

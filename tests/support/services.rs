@@ -286,16 +286,29 @@ impl Drop for PgServer {
 pub struct TansuServer {
     pub port: u16,
     storage: String,
+    /// What clients are told to reach it at (None: its own port).
+    advertised: Option<String>,
     dir: tempfile::TempDir,
     proc: Option<Proc>,
 }
 
 impl TansuServer {
     pub fn start(storage: &str) -> TansuServer {
+        Self::start_advertising(storage, None)
+    }
+
+    /// A broker whose metadata sends clients to `advertised` (host:port),
+    /// e.g. a TLS front of its own (support::tls_front).
+    pub fn start_advertising(storage: &str, advertised: Option<&str>) -> TansuServer {
         required_env("GATEWAYD_TEST_TANSU", "Tansu broker");
+        // The tests of one binary run in parallel: each looks for a free
+        // port from a base of its own, or two would find the same one and
+        // the second broker, unable to bind, would pass for the first.
+        static NEXT: std::sync::atomic::AtomicU16 = std::sync::atomic::AtomicU16::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % 64; // 21000..22024: clear of Redis (16500..20596) and PostgreSQL (25100)
         let out = Command::new("bash")
             .arg(script("tansu-test-broker.sh"))
-            .args(["free-port", "19300"])
+            .args(["free-port", &(21000 + 16 * n).to_string()])
             .output()
             .expect("run tansu-test-broker.sh");
         assert!(out.status.success());
@@ -303,6 +316,7 @@ impl TansuServer {
         let mut t = TansuServer {
             port,
             storage: storage.to_string(),
+            advertised: advertised.map(str::to_string),
             dir: tempfile::tempdir().unwrap(),
             proc: None,
         };
@@ -326,6 +340,7 @@ impl TansuServer {
             .arg(self.dir.path())
             .arg(self.port.to_string())
             .arg(&self.storage)
+            .args(self.advertised.as_deref())
             .env(
                 "GATEWAYD_TANSU",
                 std::env::var("GATEWAYD_TEST_TANSU").unwrap(),

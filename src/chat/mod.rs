@@ -52,7 +52,9 @@ use crate::api::permit::{may_delete, Target};
 use crate::delivery::batch::Batch;
 use crate::protocol::bot_user::BotUser;
 use crate::worker::local_chat::{LocalChat, Takes};
-use crate::worker::mail::{ChatAction, ChatRequest, ConnKey, Learnt, ToWorker, WorkerHandle};
+use crate::worker::mail::{
+    ChatAction, ChatRequest, ConnKey, Learnt, ToWorker, Wakes, WorkerHandle,
+};
 use history::{History, Reaction, Stored, MAX_REACTIONS, MAX_REACTORS};
 pub use sink::Sink;
 
@@ -113,6 +115,8 @@ pub struct Chat {
     /// This turn's answers: (worker, connection, status, body), sent once
     /// the turn's events are in the stream.
     answers: Vec<(usize, ConnKey, u16, Vec<u8>)>,
+    /// The workers this turn's answers owe a wakeup.
+    wakes: Wakes,
     /// A worker's: (its index, the number of workers); None: the chat thread.
     worker: Option<(usize, usize)>,
     /// The history figures this instance last added to `stats`.
@@ -144,6 +148,7 @@ impl Chat {
             reader: ingest::FrameReader::new(),
             stats,
             answers: Vec::with_capacity(BATCH),
+            wakes: Wakes::default(),
             worker: None,
             published: (0, 0, 0),
             event: Vec::with_capacity(4096),
@@ -237,9 +242,11 @@ impl LocalChat for Chat {
                 // Our own inbox, in our turn: behind the batch, no wakeup.
                 let _ = w.push_quiet(msg);
             } else {
-                w.send(msg);
+                // One wakeup per worker for all of this turn's answers.
+                let _ = self.wakes.push(worker, workers, msg);
             }
         }
+        self.wakes.flush(workers);
         true
     }
 

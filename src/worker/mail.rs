@@ -267,6 +267,44 @@ pub struct TakeJob {
     pub since: std::time::Instant,
 }
 
+/// Wakeups owed to other workers, coalesced over a turn: a worker (or a
+/// chat service ending its turn) that queues many messages to one inbox
+/// writes that inbox's eventfd once (`flush`), not once a message. A write
+/// is a system call, and each one that finds the other worker parked
+/// starts a turn there for one message instead of a batch. Fixed size: the
+/// node has at most 255 workers (config).
+#[derive(Default)]
+pub struct Wakes([u64; 4]);
+
+impl Wakes {
+    /// Queue `msg` to `to` and owe it a wakeup; hand `msg` back if the inbox is full.
+    pub fn push(
+        &mut self,
+        to: usize,
+        workers: &[WorkerHandle],
+        msg: ToWorker,
+    ) -> Result<(), ToWorker> {
+        debug_assert!(to < 256, "at most 255 workers");
+        workers[to].push_quiet(msg)?;
+        self.0[to / 64] |= 1 << (to % 64);
+        Ok(())
+    }
+
+    /// Wake every worker owed one, once.
+    pub fn flush(&mut self, workers: &[WorkerHandle]) {
+        for (i, word) in self.0.iter_mut().enumerate() {
+            let mut bits = std::mem::take(word);
+            while bits != 0 {
+                let w = i * 64 + bits.trailing_zeros() as usize;
+                bits &= bits - 1;
+                if let Some(h) = workers.get(w) {
+                    h.wake();
+                }
+            }
+        }
+    }
+}
+
 /// The sending half of a worker's inbox. Writing the eventfd wakes the
 /// worker, whose loop waits on it together with its rings' completions.
 #[derive(Clone)]

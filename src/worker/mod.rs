@@ -145,6 +145,8 @@ pub struct Worker {
     /// Buffers (and send slots) of connections closed while their send was
     /// in flight, kept until the kernel is done with them.
     graveyard: HashMap<u64, (Vec<u8>, Option<u16>)>,
+    /// Wakeups owed to the workers this pass queued requests to.
+    wakes: mail::Wakes,
     open: usize,
     draining_until: Option<u64>,
     /// Drain: when each session gets its op 7 (latest first, popped from the end).
@@ -221,6 +223,7 @@ impl Worker {
             gather: Vec::with_capacity(64 * 1024),
             mentions: Vec::with_capacity(128),
             graveyard: HashMap::new(),
+            wakes: mail::Wakes::default(),
             open: 0,
             draining_until: None,
             drain_schedule: Vec::new(),
@@ -279,6 +282,8 @@ impl Worker {
                     tracing::error!(worker = self.id, error = %e, "io_uring submit failed");
                 }
             }
+            // Nothing owed is left behind a park (every pass flushes; this is the invariant's guard).
+            self.wakes.flush(&self.shared.workers);
             if let Err(e) = park(wake_fd) {
                 tracing::error!(worker = self.id, error = %e, "waiting on the worker eventfd failed");
                 std::thread::sleep(Duration::from_millis(1));
@@ -351,6 +356,8 @@ impl Worker {
     /// True if this worker's chat service had answers to send (they and
     /// their batch are in inboxes now, ours included: look again).
     fn end_chat_turn(&mut self) -> bool {
+        // The requests this pass queued for other workers' chat services.
+        self.wakes.flush(&self.shared.workers);
         match self.chat.as_mut() {
             Some(chat) => chat.end_turn(&self.shared.workers),
             None => false,

@@ -486,10 +486,9 @@ impl Worker {
                 }
                 return self.commit_here(req);
             }
-            if self.shared.workers[w]
-                .try_send(ToWorker::Chat(Box::new(req)))
-                .is_err()
-            {
+            // Woken once for all of this pass's requests (`end_chat_turn`).
+            let msg = ToWorker::Chat(Box::new(req));
+            if self.wakes.push(w, &self.shared.workers, msg).is_err() {
                 return self.rest_answer(
                     key,
                     503,

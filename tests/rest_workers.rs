@@ -17,6 +17,7 @@ use support::bot::{self, Next, Session};
 use support::http::json_request;
 use support::node::Node;
 use support::perm::*;
+use support::placement::{self, id_of};
 use support::registry::{App, Registry};
 
 const WORKERS: usize = 2;
@@ -27,18 +28,12 @@ const INTENTS: u64 = intent::GUILDS
 const GRANT: u64 =
     VIEW_CHANNEL | SEND_MESSAGES | READ_MESSAGE_HISTORY | ADD_REACTIONS | MANAGE_MESSAGES;
 
-/// `api::owner_of`: the worker serving an application's token.
 fn owner(app: u64) -> usize {
-    ((app.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % WORKERS as u64) as usize
+    placement::owner(app, WORKERS)
 }
 
-/// `api::commit_worker`, as documented in docs/rest.md.
 fn commit_worker(server: u64) -> usize {
-    ((server.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) % WORKERS as u64) as usize
-}
-
-fn id_of(v: &Value) -> u64 {
-    v.as_str().and_then(|s| s.parse().ok()).unwrap_or(0)
+    placement::commit_worker(server, WORKERS)
 }
 
 struct Place {

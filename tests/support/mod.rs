@@ -36,6 +36,7 @@ pub mod kafka;
 pub mod metrics;
 pub mod node;
 pub mod pki;
+pub mod placement;
 pub mod portal;
 pub mod python;
 pub mod raw;

@@ -178,10 +178,16 @@ fn the_cluster_view_in_a_browser() {
         .expect("both nodes' sessions in the totals");
     let rows = b.run(
         "return [...document.querySelectorAll('#by-node-shard tr')].map(r => \
-         [...r.cells].map(c => c.textContent).filter((_, i) => i != 1).join(' '));",
+         [...r.cells].map(c => c.textContent).join(' '));",
     );
     let rows: Vec<String> = serde_json::from_value(rows).unwrap();
     assert_eq!(rows.len(), 2, "{rows:?}");
+    // Node, shard, live, degraded: no link address (the operator's, not the author's).
+    assert!(
+        rows.iter()
+            .all(|r| r.split(' ').count() == 5 && !r.contains("127.0.0.1")),
+        "{rows:?}"
+    );
     assert!(
         rows[0].ends_with("[0, 2] 1 0") && rows[1].ends_with("[1, 2] 1 0"),
         "{rows:?}"

@@ -302,7 +302,13 @@ fn the_tools_send_an_event_click_a_command_check_the_endpoint_and_reset_the_toke
         .post("/api/verify-endpoint", &format!("url={}", enc(&dead)))
         .json();
     assert_eq!(v["ok"], false, "{v}");
-    assert!(v["result"].as_str().unwrap().contains("signed PING"), "{v}");
+    let result = v["result"].as_str().unwrap();
+    assert!(result.contains("signed PING"), "{v}");
+    // In words: no reason codes, no raw OS errors.
+    assert!(
+        !result.contains("os error") && !result.contains("connect_failed"),
+        "{v}"
+    );
 
     // Reset: a new token shown once; the bot's session closes with 4004.
     let r = s.post("/api/reset-token", "");
@@ -439,4 +445,121 @@ fn portal_cost_figures() {
         polls as f64 / SECS as f64
     );
     drop(bots);
+}
+
+/// One GET with `extra` header lines: the head and the raw body bytes.
+fn get_raw(addr: std::net::SocketAddr, path: &str, extra: &str) -> (String, Vec<u8>) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(s, "GET {path} HTTP/1.1\r\nHost: {addr}\r\n{extra}\r\n").unwrap();
+    let mut buf = Vec::new();
+    let _ = s.read_to_end(&mut buf);
+    let end = buf.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+    (
+        String::from_utf8_lossy(&buf[..end]).into_owned(),
+        buf[end..].to_vec(),
+    )
+}
+
+/// The `attr="..."` value that starts with `prefix` in `page`.
+fn link<'a>(page: &'a str, prefix: &str) -> &'a str {
+    let at = page
+        .find(prefix)
+        .unwrap_or_else(|| panic!("no {prefix} in {page:.600}"));
+    let rest = &page[at..];
+    &rest[..rest.find('"').unwrap()]
+}
+
+#[test]
+fn static_files_have_hashed_names_cached_and_compressed_an_icon_and_unknown_api_routes_are_json_404s(
+) {
+    use std::io::Read;
+    let node = Node::start(&["--no-demo-traffic"]);
+    let addr = portal::addr(&node);
+    let page = request(addr, "GET", "/", &[], "").body;
+    let css = link(&page, "/static/portal.").to_string();
+    assert!(
+        css.ends_with(".css") && css.len() > "/static/portal..css".len() + 8,
+        "{css}"
+    );
+    let js = link(&page[page.find("<script").unwrap()..], "/static/portal.").to_string();
+    assert!(js.ends_with(".js"), "{js}");
+    let icon = link(&page, "/static/favicon.").to_string();
+    assert!(page.contains("rel=\"icon\""), "{page:.600}");
+
+    let file = |name: &str| {
+        std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("src/portal/assets")
+                .join(name),
+        )
+        .unwrap()
+    };
+    for (path, name, ctype) in [
+        (&css, "portal.css", "text/css"),
+        (&js, "portal.js", "text/javascript"),
+        (&icon, "favicon.svg", "image/svg+xml"),
+    ] {
+        // Plain: the file's bytes, cached for a year under its hashed name.
+        let (head, body) = get_raw(addr, path, "");
+        assert!(head.starts_with("HTTP/1.1 200"), "{path}: {head}");
+        assert!(head.contains(&format!("Content-Type: {ctype}")), "{head}");
+        assert!(
+            head.contains("Cache-Control: public, max-age=31536000, immutable"),
+            "{head}"
+        );
+        assert!(!head.contains("Content-Encoding"), "{head}");
+        assert_eq!(body, file(name), "{path}");
+        // Asked for gzip: gzip, smaller, the same bytes once inflated.
+        let (head, gz) = get_raw(addr, path, "Accept-Encoding: gzip, deflate, br\r\n");
+        assert!(head.contains("Content-Encoding: gzip"), "{head}");
+        assert!(head.contains("Vary: Accept-Encoding"), "{head}");
+        assert!(
+            gz.len() < body.len(),
+            "{path}: {} >= {}",
+            gz.len(),
+            body.len()
+        );
+        let mut inflated = Vec::new();
+        flate2::read::GzDecoder::new(&gz[..])
+            .read_to_end(&mut inflated)
+            .unwrap();
+        assert_eq!(inflated, body, "{path}");
+    }
+    // The plain names answer too, revalidated; /favicon.ico is the icon.
+    let (head, body) = get_raw(addr, "/favicon.ico", "");
+    assert!(
+        head.starts_with("HTTP/1.1 200") && head.contains("image/svg+xml"),
+        "{head}"
+    );
+    assert!(head.contains("Cache-Control: no-cache"), "{head}");
+    assert_eq!(body, file("favicon.svg"));
+    let (head, _) = get_raw(addr, "/static/portal.css", "");
+    assert!(head.contains("Cache-Control: no-cache"), "{head}");
+    assert_eq!(
+        request(addr, "GET", "/static/portal.0000000000000000.css", &[], "").status,
+        404
+    );
+    // Pages and the API stay uncacheable.
+    assert!(request(addr, "GET", "/", &[], "")
+        .head
+        .contains("Cache-Control: no-store"));
+
+    // An unknown API route: a JSON 404 signed in, a JSON 401 not.
+    let me = sign_in(addr, &node.token).unwrap();
+    let a = me.get("/api/no-such-thing");
+    assert_eq!(a.status, 404, "{a:?}");
+    assert!(a.head.contains("application/json"), "{}", a.head);
+    assert!(a.json()["error"]
+        .as_str()
+        .unwrap()
+        .contains("/api/no-such-thing"));
+    assert!(me
+        .get("/api/health")
+        .head
+        .contains("Cache-Control: no-store"));
+    let a = request(addr, "GET", "/api/no-such-thing", &[], "");
+    assert_eq!(a.status, 401, "{a:?}");
+    assert!(a.json()["error"].is_string());
 }

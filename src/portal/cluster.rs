@@ -55,7 +55,6 @@ const GONE_WHY: &str = "no longer in the cluster (its registry claim lapsed, or 
 #[derive(Clone, Debug)]
 pub struct Peer {
     pub node: u16,
-    pub link: String,
     /// Its figures, or why there are none.
     pub answer: Result<NodeFigures, &'static str>,
     pub took_ms: u64,
@@ -263,9 +262,8 @@ fn fetch(ctx: &Ctx, apps: &[u64]) -> Vec<Remote> {
             registry_error: None,
             peers: said
                 .iter()
-                .map(|(node, link, answer, took_ms)| Peer {
+                .map(|(node, _link, answer, took_ms)| Peer {
                     node: *node,
-                    link: link.clone(),
                     answer: match answer {
                         Ok(per_app) => per_app.get(k).cloned().unwrap_or(Err("a malformed answer")),
                         Err(why) => Err(*why),
@@ -299,20 +297,22 @@ fn ask(
         .collect())
 }
 
-fn shards_json(node: u16, link: &str, f: &NodeFigures, out: &mut Vec<Value>) {
+// The nodes' link addresses stay out of what a bot's author sees: they are
+// the operator's (`gatewayd cluster`, the admin port), not the author's.
+fn shards_json(node: u16, f: &NodeFigures, out: &mut Vec<Value>) {
     for (id, of, live, degraded) in &f.shards {
-        out.push(json!({"node": node, "link": link, "shard": [id, of],
+        out.push(json!({"node": node, "shard": [id, of],
                         "live": live, "degraded": degraded}));
     }
     if f.shards_other > 0 {
-        out.push(json!({"node": node, "link": link, "shard": null,
+        out.push(json!({"node": node, "shard": null,
                         "live": f.shards_other, "degraded": null}));
     }
 }
 
-fn node_json(node: u16, link: &str, f: &NodeFigures, this: bool, age_ms: u64) -> Value {
+fn node_json(node: u16, f: &NodeFigures, this: bool, age_ms: u64) -> Value {
     let ix = &f.interactions;
-    json!({"node": node, "link": link, "this_node": this, "answered": true, "age_ms": age_ms,
+    json!({"node": node, "this_node": this, "answered": true, "age_ms": age_ms,
            "live": f.live(), "degraded": f.degraded(), "detached": f.detached(),
            "identifies_hour": f.identifies_hour, "resumes_hour": f.resumes_hour,
            "identifies": f.identifies, "resumes": f.resumes, "events_dispatched": f.events,
@@ -329,31 +329,25 @@ pub fn json(ctx: &Ctx, app: u64, local: &NodeFigures) -> Value {
         return Value::Null;
     }
     let remote = remote(ctx, app);
-    let my_link = lock(&ctx.cluster.nodes)
-        .0
-        .iter()
-        .find(|(n, _)| *n == me)
-        .map(|(_, l)| l.clone())
-        .unwrap_or_default();
     let age = remote.at.elapsed().as_millis() as u64;
-    let mut nodes = vec![node_json(me, &my_link, local, true, 0)];
+    let mut nodes = vec![node_json(me, local, true, 0)];
     let mut shards = Vec::new();
-    shards_json(me, &my_link, local, &mut shards);
+    shards_json(me, local, &mut shards);
     let mut silent = Vec::new();
     let mut answered = vec![local];
     for p in &remote.peers {
         match &p.answer {
             Ok(f) => {
-                let mut n = node_json(p.node, &p.link, f, false, age);
+                let mut n = node_json(p.node, f, false, age);
                 n["took_ms"] = p.took_ms.into();
                 nodes.push(n);
-                shards_json(p.node, &p.link, f, &mut shards);
+                shards_json(p.node, f, &mut shards);
                 answered.push(f);
             }
             Err(why) => {
-                let v = json!({"node": p.node, "link": p.link, "why": why});
+                let v = json!({"node": p.node, "why": why});
                 silent.push(v.clone());
-                nodes.push(json!({"node": p.node, "link": p.link, "this_node": false,
+                nodes.push(json!({"node": p.node, "this_node": false,
                                   "answered": false, "why": why, "age_ms": age}));
             }
         }

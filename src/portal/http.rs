@@ -20,6 +20,8 @@ pub struct Request {
     pub origin: Option<String>,
     pub host: Option<String>,
     pub csrf_header: Option<String>,
+    /// `Accept-Encoding` names gzip.
+    pub accepts_gzip: bool,
     pub body: Vec<u8>,
 }
 
@@ -78,6 +80,13 @@ pub fn read(s: &mut TcpStream) -> Result<Request, u16> {
         let v = String::from_utf8_lossy(h.value).trim().to_string();
         match h.name.to_ascii_lowercase().as_str() {
             "cookie" => out.cookie = Some(v),
+            "accept-encoding" => {
+                out.accepts_gzip = v.split(',').any(|e| {
+                    e.split(';')
+                        .next()
+                        .is_some_and(|n| n.trim().eq_ignore_ascii_case("gzip"))
+                })
+            }
             "origin" => out.origin = Some(v),
             "host" => out.host = Some(v),
             "x-csrf-token" => out.csrf_header = Some(v),
@@ -112,14 +121,19 @@ fn read_some(s: &mut TcpStream, into: &mut [u8], deadline: Instant) -> Result<us
     }
 }
 
-/// An answer. Every one is uncacheable and refuses framing and sniffing;
-/// pages allow only the portal's own script and style (no inline script).
+/// An answer. Every one refuses framing and sniffing and is uncacheable
+/// but for the static files (`assets`); pages allow only the portal's own
+/// script and style (no inline script).
 pub struct Response {
     pub status: u16,
     pub ctype: &'static str,
     pub body: Vec<u8>,
     pub cookies: Vec<String>,
     pub location: Option<String>,
+    /// `Cache-Control` (default `no-store`).
+    pub cache: &'static str,
+    /// The body is gzip (`Content-Encoding: gzip`).
+    pub gzip: bool,
 }
 
 impl Response {
@@ -130,6 +144,8 @@ impl Response {
             body: body.into(),
             cookies: Vec::new(),
             location: None,
+            cache: "no-store",
+            gzip: false,
         }
     }
     pub fn json(status: u16, v: &serde_json::Value) -> Response {
@@ -148,15 +164,22 @@ impl Response {
     pub fn write(&self, s: &mut TcpStream) -> std::io::Result<()> {
         let mut head = format!(
             "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\
-             Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\n\
+             Cache-Control: {}\r\nX-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\n\
              Referrer-Policy: same-origin\r\nContent-Security-Policy: default-src 'none'; \
              script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; \
              form-action 'self'; frame-ancestors 'none'; base-uri 'none'\r\n",
             self.status,
             reason(self.status),
             self.ctype,
-            self.body.len()
+            self.body.len(),
+            self.cache
         );
+        if self.gzip {
+            head.push_str("Content-Encoding: gzip\r\n");
+        }
+        if self.cache != "no-store" {
+            head.push_str("Vary: Accept-Encoding\r\n");
+        }
         for c in &self.cookies {
             head.push_str("Set-Cookie: ");
             head.push_str(c);

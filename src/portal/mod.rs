@@ -8,7 +8,8 @@
 //!   security headers every page carries;
 //! - `sessions`: the server-side sessions (cookie id, CSRF token, expiry);
 //! - `limit`: the sign-in flood guard;
-//! - `pages`: the HTML (every value escaped);
+//! - `pages`: the HTML (every value escaped); `assets`: its style sheet,
+//!   script and icon, at hashed names, cached and gzip-compressed;
 //! - `health`: the application's figures as JSON (the page polls it);
 //! - `cluster`, `figures`: the same from the cluster's other nodes, asked
 //!   on the node-to-node link, and the bytes of one node's figures;
@@ -21,6 +22,7 @@
 //! registry call is under the registry's deadline; every egress call under
 //! its own.
 
+mod assets;
 mod cluster;
 pub mod figures;
 mod health;
@@ -212,8 +214,10 @@ pub(crate) fn now_ms() -> u64 {
 fn route(ctx: &Ctx, req: &Request, ip: IpAddr) -> Response {
     let (m, p) = (req.method.as_str(), req.path.as_str());
     match (m, p) {
-        ("GET", "/static/portal.css") => Response::new(200, "text/css", pages::CSS),
-        ("GET", "/static/portal.js") => Response::new(200, "text/javascript", pages::JS),
+        ("GET", p) if p.starts_with("/static/") || p == "/favicon.ico" => {
+            assets::serve(p, req.accepts_gzip)
+                .unwrap_or_else(|| Response::new(404, "text/plain", "not found\n"))
+        }
         ("GET", "/healthz") => Response::new(200, "text/plain", "ok\n"),
         ("POST", "/signin") => signin(ctx, req, ip),
         _ if p == "/" || p == "/signin" || p == "/signout" || p.starts_with("/api/") => {
@@ -266,6 +270,10 @@ fn signed_in(ctx: &Ctx, req: &Request) -> Response {
         ("POST", "/api/click") => tools::click(ctx, &id, &session, req),
         ("POST", "/api/verify-endpoint") => tools::verify_endpoint(ctx, &session, req),
         ("POST", "/api/reset-token") => tools::reset_token(ctx, &id, &session),
+        ("GET", p) if p.starts_with("/api/") => Response::json(
+            404,
+            &json!({"error": format!("no such API route: GET {p}")}),
+        ),
         ("GET", _) => Response::see_other("/"),
         _ => Response::json(405, &json!({"error": "method not allowed"})),
     }

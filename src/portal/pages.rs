@@ -1,16 +1,13 @@
 //! The portal's HTML. Every value that came from anyone (server, channel,
 //! command and application names, errors) goes through `esc`; the page's
 //! script fills in live figures with `textContent`, never as markup. No
-//! inline script or style: the Content-Security-Policy allows only
-//! `/static/portal.js` and `/static/portal.css`, shipped in the binary.
+//! inline script or style: the Content-Security-Policy allows only the
+//! portal's own script and style sheet (`assets.rs`), shipped in the binary.
 
 use std::fmt::Write;
 
 use super::sessions::Session;
-use super::{installs, names, Ctx};
-
-pub const CSS: &str = include_str!("assets/portal.css");
-pub const JS: &str = include_str!("assets/portal.js");
+use super::{assets, installs, names, Ctx};
 
 /// `s` as HTML text or attribute value.
 pub fn esc(s: &str) -> String {
@@ -36,10 +33,14 @@ fn shell(title: &str, csrf: Option<&str>, body: &str) -> String {
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">{meta}\
          <title>{} · gatewayd developer portal</title>\
-         <link rel=\"stylesheet\" href=\"/static/portal.css\">\
-         <script src=\"/static/portal.js\" defer></script></head>\
+         <link rel=\"icon\" href=\"{}\" type=\"image/svg+xml\">\
+         <link rel=\"stylesheet\" href=\"{}\">\
+         <script src=\"{}\" defer></script></head>\
          <body>{body}</body></html>\n",
-        esc(title)
+        esc(title),
+        assets::icon().path,
+        assets::css().path,
+        assets::js().path,
     )
 }
 
@@ -179,13 +180,13 @@ fn cluster_section(b: &mut String, node: u16) {
         table(
             "by-node",
             "By node",
-            &["Node", "Link address", "Live", "Degraded", "Detached", "Identifies, last hour",
+            &["Node", "Live", "Degraded", "Detached", "Identifies, last hour",
               "Resumes, last hour", "Answer"]
         ),
         table(
             "by-node-shard",
             "Sessions by node and shard",
-            &["Node", "Link address", "Shard", "Live", "Degraded"]
+            &["Node", "Shard", "Live", "Degraded"]
         ),
         super::cluster::LINK_DEADLINE.as_millis(),
     );

@@ -74,6 +74,13 @@
   }
 
   function ms(v) { return v == null ? "–" : v >= 1000 ? (v / 1000).toFixed(1) + " s" : v + " ms"; }
+  // "23 h 56 min", "41 min", "under a minute": never "1436 min".
+  function hoursMinutes(v) {
+    const m = Math.round(v / 60000);
+    if (m < 1) return "under a minute";
+    const h = Math.floor(m / 60);
+    return h ? h + " h " + (m % 60) + " min" : m + " min";
+  }
 
   function render(h) {
     const s = h.sessions;
@@ -101,7 +108,7 @@
     const b = h.identify_budget;
     if (b) {
       set("budget-remaining", b.remaining + " of " + b.total);
-      set("budget-reset", Math.round(b.reset_after_ms / 60000) + " min");
+      set("budget-reset", hoursMinutes(b.reset_after_ms));
       set("budget-concurrency", b.max_concurrency);
     }
     const ix = h.interactions;
@@ -137,14 +144,14 @@
     set("c-resumes-hour", t.resumes_hour);
     const name = (n) => n.node + (n.this_node ? " (this node)" : "");
     rows("by-node", c.nodes, (n) => n.answered
-      ? [name(n), n.link, n.live, n.degraded, n.detached, n.identifies_hour, n.resumes_hour,
+      ? [name(n), n.live, n.degraded, n.detached, n.identifies_hour, n.resumes_hour,
          n.this_node ? "now" : "answered " + (n.age_ms / 1000).toFixed(1) + " s ago"]
-      : [name(n), n.link, "?", "?", "?", "?", "?", "no answer: " + n.why]);
-    rows("by-node-shard", c.by_node_shard, (x) => [x.node, x.link,
+      : [name(n), "?", "?", "?", "?", "?", "no answer: " + n.why]);
+    rows("by-node-shard", c.by_node_shard, (x) => [x.node,
       x.shard ? "[" + x.shard[0] + ", " + x.shard[1] + "]" : "other shards", x.live,
       x.degraded == null ? "?" : x.degraded]);
     const note = $("cluster-silent");
-    const silent = c.not_answering.map((n) => "node " + n.node + " (" + n.link + "): " + n.why);
+    const silent = c.not_answering.map((n) => "node " + n.node + ": " + n.why);
     if (c.registry_error) silent.unshift("the registry did not list the nodes: " + c.registry_error);
     note.hidden = silent.length === 0;
     note.textContent = silent.length

@@ -57,6 +57,29 @@ fn the_portal_in_a_browser() {
     sign_in(&b, &base, &node.token);
     b.wait_text("#live", WAIT, |t| t == "0")
         .expect("live 0 before the bot");
+    // "Why won't my bot start?": a 4014 at Identify shows on the next poll,
+    // with what to do and which privileged intent it asked for.
+    let refused = bot::identify(
+        node.gateway,
+        "greedy",
+        &node.token,
+        BOT_INTENTS | support::intent::GUILD_PRESENCES,
+        None,
+    )
+    .err();
+    assert!(
+        refused.as_deref().is_some_and(|e| e.contains("4014")),
+        "{refused:?}"
+    );
+    b.wait_text("#start-refusals", WAIT, |t| {
+        t.contains("4014") && t.contains("set-intents")
+    })
+    .expect("the refused start, with its advice");
+    let recent = b.text("#start-recent");
+    assert!(
+        recent.contains("s ago") && recent.contains("GUILD_PRESENCES"),
+        "{recent}"
+    );
     let mut bot = bot::identify(node.gateway, "demo", &node.token, BOT_INTENTS, None).unwrap();
     b.wait_text("#live", WAIT, |t| t == "1")
         .expect("the live count follows the bot");

@@ -563,3 +563,93 @@ fn static_files_have_hashed_names_cached_and_compressed_an_icon_and_unknown_api_
     assert_eq!(a.status, 401, "{a:?}");
     assert!(a.json()["error"].is_string());
 }
+
+#[test]
+fn refused_starts_are_counted_for_their_application_with_advice_and_times() {
+    // Identify limits on (the test default is off): one Identify per
+    // concurrency bucket per 5 s.
+    let node = Node::start(&["--no-demo-traffic", "--identify-limits", "on"]);
+    let addr = portal::addr(&node);
+    let reg = Registry::new(node.dir.path());
+    let app = reg.add_app("strict-bot", 0); // no privileged intent approved
+    let (server, _) = reg.add_server("strict");
+    reg.install(app.id, server, None);
+    let me = sign_in(addr, &app.token).unwrap();
+    let other = sign_in(addr, &node.token).unwrap();
+    assert_eq!(
+        me.health()["start_refusals"],
+        json!({"counts": [], "recent": []})
+    );
+
+    // 4014: MESSAGE_CONTENT asked for, not approved.
+    let e = bot::identify(node.gateway, "strict", &app.token, BOT_INTENTS, None).err();
+    assert!(e.as_deref().is_some_and(|e| e.contains("4014")), "{e:?}");
+    // Op 9: the first Identify of bucket 0 starts, the next one within 5 s does not.
+    let guilds = support::intent::GUILDS;
+    let first = bot::identify(node.gateway, "a", &app.token, guilds, Some((0, 2)));
+    assert!(first.is_ok(), "{:?}", first.err());
+    let second = bot::identify(node.gateway, "b", &app.token, guilds, Some((1, 2))).err();
+    assert!(
+        second.is_some(),
+        "a second Identify in the bucket within 5 s started"
+    );
+
+    let h = me.health();
+    let sr = &h["start_refusals"];
+    let count = |why: &str| {
+        sr["counts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["why"] == why)
+            .map(|c| {
+                (
+                    c["count"].as_u64().unwrap(),
+                    c["advice"].as_str().unwrap().to_string(),
+                )
+            })
+    };
+    let (n, advice) = count("close_4014").unwrap_or_else(|| panic!("{sr:#}"));
+    assert_eq!(n, 1, "{sr:#}");
+    assert!(
+        advice.contains("privileged intent") && advice.contains("set-intents"),
+        "{advice}"
+    );
+    let (n, advice) = count("op9_concurrency").unwrap_or_else(|| panic!("{sr:#}"));
+    assert_eq!(n, 1, "{sr:#}");
+    assert!(
+        advice.contains("max_concurrency is 1") && advice.contains("5 s"),
+        "{advice}"
+    );
+    // Newest first, with their times and what a 4014 asked for.
+    let recent = sr["recent"].as_array().unwrap();
+    assert_eq!(recent.len(), 2, "{sr:#}");
+    assert_eq!(recent[0]["why"], "op9_concurrency");
+    assert_eq!(recent[1]["why"], "close_4014");
+    assert_eq!(
+        recent[1]["privileged_intents_asked"],
+        json!(["MESSAGE_CONTENT"])
+    );
+    assert!(
+        recent
+            .iter()
+            .all(|r| r["ago_ms"].as_u64().unwrap() < 60_000),
+        "{sr:#}"
+    );
+    // Another application sees none of it.
+    assert_eq!(other.health()["start_refusals"]["counts"], json!([]));
+    // A bad token names no application: counted nowhere here.
+    let bad = bot::identify(node.gateway, "bad", "not-a-token", guilds, None).err();
+    assert!(
+        bad.as_deref().is_some_and(|e| e.contains("4004")),
+        "{bad:?}"
+    );
+    assert_eq!(
+        me.health()["start_refusals"]["recent"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    drop(first);
+}

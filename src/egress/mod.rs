@@ -19,6 +19,7 @@ pub mod guard;
 pub mod server;
 pub mod sign;
 pub mod wire;
+mod words;
 
 pub use client::{EgressClient, EgressError, EgressStats};
 

@@ -21,6 +21,7 @@ use crate::histogram::Histogram;
 use crate::protocol::guild::{bot_user, guild_create};
 use crate::protocol::intents;
 use crate::protocol::{Close, CloseCode};
+use crate::worker::app_stats::StartRefusal;
 use crate::worker::mail::*;
 
 pub mod cluster;
@@ -308,7 +309,7 @@ impl Sidecar {
                 identify,
             } => {
                 let result = self.identify(&identify).map(Box::new);
-                if let Err(IdentifyRefusal::Close(c)) = &result {
+                if let Err(IdentifyRefusal::Close(c, _)) = &result {
                     tracing::debug!(code = c.code, reason = c.reason, "identify refused");
                 }
                 self.reply(worker, ToWorker::Identified { conn, result });
@@ -390,13 +391,13 @@ impl Sidecar {
     ) -> Result<IdentifyOk, IdentifyRefusal> {
         if !self.admit() {
             self.stats.refused_admission.fetch_add(1, Ordering::Relaxed);
-            return Err(IdentifyRefusal::InvalidSession);
+            return Err(IdentifyRefusal::InvalidSession(None));
         }
         let stats = self.stats.clone();
         let unavailable = move |e: registry::RegistryError| {
             tracing::debug!(error = %e, "registry error during identify");
             stats.refused_brownout.fetch_add(1, Ordering::Relaxed);
-            IdentifyRefusal::InvalidSession
+            IdentifyRefusal::InvalidSession(None)
         };
         if self.brownout_since.is_some() {
             // Lease renewals and revocation polls keep probing the registry;
@@ -409,15 +410,21 @@ impl Sidecar {
         let app = self
             .call(|r| r.authenticate(&token))
             .map_err(&unavailable)?
-            .ok_or(IdentifyRefusal::Close(Close::new(
-                CloseCode::AuthenticationFailed,
-                "authentication failed: invalid token",
-            )))?;
+            .ok_or(IdentifyRefusal::Close(
+                Close::new(
+                    CloseCode::AuthenticationFailed,
+                    "authentication failed: invalid token",
+                ),
+                None,
+            ))?;
         if id.intents & intents::PRIVILEGED & !app.approved_intents != 0 {
-            return Err(IdentifyRefusal::Close(Close::new(
-                CloseCode::DisallowedIntents,
-                "disallowed intents: privileged intent not approved for this application",
-            )));
+            return Err(IdentifyRefusal::Close(
+                Close::new(
+                    CloseCode::DisallowedIntents,
+                    "disallowed intents: privileged intent not approved for this application",
+                ),
+                Some((app.id, StartRefusal::DisallowedIntents, id.intents)),
+            ));
         }
         let now = now_ms();
         if self.cfg.identify_limits {
@@ -428,7 +435,11 @@ impl Sidecar {
                     self.stats
                         .refused_concurrency
                         .fetch_add(1, Ordering::Relaxed);
-                    return Err(IdentifyRefusal::InvalidSession);
+                    return Err(IdentifyRefusal::InvalidSession(Some((
+                        app.id,
+                        StartRefusal::Concurrency,
+                        id.intents,
+                    ))));
                 }
             }
             let limit = self
@@ -438,7 +449,11 @@ impl Sidecar {
                 self.stats
                     .refused_daily_limit
                     .fetch_add(1, Ordering::Relaxed);
-                return Err(IdentifyRefusal::InvalidSession);
+                return Err(IdentifyRefusal::InvalidSession(Some((
+                    app.id,
+                    StartRefusal::DailyBudget,
+                    id.intents,
+                ))));
             }
             if self.buckets.len() >= MAX_BUCKETS {
                 // Only buckets inside their spacing matter; forget the rest.
@@ -452,10 +467,13 @@ impl Sidecar {
             .call(|r| r.servers_for_shard(app.id, id.shard.0, id.shard.1))
             .map_err(&unavailable)?;
         if servers.len() > MAX_SERVERS_PER_SHARD {
-            return Err(IdentifyRefusal::Close(Close::new(
-                CloseCode::ShardingRequired,
-                "sharding required: more than 2500 servers on this shard",
-            )));
+            return Err(IdentifyRefusal::Close(
+                Close::new(
+                    CloseCode::ShardingRequired,
+                    "sharding required: more than 2500 servers on this shard",
+                ),
+                Some((app.id, StartRefusal::ShardingRequired, id.intents)),
+            ));
         }
         let mut guilds = Vec::with_capacity(servers.len());
         for server_id in servers {

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 use super::{lock, names, now_ms, Ctx};
 use crate::api::route::ROUTE_NAMES;
 use crate::chat::board::{AppStats, FAILURE_REASONS};
-use crate::worker::app_stats::{AppTable, SLOTS};
+use crate::worker::app_stats::{AppSnapshot, AppTable, StartRefusal, SLOTS};
 
 pub const SAMPLE_EVERY: Duration = Duration::from_secs(10);
 /// Minutes of sessions history per application (a ring).
@@ -153,6 +153,7 @@ pub fn json(ctx: &Ctx, app: u64) -> Value {
                         "reset_after_ms": l.reset_after_ms, "max_concurrency": l.max_concurrency}),
         Err(_) => Value::Null,
     };
+    let start_refusals = start_refusals(ctx, &snap, &budget, now);
     json!({
         "application_id": app.to_string(),
         "now_ms": now,
@@ -164,12 +165,45 @@ pub fn json(ctx: &Ctx, app: u64) -> Value {
         "identifies_hour": snap.identifies_hour, "resumes_hour": snap.resumes_hour,
         "closes_hour": closes,
         "identify_budget": budget,
+        "start_refusals": start_refusals,
         "rest": rest, "rest_other": snap.rest_other, "rate_limited": limited,
         "interactions": interactions(&stats),
         "ack_minutes": acks,
         "sessions_minutes": sessions,
         "cluster": cluster,
     })
+}
+
+/// Identifies refused before a session began (4014, 4011, op 9 for the
+/// concurrency bucket or the daily budget): counts since the node started
+/// with their meaning and advice, and the last few with their times.
+fn start_refusals(ctx: &Ctx, snap: &AppSnapshot, budget: &Value, now: u64) -> Value {
+    let max_concurrency = budget["max_concurrency"].as_u64();
+    let spacing_s = ctx.v.shared.cfg.registry.identify_spacing_ms.div_ceil(1000);
+    let counts: Vec<Value> = StartRefusal::ALL
+        .iter()
+        .filter(|w| snap.refused[w.index()] > 0)
+        .map(|w| {
+            let (meaning, advice) = names::start_refusal(*w, max_concurrency, spacing_s);
+            json!({"why": w.as_str(), "count": snap.refused[w.index()],
+                   "meaning": meaning, "advice": advice})
+        })
+        .collect();
+    let recent: Vec<Value> = snap
+        .recent_refusals
+        .iter()
+        .map(|r| {
+            let asked: Vec<&str> = names::PRIVILEGED_INTENTS
+                .iter()
+                .filter(|(b, _)| r.privileged & b != 0)
+                .map(|(_, n)| *n)
+                .collect();
+            json!({"why": r.why.as_str(), "at_ms": r.at_ms,
+                   "ago_ms": now.saturating_sub(r.at_ms),
+                   "privileged_intents_asked": asked})
+        })
+        .collect();
+    json!({"counts": counts, "recent": recent})
 }
 
 #[cfg(test)]

@@ -146,8 +146,13 @@ pub fn dashboard(ctx: &Ctx, s: &Session) -> String {
     );
     let _ = write!(
         b,
-        "<section aria-labelledby=\"h-closes\"><h2 id=\"h-closes\">Closes sent, last hour</h2>{}</section>\
+        "<section aria-labelledby=\"h-starts\"><h2 id=\"h-starts\">Sessions that did not start</h2>\
+         <p>Identifies refused before a session began, since this node started (a bad token, \
+         4004, names no application and is not counted here).</p>{}{}</section>\
+         <section aria-labelledby=\"h-closes\"><h2 id=\"h-closes\">Closes sent, last hour</h2>{}</section>\
          <section aria-labelledby=\"h-rest\"><h2 id=\"h-rest\">REST</h2>{}{}</section>",
+        table("start-refusals", "Refused starts by reason", &["Refused", "Count", "What to do"]),
+        table("start-recent", "The last refused starts", &["When", "Refused", "Privileged intents asked for"]),
         table("closes", "Gateway close codes", &["Code", "Count", "Meaning", "What to do"]),
         table("rest", "Requests by route and status", &["Route", "Status", "Count"]),
         table("limited", "429s by bucket", &["Route", "Scope", "Count"]),

@@ -9,11 +9,14 @@
 //! an allocation, so the paths that feed it (identify, resume, close, the
 //! REST answer) stay as they were.
 //!
-//! Per slot (about 700 bytes, 2.9 MiB in all, plus 64 KiB per worker):
+//! Per slot (about 770 bytes, 3.2 MiB in all, plus 64 KiB per worker):
 //! - the last hour in `BUCKETS` ten-minute buckets: identifies, resumes,
 //!   and the gateway closes sent by code (4000-4014, then any other);
 //! - REST answers by (route, status) in `REST_ENTRIES` claimed entries,
 //!   429s by (route, scope) in `LIMITED_ENTRIES`; past those, `rest_other`;
+//! - Identifies refused before a session began (4014, 4011, op 9 for the
+//!   concurrency bucket or the daily budget), by reason, and the last
+//!   `RECENT` with their times (a ring; a reader may see one mid-write);
 //! - per worker, its live, degraded (ring at 80 %) and detached sessions,
 //!   recounted by that worker once a second (`tally`), double-buffered so a
 //!   reader never sees a half-done count; with them its live sessions by
@@ -57,6 +60,61 @@ struct Slot {
     /// tag = (route + 1) << 2 | scope (0 user, 1 global, 2 shared).
     limited: [AtomicU64; LIMITED_ENTRIES],
     rest_other: AtomicU64,
+    /// Identifies refused before a session began, by `StartRefusal`.
+    refused: [AtomicU64; StartRefusal::COUNT],
+    /// The last `RECENT` of them, a ring: `unix_ms << 16 | denied << 8 |
+    /// (kind + 1)`, `denied` the privileged intents a 4014 asked for
+    /// (`PRIVILEGED_BITS` order).
+    recent: [AtomicU64; RECENT],
+    recent_next: AtomicU32,
+}
+
+/// Refused starts kept per application with their times.
+pub const RECENT: usize = 4;
+
+/// The privileged intents, in the order of a recent refusal's `denied` bits.
+pub const PRIVILEGED_BITS: [u64; 3] = [
+    proto::intents::GUILD_MEMBERS,
+    proto::intents::GUILD_PRESENCES,
+    proto::intents::MESSAGE_CONTENT,
+];
+
+/// Why an application's Identify was refused after its token was known
+/// (a bad token, 4004, names no application).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StartRefusal {
+    /// 4014: a privileged intent asked for is not approved.
+    DisallowedIntents,
+    /// 4011: more servers on the shard than one session may hold.
+    ShardingRequired,
+    /// Op 9: a second Identify in one `max_concurrency` bucket within its spacing.
+    Concurrency,
+    /// Op 9: the daily session-start budget is spent.
+    DailyBudget,
+}
+
+impl StartRefusal {
+    pub const COUNT: usize = 4;
+    pub const ALL: [StartRefusal; Self::COUNT] = [
+        StartRefusal::DisallowedIntents,
+        StartRefusal::ShardingRequired,
+        StartRefusal::Concurrency,
+        StartRefusal::DailyBudget,
+    ];
+
+    pub fn index(self) -> usize {
+        self as usize
+    }
+
+    /// The name in `/api/health` (`close_4014`, `op9_concurrency`, ...).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            StartRefusal::DisallowedIntents => "close_4014",
+            StartRefusal::ShardingRequired => "close_4011",
+            StartRefusal::Concurrency => "op9_concurrency",
+            StartRefusal::DailyBudget => "op9_daily_budget",
+        }
+    }
 }
 
 pub struct AppTable {
@@ -106,6 +164,20 @@ pub struct AppSnapshot {
     pub shards: Vec<(u32, u32, u32, u32)>,
     /// Live sessions on shards past `SHARD_ENTRIES` on their worker.
     pub shards_other: u32,
+    /// Identifies refused before a session began, by `StartRefusal::index`.
+    pub refused: [u64; StartRefusal::COUNT],
+    /// The last few of them, newest first.
+    pub recent_refusals: Vec<RecentRefusal>,
+}
+
+/// One refused start, as kept.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecentRefusal {
+    pub at_ms: u64,
+    pub why: StartRefusal,
+    /// The privileged intents the Identify asked for (a 4014's culprits
+    /// are those not approved).
+    pub privileged: u64,
 }
 
 /// The entry tag of a shard (None: beyond what an entry holds).
@@ -185,6 +257,9 @@ impl AppTable {
                     rest: Default::default(),
                     limited: Default::default(),
                     rest_other: AtomicU64::new(0),
+                    refused: Default::default(),
+                    recent: Default::default(),
+                    recent_next: AtomicU32::new(0),
                 })
                 .collect(),
             workers,
@@ -260,6 +335,24 @@ impl AppTable {
             }
         }
         b
+    }
+
+    /// An Identify of the application refused before its session began;
+    /// `intents`: what it asked for (a 4014 keeps which privileged ones).
+    pub fn start_refused(&self, app: u64, why: StartRefusal, intents: u64, now_ms: u64) {
+        if let Some(s) = self.slot(app) {
+            s.refused[why.index()].fetch_add(1, Relaxed);
+            let denied = PRIVILEGED_BITS
+                .iter()
+                .enumerate()
+                .filter(|(_, b)| intents & **b != 0)
+                .fold(0u64, |m, (i, _)| m | 1 << i);
+            let at = s.recent_next.fetch_add(1, Relaxed) as usize % RECENT;
+            s.recent[at].store(
+                now_ms << 16 | denied << 8 | (why.index() as u64 + 1),
+                Relaxed,
+            );
+        }
     }
 
     pub fn identified(&self, app: u64, now_ms: u64) {
@@ -389,8 +482,28 @@ impl AppTable {
             identifies: s.identifies.load(Relaxed),
             resumes: s.resumes.load(Relaxed),
             rest_other: s.rest_other.load(Relaxed),
+            refused: std::array::from_fn(|k| s.refused[k].load(Relaxed)),
             ..Default::default()
         };
+        let mut recent: Vec<RecentRefusal> = s
+            .recent
+            .iter()
+            .map(|r| r.load(Relaxed))
+            .filter_map(|v| {
+                let kind = (v & 0xff) as usize;
+                (kind > 0 && kind <= StartRefusal::COUNT).then(|| RecentRefusal {
+                    at_ms: v >> 16,
+                    why: StartRefusal::ALL[kind - 1],
+                    privileged: PRIVILEGED_BITS
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, _)| (v >> 8) & (1 << i) != 0)
+                        .fold(0, |m, (_, b)| m | b),
+                })
+            })
+            .collect();
+        recent.sort_unstable_by_key(|r| std::cmp::Reverse(r.at_ms));
+        out.recent_refusals = recent;
         for w in 0..self.workers {
             let bank = self.published[w].load(Relaxed) as usize;
             let at = (bank * SLOTS + i) * self.workers + w;

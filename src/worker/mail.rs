@@ -121,11 +121,16 @@ pub struct IdentifyOk {
 }
 
 pub enum IdentifyRefusal {
-    /// Close with this code (bad token 4004, 4011, 4014...).
-    Close(Close),
-    /// Op 9 `d:false` (e.g. the registry is unavailable): retry later.
-    InvalidSession,
+    /// Close with this code (bad token 4004, 4011, 4014...); with the
+    /// application and why, when the token named one (the portal counts it).
+    Close(Close, Option<Attributed>),
+    /// Op 9 `d:false` (e.g. the registry is unavailable): retry later; the
+    /// application and why, as above.
+    InvalidSession(Option<Attributed>),
 }
+
+/// A refused Identify's application, why, and the intents it asked for.
+pub type Attributed = (u64, crate::worker::app_stats::StartRefusal, u64);
 
 pub enum ToWorker {
     Identified {

@@ -123,13 +123,27 @@ impl Worker {
             return;
         }
         let ok = match result {
-            Err(IdentifyRefusal::Close(close)) => {
+            Err(IdentifyRefusal::Close(close, app)) => {
+                if let Some((app, why, intents)) = app {
+                    self.shared
+                        .apps
+                        .start_refused(app, why, intents, self.unix_ms);
+                }
                 WorkerMetrics::inc(&self.metrics().identifies_refused);
                 WorkerMetrics::inc(&self.metrics().identifies_refused_closed);
                 self.begin_close(key, Some(close));
                 return;
             }
-            Err(IdentifyRefusal::InvalidSession) => {
+            Err(IdentifyRefusal::InvalidSession(app)) => {
+                if let Some((app, why, intents)) = app {
+                    self.shared
+                        .apps
+                        .start_refused(app, why, intents, self.unix_ms);
+                }
+                let Some(conn) = self.conn(key) else { return };
+                let ConnState::WebSocket(w, _) = &mut conn.state else {
+                    return;
+                };
                 w.session.authentication_failed();
                 payload::invalid_session(&mut conn.out, false);
                 WorkerMetrics::inc(&self.metrics().identifies_refused);

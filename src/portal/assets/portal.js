@@ -74,6 +74,10 @@
   }
 
   function ms(v) { return v == null ? "–" : v >= 1000 ? (v / 1000).toFixed(1) + " s" : v + " ms"; }
+  // "12 s ago", "4 min ago", "2 h 5 min ago".
+  function ago(v) {
+    return v < 60000 ? Math.round(v / 1000) + " s ago" : hoursMinutes(v) + " ago";
+  }
   // "23 h 56 min", "41 min", "under a minute": never "1436 min".
   function hoursMinutes(v) {
     const m = Math.round(v / 60000);
@@ -121,6 +125,12 @@
     set("double", ix.double_acks);
     set("opened", ix.opened);
     rows("endpoint-failures", Object.entries(ix.endpoint_failures || {}), (e) => [e[0].replace(/_/g, " "), e[1]]);
+    const sr = h.start_refusals || { counts: [], recent: [] };
+    const budgetNote = b ? " The budget resets in " + hoursMinutes(b.reset_after_ms) + "." : "";
+    rows("start-refusals", sr.counts, (r) => [r.meaning, r.count,
+      r.advice + (r.why === "op9_daily_budget" ? budgetNote : "")]);
+    rows("start-recent", sr.recent, (r) => [ago(r.ago_ms), r.why.replace(/_/g, " "),
+      r.privileged_intents_asked.join(", ") || "none"]);
     rows("closes", h.closes_hour, (c) => [c.code || "other", c.count, c.meaning, c.advice]);
     rows("rest", h.rest, (r) => [r.route, r.status || "other", r.count]);
     rows("limited", h.rate_limited, (r) => [r.route, r.scope, r.count]);

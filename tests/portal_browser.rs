@@ -162,6 +162,47 @@ fn the_portal_in_a_browser() {
     shot(&b, "tools.png");
     drop(bot);
 
+    // The tables, filled (closes, REST, refused starts, workers): on a
+    // desktop a short value sits on one line; on a 375 px phone each row is
+    // a stack of "column: value" lines, no cell narrower than its column's
+    // name (they broke letter by letter: "C/o/d/e").
+    let cells = "return [...document.querySelectorAll('main table td')]\
+        .filter(c => c.offsetParent !== null && c.textContent.trim())\
+        .map(c => { const r = document.createRange(); r.selectNodeContents(c);\
+                    return [c.textContent, c.getBoundingClientRect().width, r.getClientRects().length,\
+                            c.colSpan > 1 ? '(the whole row)' : (c.dataset.label || ''), c.closest('table').getBoundingClientRect().width]; });";
+    type Cell = (String, f64, f64, String, f64);
+    let desktop: Vec<Cell> = serde_json::from_value(b.run(cells)).unwrap();
+    assert!(desktop.len() >= 10, "{desktop:?}");
+    for (text, _, lines, _, _) in &desktop {
+        if text.len() <= 5 {
+            assert_eq!(*lines, 1.0, "{text:?} wraps at 1280 px");
+        }
+    }
+    b.set_window(375, 2400);
+    std::thread::sleep(Duration::from_millis(300));
+    let phone: Vec<Cell> = serde_json::from_value(b.run(cells)).unwrap();
+    assert!(phone.len() >= 10, "{phone:?}");
+    let no_overflow =
+        b.run("return document.documentElement.scrollWidth <= window.innerWidth + 1;");
+    assert_eq!(
+        no_overflow,
+        json!(true),
+        "the page scrolls sideways at 375 px"
+    );
+    for (text, w, _, label, table) in &phone {
+        assert!(
+            !label.is_empty(),
+            "a cell without its column's name: {text:?}"
+        );
+        assert!(
+            *w >= table * 0.9,
+            "{label}: {text:?} is {w} px of a {table} px table at 375 px"
+        );
+    }
+    shot(&b, "phone.png");
+    b.set_window(1280, 2400);
+
     // Sign out: back to the sign-in form; the old page's data is gone.
     b.click("#signout");
     b.wait_for("#signin-button", WAIT);

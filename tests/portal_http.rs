@@ -284,6 +284,14 @@ fn the_tools_send_an_event_click_a_command_check_the_endpoint_and_reset_the_toke
     let h = s.health();
     assert_eq!(h["interactions"]["acks"], 1, "{h}");
     assert!(h["interactions"]["ack_latency_ms"]["p99"].as_u64().unwrap() <= 3000);
+    // The page shows estimates inside the bucket, with the bucket's range.
+    let est = &h["interactions"]["ack_latency_estimate_ms"]["p99"];
+    let (v, lo, hi) = (
+        est["ms"].as_u64().unwrap(),
+        est["bucket_ms"][0].as_u64().unwrap(),
+        est["bucket_ms"][1].as_u64().unwrap(),
+    );
+    assert!(lo <= v && v <= hi && hi <= 3000, "{est}");
     assert_eq!(h["ack_minutes"].as_array().unwrap().len(), 1);
     assert!(
         h["rest"]

@@ -92,6 +92,40 @@ fn quantile(lat: &[u64], q: f64) -> Option<u64> {
     None
 }
 
+/// The latency below which a fraction `q` of the acks came, estimated by
+/// interpolating linearly inside the bucket that holds it (the acks spread
+/// evenly over it): (estimate, bucket's lower bound, upper bound), ms; the
+/// upper bound None past the last bound (over 3 s: no estimate).
+fn quantile_estimate(lat: &[u64], q: f64) -> Option<(u64, u64, Option<u64>)> {
+    let n: u64 = lat.iter().sum();
+    if n == 0 {
+        return None;
+    }
+    let want = (q * n as f64).ceil().max(1.0) as u64;
+    let mut seen = 0;
+    for (i, c) in lat.iter().enumerate() {
+        if *c > 0 && seen + c >= want {
+            let lower = if i == 0 { 0 } else { APP_BOUNDS_MS[i - 1] };
+            let Some(&upper) = APP_BOUNDS_MS.get(i) else {
+                return Some((lower, lower, None));
+            };
+            let into = (want - seen) as f64 / *c as f64;
+            let est = lower as f64 + (upper - lower) as f64 * into;
+            return Some((est.round() as u64, lower, Some(upper)));
+        }
+        seen += c;
+    }
+    None
+}
+
+fn estimate_json(e: Option<(u64, u64, Option<u64>)>) -> Value {
+    match e {
+        None => Value::Null,
+        Some((ms, lower, Some(upper))) => json!({"ms": ms, "bucket_ms": [lower, upper]}),
+        Some((_, lower, None)) => json!({"over_ms": lower}),
+    }
+}
+
 fn unix_minute() -> u32 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -117,7 +151,8 @@ impl AppStats {
         quantile(&self.lat, q)
     }
 
-    /// The last hour, oldest first: (Unix minute, acks, p50 ms, p99 ms);
+    /// The last hour, oldest first: (Unix minute, acks, p50 ms, p99 ms),
+    /// the quantiles estimated within their buckets (past 3 s: 3 s);
     /// minutes without acks are left out.
     pub fn minutes(&self, now_minute: u32) -> Vec<(u32, u64, Option<u64>, Option<u64>)> {
         let mut out: Vec<_> = self
@@ -126,7 +161,8 @@ impl AppStats {
             .filter(|(m, _)| *m != 0 && now_minute.saturating_sub(*m) < MINUTES as u32)
             .map(|(m, l)| {
                 let l = l.map(u64::from);
-                (*m, l.iter().sum(), quantile(&l, 0.5), quantile(&l, 0.99))
+                let est = |q| quantile_estimate(&l, q).map(|e| e.0);
+                (*m, l.iter().sum(), est(0.5), est(0.99))
             })
             .collect();
         out.sort_unstable_by_key(|e| e.0);
@@ -148,6 +184,8 @@ impl AppStats {
             "deferrals": self.deferrals, "misses": self.misses, "late_callbacks": self.late,
             "double_acks": self.double, "followups": self.followups,
             "ack_latency_ms": {"p50": self.quantile_ms(0.5), "p99": self.quantile_ms(0.99)},
+            "ack_latency_estimate_ms": {"p50": estimate_json(quantile_estimate(&self.lat, 0.5)),
+                                        "p99": estimate_json(quantile_estimate(&self.lat, 0.99))},
         })
     }
 }
@@ -217,5 +255,31 @@ impl Board {
     }
     pub(super) fn remove(&self, id: u64) {
         self.0.lock().expect("board").remove(&id);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quantiles_are_estimated_inside_their_bucket_not_reported_as_its_bound() {
+        // Ten acks between 100 and 250 ms: the bound says 250 for both.
+        let lat = [0, 0, 10, 0, 0, 0, 0, 0];
+        assert_eq!(quantile(&lat, 0.5), Some(250));
+        assert_eq!(quantile_estimate(&lat, 0.5), Some((175, 100, Some(250))));
+        assert_eq!(quantile_estimate(&lat, 0.99), Some((250, 100, Some(250))));
+        // Half under 50 ms, half between 250 and 500: p50 in the first.
+        let lat = [4, 0, 0, 4, 0, 0, 0, 0];
+        assert_eq!(quantile_estimate(&lat, 0.5), Some((50, 0, Some(50))));
+        assert_eq!(quantile_estimate(&lat, 0.99), Some((500, 250, Some(500))));
+        // Past the last bound: no estimate, only "over 3 s".
+        let lat = [0, 0, 0, 0, 0, 0, 0, 3];
+        assert_eq!(quantile_estimate(&lat, 0.5), Some((3000, 3000, None)));
+        assert_eq!(
+            estimate_json(quantile_estimate(&lat, 0.5)),
+            json!({"over_ms": 3000})
+        );
+        assert_eq!(quantile_estimate(&[0; 8], 0.5), None);
     }
 }

@@ -111,12 +111,17 @@ pub fn start_refusal(
     match why {
         R::DisallowedIntents => (
             "closed 4014 at Identify: a privileged intent not approved",
-            "The bot's Identify asked for a privileged intent this application is not approved              for (each refusal below names which). Remove it from the intents the bot sends, or              ask the platform's operator to approve it (`gatewayd registry set-intents`)."
+            "The bot's Identify asked for a privileged intent this application is not \
+             approved for (each refusal below names which). Remove it from the intents the \
+             bot sends, or ask the platform's operator to approve it (gatewayd registry \
+             set-intents)."
                 .into(),
         ),
         R::ShardingRequired => (
             "closed 4011 at Identify: sharding required",
-            "One shard of the bot holds more than 2,500 servers: start it with more shards              (GET /gateway/bot says how many) and give each session its [shard_id, num_shards]."
+            "One shard of the bot holds more than 2,500 servers: start it with more shards \
+             (GET /gateway/bot says how many) and give each session its [shard_id, \
+             num_shards]."
                 .into(),
         ),
         R::Concurrency => {
@@ -124,13 +129,19 @@ pub fn start_refusal(
             (
                 "op 9 at Identify: two Identifies in one concurrency bucket",
                 format!(
-                    "This application may start one session per bucket every {spacing_s} s; a                      shard's bucket is shard_id % max_concurrency, and max_concurrency is {n}.                      Start shards {n} at a time (one per bucket) and wait {spacing_s} s before the                      next {n}; the op 9 means: wait, then Identify again. Libraries do this when                      they read max_concurrency from GET /gateway/bot."
+                    "This application may start one session per bucket every {spacing_s} s; a shard's \
+                     bucket is shard_id % max_concurrency, and max_concurrency is {n}. Start shards \
+                     {n} at a time (one per bucket) and wait {spacing_s} s before the next {n}; the \
+                     op 9 means: wait, then Identify again. Libraries do this when they read \
+                     max_concurrency from GET /gateway/bot."
                 ),
             )
         }
         R::DailyBudget => (
             "op 9 at Identify: the daily session-start budget is spent",
-            "Every Identify spends one start of the 24-hour budget (GET /gateway/bot,              session_start_limit); it refills when its window resets (below). Resume instead of              identifying after a disconnect: a Resume spends nothing."
+            "Every Identify spends one start of the 24-hour budget (GET /gateway/bot, \
+             session_start_limit); it refills when its window resets (below). Resume instead \
+             of identifying after a disconnect: a Resume spends nothing."
                 .into(),
         ),
     }

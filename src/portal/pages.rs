@@ -109,7 +109,7 @@ pub fn dashboard(ctx: &Ctx, s: &Session) -> String {
          <div class=\"stats\">{}{}{}{}{}{}</div>\
          <p id=\"degraded-note\" class=\"warn\" role=\"status\" hidden></p>{}{}\
          <figure><svg id=\"chart-sessions\" role=\"img\" aria-label=\"Live sessions per minute, last hour\" viewBox=\"0 0 600 160\"></svg>\
-         <figcaption>Live sessions per minute, last hour</figcaption></figure></section>",
+         <figcaption>Live sessions per minute (each minute's highest of its 10 s samples), last hour; x: minutes before now</figcaption></figure></section>",
         if node != 0 { " on this node" } else { "" },
         stat("live", "Live"),
         stat("degraded", "Degraded (send queue ≥ 80 %)"),
@@ -131,9 +131,9 @@ pub fn dashboard(ctx: &Ctx, s: &Session) -> String {
     let _ = write!(
         b,
         "<section aria-labelledby=\"h-ix\"><h2 id=\"h-ix\">Interactions</h2>\
-         <div class=\"stats\">{}{}{}{}{}{}{}{}</div>{}\
-         <figure><svg id=\"chart-ack\" role=\"img\" aria-label=\"Ack latency p99 per minute against the 3 second limit\" viewBox=\"0 0 600 160\"></svg>\
-         <figcaption>Ack latency per minute (p50, p99) against the 3 s line</figcaption></figure></section>",
+         <div class=\"stats\">{}{}{}{}{}{}{}{}{}</div>{}\
+         <figure><svg id=\"chart-ack\" role=\"img\" aria-label=\"Ack latency p50 and p99 per minute, estimated within buckets, against the 3 second limit\" viewBox=\"0 0 600 160\"></svg>\
+         <figcaption>Ack latency per minute (p50, p99, estimated within latency buckets) against the 3 s line; x: minutes before now</figcaption></figure></section>",
         stat("ack-rate", "Ack rate"),
         stat("ack-p50", "p50"),
         stat("ack-p99", "p99"),
@@ -142,6 +142,7 @@ pub fn dashboard(ctx: &Ctx, s: &Session) -> String {
         stat("late", "Late callbacks"),
         stat("double", "Double acks"),
         stat("opened", "Opened"),
+        stat("refused-ix", "Refused (not delivered)"),
         table("endpoint-failures", "Endpoint delivery failures", &["Reason", "Count"]),
     );
     let _ = write!(
@@ -277,7 +278,9 @@ fn installs_section(
             .collect();
         let _ = write!(
             b,
-            "<tr><td class=\"server-name\">{} <code>{}</code></td><td>{} <code>({})</code></td><td>{}</td></tr>",
+            "<tr><td class=\"server-name\" data-label=\"Server\">{} <code>{}</code></td>\
+             <td data-label=\"Granted permissions\">{} <code>({})</code></td>\
+             <td data-label=\"Channels the bot sees\">{}</td></tr>",
             esc(&i.name),
             i.server_id,
             esc(&perms),

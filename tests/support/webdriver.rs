@@ -121,6 +121,16 @@ impl Browser {
         )
     }
 
+    /// Resize the window (CSS pixels), e.g. to a phone's 375 px.
+    pub fn set_window(&self, width: u32, height: u32) {
+        self.cmd(
+            "POST",
+            "/window/rect",
+            Some(&json!({"width": width, "height": height})),
+        )
+        .expect("resize the window");
+    }
+
     pub fn goto(&self, url: &str) {
         self.cmd("POST", "/url", Some(&json!({"url": url})))
             .expect("navigate");

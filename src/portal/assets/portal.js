@@ -17,13 +17,17 @@
     const body = $(id);
     if (!body) return;
     body.replaceChildren();
+    // Each cell carries its column's name: on a phone a row is a stack of
+    // "name: value" lines (portal.css), not columns a letter wide.
+    const heads = [...body.closest("table").querySelectorAll("thead th")].map((th) => th.textContent);
     for (const item of list) {
       const tr = document.createElement("tr");
-      for (const c of cells(item)) {
+      cells(item).forEach((c, i) => {
         const td = document.createElement("td");
         td.textContent = c == null ? "" : String(c);
+        if (heads[i]) td.dataset.label = heads[i];
         tr.appendChild(td);
-      }
+      });
       body.appendChild(tr);
     }
     if (list.length === 0) {
@@ -43,24 +47,41 @@
     return e;
   }
 
-  // A line chart of `series` (lists of {x, y}) over the last hour; `limit`
-  // draws a dashed line at that y (the 3 s interaction window).
+  // A line chart of `series` (lists of {x, y}, a `label` each) over the
+  // last hour, with both axes ticked and labelled (`opts.unit` on y), a
+  // legend, and `limit` as a dashed line at that y (the 3 s window).
   function chart(id, series, opts) {
     const svg = $(id);
     if (!svg) return;
     svg.replaceChildren();
-    const W = 600, H = 160, L = 44, B = 20, T = 10;
+    const W = 600, H = 160, L = 52, B = 24, T = 18;
     const now = Date.now() / 60000;
     const all = series.flatMap((s) => s.points.map((p) => p.y));
     let max = Math.max(1, opts.limit || 0, ...all);
     max = max * 1.1;
     const x = (m) => L + (W - L - 6) * (1 - (now - m) / 60);
     const y = (v) => T + (H - T - B) * (1 - v / max);
-    svg.appendChild(el("line", { x1: L, y1: y(0), x2: W - 6, y2: y(0), stroke: "#c9d1d9" }));
-    svg.appendChild(el("text", { x: 2, y: y(max / 1.1) + 4 }, opts.fmt(max / 1.1)));
-    svg.appendChild(el("text", { x: 2, y: y(0) + 4 }, opts.fmt(0)));
-    svg.appendChild(el("text", { x: L, y: H - 4 }, "60 min ago"));
-    svg.appendChild(el("text", { x: W - 40, y: H - 4 }, "now"));
+    // y: 0, half and the top, with light grid lines; the unit above.
+    for (const v of [0, max / 2.2, max / 1.1]) {
+      svg.appendChild(el("line", { class: "grid", x1: L, y1: y(v), x2: W - 6, y2: y(v) }));
+      svg.appendChild(el("text", { x: L - 4, y: y(v) + 4, "text-anchor": "end" }, opts.fmt(v)));
+    }
+    svg.appendChild(el("text", { x: 2, y: 11 }, opts.unit));
+    // x: every 15 minutes, in minutes before now.
+    for (const ago of [60, 45, 30, 15, 0]) {
+      svg.appendChild(el("line", { class: "grid", x1: x(now - ago), y1: y(0), x2: x(now - ago), y2: y(0) + 4 }));
+      svg.appendChild(el("text", { x: x(now - ago), y: H - 6, "text-anchor": "middle" },
+        ago ? "\u2212" + ago + " min" : "now"));
+    }
+    // The legend, top right.
+    let lx = W - 6;
+    for (const s of series.slice().reverse()) {
+      const t = el("text", { x: lx, y: 11, "text-anchor": "end" }, s.label);
+      svg.appendChild(t);
+      lx -= s.label.length * 6.5 + 6;
+      svg.appendChild(el("line", { class: s.cls, x1: lx - 14, y1: 7, x2: lx, y2: 7 }));
+      lx -= 22;
+    }
     if (opts.limit) {
       svg.appendChild(el("line", { class: "limit", x1: L, y1: y(opts.limit), x2: W - 6, y2: y(opts.limit) }));
       svg.appendChild(el("text", { x: L + 4, y: y(opts.limit) - 3 }, opts.limitLabel));
@@ -117,8 +138,16 @@
     }
     const ix = h.interactions;
     set("ack-rate", ix.ack_rate == null ? null : (ix.ack_rate * 100).toFixed(1) + " %");
-    set("ack-p50", ms(ix.ack_latency_ms.p50));
-    set("ack-p99", ms(ix.ack_latency_ms.p99));
+    // Estimates: interpolated within the latency bucket (its range shown).
+    const est = (q) => {
+      const e = ix.ack_latency_estimate_ms && ix.ack_latency_estimate_ms[q];
+      if (!e) return null;
+      if (e.over_ms != null) return "over " + ms(e.over_ms);
+      return "\u2248 " + ms(e.ms) + " (est., in " + e.bucket_ms[0] + "\u2013" + ms(e.bucket_ms[1]) + ")";
+    };
+    set("ack-p50", est("p50"));
+    set("ack-p99", est("p99"));
+    set("refused-ix", ix.refused);
     set("misses", ix.misses);
     set("deferrals", ix.deferrals);
     set("late", ix.late_callbacks);
@@ -135,12 +164,12 @@
     rows("rest", h.rest, (r) => [r.route, r.status || "other", r.count]);
     rows("limited", h.rate_limited, (r) => [r.route, r.scope, r.count]);
     chart("chart-ack", [
-      { cls: "p50", points: h.ack_minutes.filter((m) => m.p50_ms != null).map((m) => ({ x: m.minute, y: Math.min(m.p50_ms, 4000) })) },
-      { cls: "p99", points: h.ack_minutes.filter((m) => m.p99_ms != null).map((m) => ({ x: m.minute, y: Math.min(m.p99_ms, 4000) })) },
-    ], { limit: 3000, limitLabel: "3 s: the person sees a failure", fmt: ms });
+      { cls: "p50", label: "p50 (est.)", points: h.ack_minutes.filter((m) => m.p50_ms != null).map((m) => ({ x: m.minute, y: Math.min(m.p50_ms, 4000) })) },
+      { cls: "p99", label: "p99 (est.)", points: h.ack_minutes.filter((m) => m.p99_ms != null).map((m) => ({ x: m.minute, y: Math.min(m.p99_ms, 4000) })) },
+    ], { limit: 3000, limitLabel: "3 s: the person sees a failure", fmt: (v) => ms(Math.round(v)), unit: "ack latency" });
     chart("chart-sessions", [
-      { cls: "line", points: h.sessions_minutes.map((m) => ({ x: m.minute, y: m.live })) },
-    ], { fmt: (v) => String(Math.round(v)) });
+      { cls: "line", label: "live sessions (each minute's highest)", points: h.sessions_minutes.map((m) => ({ x: m.minute, y: m.live })) },
+    ], { fmt: (v) => String(Math.round(v)), unit: "sessions" });
   }
 
   // Sessions by node and shard across the cluster; silent nodes are named.

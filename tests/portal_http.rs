@@ -661,3 +661,92 @@ fn refused_starts_are_counted_for_their_application_with_advice_and_times() {
     );
     drop(first);
 }
+
+/// An HTTP endpoint that answers every request 200 `{"type":1}`: it checks
+/// no signature (the platform must refuse to save it).
+fn lax_endpoint() -> String {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten().take(16) {
+            let mut s = s;
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 10\r\nConnection: close\r\n\r\n{\"type\":1}",
+            );
+        }
+    });
+    format!("http://{addr}/interactions")
+}
+
+#[test]
+#[ignore = "needs PyNaCl: run scripts/test-all.sh, or set GATEWAYD_PYTHON to a venv with tests/py/requirements.txt"]
+fn settings_show_the_public_key_and_save_an_endpoint_only_once_it_verifies() {
+    let node = Node::start(&[
+        "--no-demo-traffic",
+        "--egress-allow-private-cidrs",
+        "127.0.0.0/8",
+    ]);
+    let addr = portal::addr(&node);
+    let reg = Registry::new(node.dir.path());
+    let app = reg.add_app("http-bot", 0);
+    let me = sign_in(addr, &app.token).unwrap();
+    let page = me.get("/").body;
+    let at = page.find("id=\"verify-key\">").expect("the public key") + "id=\"verify-key\">".len();
+    let key = page[at..].split('<').next().unwrap().to_string();
+    assert_eq!(key.len(), 64, "{key}");
+    assert!(page.contains("none: interactions reach the bot over the gateway"));
+
+    let save = |url: &str| {
+        me.post("/api/endpoint", &format!("url={}", enc(url)))
+            .json()
+    };
+    let shown = || me.get("/").body;
+
+    // A verifying endpoint (PyNaCl, with the key the page shows): saved.
+    let ep = support::python::NaclEndpoint::start(&key, "pong");
+    let v = save(&ep.url);
+    assert_eq!(v["ok"], true, "{v}");
+    assert!(
+        v["result"]
+            .as_str()
+            .unwrap()
+            .starts_with("verified and saved"),
+        "{v}"
+    );
+    assert!(shown().contains(&ep.url));
+
+    // One that accepts any signature: refused, and the saved one stays.
+    let v = save(&lax_endpoint());
+    assert_eq!(v["ok"], false, "{v}");
+    let why = v["result"].as_str().unwrap();
+    assert!(
+        why.starts_with("not saved") && why.contains("expected 401"),
+        "{v}"
+    );
+    assert!(shown().contains(&ep.url));
+
+    // Unreachable: in words, no OS error.
+    let dead = format!("http://127.0.0.1:{}/i", support::node::free_port());
+    let v = save(&dead);
+    assert_eq!(v["ok"], false, "{v}");
+    let why = v["result"].as_str().unwrap();
+    assert!(
+        why.contains("signed PING") && !why.contains("os error"),
+        "{v}"
+    );
+
+    // A private address the egress does not call.
+    let v = save("http://10.1.2.3/interactions");
+    assert_eq!(v["ok"], false, "{v}");
+    assert!(v["result"].as_str().unwrap().contains("private"), "{v}");
+    assert!(shown().contains(&ep.url));
+
+    // Empty: removed.
+    let v = save("");
+    assert_eq!(v["ok"], true, "{v}");
+    assert!(shown().contains("none: interactions reach the bot over the gateway"));
+}

@@ -269,6 +269,7 @@ fn signed_in(ctx: &Ctx, req: &Request) -> Response {
         ("POST", "/api/test-message") => tools::test_message(ctx, &session, req),
         ("POST", "/api/click") => tools::click(ctx, &id, &session, req),
         ("POST", "/api/verify-endpoint") => tools::verify_endpoint(ctx, &session, req),
+        ("POST", "/api/endpoint") => tools::save_endpoint(ctx, &session, req),
         ("POST", "/api/reset-token") => tools::reset_token(ctx, &id, &session),
         ("GET", p) if p.starts_with("/api/") => Response::json(
             404,

@@ -158,6 +158,7 @@ pub fn dashboard(ctx: &Ctx, s: &Session) -> String {
         table("rest", "Requests by route and status", &["Route", "Status", "Count"]),
         table("limited", "429s by bucket", &["Route", "Scope", "Count"]),
     );
+    settings_section(&mut b, ctx, &app);
     tools_section(&mut b, &installs, &commands);
     installs_section(&mut b, &app, &installs, total);
     b.push_str("</main>");
@@ -211,6 +212,37 @@ fn channel_options(installs: &[installs::Install]) -> String {
         }
     }
     o
+}
+
+/// The application's public key and interactions endpoint, with a form
+/// that verifies a URL (signed PING, bad signature refused) and saves it
+/// only if both checks pass.
+fn settings_section(b: &mut String, ctx: &Ctx, app: &registry::Application) {
+    let reg = ctx.registry();
+    let key = reg
+        .signing_seed(app.id)
+        .map(|seed| crate::egress::sign::public_key_hex(&seed))
+        .unwrap_or_else(|_| "(the registry did not answer: reload)".into());
+    let endpoint = match reg.interactions_endpoint(app.id) {
+        Ok(Some(u)) => esc(&u),
+        Ok(None) => "none: interactions reach the bot over the gateway (INTERACTION_CREATE)".into(),
+        Err(_) => "(the registry did not answer: reload)".into(),
+    };
+    let _ = write!(
+        b,
+        "<section aria-labelledby=\"h-settings\"><h2 id=\"h-settings\">Settings</h2>\
+         <p>Public key (<code>verify_key</code>: an endpoint checks each request's \
+         <code>X-Signature-Ed25519</code> with it): <code id=\"verify-key\">{}</code></p>\
+         <p>Interactions endpoint URL: <code id=\"endpoint-url\">{endpoint}</code></p>\
+         <form id=\"endpoint\" class=\"tool\" data-api=\"/api/endpoint\"><h3>Set the interactions endpoint</h3>\
+         <p>Saved only if it answers a signed PING with <code>{{\"type\":1}}</code> and refuses the same \
+         PING with a bad signature (401), as the platform requires.</p>\
+         <label for=\"ep-url\">URL (empty: remove it; interactions then come over the gateway)</label>\
+         <input id=\"ep-url\" name=\"url\" type=\"url\">\
+         <button type=\"submit\">Verify and save</button><output id=\"endpoint-result\" role=\"status\"></output></form>\
+         </section>",
+        esc(&key),
+    );
 }
 
 fn tools_section(b: &mut String, installs: &[installs::Install], commands: &[registry::Command]) {

@@ -252,6 +252,44 @@ pub fn verify_endpoint(ctx: &Ctx, s: &Session, req: &Request) -> Response {
     }
 }
 
+/// `POST /api/endpoint`: verify `url` as `verify_endpoint` does and save
+/// it only if both checks pass; an empty `url` removes the endpoint.
+pub fn save_endpoint(ctx: &Ctx, s: &Session, req: &Request) -> Response {
+    let url = req
+        .field("url")
+        .map(|u| u.trim().to_string())
+        .unwrap_or_default();
+    if url.is_empty() {
+        return match ctx.registry().set_interactions_endpoint(s.app, None) {
+            Ok(()) => Response::json(
+                200,
+                &json!({"ok": true, "url": null, "result": "removed: interactions reach the bot over the gateway"}),
+            ),
+            Err(_) => error(503, "the registry is unavailable"),
+        };
+    }
+    if url.len() > registry::MAX_ENDPOINT_URL {
+        return error(400, "the URL is too long");
+    }
+    let seed = match ctx.registry().signing_seed(s.app) {
+        Ok(seed) => seed,
+        Err(_) => return error(503, "the registry is unavailable"),
+    };
+    if let Err(why) = ctx.v.egress.verify_endpoint(&url, &seed, VERIFY_EACH) {
+        return Response::json(
+            200,
+            &json!({"ok": false, "url": url, "result": format!("not saved: {why}")}),
+        );
+    }
+    match ctx.registry().set_interactions_endpoint(s.app, Some(&url)) {
+        Ok(()) => Response::json(
+            200,
+            &json!({"ok": true, "url": url, "result": "verified and saved: signed PING answered, bad signature refused"}),
+        ),
+        Err(_) => error(503, "the registry is unavailable"),
+    }
+}
+
 /// `POST /api/reset-token`: a new token, shown once; the old one stops
 /// working (live sessions close with 4004; other portal sessions end).
 pub fn reset_token(ctx: &Ctx, cookie: &str, s: &Session) -> Response {

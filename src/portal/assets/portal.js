@@ -247,6 +247,10 @@
       if (form.id === "test-message") out.textContent = "sent MESSAGE_CREATE " + v.message_id;
       else if (form.id === "click") { out.textContent = "interaction " + v.interaction_id + " …"; follow(v.interaction_id, out); }
       else if (form.id === "verify") out.textContent = (v.ok ? "OK: " : "FAILED: ") + v.result;
+      else if (form.id === "endpoint") {
+        out.textContent = (v.ok ? "OK: " : "FAILED: ") + v.result;
+        if (v.ok) $("endpoint-url").textContent = v.url || "none: interactions reach the bot over the gateway (INTERACTION_CREATE)";
+      }
       else if (form.id === "reset") out.textContent = "new token (shown once): " + v.token + "\n" + v.note;
     });
   }

@@ -48,14 +48,7 @@ pub fn line<'a>(text: &'a str, name: &str) -> &'a str {
 /// (refusing to start): its exit code and stderr.
 pub fn refused(extra: &[&str]) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_gatewayd"))
-        .arg("run")
-        .arg("--data-dir")
-        .arg(dir.path())
-        .args(["--gateway-addr", "127.0.0.1:0"])
-        .args(["--admin-addr", "127.0.0.1:0"])
-        .args(["--ingest-addr", "127.0.0.1:0"])
-        .args(["--portal-addr", "127.0.0.1:0"])
+    let mut child = super::node::run_command(dir.path())
         .args(extra)
         .env("RUST_LOG", "warn")
         .stdout(Stdio::null())

@@ -38,6 +38,20 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// `gatewayd run` on `data_dir` with every listener on port 0 (the
+/// portal's written to gatewayd.portal-addr: support::portal::addr).
+pub fn run_command(data_dir: &std::path::Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gatewayd"));
+    cmd.arg("run")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(["--gateway-addr", "127.0.0.1:0"])
+        .args(["--admin-addr", "127.0.0.1:0"])
+        .args(["--ingest-addr", "127.0.0.1:0"])
+        .args(["--portal-addr", "127.0.0.1:0"]);
+    cmd
+}
+
 impl Node {
     /// A node with the test defaults (identify limits and admission off)
     /// and then the flags given.
@@ -103,17 +117,9 @@ impl Node {
         env: &[(&str, &str)],
         stderr: Stdio,
     ) -> Node {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_gatewayd"));
+        let mut cmd = run_command(dir.path());
         cmd.envs(env.iter().copied());
-        cmd.arg("run")
-            .arg("--data-dir")
-            .arg(dir.path())
-            .args(["--gateway-addr", "127.0.0.1:0"])
-            .args(["--admin-addr", "127.0.0.1:0"])
-            .args(["--ingest-addr", "127.0.0.1:0"])
-            // Written to gatewayd.portal-addr (support::portal::addr).
-            .args(["--portal-addr", "127.0.0.1:0"])
-            .args(args)
+        cmd.args(args)
             .env(
                 "RUST_LOG",
                 std::env::var("RUST_LOG").unwrap_or_else(|_| "info".into()),

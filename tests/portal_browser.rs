@@ -93,6 +93,28 @@ fn the_portal_in_a_browser() {
     );
     assert_eq!(put.status, 200);
     b.goto(&format!("{base}/")); // the command list is drawn with the page
+    let cmds = b.text("#commands");
+    assert!(cmds.contains("/ping") && cmds.contains("global"), "{cmds}");
+    assert!(b
+        .text("#commands-hint")
+        .contains(&format!("/api/v10/applications/{app}/commands")));
+    // The install link: the default three permissions, then ADD_REACTIONS (bit 6).
+    let want = 1024 + 2048 + 65536;
+    assert!(b
+        .text("#install-link")
+        .ends_with(&format!("permissions={want}")));
+    b.click("#install-perms input[value='6']");
+    let link = b.text("#install-link");
+    assert_eq!(
+        link,
+        format!(
+            "/oauth2/authorize?client_id={app}&scope=bot%20applications.commands&permissions={}",
+            want + 64
+        )
+    );
+    assert!(b
+        .text("#install-cli")
+        .ends_with(&format!("--permissions {}", want + 64)));
 
     // A test event, seen by the bot.
     b.click("#test-message button");
@@ -169,7 +191,9 @@ fn the_portal_in_a_browser() {
     let cells = "return [...document.querySelectorAll('main table td')]\
         .filter(c => c.offsetParent !== null && c.textContent.trim())\
         .map(c => { const r = document.createRange(); r.selectNodeContents(c);\
-                    return [c.textContent, c.getBoundingClientRect().width, r.getClientRects().length,\
+                    const lh = parseFloat(getComputedStyle(c).lineHeight);\
+                    return [c.textContent, c.getBoundingClientRect().width,\
+                            Math.round(r.getBoundingClientRect().height / lh),\
                             c.colSpan > 1 ? '(the whole row)' : (c.dataset.label || ''), c.closest('table').getBoundingClientRect().width]; });";
     type Cell = (String, f64, f64, String, f64);
     let desktop: Vec<Cell> = serde_json::from_value(b.run(cells)).unwrap();

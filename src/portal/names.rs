@@ -3,7 +3,7 @@
 
 /// Permission bits by name (Discord's numbering; the ones this node knows
 /// of are in `proto::permissions`).
-const PERMISSIONS: &[(u32, &str)] = &[
+pub const PERMISSIONS: &[(u32, &str)] = &[
     (0, "CREATE_INSTANT_INVITE"),
     (1, "KICK_MEMBERS"),
     (2, "BAN_MEMBERS"),

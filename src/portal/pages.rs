@@ -159,6 +159,8 @@ pub fn dashboard(ctx: &Ctx, s: &Session) -> String {
         table("limited", "429s by bucket", &["Route", "Scope", "Count"]),
     );
     settings_section(&mut b, ctx, &app);
+    commands_section(&mut b, ctx, &app, &commands, &installs);
+    install_link_section(&mut b, &app);
     tools_section(&mut b, &installs, &commands);
     installs_section(&mut b, &app, &installs, total);
     b.push_str("</main>");
@@ -242,6 +244,107 @@ fn settings_section(b: &mut String, ctx: &Ctx, app: &registry::Application) {
          <button type=\"submit\">Verify and save</button><output id=\"endpoint-result\" role=\"status\"></output></form>\
          </section>",
         esc(&key),
+    );
+}
+
+/// Servers whose own commands the page lists (one registry read each).
+const COMMAND_SERVERS: usize = 10;
+
+/// The application's commands, global and per server (the first
+/// `COMMAND_SERVERS` installations), with how to register them.
+fn commands_section(
+    b: &mut String,
+    ctx: &Ctx,
+    app: &registry::Application,
+    global: &[registry::Command],
+    installs: &[installs::Install],
+) {
+    let mut rows = String::new();
+    let mut row = |scope: &str, c: &registry::Command| {
+        let kind = match c.kind {
+            1 => "slash",
+            2 => "user",
+            3 => "message",
+            _ => "other",
+        };
+        let _ = write!(
+            rows,
+            "<tr><td data-label=\"Command\"><code>/{}</code></td><td data-label=\"Scope\">{}</td>\
+             <td data-label=\"Type\">{kind}</td><td data-label=\"Description\">{}</td></tr>",
+            esc(&c.name),
+            esc(scope),
+            esc(&c.description)
+        );
+    };
+    for c in global {
+        row("global", c);
+    }
+    for i in installs.iter().take(COMMAND_SERVERS) {
+        for c in ctx
+            .registry()
+            .commands(app.id, Some(i.server_id))
+            .unwrap_or_default()
+        {
+            row(&format!("server {}", i.name), &c);
+        }
+    }
+    if rows.is_empty() {
+        rows.push_str("<tr><td colspan=\"4\">none registered</td></tr>");
+    }
+    let base = ctx
+        .v
+        .shared
+        .gateway_url
+        .replacen("wss://", "https://", 1)
+        .replacen("ws://", "http://", 1);
+    let _ = write!(
+        b,
+        "<section aria-labelledby=\"h-commands\"><h2 id=\"h-commands\">Commands</h2>\
+         <table id=\"commands\"><caption>Registered commands (global, and those of the first \
+         {COMMAND_SERVERS} servers)</caption><thead><tr><th scope=\"col\">Command</th>\
+         <th scope=\"col\">Scope</th><th scope=\"col\">Type</th><th scope=\"col\">Description</th>\
+         </tr></thead><tbody>{rows}</tbody></table>\
+         <p>Register them as on Discord, with the bot's token: every library's command sync \
+         does this. The whole global set at once (it replaces the set):</p>\
+         <pre id=\"commands-hint\"><code>PUT {}/api/v10/applications/{}/commands\n\
+         Authorization: Bot &lt;token&gt;\n\
+         [{{\"name\": \"ping\", \"description\": \"Ping\", \"type\": 1}}]</code></pre>\
+         <p>One server's own: <code>/api/v10/applications/{}/guilds/&lt;server id&gt;/commands</code>. \
+         A new global set reaches every server at once (no hour's wait).</p></section>",
+        esc(&base),
+        app.id,
+        app.id
+    );
+}
+
+/// The install link Discord's OAuth2 URL generator makes, from checked
+/// permissions (portal.js computes the number), and the operator's line:
+/// this platform has no OAuth2 server for a server's owner to consent on.
+fn install_link_section(b: &mut String, app: &registry::Application) {
+    let boxes: String = names::PERMISSIONS
+        .iter()
+        .map(|(bit, name)| {
+            let checked = if proto::permissions::EVERYONE_DEFAULT & (1u64 << bit) != 0 {
+                " checked"
+            } else {
+                ""
+            };
+            format!(
+                "<label class=\"perm\"><input type=\"checkbox\" value=\"{bit}\"{checked}> {name}</label>"
+            )
+        })
+        .collect();
+    let _ = write!(
+        b,
+        "<section aria-labelledby=\"h-install\"><h2 id=\"h-install\">Install link</h2>\
+         <fieldset id=\"install-perms\" data-app=\"{}\"><legend>Permissions the bot asks for</legend>{boxes}</fieldset>\
+         <p>Permissions: <output id=\"install-bits\">{}</output></p>\
+         <p>The link Discord's URL generator makes: <code id=\"install-link\"></code></p>\
+         <p>This platform has no OAuth2 consent page for a server's owner to follow it to: \
+         an operator installs the bot in a server with this line (the server id from them):</p>\
+         <pre><code id=\"install-cli\"></code></pre></section>",
+        app.id,
+        proto::permissions::EVERYONE_DEFAULT,
     );
 }
 

@@ -254,5 +254,18 @@
       else if (form.id === "reset") out.textContent = "new token (shown once): " + v.token + "\n" + v.note;
     });
   }
+  // The install link: the sum of the checked permission bits.
+  const perms = $("install-perms");
+  function installLink() {
+    let bits = 0;
+    for (const c of perms.querySelectorAll("input:checked")) bits += 2 ** Number(c.value);
+    const app = perms.dataset.app;
+    $("install-bits").textContent = String(bits);
+    $("install-link").textContent = "/oauth2/authorize?client_id=" + app +
+      "&scope=bot%20applications.commands&permissions=" + bits;
+    $("install-cli").textContent = "gatewayd registry install --app " + app +
+      " --server <SERVER_ID> --permissions " + bits;
+  }
+  if (perms) { perms.addEventListener("change", installLink); installLink(); }
   poll();
 })();

@@ -750,3 +750,44 @@ fn settings_show_the_public_key_and_save_an_endpoint_only_once_it_verifies() {
     assert_eq!(v["ok"], true, "{v}");
     assert!(shown().contains("none: interactions reach the bot over the gateway"));
 }
+
+#[test]
+fn a_page_signed_out_by_a_token_reset_elsewhere_says_so() {
+    let node = Node::start(&["--no-demo-traffic"]);
+    let addr = portal::addr(&node);
+    let reg = Registry::new(node.dir.path());
+    let app = reg.add_app("reset-bot", 0);
+    let here = sign_in(addr, &app.token).unwrap();
+    let there = sign_in(addr, &app.token).unwrap();
+    let r = here.post("/api/reset-token", "");
+    assert_eq!(r.status, 200, "{r:?}");
+    // The other tab's next poll, then its page: why, in words.
+    let a = there.get("/api/health");
+    assert_eq!(a.status, 401, "{a:?}");
+    assert!(
+        a.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("token was reset"),
+        "{a:?}"
+    );
+    let page = there.get("/");
+    assert!(page.body.contains("token was reset"), "{:.600}", page.body);
+    assert!(page
+        .cookie_line("gw_portal")
+        .is_some_and(|l| l.contains("Max-Age=0")));
+    // A forged cookie gets the plain answer.
+    let forged = request(
+        addr,
+        "GET",
+        "/api/health",
+        &["Cookie: gw_portal=0000".into()],
+        "",
+    );
+    assert!(forged.json()["error"]
+        .as_str()
+        .unwrap()
+        .contains("not signed in"));
+    // The tab that reset stays signed in.
+    assert_eq!(here.get("/api/health").status, 200);
+}

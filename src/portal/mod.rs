@@ -234,16 +234,28 @@ fn signed_in(ctx: &Ctx, req: &Request) -> Response {
         .as_deref()
         .and_then(|id| lock(&ctx.sessions).get(id, Instant::now()).cloned());
     let Some((id, session)) = id.zip(session) else {
+        // A session a token reset ended says so (a forged or expired one
+        // gets the plain answer).
+        let reset = req
+            .cookie(COOKIE)
+            .is_some_and(|c| lock(&ctx.sessions).ended_by_reset(c, Instant::now()));
         if req.cookie(COOKIE).is_some() {
             ctx.v.stats.bad_sessions.fetch_add(1, Relaxed);
         }
         return if req.path.starts_with("/api/") {
-            Response::json(
-                401,
-                &json!({"error": "not signed in (or the session expired)"}),
-            )
+            let why = if reset {
+                sessions::TOKEN_RESET
+            } else {
+                "not signed in (or the session expired)"
+            };
+            Response::json(401, &json!({"error": why}))
         } else {
-            signin_page(ctx, None, 200)
+            let mut page = signin_page(ctx, reset.then_some(sessions::TOKEN_RESET), 200);
+            if reset {
+                // Said once: a reload is a plain sign-in page.
+                page.cookies.push(clear_cookie(ctx, COOKIE));
+            }
+            page
         };
     };
     if req.method == "POST" {

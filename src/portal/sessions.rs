@@ -35,7 +35,18 @@ pub struct Sessions {
     max: usize,
     idle: Duration,
     max_age: Duration,
+    /// Sessions ended by a token reset elsewhere, so their page can say why
+    /// it is signed out: (cookie id, when), oldest first, at most `ENDED`.
+    ended: std::collections::VecDeque<(String, Instant)>,
 }
+
+/// Ended sessions remembered (for the reason), and for how long.
+const ENDED: usize = 256;
+const ENDED_KEPT: Duration = Duration::from_secs(3600);
+
+/// Why a session no longer exists, as its page is told.
+pub const TOKEN_RESET: &str =
+    "signed out: the bot's token was reset (in another tab or by the operator); sign in with the new token";
 
 /// 32 random bytes as hex; None if the system has no randomness to give.
 pub fn random_hex() -> Option<String> {
@@ -60,6 +71,7 @@ impl Sessions {
             max: max.max(1),
             idle,
             max_age,
+            ended: std::collections::VecDeque::with_capacity(ENDED),
         }
     }
 
@@ -114,9 +126,28 @@ impl Sessions {
         self.by_id.remove(id);
     }
 
-    /// Ends every session of `app` but `keep` (after a token reset).
+    /// Ends every session of `app` but `keep` (after a token reset),
+    /// remembering them (`ended_by_reset`).
     pub fn end_app(&mut self, app: u64, keep: &str) {
-        self.by_id.retain(|k, s| s.app != app || k == keep);
+        let now = Instant::now();
+        let ended = &mut self.ended;
+        self.by_id.retain(|k, s| {
+            let stays = s.app != app || k == keep;
+            if !stays {
+                if ended.len() == ENDED {
+                    ended.pop_front();
+                }
+                ended.push_back((k.clone(), now));
+            }
+            stays
+        });
+    }
+
+    /// Whether the session `id` was ended by a token reset within the hour.
+    pub fn ended_by_reset(&self, id: &str, now: Instant) -> bool {
+        self.ended
+            .iter()
+            .any(|(k, at)| now.duration_since(*at) < ENDED_KEPT && same(k, id))
     }
 
     pub fn len(&self) -> usize {
@@ -149,6 +180,7 @@ mod tests {
         );
         s.end_app(2, &d);
         assert!(s.get(&c, t0 + Duration::from_secs(2)).is_none());
+        assert!(s.ended_by_reset(&c, Instant::now()) && !s.ended_by_reset(&d, Instant::now()));
         assert!(s.get(&d, t0 + Duration::from_secs(2)).is_some());
         assert!(s.get("forged", t0).is_none());
         assert!(same("abc", "abc") && !same("abc", "abd") && !same("a", "ab"));

@@ -791,3 +791,51 @@ fn a_page_signed_out_by_a_token_reset_elsewhere_says_so() {
     // The tab that reset stays signed in.
     assert_eq!(here.get("/api/health").status, 200);
 }
+
+#[test]
+fn every_rest_route_the_bot_calls_is_in_its_rest_table() {
+    let node = Node::start(&["--no-demo-traffic"]);
+    let addr = portal::addr(&node);
+    let me = sign_in(addr, &node.token).unwrap();
+    let s = bot::identify(node.gateway, "demo", &node.token, BOT_INTENTS, None).unwrap();
+    let app = s.app_id();
+    let auth = format!("Bot {}", node.token);
+    for path in ["/users/@me", "/gateway/bot", "/applications/@me"] {
+        let r = support::http::json_request(
+            node.gateway,
+            "GET",
+            &format!("/api/v10{path}"),
+            Some(&auth),
+            None,
+        );
+        assert_eq!(r.status, 200, "{path}: {}", r.body);
+    }
+    let put = support::http::json_request(
+        node.gateway,
+        "PUT",
+        &format!("/api/v10/applications/{app}/commands"),
+        Some(&auth),
+        Some(&json!([{"name": "ping", "description": "Ping", "type": 1}])),
+    );
+    assert_eq!(put.status, 200, "{}", put.body);
+    let h = me.health();
+    let routes: Vec<String> = h["rest"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["route"].as_str().unwrap().to_string())
+        .collect();
+    for want in [
+        "GET /users/@me",
+        "GET /gateway/bot",
+        "GET /applications/@me",
+    ] {
+        assert!(routes.iter().any(|r| r == want), "{want} not in {routes:?}");
+    }
+    assert!(
+        h["rest_window"]
+            .as_str()
+            .is_some_and(|w| w.contains("since")),
+        "{h}"
+    );
+}

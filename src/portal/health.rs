@@ -167,11 +167,25 @@ pub fn json(ctx: &Ctx, app: u64) -> Value {
         "identify_budget": budget,
         "start_refusals": start_refusals,
         "rest": rest, "rest_other": snap.rest_other, "rate_limited": limited,
+        "rest_window": format!(
+            "since this node started, {} ago (answers to the bot's token; interaction callbacks and \
+             follow-ups, authenticated by the interaction's token, are under Interactions)",
+            ago_words(ctx.v.shared.started.elapsed().as_secs())
+        ),
         "interactions": interactions(&stats),
         "ack_minutes": acks,
         "sessions_minutes": sessions,
         "cluster": cluster,
     })
+}
+
+/// "3 h 12 min", "41 min", "12 s".
+fn ago_words(secs: u64) -> String {
+    match secs {
+        0..60 => format!("{secs} s"),
+        60..3600 => format!("{} min", secs / 60),
+        _ => format!("{} h {} min", secs / 3600, secs / 60 % 60),
+    }
 }
 
 /// Identifies refused before a session began (4014, 4011, op 9 for the

@@ -155,7 +155,7 @@ pub fn dashboard(ctx: &Ctx, s: &Session) -> String {
         table("start-refusals", "Refused starts by reason", &["Refused", "Count", "What to do"]),
         table("start-recent", "The last refused starts", &["When", "Refused", "Privileged intents asked for"]),
         table("closes", "Gateway close codes", &["Code", "Count", "Meaning", "What to do"]),
-        table("rest", "Requests by route and status", &["Route", "Status", "Count"]),
+        table("rest", "Requests by route and status <span id=\"rest-window\" class=\"sub\"></span>", &["Route", "Status", "Count"]),
         table("limited", "429s by bucket", &["Route", "Scope", "Count"]),
     );
     settings_section(&mut b, ctx, &app);

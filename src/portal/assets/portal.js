@@ -162,6 +162,7 @@
       r.privileged_intents_asked.join(", ") || "none"]);
     rows("closes", h.closes_hour, (c) => [c.code || "other", c.count, c.meaning, c.advice]);
     rows("rest", h.rest, (r) => [r.route, r.status || "other", r.count]);
+    set("rest-window", "(" + h.rest_window + ")");
     rows("limited", h.rate_limited, (r) => [r.route, r.scope, r.count]);
     chart("chart-ack", [
       { cls: "p50", label: "p50 (est.)", points: h.ack_minutes.filter((m) => m.p50_ms != null).map((m) => ({ x: m.minute, y: Math.min(m.p50_ms, 4000) })) },

@@ -11,7 +11,7 @@
 #
 #   1. a Python venv with discord.py (tests/py/requirements.txt), OUTSIDE the
 #      clone under $CACHE/venv                            -> GATEWAYD_PYTHON
-#   1b. discord.js 14 (tests/js/package-lock.json, npm ci) OUTSIDE the clone
+#   1b. discord.js 14 and axe-core (tests/js/package-lock.json, npm ci) OUTSIDE the clone
 #      under $CACHE/js                                     -> GATEWAYD_NODE_MODULES
 #   2. PostgreSQL (Debian's package, apt-get if missing; a throwaway cluster
 #      in a temp dir, loopback only)                      -> GATEWAYD_TEST_DATABASE_URL
@@ -116,7 +116,7 @@ mkdir -p "$JS_DIR"
 js_hash="$(cat "$ROOT/tests/js/package.json" "$ROOT/tests/js/package-lock.json" | sha256sum | cut -d' ' -f1)"
 js_stamp="$JS_DIR/.gatewayd-lock.sha256"
 if [[ "$(cat "$js_stamp" 2>/dev/null || true)" != "$js_hash" ]] ||
-    ! NODE_PATH="$JS_DIR/node_modules" node -e 'require("discord.js")' >/dev/null 2>&1; then
+    ! NODE_PATH="$JS_DIR/node_modules" node -e 'require("discord.js"); require.resolve("axe-core")' >/dev/null 2>&1; then
     cp "$ROOT/tests/js/package.json" "$ROOT/tests/js/package-lock.json" "$JS_DIR/"
     (cd "$JS_DIR" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
     echo "$js_hash" >"$js_stamp"

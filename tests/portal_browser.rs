@@ -11,7 +11,7 @@ mod support;
 
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{json, Value};
 use support::bot;
 use support::node::Node;
 use support::registry::Registry;
@@ -26,6 +26,20 @@ fn shot(b: &Browser, name: &str) {
         std::fs::create_dir_all(&dir).unwrap();
         b.screenshot(&dir.join(name));
     }
+}
+
+/// axe-core's accessibility rules on the page as it is now: the
+/// violations, as (rule, impact, nodes, the first node's selector).
+fn axe_violations(b: &Browser) -> Vec<Value> {
+    let axe = support::js::axe_core_js();
+    b.run(&format!("{axe}\n;return 1;"));
+    let v = b.run(
+        "return axe.run(document, {resultTypes: ['violations']}).then(r => r.violations.map(v => \
+         [v.id, v.impact, v.nodes.length, v.nodes[0].target.join(' '), v.help]));",
+    );
+    v.as_array()
+        .unwrap_or_else(|| panic!("axe-core did not run: {v}"))
+        .clone()
 }
 
 fn sign_in(b: &Browser, base: &str, token: &str) {
@@ -49,6 +63,16 @@ fn the_portal_in_a_browser() {
     // A wrong token: refused, with the reason, on the sign-in page.
     b.goto(&format!("{base}/"));
     shot(&b, "signin.png");
+    let v = axe_violations(&b);
+    assert!(v.is_empty(), "axe-core on the sign-in page: {v:#?}");
+    // The check itself: an image without a text alternative is found.
+    b.run("const i = document.createElement('img'); i.id = 'axe-probe'; i.src = '/favicon.ico'; document.body.appendChild(i); return 1;");
+    let v = axe_violations(&b);
+    assert!(
+        v.iter().any(|x| x[0] == "image-alt"),
+        "axe-core missed an image without alt: {v:?}"
+    );
+    b.run("document.getElementById('axe-probe').remove(); return 1;");
     b.type_into("#token", "not-a-token");
     b.click("#signin-button");
     let e = b.text("#signin-error");
@@ -225,7 +249,12 @@ fn the_portal_in_a_browser() {
         );
     }
     shot(&b, "phone.png");
+    let v = axe_violations(&b);
+    assert!(v.is_empty(), "axe-core on the page at 375 px: {v:#?}");
     b.set_window(1280, 2400);
+    std::thread::sleep(Duration::from_millis(300));
+    let v = axe_violations(&b);
+    assert!(v.is_empty(), "axe-core on the page at 1280 px: {v:#?}");
 
     // Sign out: back to the sign-in form; the old page's data is gone.
     b.click("#signout");
@@ -283,6 +312,8 @@ fn the_cluster_view_in_a_browser() {
     assert_eq!(b.text("#c-nodes"), "2 of 2");
     b.run("document.getElementById('h-cluster').scrollIntoView(); return 1;");
     shot(&b, "cluster.png");
+    let v = axe_violations(&b);
+    assert!(v.is_empty(), "axe-core on the cluster view: {v:#?}");
     // SAFETY: kill(2) of our own child, continued below.
     unsafe { libc::kill(b_node.child.id() as i32, libc::SIGSTOP) };
     let note = b.wait_text("#cluster-silent", WAIT, |t| t.contains("no answer in time"));

@@ -39,6 +39,19 @@ pub fn discord_js_modules() -> PathBuf {
     }
 }
 
+/// axe-core's browser build (tests/js/package.json pins it), for the
+/// portal's accessibility check: injected into the page by WebDriver.
+pub fn axe_core_js() -> String {
+    let p = discord_js_modules().join("axe-core/axe.min.js");
+    std::fs::read_to_string(&p).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}: axe-core is not installed; scripts/test-all.sh installs tests/js's \
+             packages (by hand: cd tests/js && npm ci --ignore-scripts)",
+            p.display()
+        )
+    })
+}
+
 /// A script of tests/js run by Node.js as the bot whose token is `token`.
 pub fn spawn(
     modules: &Path,

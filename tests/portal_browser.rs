@@ -329,3 +329,58 @@ fn the_cluster_view_in_a_browser() {
         let _ = c.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));
     }
 }
+
+/// Identify limits on: a second Identify in one concurrency bucket shows on
+/// the page with the bucket arithmetic; then the interactions endpoint is
+/// verified and saved from the Settings form (a PyNaCl endpoint holding the
+/// key the page shows), and one that does not answer is refused in words.
+#[test]
+#[ignore = "needs chromium, chromedriver and PyNaCl: run scripts/test-all.sh, or install them and set GATEWAYD_PYTHON"]
+fn a_concurrency_refusal_and_the_endpoint_settings_in_a_browser() {
+    let node = Node::start(&[
+        "--no-demo-traffic",
+        "--identify-limits",
+        "on",
+        "--egress-allow-private-cidrs",
+        "127.0.0.0/8",
+    ]);
+    let base = format!("http://{}", support::portal::addr(&node));
+    let b = Browser::start();
+    sign_in(&b, &base, &node.token);
+    let guilds = support::intent::GUILDS;
+    let first = bot::identify(node.gateway, "a", &node.token, guilds, Some((0, 2)));
+    assert!(first.is_ok(), "{:?}", first.err());
+    let second = bot::identify(node.gateway, "b", &node.token, guilds, Some((1, 2))).err();
+    assert!(
+        second.is_some(),
+        "a second Identify in the bucket within 5 s started"
+    );
+    b.wait_text("#start-refusals", WAIT, |t| {
+        t.contains("concurrency bucket") && t.contains("max_concurrency is 1")
+    })
+    .expect("the op 9, with the bucket arithmetic");
+    assert!(b.text("#start-recent").contains("op9 concurrency"));
+
+    let key = b.text("#verify-key");
+    assert_eq!(key.len(), 64, "{key}");
+    let ep = support::python::NaclEndpoint::start(&key, "pong");
+    b.type_into("#ep-url", &ep.url);
+    b.click("#endpoint button");
+    let r = b
+        .wait_text("#endpoint-result", WAIT, |t| {
+            t.starts_with("OK") || t.starts_with("FAILED")
+        })
+        .unwrap();
+    assert!(r.starts_with("OK: verified and saved"), "{r}");
+    assert_eq!(b.text("#endpoint-url"), ep.url);
+    b.run("document.getElementById('ep-url').value = ''; return 1;");
+    let dead = format!("http://127.0.0.1:{}/i", support::node::free_port());
+    b.type_into("#ep-url", &dead);
+    b.click("#endpoint button");
+    let r = b
+        .wait_text("#endpoint-result", WAIT, |t| t.starts_with("FAILED"))
+        .unwrap();
+    assert!(r.contains("not saved") && !r.contains("os error"), "{r}");
+    assert_eq!(b.text("#endpoint-url"), ep.url, "the saved URL stays");
+    drop(first);
+}

@@ -51,13 +51,16 @@ impl Cluster {
     fn start_tls(certs: &Certs, extra: &[&str]) -> Cluster {
         let (admin_url, url) = support::registry::pg_database();
         let node = |name: &str| {
-            let link = format!("127.0.0.1:{}", support::node::free_port());
+            // The link on port 0 (the node advertises what it bound): a
+            // port picked free beforehand can be taken by another test's
+            // listener before the node binds it (seen in CI: "Address
+            // already in use").
             let mut flags: Vec<String> = vec![
                 "--registry-url".into(),
                 url.clone(),
                 "--no-demo-traffic".into(),
                 "--cluster-link-addr".into(),
-                link,
+                "127.0.0.1:0".into(),
             ];
             flags.extend(certs.flags(name));
             flags.extend(extra.iter().map(|s| s.to_string()));
@@ -794,13 +797,14 @@ fn a_full_taker_refuses_with_op_9_and_the_session_stays_with_its_node() {
 
 /// A node's link address (from the flags it was started with).
 fn link_of(node: &Node) -> std::net::SocketAddr {
-    let args = std::fs::read_to_string(format!("/proc/{}/cmdline", node.child.id())).unwrap();
-    let args: Vec<&str> = args.split('\0').collect();
-    let i = args
-        .iter()
-        .position(|a| *a == "--cluster-link-addr")
-        .unwrap();
-    args[i + 1].parse().unwrap()
+    // The address bound (the link listens on port 0), as the node wrote it.
+    let addrs = std::fs::read_to_string(node.dir.path().join("gatewayd.addrs")).unwrap();
+    addrs
+        .lines()
+        .find_map(|l| l.strip_prefix("link="))
+        .expect("a link= line in gatewayd.addrs")
+        .parse()
+        .unwrap()
 }
 
 fn link_refused(node: &Node, reason: &str) -> f64 {
@@ -836,6 +840,12 @@ fn the_tls_link_refuses_strangers_at_the_handshake_and_counts_them() {
     // A good certificate of the cluster CA: answered.
     let good = certs.client("third");
     figures::ask(Some(&good), link, &[1], soon()).expect("a cluster certificate is answered");
+    // Counted once the answer is written: the asker may read it first.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while served(&c.a) < 1.0 {
+        assert!(Instant::now() < deadline, "the answer was not counted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     assert_eq!(served(&c.a), 1.0);
 
     // Plaintext (a figures request as an old node would send it).

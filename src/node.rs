@@ -179,6 +179,10 @@ pub fn run(mut cfg: Config) -> Result<notify::Stopped, String> {
             .collect(),
         metrics: (0..workers).map(|_| WorkerMetrics::default()).collect(),
         apps: crate::worker::app_stats::AppTable::new(workers),
+        sessions: crate::worker::session_board::SessionBoard::new(
+            workers,
+            cfg.limits.max_sessions_per_worker as usize,
+        ),
         ready_workers: AtomicUsize::new(0),
         compress_budget: crate::protocol::compress::Budget::new(cfg.limits.max_compressed_sessions),
         shutting_down: AtomicBool::new(false),

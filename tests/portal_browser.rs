@@ -384,3 +384,162 @@ fn a_concurrency_refusal_and_the_endpoint_settings_in_a_browser() {
     assert_eq!(b.text("#endpoint-url"), ep.url, "the saved URL stays");
     drop(first);
 }
+
+/// Sessions one by one: 1,100 sessions of one bot, paged 50 at a time
+/// from the first to the last and back, each exactly once and in session
+/// id order; the timeline of the last 100 lifecycle events with a close
+/// and its code; the table's cells at 375 px; axe-core; and what the page
+/// weighs and when it is interactive with the table full (printed for
+/// docs/portal.md).
+#[test]
+#[ignore = "needs chromium and chromedriver (Debian's chromium, chromium-driver): run scripts/test-all.sh, or install them"]
+fn the_session_table_pages_over_a_thousand_sessions_in_a_browser() {
+    const N: usize = 1100;
+    let node = Node::start(&[
+        "--no-demo-traffic",
+        "--identify-limits",
+        "off",
+        "--admission-per-second",
+        "0",
+        // The walk below outlasts the default 41 s without a heartbeat.
+        "--heartbeat-interval-ms",
+        "600000",
+    ]);
+    let base = format!("http://{}", support::portal::addr(&node));
+    let guilds = support::intent::GUILDS;
+    let threads: Vec<_> = (0..8)
+        .map(|t| {
+            let (gateway, token) = (node.gateway, node.token.clone());
+            std::thread::spawn(move || {
+                (0..N / 8 + usize::from(t < N % 8))
+                    .map(|i| {
+                        bot::identify(gateway, &format!("s{t}-{i}"), &token, guilds, None)
+                            .unwrap_or_else(|e| panic!("session {t}-{i}: {e}"))
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut bots: Vec<bot::Session> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    assert_eq!(bots.len(), N);
+    let mut ids: Vec<String> = bots.iter().map(|s| s.session_id.clone()).collect();
+    ids.sort();
+
+    let b = Browser::start();
+    sign_in(&b, &base, &node.token);
+    let total = format!("of {N}");
+    b.wait_text("#sessions-range", WAIT, |t| {
+        t == format!("1\u{2013}50 {total}")
+    })
+    .expect("the first page of all the sessions");
+    let page_ids = "return [...document.querySelectorAll('#session-list tr')]\
+        .map(tr => tr.cells[0].textContent);";
+    let mut seen: Vec<String> = Vec::new();
+    for page in 0..N.div_ceil(50) {
+        let from = page * 50 + 1;
+        let to = (from + 49).min(N);
+        b.wait_text("#sessions-range", WAIT, |t| {
+            t == format!("{from}\u{2013}{to} {total}")
+        })
+        .unwrap_or_else(|t| panic!("page {page}: {t}"));
+        let ids: Vec<String> = serde_json::from_value(b.run(page_ids)).unwrap();
+        assert_eq!(ids.len(), to - from + 1, "page {page}");
+        seen.extend(ids);
+        if to < N {
+            b.click("#sessions-next");
+        }
+    }
+    assert_eq!(seen, ids, "every session once, in session id order");
+    assert_eq!(
+        b.run("return document.getElementById('sessions-next').disabled;"),
+        json!(true),
+        "no page after the last"
+    );
+    b.click("#sessions-prev");
+    b.wait_text("#sessions-range", WAIT, |t| {
+        t == format!("1051\u{2013}1100 {total}")
+    })
+    .expect("Previous returns to the page before");
+    let row = b.run(
+        "return [...document.querySelector('#session-list tr').cells].map(c => c.textContent);",
+    );
+    let row: Vec<String> = serde_json::from_value(row).unwrap();
+    // Session, node, worker, shard, since, heartbeat, queue, compression, resumes.
+    assert_eq!(row[0].len(), 32, "{row:?}");
+    assert_eq!(row[3], "0 / 1", "{row:?}");
+    assert!(
+        row[5].ends_with("s ago") || row[5].ends_with("min ago"),
+        "{row:?}"
+    );
+    assert!(
+        row[6].ends_with(" %") && row[7] == "none" && row[8] == "0",
+        "{row:?}"
+    );
+
+    // A close with its code reaches the timeline (the newest first).
+    let mut bad = bots.pop().unwrap();
+    bad.ws
+        .send(tungstenite::Message::Text("not json".into()))
+        .unwrap();
+    let sid = bad.session_id.clone();
+    b.wait_text("#timeline", WAIT, |t| {
+        t.contains("4002") && t.contains(&sid)
+    })
+    .expect("the 4002 close in the timeline");
+    let events = b.run("return document.querySelectorAll('#timeline tr').length;");
+    assert_eq!(events, json!(100), "the last 100 events");
+    assert!(b.text("#timeline").contains("identify"));
+
+    // Page weight and time to interactive with the table full, from the
+    // browser's own timings (a fresh load).
+    b.goto(&format!("{base}/"));
+    b.wait_text("#sessions-range", WAIT, |t| t.ends_with(&total))
+        .unwrap();
+    let cost = b.run(
+        "const n = performance.getEntriesByType('navigation')[0];\
+         const rs = performance.getEntriesByType('resource');\
+         const api = rs.filter(r => r.name.includes('/api/sessions'));\
+         const st = rs.filter(r => r.name.includes('/static/'));\
+         return {document: n.transferSize, interactive_ms: n.domInteractive, \
+                 dom_content_loaded_ms: n.domContentLoadedEventEnd, \
+                 static_gzip: st.reduce((s, r) => s + r.encodedBodySize, 0), \
+                 static_transferred: st.reduce((s, r) => s + r.transferSize, 0), \
+                 sessions_api: api.length ? api[0].transferSize : -1, \
+                 table_data_at_ms: api.length ? api[0].responseEnd : -1};",
+    );
+    println!("page weight and time to interactive, {N} sessions: {cost}");
+    let bytes = |k: &str| cost[k].as_f64().unwrap_or(-1.0);
+    assert!(
+        bytes("document") > 0.0 && bytes("sessions_api") > 0.0,
+        "{cost}"
+    );
+    assert!(bytes("static_gzip") > 0.0, "{cost}");
+    // A page of 50 rows, not the whole table: the weight does not grow with it.
+    assert!(
+        bytes("document") + bytes("static_gzip") + bytes("sessions_api") < 150_000.0,
+        "the page weighs {cost}"
+    );
+    shot(&b, "sessions.png");
+    let v = axe_violations(&b);
+    assert!(v.is_empty(), "axe-core with the session table: {v:#?}");
+    b.set_window(375, 2400);
+    std::thread::sleep(Duration::from_millis(300));
+    let narrow = b.run(
+        "return [...document.querySelectorAll('#session-list td, #timeline td')]\
+         .filter(c => c.textContent.trim())\
+         .filter(c => c.getBoundingClientRect().width < c.closest('table').getBoundingClientRect().width * 0.9)\
+         .map(c => c.dataset.label + ': ' + c.textContent);",
+    );
+    assert_eq!(narrow, json!([]), "cells narrower than their row at 375 px");
+    assert_eq!(
+        b.run("return document.documentElement.scrollWidth <= window.innerWidth + 1;"),
+        json!(true),
+        "the page scrolls sideways at 375 px"
+    );
+    b.run("document.getElementById('session-list-section').scrollIntoView(); return 1;");
+    shot(&b, "sessions-phone.png");
+    drop(bots);
+}

@@ -839,3 +839,132 @@ fn every_rest_route_the_bot_calls_is_in_its_rest_table() {
         "{h}"
     );
 }
+
+/// `/api/sessions`: each application sees its own sessions and events
+/// only; the cursor pages without repeats; bad parameters are 400s in
+/// words; a resume and a close with its code are in the timeline.
+#[test]
+fn the_session_list_is_per_application_paged_by_cursor_and_has_the_timeline() {
+    let node = Node::start(&["--no-demo-traffic", "--identify-limits", "off"]);
+    let addr = portal::addr(&node);
+    let reg = Registry::new(node.dir.path());
+    let other = reg.add_app("other-bot", 0);
+    let guilds = support::intent::GUILDS;
+    let mut mine: Vec<bot::Session> = (0..5)
+        .map(|i| {
+            bot::identify(
+                node.gateway,
+                &format!("m{i}"),
+                &node.token,
+                guilds,
+                Some((i, 5)),
+            )
+            .unwrap()
+        })
+        .collect();
+    let theirs = bot::identify(node.gateway, "o", &other.token, guilds, None).unwrap();
+    let a = sign_in(addr, &node.token).unwrap();
+    let b = sign_in(addr, &other.token).unwrap();
+    // The workers republish once a second.
+    assert!(
+        wait_until(Duration::from_secs(10), || a.get("/api/sessions").json()
+            ["total"]
+            == 5)
+        .is_some()
+    );
+    let all = a.get("/api/sessions").json();
+    let ids: Vec<&str> = all["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["session_id"].as_str().unwrap())
+        .collect();
+    let mut want: Vec<&str> = mine.iter().map(|s| s.session_id.as_str()).collect();
+    want.sort();
+    assert_eq!(ids, want, "its own five, by session id");
+    let first = &all["sessions"][0];
+    assert_eq!(first["compression"], "none");
+    assert_eq!(first["attached"], true);
+    assert!(first["heartbeat_age_ms"].as_u64().is_some(), "{first}");
+    assert!(
+        first["since_ms"].as_u64().unwrap() > 1_600_000_000_000,
+        "{first}"
+    );
+    assert!(all["next"].is_null(), "one page holds them");
+    let theirs_seen = b.get("/api/sessions").json();
+    assert!(
+        wait_until(Duration::from_secs(10), || b.get("/api/sessions").json()
+            ["total"]
+            == 1)
+        .is_some()
+    );
+    assert!(!theirs_seen.to_string().contains(&mine[0].session_id));
+    assert!(!a
+        .get("/api/sessions")
+        .json()
+        .to_string()
+        .contains(&theirs.session_id));
+
+    // Two at a time: three pages, each session once.
+    let mut seen = Vec::new();
+    let mut after = String::new();
+    for _ in 0..3 {
+        let p = a
+            .get(&format!("/api/sessions?limit=2&after={after}"))
+            .json();
+        for s in p["sessions"].as_array().unwrap() {
+            seen.push(s["session_id"].as_str().unwrap().to_string());
+        }
+        match p["next"].as_str() {
+            Some(n) => after = n.to_string(),
+            None => break,
+        }
+    }
+    assert_eq!(seen, want);
+    for bad in [
+        "?limit=0",
+        "?limit=201",
+        "?limit=x",
+        "?after=zz",
+        "?after=../../etc",
+    ] {
+        let r = a.get(&format!("/api/sessions{bad}"));
+        assert_eq!(r.status, 400, "{bad}: {r:?}");
+        assert!(r.json()["error"].as_str().is_some(), "{bad}");
+    }
+
+    // A close with its code, newest first in the timeline; the other
+    // application's timeline has none of it.
+    let gone = mine.pop().unwrap();
+    let gone_id = gone.session_id.clone();
+    let mut ws = gone.ws;
+    ws.send(tungstenite::Message::Text("{".into())).unwrap();
+    assert!(wait_until(Duration::from_secs(10), || {
+        let t = a.get("/api/sessions").json()["timeline"].clone();
+        t[0]["event"] == "close" && t[0]["code"] == 4002 && t[0]["session_id"] == gone_id.as_str()
+    })
+    .is_some());
+    let t = a.get("/api/sessions").json()["timeline"].clone();
+    let identifies = t
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["event"] == "identify")
+        .count();
+    assert_eq!(identifies, 5, "{t}");
+    let bt = b.get("/api/sessions").json()["timeline"].clone();
+    assert_eq!(bt.as_array().unwrap().len(), 1, "{bt}");
+    assert!(!bt.to_string().contains(&gone_id));
+    // 4002 may be resumed: the session stays, detached.
+    assert!(wait_until(Duration::from_secs(10), || {
+        let p = a.get("/api/sessions").json();
+        p["total"] == 5
+            && p["sessions"].as_array().unwrap().iter().any(|s| {
+                s["session_id"] == gone_id.as_str()
+                    && s["attached"] == false
+                    && s["heartbeat_age_ms"].is_null()
+            })
+    })
+    .is_some());
+    drop((mine, theirs));
+}

@@ -39,6 +39,13 @@ pub struct SessionSlot {
     pub lost: bool,
     /// Crash recovery: its summary's version, `recovery::TAINTED` once it got a dispatch not from the topic.
     pub recovery: u32,
+    /// For the portal's session table (set by the worker, Unix ms; 0:
+    /// unknown): when it began on this node (its Identify, or its arrival
+    /// by hand-off or recovery), when its connection attached, and how
+    /// many Resumes it has had here.
+    pub since_ms: u64,
+    pub attached_ms: u64,
+    pub resumes: u32,
 }
 
 /// An event as the fan-out sees it (borrowed from an ingest record).
@@ -183,6 +190,9 @@ impl FanOut {
             expires_ms: u64::MAX,
             lost: false,
             recovery: 0,
+            since_ms: 0,
+            attached_ms: 0,
+            resumes: 0,
         })
     }
 
@@ -612,6 +622,11 @@ impl FanOut {
                 id.shard,
             );
         }
+    }
+
+    /// Every session held, attached or not.
+    pub fn slots(&self) -> impl Iterator<Item = &SessionSlot> {
+        self.sessions.iter().flatten()
     }
 
     /// Sessions currently detached (resumable).

@@ -10,10 +10,19 @@ use crate::api::route::ROUTE_NAMES;
 use crate::chat::board::AppStats;
 use crate::delivery::wire::Reader;
 use crate::worker::app_stats::{AppSnapshot, LIMITED_ENTRIES, REST_ENTRIES};
+use crate::worker::session_board::Row;
+use crate::worker::timeline::{self, Event, Kind};
 
-const VERSION: u8 = 1;
+/// 2 added the timeline and the session rows at the end; an answer of 1
+/// (a node of the release before) is read without them.
+const VERSION: u8 = 2;
 /// Bounds a decoded answer respects (an encoder past them is refused).
 pub const MAX_WORKERS: usize = 256;
+/// Session rows one node sends per application (the first by session id;
+/// `sessions_total` says how many it holds): 55 bytes each, 55 KiB.
+pub const MAX_ROWS: usize = 1000;
+const ROW_LEN: usize = 16 + 8 + 8 * 3 + 4 + 3;
+const EVENT_LEN: usize = 8 + 1 + 2 + 16;
 pub const MAX_SHARDS: usize = 2048;
 const MAX_ROUTE_NAME: usize = 64;
 
@@ -42,13 +51,22 @@ pub struct NodeFigures {
     pub rest_other: u64,
     /// opened, refused, acks, deferrals, misses, late, double, followups.
     pub interactions: [u64; 8],
+    /// The application's last lifecycle events there, newest first.
+    pub timeline: Vec<Event>,
+    /// Its first `MAX_ROWS` sessions there by id, and how many it holds.
+    pub sessions: Vec<Row>,
+    pub sessions_total: u32,
 }
 
 impl NodeFigures {
-    /// What this node counts of `app` (zeros if nothing).
+    /// What this node counts of `app` (zeros if nothing); the timeline
+    /// and the sessions are left empty (`with_sessions`).
     pub fn of(node: u16, now_ms: u64, snap: &AppSnapshot, ix: &AppStats) -> NodeFigures {
         let name = |r: usize| ROUTE_NAMES.get(r).copied().unwrap_or("?").to_string();
         NodeFigures {
+            timeline: Vec::new(),
+            sessions: Vec::new(),
+            sessions_total: 0,
             node,
             now_ms,
             workers: snap.workers.iter().take(MAX_WORKERS).copied().collect(),
@@ -138,12 +156,33 @@ impl NodeFigures {
             out.push(*scope);
             out.extend_from_slice(&n.to_le_bytes());
         }
+        let events = &self.timeline[..self.timeline.len().min(timeline::LEN)];
+        out.extend_from_slice(&(events.len() as u32).to_le_bytes());
+        for e in events {
+            out.extend_from_slice(&e.at_ms.to_le_bytes());
+            out.push(e.kind.tag() as u8);
+            out.extend_from_slice(&e.kind.code().to_le_bytes());
+            out.extend_from_slice(&e.session.to_le_bytes());
+        }
+        out.extend_from_slice(&self.sessions_total.to_le_bytes());
+        let rows = &self.sessions[..self.sessions.len().min(MAX_ROWS)];
+        out.extend_from_slice(&(rows.len() as u32).to_le_bytes());
+        for r in rows {
+            out.extend_from_slice(&r.session.to_le_bytes());
+            u32s(out, &r.shard);
+            for v in [r.since_ms, r.attached_ms, r.heartbeat_ms] {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+            out.extend_from_slice(&r.resumes.to_le_bytes());
+            out.extend_from_slice(&[r.queue_pct, r.compression, r.worker]);
+        }
     }
 
     /// None: not a whole, valid answer (nothing past it is trusted).
     pub fn decode(b: &[u8]) -> Option<NodeFigures> {
         let mut r = Reader(b);
-        if r.u8()? != VERSION {
+        let version = r.u8()?;
+        if version != 1 && version != VERSION {
             return None;
         }
         let node = u16::from_le_bytes(r.bytes(2)?.try_into().ok()?);
@@ -181,6 +220,39 @@ impl NodeFigures {
         f.limited = (0..n)
             .map(|_| Some((read_name(&mut r)?, r.u8()?, r.u64()?)))
             .collect::<Option<_>>()?;
+        if version >= 2 {
+            let u128 = |r: &mut Reader| Some(u128::from_le_bytes(r.bytes(16)?.try_into().ok()?));
+            let n = r.count_at_most(timeline::LEN, EVENT_LEN)?;
+            f.timeline = (0..n)
+                .map(|_| {
+                    let at_ms = r.u64()?;
+                    let (tag, code) = (r.u8()?, r.u16()?);
+                    Some(Event {
+                        at_ms,
+                        kind: Kind::from_parts(u64::from(tag), code)?,
+                        session: u128(&mut r)?,
+                    })
+                })
+                .collect::<Option<_>>()?;
+            f.sessions_total = r.u32()?;
+            let n = r.count_at_most(MAX_ROWS, ROW_LEN)?;
+            f.sessions = (0..n)
+                .map(|_| {
+                    Some(Row {
+                        app: 0,
+                        session: u128(&mut r)?,
+                        shard: [r.u32()?, r.u32()?],
+                        since_ms: r.u64()?,
+                        attached_ms: r.u64()?,
+                        heartbeat_ms: r.u64()?,
+                        resumes: r.u32()?,
+                        queue_pct: r.u8()?,
+                        compression: r.u8()?,
+                        worker: r.u8()?,
+                    })
+                })
+                .collect::<Option<_>>()?;
+        }
         r.0.is_empty().then_some(f)
     }
 }
@@ -215,6 +287,31 @@ mod tests {
             limited: vec![("x".into(), 1, 1)],
             rest_other: 6,
             interactions: [1, 2, 3, 4, 5, 6, 7, 8],
+            timeline: vec![
+                Event {
+                    at_ms: 1_700_000_000_500,
+                    kind: Kind::Close(4009),
+                    session: 7 << 120 | 3 << 104 | 99,
+                },
+                Event {
+                    at_ms: 1_700_000_000_100,
+                    kind: Kind::HandIn,
+                    session: 1,
+                },
+            ],
+            sessions: vec![Row {
+                app: 0,
+                session: 7 << 120 | 3 << 104 | 99,
+                shard: [1, 4],
+                since_ms: 1_700_000_000_000,
+                attached_ms: 1_700_000_000_100,
+                heartbeat_ms: 1_700_000_000_400,
+                resumes: 2,
+                queue_pct: 13,
+                compression: 2,
+                worker: 7,
+            }],
+            sessions_total: 1500,
         }
     }
 
@@ -230,6 +327,22 @@ mod tests {
         let mut longer = b.clone();
         longer.push(0);
         assert_eq!(NodeFigures::decode(&longer), None, "trailing bytes");
+    }
+
+    #[test]
+    fn an_answer_of_the_release_before_is_read_without_sessions() {
+        let mut f = sample();
+        f.timeline.clear();
+        f.sessions.clear();
+        f.sessions_total = 0;
+        let mut b = Vec::new();
+        f.encode(&mut b);
+        // Version 1 ended before the timeline's count, the total and the rows' count.
+        b.truncate(b.len() - 12);
+        b[0] = 1;
+        assert_eq!(NodeFigures::decode(&b), Some(f));
+        b[0] = 3;
+        assert_eq!(NodeFigures::decode(&b), None, "a version from the future");
     }
 
     #[test]

@@ -13,6 +13,8 @@
 //! - `health`: the application's figures as JSON (the page polls it);
 //! - `cluster`, `figures`: the same from the cluster's other nodes, asked
 //!   on the node-to-node link, and the bytes of one node's figures;
+//! - `session_table`: the sessions one by one, paged, and their last
+//!   lifecycle events, from every node;
 //! - `tools`: test event, click a command, re-check the endpoint, reset
 //!   the token;
 //! - `names`: permission bits, intents and close codes in words.
@@ -31,6 +33,7 @@ mod installs;
 pub mod limit;
 pub mod names;
 mod pages;
+mod session_table;
 pub mod sessions;
 mod tools;
 
@@ -122,7 +125,12 @@ pub fn figures_provider(
         let now = now_ms();
         let snap = shared.apps.snapshot(app, now).unwrap_or_default();
         let ix = board.app(app).unwrap_or_default();
-        figures::NodeFigures::of(shared.node(), now, &snap, &ix).encode(out);
+        let mut f = figures::NodeFigures::of(shared.node(), now, &snap, &ix);
+        shared.apps.timeline(app, &mut f.timeline);
+        let page = shared.sessions.page(app, None, figures::MAX_ROWS);
+        f.sessions = page.rows;
+        f.sessions_total = page.total as u32;
+        f.encode(out);
     })
 }
 
@@ -275,6 +283,7 @@ fn signed_in(ctx: &Ctx, req: &Request) -> Response {
             r
         }
         ("GET", "/api/health") => Response::json(200, &health::json(ctx, session.app)),
+        ("GET", "/api/sessions") => session_table::json(ctx, session.app, req),
         ("GET", p) if p.starts_with("/api/interactions/") => {
             tools::interaction(ctx, &session, &p["/api/interactions/".len()..])
         }

@@ -120,6 +120,7 @@ pub fn dashboard(ctx: &Ctx, s: &Session) -> String {
         table("by-worker", "By worker", &["Worker", "Live", "Degraded", "Detached"]),
         table("by-shard", "Live by shard", &["Shard", "Live", "Degraded"]),
     );
+    session_list_section(&mut b, node);
     let _ = write!(
         b,
         "<section aria-labelledby=\"h-budget\"><h2 id=\"h-budget\">Identify budget</h2>\
@@ -165,6 +166,32 @@ pub fn dashboard(ctx: &Ctx, s: &Session) -> String {
     installs_section(&mut b, &app, &installs, total);
     b.push_str("</main>");
     shell(&app.name, Some(&s.csrf), &b)
+}
+
+/// The sessions one by one (paged by portal.js from `/api/sessions`) and
+/// their last lifecycle events.
+fn session_list_section(b: &mut String, node: u16) {
+    let _ = write!(
+        b,
+        "<section aria-labelledby=\"h-list\" id=\"session-list-section\"><h2 id=\"h-list\">Sessions one by one</h2>\
+         <p class=\"sub\">{} As of the workers' last count (once a second); \
+         heartbeat: time since the bot's last heartbeat.</p>{}\
+         <nav class=\"pager\" aria-label=\"Session pages\"><button type=\"button\" id=\"sessions-prev\" disabled>Previous</button>\
+         <span id=\"sessions-range\" role=\"status\">–</span>\
+         <button type=\"button\" id=\"sessions-next\" disabled>Next</button></nav>\
+         <p id=\"sessions-unlisted\" class=\"warn\" hidden></p>{}</section>",
+        if node != 0 { "Every node's sessions of this application (each other node sends its first 1,000)." } else { "" },
+        table(
+            "session-list",
+            "Sessions, by session id",
+            &["Session", "Node", "Worker", "Shard", "Here since", "Heartbeat", "Send queue", "Compression", "Resumes"],
+        ),
+        table(
+            "timeline",
+            "The last 100 lifecycle events, newest first",
+            &["When", "Event", "Code", "Session", "Node"],
+        ),
+    );
 }
 
 /// Sessions by node and shard, from every live node (node != 0).

@@ -122,6 +122,12 @@ impl Session {
         }
     }
 
+    /// When the bot last heartbeat (the worker's clock, ms; Hello's time
+    /// before the first).
+    pub fn last_heartbeat_ms(&self) -> u64 {
+        self.last_heartbeat_ms
+    }
+
     pub fn phase(&self) -> Phase {
         self.phase
     }

@@ -28,6 +28,8 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 
 use crate::worker::metrics::REST_STATUSES;
+use crate::worker::timeline::{session_bits, Event, Kind, Timelines};
+use shards::session_id::SessionId;
 
 pub const SLOTS: usize = 4096;
 /// Slots tried for one application before it is left uncounted.
@@ -139,6 +141,8 @@ pub struct AppTable {
     tallied: Box<[AtomicU64]>,
     /// Applications not counted because every slot they could take is held.
     pub untracked: AtomicU64,
+    /// Per slot: its sessions' last lifecycle events.
+    timeline: Timelines,
 }
 
 /// One application's figures, as read (`AppTable::snapshot`).
@@ -281,6 +285,7 @@ impl AppTable {
             published: (0..workers).map(|_| AtomicU8::new(0)).collect(),
             tallied: (0..workers).map(|_| AtomicU64::new(0)).collect(),
             untracked: AtomicU64::new(0),
+            timeline: Timelines::new(SLOTS),
         }
     }
 
@@ -355,25 +360,49 @@ impl AppTable {
         }
     }
 
-    pub fn identified(&self, app: u64, now_ms: u64) {
-        if let Some(s) = self.slot(app) {
+    pub fn identified(&self, app: u64, session: &SessionId, now_ms: u64) {
+        if let Some(i) = self.claim(app) {
+            let s = &self.slots[i];
             s.identifies.fetch_add(1, Relaxed);
             Self::bucket(s, now_ms).counts[0].fetch_add(1, Relaxed);
+            self.timeline
+                .push(i, now_ms, Kind::Identify, session_bits(session));
         }
     }
 
-    pub fn resumed(&self, app: u64, now_ms: u64) {
-        if let Some(s) = self.slot(app) {
+    pub fn resumed(&self, app: u64, session: &SessionId, now_ms: u64) {
+        if let Some(i) = self.claim(app) {
+            let s = &self.slots[i];
             s.resumes.fetch_add(1, Relaxed);
             Self::bucket(s, now_ms).counts[1].fetch_add(1, Relaxed);
+            self.timeline
+                .push(i, now_ms, Kind::Resume, session_bits(session));
         }
     }
 
     /// A gateway close sent to one of the application's sessions.
-    pub fn closed(&self, app: u64, code: u16, now_ms: u64) {
-        if let Some(s) = self.slot(app) {
-            let i = code.checked_sub(4000).filter(|i| *i < 15).unwrap_or(15) as usize;
-            Self::bucket(s, now_ms).counts[2 + i].fetch_add(1, Relaxed);
+    pub fn closed(&self, app: u64, session: &SessionId, code: u16, now_ms: u64) {
+        if let Some(i) = self.claim(app) {
+            let c = code.checked_sub(4000).filter(|i| *i < 15).unwrap_or(15) as usize;
+            Self::bucket(&self.slots[i], now_ms).counts[2 + c].fetch_add(1, Relaxed);
+            self.timeline
+                .push(i, now_ms, Kind::Close(code), session_bits(session));
+        }
+    }
+
+    /// A session of the application moved between nodes, or recovered
+    /// (the timeline only: identifies and resumes count the rest).
+    pub fn moved(&self, app: u64, session: &SessionId, kind: Kind, now_ms: u64) {
+        if let Some(i) = self.claim(app) {
+            self.timeline.push(i, now_ms, kind, session_bits(session));
+        }
+    }
+
+    /// The application's last lifecycle events on this node, newest first.
+    pub fn timeline(&self, app: u64, out: &mut Vec<Event>) {
+        match self.find(app) {
+            Some(i) => self.timeline.read(i, out),
+            None => out.clear(),
         }
     }
 
@@ -592,10 +621,11 @@ mod tests {
     #[test]
     fn counts_stay_with_their_application() {
         let t = AppTable::new(2);
-        t.identified(7, 1_000);
-        t.resumed(7, 1_000);
-        t.closed(7, 4000, 1_000);
-        t.closed(8, 4004, 1_000);
+        let (s7, s8) = (SessionId::new(1, 7), SessionId::new(0, 8));
+        t.identified(7, &s7, 1_000);
+        t.resumed(7, &s7, 1_100);
+        t.closed(7, &s7, 4000, 1_200);
+        t.closed(8, &s8, 4004, 1_000);
         t.rest(7, 3, 200, None);
         t.rest(7, 3, 429, Some(0));
         t.tally(1, |f| {
@@ -605,6 +635,13 @@ mod tests {
         });
         let a = t.snapshot(7, 2_000).unwrap();
         assert_eq!((a.identifies_hour, a.resumes_hour), (1, 1));
+        let mut line = Vec::new();
+        t.timeline(7, &mut line);
+        let kinds: Vec<Kind> = line.iter().map(|e| e.kind).collect();
+        assert_eq!(kinds, [Kind::Close(4000), Kind::Resume, Kind::Identify]);
+        assert!(line.iter().all(|e| e.session == session_bits(&s7)));
+        t.timeline(8, &mut line);
+        assert_eq!(line.len(), 1, "8's close only");
         assert_eq!(a.closes_hour[0], 1);
         assert_eq!(a.closes_hour[4], 0);
         assert_eq!(a.workers, vec![(0, 0, 0), (2, 1, 0)]);
@@ -645,7 +682,7 @@ mod tests {
     fn the_table_is_bounded() {
         let t = AppTable::new(1);
         for app in 1..=(SLOTS as u64 * 2) {
-            t.identified(app, 0);
+            t.identified(app, &SessionId::new(0, 1), 0);
         }
         assert!(t.tracked() <= SLOTS);
         assert!(t.untracked.load(Relaxed) >= SLOTS as u64);

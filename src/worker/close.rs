@@ -117,8 +117,8 @@ impl Worker {
                     ws::encode_close(c.code, c.reason, &mut conn.out);
                     self.shared.metrics[id].close_sent(c.code);
                     if let Some(s) = sid.and_then(|i| self.fan.get(i)) {
-                        let app = s.identity.application_id.0;
-                        self.shared.apps.closed(app, c.code, self.unix_ms);
+                        let (app, sid) = (s.identity.application_id.0, s.identity.session_id);
+                        self.shared.apps.closed(app, &sid, c.code, self.unix_ms);
                     }
                     c.resumable() && !w.end_session
                 }

@@ -18,6 +18,7 @@ mod recover;
 
 use super::*;
 use crate::delivery::moved::{self, Moved, Take};
+use crate::worker::timeline::Kind;
 pub(super) use cut::{Change, ClusterState};
 use cut::{Cut, Pending, Reach, MAX_PENDING};
 
@@ -126,6 +127,12 @@ impl Worker {
         if let Some(old) = old {
             self.detach_conn(old);
         }
+        if let Some(s) = self.fan.get(idx) {
+            let (app, sid) = (s.identity.application_id.0, s.identity.session_id);
+            self.shared
+                .apps
+                .moved(app, &sid, Kind::HandOut, self.unix_ms);
+        }
         self.fan.remove(idx);
         if let Some(old) = old {
             self.begin_close(
@@ -149,6 +156,7 @@ impl Worker {
                     conn,
                     moved,
                     until_ms,
+                    recovered: false,
                 });
                 self.retry_pending();
             }
@@ -176,7 +184,7 @@ impl Worker {
                         last = Some((p.moved.cut.clone(), self.clu.taken(&cut)));
                     }
                     let taken = last.as_ref().map_or(&[][..], |(_, t)| t.as_slice());
-                    self.install(p.conn, &p.moved, taken);
+                    self.install(p.conn, &p.moved, taken, p.recovered);
                 }
                 Cut::NotYet | Cut::Mismatch(_) => {
                     let p = self.clu.pending.swap_remove(i);
@@ -198,7 +206,7 @@ impl Worker {
 
     /// Rebuild a moved session, give it our records after its cut, attach
     /// the connection (if it is still there) and send RESUMED.
-    fn install(&mut self, key: ConnKey, m: &Moved, taken: &[usize]) {
+    fn install(&mut self, key: ConnKey, m: &Moved, taken: &[usize], recovered: bool) {
         let now = self.now_ms();
         let unix = self.unix_ms;
         let window = self.shared.cfg.limits.resume_window_ms;
@@ -232,6 +240,16 @@ impl Worker {
             fan.deliver_to(idx, &EventIn::of(rec, mentions), now, unix);
         }
         WorkerMetrics::inc(&self.metrics().handoffs_in);
+        let kind = if recovered {
+            Kind::Recovered
+        } else {
+            Kind::HandIn
+        };
+        let (app, sid) = (m.identity.application_id.0, m.identity.session_id);
+        self.shared.apps.moved(app, &sid, kind, unix);
+        if let Some(s) = self.fan.get_mut(idx) {
+            s.since_ms = unix;
+        }
         self.write_summary(idx);
         let waiting = self
             .conn(key)
@@ -242,6 +260,8 @@ impl Worker {
         if let Some(s) = self.fan.get_mut(idx) {
             s.conn = Some(key);
             s.expires_ms = u64::MAX;
+            s.attached_ms = unix;
+            s.resumes = s.resumes.saturating_add(1);
         }
         let resumed = self
             .fan

@@ -118,6 +118,7 @@ impl Worker {
         if self.shared.apps.tally_due(self.id, self.unix_ms) {
             let fan = &self.fan;
             self.shared.apps.tally(self.id, |f| fan.each_session(f));
+            self.publish_sessions();
         }
         let m = &self.shared.metrics[self.id];
         m.sessions_degraded
@@ -192,5 +193,44 @@ impl Worker {
                 }
             }
         }
+    }
+
+    /// This worker's sessions into its board for the portal's session
+    /// table (`session_board`), with their connections' heartbeat and
+    /// compression. Once a second, with the tally.
+    fn publish_sessions(&self) {
+        use crate::protocol::compress::Kind as Z;
+        use crate::worker::session_board::Row;
+        let unix = self.unix_ms;
+        // The worker's clock to Unix ms.
+        let to_unix = unix.saturating_sub(self.now_ms());
+        let (rings, worker) = (&self.rings, self.id as u8);
+        self.shared.sessions.publish(self.id, unix, |push| {
+            for s in self.fan.slots() {
+                let conn = s.conn.and_then(|k| conn_ref(rings, k));
+                let heartbeat_ms = match conn.map(|c| &c.state) {
+                    Some(ConnState::WebSocket(w, _)) => w.session.last_heartbeat_ms() + to_unix,
+                    _ => 0,
+                };
+                let compression = match conn.and_then(|c| c.compress.as_ref()).map(|z| z.kind()) {
+                    Some(Z::Zlib) => 1,
+                    Some(Z::Zstd) => 2,
+                    None => 0,
+                };
+                let id = &s.identity;
+                push(Row {
+                    app: id.application_id.0,
+                    session: crate::worker::timeline::session_bits(&id.session_id),
+                    shard: id.shard,
+                    since_ms: s.since_ms,
+                    attached_ms: if s.conn.is_some() { s.attached_ms } else { 0 },
+                    heartbeat_ms,
+                    resumes: s.resumes,
+                    queue_pct: (s.ring.fill_ratio() * 100.0).clamp(0.0, 100.0) as u8,
+                    compression,
+                    worker,
+                });
+            }
+        });
     }
 }

@@ -195,10 +195,13 @@ impl Worker {
             if let Some(key) = conn {
                 self.detach_conn(key);
             }
+            let id = self.fan.get(sid).map(|s| s.identity.session_id);
             self.fan.remove(sid);
-            if let Some(key) = conn {
+            if let (Some(key), Some(id)) = (conn, id) {
                 // Counted here: the close below no longer knows the session.
-                self.shared.apps.closed(app.0, close.code, self.unix_ms);
+                self.shared
+                    .apps
+                    .closed(app.0, &id, close.code, self.unix_ms);
                 self.begin_close(key, Some(close));
             }
         }

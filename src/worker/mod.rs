@@ -32,9 +32,11 @@ pub mod metrics;
 mod op;
 mod rest_edge;
 mod send;
+pub mod session_board;
 mod sessions;
 mod setup;
 pub mod shared;
+pub mod timeline;
 mod upgrade;
 
 use conn::{
@@ -536,6 +538,15 @@ fn thread_cpu_ns() -> u64 {
 }
 
 /// The live connection `key` names, borrowing only the rings.
+fn conn_ref(rings: &[RingState], key: ConnKey) -> Option<&Conn> {
+    let c = rings
+        .get(key.ring as usize)?
+        .conns
+        .get(key.slot as usize)?
+        .as_deref()?;
+    (c.gen == key.gen).then_some(c)
+}
+
 fn conn_in(rings: &mut [RingState], key: ConnKey) -> Option<&mut Conn> {
     let c = rings
         .get_mut(key.ring as usize)?

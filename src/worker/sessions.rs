@@ -69,9 +69,12 @@ impl Worker {
                 w.session.authenticated();
                 conn.partial = 0;
                 WorkerMetrics::inc(&self.metrics().resumes);
-                if let Some(s) = self.fan.get(idx) {
+                if let Some(s) = self.fan.get_mut(idx) {
+                    s.resumes = s.resumes.saturating_add(1);
+                    s.attached_ms = self.unix_ms;
                     let app = s.identity.application_id.0;
-                    self.shared.apps.resumed(app, self.unix_ms);
+                    let sid = s.identity.session_id;
+                    self.shared.apps.resumed(app, &sid, self.unix_ms);
                 }
                 WorkerMetrics::inc(&self.metrics().sessions_ready);
                 if resumed.is_err() {
@@ -182,12 +185,16 @@ impl Worker {
             user_json: ok.user_json.clone(),
         });
         let idx = self.fan.create(identity, key);
+        if let Some(s) = self.fan.get_mut(idx) {
+            s.since_ms = self.unix_ms;
+            s.attached_ms = self.unix_ms;
+        }
         if let Some(ConnState::WebSocket(_, sid)) = self.conn(key).map(|c| &mut c.state) {
             *sid = Some(idx);
         }
         WorkerMetrics::inc(&self.metrics().identifies);
         let app = ok.application_id.0;
-        self.shared.apps.identified(app, self.unix_ms);
+        self.shared.apps.identified(app, &session_id, self.unix_ms);
         WorkerMetrics::inc(&self.metrics().sessions_ready);
         // READY (s = 1), then one GUILD_CREATE per server: dispatches like any
         // other, so a Resume can replay them too.

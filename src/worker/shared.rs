@@ -40,6 +40,8 @@ pub struct Shared {
     pub metrics: Box<[WorkerMetrics]>,
     /// Per-application figures for the developer portal (bounded).
     pub apps: crate::worker::app_stats::AppTable,
+    /// Each worker's sessions one by one, republished once a second.
+    pub sessions: crate::worker::session_board::SessionBoard,
     pub ready_workers: AtomicUsize,
     /// Node-wide cap on connections served compressed (limits.max_compressed_sessions).
     pub compress_budget: Arc<crate::protocol::compress::Budget>,

@@ -160,6 +160,9 @@ impl FanOut {
             expires_ms: now_ms.saturating_add(window_ms),
             lost: false,
             recovery: 0,
+            since_ms: 0,
+            attached_ms: 0,
+            resumes: 0,
         }))
     }
 

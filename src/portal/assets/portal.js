@@ -57,7 +57,7 @@
     const W = 600, H = 160, L = 52, B = 24, T = 18;
     const now = Date.now() / 60000;
     const all = series.flatMap((s) => s.points.map((p) => p.y));
-    let max = Math.max(1, opts.limit || 0, ...all);
+    let max = Math.max(2, opts.limit || 0, ...all);
     max = max * 1.1;
     const x = (m) => L + (W - L - 6) * (1 - (now - m) / 60);
     const y = (v) => T + (H - T - B) * (1 - v / max);
@@ -268,5 +268,52 @@
       " --server <SERVER_ID> --permissions " + bits;
   }
   if (perms) { perms.addEventListener("change", installLink); installLink(); }
+
+  // Sessions one by one: pages follow the session id (`next` is the
+  // cursor of the page after); `back` keeps the cursors of the pages
+  // before, so Previous returns to exactly those rows. The page shown is
+  // refreshed every 5 s.
+  const back = [];
+  let cursor = "", shownFrom = 1;
+  function when(ms) { return new Date(ms).toLocaleTimeString(); }
+  async function sessions() {
+    try {
+      const q = "/api/sessions?limit=50" + (cursor ? "&after=" + cursor : "");
+      const r = await fetch(q, { credentials: "same-origin", cache: "no-store" });
+      if (!r.ok) return;
+      const p = await r.json();
+      rows("session-list", p.sessions, (s) => [s.session_id, s.node, s.worker,
+        s.shard[0] + " / " + s.shard[1], when(s.since_ms),
+        s.attached ? (s.heartbeat_age_ms == null ? "–" : ago(s.heartbeat_age_ms)) : "detached",
+        s.queue_pct + " %", s.compression, s.resumes]);
+      const to = shownFrom + p.sessions.length - 1;
+      set("sessions-range", p.sessions.length ? shownFrom + "\u2013" + to + " of " + p.total : "none of " + p.total);
+      $("sessions-next").disabled = !p.next;
+      $("sessions-next").dataset.cursor = p.next || "";
+      $("sessions-prev").disabled = back.length === 0;
+      const un = $("sessions-unlisted");
+      const notes = p.unlisted.map((u) => "node " + u.node + ": " + u.listed + " of its " + u.held + " sessions listed")
+        .concat(p.silent.map((s) => "node " + s.node + " did not answer (" + s.why + ")"));
+      un.hidden = notes.length === 0;
+      un.textContent = notes.join("; ");
+      rows("timeline", p.timeline, (e) => [when(e.at_ms), e.event.replace(/_/g, " "),
+        e.code == null ? "" : e.code + " " + e.meaning, e.session_id, e.node]);
+    } catch (e) { /* the next refresh tries again */ }
+  }
+  if ($("session-list")) {
+    $("sessions-next").addEventListener("click", () => {
+      back.push([cursor, shownFrom]);
+      shownFrom += $("session-list").rows.length;
+      cursor = $("sessions-next").dataset.cursor;
+      sessions();
+    });
+    $("sessions-prev").addEventListener("click", () => {
+      const b = back.pop();
+      if (b) { cursor = b[0]; shownFrom = b[1]; }
+      sessions();
+    });
+    sessions();
+    setInterval(sessions, 5000);
+  }
   poll();
 })();

@@ -87,6 +87,8 @@ pub(super) struct Pending {
     pub(super) conn: ConnKey,
     pub(super) moved: Box<Moved>,
     pub(super) until_ms: u64,
+    /// Rebuilt from a dead node's checkpoint (not handed over by a live one).
+    pub(super) recovered: bool,
 }
 
 /// Where our log begins in each partition (the oldest position it

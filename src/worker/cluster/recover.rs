@@ -274,6 +274,7 @@ impl Worker {
                         conn,
                         moved: Box::new(moved),
                         until_ms,
+                        recovered: true,
                     });
                 }
                 Err(why) => {

@@ -221,6 +221,98 @@ fn the_portal_shows_every_nodes_sessions_and_names_a_frozen_node() {
     assert_eq!(demo.health()["cluster"]["not_answering"], json!([]));
 }
 
+/// Sessions one by one across the cluster: A's page lists the session on
+/// B with B's number, never another application's; a Resume on B of A's
+/// session moves it, and the timeline has both halves of the hand-off.
+#[test]
+#[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
+fn the_session_list_spans_the_nodes_and_shows_a_hand_off() {
+    let c = Two::start();
+    let (na, nb) = (node_number(&c.a), node_number(&c.b));
+    let reg = Registry::with_url(c.a.dir.path(), Some(&c.url));
+    let other = reg.add_app("other", 0);
+    let on_a = bot::identify(c.a.gateway, "a", &c.a.token, BOT_INTENTS, Some((0, 2))).unwrap();
+    let on_b = bot::identify(c.b.gateway, "b", &c.a.token, BOT_INTENTS, Some((1, 2))).unwrap();
+    let theirs = bot::identify(c.b.gateway, "o", &other.token, 1 | (1 << 9), None).unwrap();
+    let demo = sign_in(portal::addr(&c.a), &c.a.token).unwrap();
+    let nodes_of = |p: &Value| -> Vec<(String, u64)> {
+        let mut v: Vec<(String, u64)> = p["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| {
+                (
+                    s["session_id"].as_str().unwrap().to_string(),
+                    s["node"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let mut want = vec![(on_a.session_id.clone(), na), (on_b.session_id.clone(), nb)];
+    want.sort();
+    let seen = wait_until(Duration::from_secs(10), || {
+        nodes_of(&demo.get("/api/sessions").json()) == want
+    });
+    let p = demo.get("/api/sessions").json();
+    assert!(seen.is_some(), "{p:#}");
+    assert_eq!(p["total"], 2);
+    assert!(
+        !p.to_string().contains(&theirs.session_id),
+        "another application's session"
+    );
+    let identifies: Vec<u64> = p["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["event"] == "identify")
+        .map(|e| e["node"].as_u64().unwrap())
+        .collect();
+    assert!(
+        identifies.contains(&na) && identifies.contains(&nb),
+        "{p:#}"
+    );
+
+    // The bot's connection to A drops; it resumes on B: the session moves.
+    let (sid, seq) = (on_a.session_id.clone(), on_a.seq);
+    drop(on_a);
+    let mut ws = bot::connect(c.b.gateway);
+    assert_eq!(bot::recv(&mut ws)["op"], 10);
+    bot::send_json(
+        &mut ws,
+        &json!({"op": 6, "d": {"token": format!("Bot {}", c.a.token), "session_id": sid, "seq": seq}}),
+    );
+    let resumed = (0..10).any(|_| bot::recv(&mut ws)["t"] == "RESUMED");
+    assert!(resumed, "no RESUMED on B");
+    let moved = wait_until(Duration::from_secs(10), || {
+        let p = demo.get("/api/sessions").json();
+        let t = p["timeline"].to_string();
+        nodes_of(&p).contains(&(sid.clone(), nb))
+            && t.contains("hand_off_in")
+            && t.contains("hand_off_out")
+    });
+    let p = demo.get("/api/sessions").json();
+    assert!(moved.is_some(), "{p:#}");
+    let halves: Vec<(String, u64)> = p["timeline"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| {
+            e["session_id"] == sid.as_str() && e["event"].as_str().unwrap().starts_with("hand_off")
+        })
+        .map(|e| {
+            (
+                e["event"].as_str().unwrap().to_string(),
+                e["node"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert!(halves.contains(&("hand_off_out".into(), na)), "{halves:?}");
+    assert!(halves.contains(&("hand_off_in".into(), nb)), "{halves:?}");
+    drop((ws, on_b, theirs));
+}
+
 /// With mutual TLS on the link (docs/cluster.md), node A's portal still
 /// gets B's figures: the portal dials with the node's certificate.
 #[test]

@@ -7,6 +7,7 @@
 //! nodes on one database, revocations pushed with LISTEN/NOTIFY).
 
 pub mod commands;
+mod developers;
 mod members;
 pub mod model;
 mod nodes;
@@ -26,6 +27,7 @@ pub use model::*;
 pub use nodes::MAX_NODE;
 pub use signing::MAX_ENDPOINT_URL;
 pub use sqlite::{SqliteRegistry, BUSY_TIMEOUT};
+pub use validate::{MAX_DEVELOPER_NAME, MAX_PASSWORD_BYTES, MIN_PASSWORD_CHARS};
 
 pub type Result<T, E = RegistryError> = std::result::Result<T, E>;
 
@@ -50,6 +52,9 @@ pub enum RegistryError {
     /// kind, 200 command creates a day): nothing was written.
     #[error("maximum number of {what} reached ({max})")]
     LimitReached { what: &'static str, max: u32 },
+    /// A name that must be unique is in use (e.g. a developer's).
+    #[error("{what} {name:?} is already taken")]
+    Taken { what: &'static str, name: String },
     #[error("random source failed: {0}")]
     Random(String),
     #[error("io: {0}")]
@@ -86,11 +91,14 @@ pub trait Registry: Send + Sync {
     /// New token; the old one stops authenticating at once.
     fn reset_token(&self, app_id: u64) -> Result<String>;
     /// `bits` must be a subset of [`intents::PRIVILEGED`]; also updates the
-    /// `GATEWAY_*` application flags.
+    /// `GATEWAY_*` application flags. Approving a request is this call with
+    /// `approved_intents | requested_intents`: the request is then no
+    /// longer pending (pending = requested & !approved).
     fn set_approved_intents(&self, app_id: u64, bits: u64) -> Result<Application>;
     fn set_max_concurrency(&self, app_id: u64, max_concurrency: u32) -> Result<Application>;
     fn set_session_start_total(&self, app_id: u64, total: u32) -> Result<Application>;
-    /// Also removes its installations and their managed roles.
+    /// Also removes its installations and their managed roles, and its
+    /// developers' ownership of it.
     fn delete_application(&self, app_id: u64) -> Result<bool>;
 
     /// Also creates the `@everyone` role (id == server id) with
@@ -274,6 +282,46 @@ pub trait Registry: Send + Sync {
     ) -> Result<Command>;
     /// False if there was no such command in that scope.
     fn delete_command(&self, app_id: u64, guild_id: Option<u64>, id: u64) -> Result<bool>;
+
+    // Developer accounts (`crate::developers` has the rules; issue 29).
+    // Passwords are stored as argon2id PHC strings only.
+    /// A new developer: the name 1..=[`MAX_DEVELOPER_NAME`] printable
+    /// characters with no whitespace at either end, the password at least
+    /// [`MIN_PASSWORD_CHARS`] characters and at most [`MAX_PASSWORD_BYTES`]
+    /// bytes ([`RegistryError::Invalid`]); [`RegistryError::Taken`] if the
+    /// name is in use.
+    fn create_developer(&self, name: &str, password: &str) -> Result<Developer>;
+    /// The developer if the name exists and the password is theirs, else
+    /// None (an unknown name costs one verification all the same, so the
+    /// time does not tell which names exist).
+    fn developer_sign_in(&self, name: &str, password: &str) -> Result<Option<Developer>>;
+    /// A new password (same rules as at creation); false if no such name.
+    fn set_developer_password(&self, name: &str, password: &str) -> Result<bool>;
+    /// Also ends the developer's ownerships; false if no such name.
+    fn delete_developer(&self, name: &str) -> Result<bool>;
+    /// Every developer, by id.
+    fn list_developers(&self) -> Result<Vec<Developer>>;
+    fn developer(&self, id: u64) -> Result<Option<Developer>>;
+    /// Makes the developer an owner of the application (idempotent; an
+    /// application may have several). [`RegistryError::NotFound`] for an
+    /// unknown developer or application.
+    fn own_application(&self, developer_id: u64, app_id: u64) -> Result<()>;
+    /// False if the developer did not own it.
+    fn disown_application(&self, developer_id: u64, app_id: u64) -> Result<bool>;
+    /// The developer's applications, by id: only theirs.
+    fn applications_of_developer(&self, developer_id: u64) -> Result<Vec<Application>>;
+    fn developer_owns(&self, developer_id: u64, app_id: u64) -> Result<bool>;
+
+    // Privileged-intent requests: pending = requested & !approved. An
+    // operator approves with `set_approved_intents(approved | requested)`
+    // or denies with `request_intents(requested & approved)`.
+    /// Replaces the application's request with `bits` (a subset of
+    /// [`intents::PRIVILEGED`], else the error `set_approved_intents`
+    /// gives; bits already approved are allowed and are not pending).
+    fn request_intents(&self, app_id: u64, bits: u64) -> Result<Application>;
+    /// Applications with something pending (`requested_intents &
+    /// !approved_intents != 0`), by id.
+    fn intent_requests(&self) -> Result<Vec<Application>>;
 
     /// Cluster membership (docs/cluster.md): claim the lowest free node
     /// number for this process (`instance`, random per start), with the

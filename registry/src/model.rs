@@ -62,6 +62,11 @@ pub struct Application {
     pub bot_username: String,
     /// Approved privileged intents (subset of [`intents::PRIVILEGED`]).
     pub approved_intents: u64,
+    /// Privileged intents the application's developer asked for (subset of
+    /// [`intents::PRIVILEGED`], 0 if none): pending are
+    /// `requested_intents & !approved_intents`, until an operator approves
+    /// them (`Registry::set_approved_intents`) or denies them.
+    pub requested_intents: u64,
     pub max_concurrency: u32,
     pub session_start_total: u32,
     pub flags: u64,
@@ -184,6 +189,16 @@ pub struct DemoSeed {
 pub struct DemoFound {
     pub app: Application,
     pub server_id: Option<u64>,
+}
+
+/// A developer account: a person who signs in to the portal with a name and
+/// a password (stored as an argon2id hash, never as given) and sees the
+/// applications they own (`Registry::applications_of_developer`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Developer {
+    pub id: u64,
+    pub name: String,
+    pub created_at_ms: u64,
 }
 
 /// A person (or any non-bot account) of the chat service. Bots are not

@@ -17,21 +17,34 @@ pub(crate) fn to_u(v: i64) -> u64 {
 }
 
 pub(crate) const APP_COLS: &str = "id, name, bot_user_id, bot_username, approved_intents, \
-                                   max_concurrency, session_start_total, flags";
+                                   max_concurrency, session_start_total, flags, requested_intents";
 /// [`APP_COLS`].
-pub(crate) type AppRow = (i64, String, i64, String, i64, u32, u32, i64);
+pub(crate) type AppRow = (i64, String, i64, String, i64, u32, u32, i64, i64);
 
 pub(crate) fn application(r: AppRow) -> Application {
-    let (id, name, bot_user_id, bot_username, approved, max_concurrency, total, flags) = r;
+    let (id, name, bot_user_id, bot_username, approved, max_concurrency, total, flags, requested) =
+        r;
     Application {
         id: to_u(id),
         name,
         bot_user_id: to_u(bot_user_id),
         bot_username,
         approved_intents: to_u(approved),
+        requested_intents: to_u(requested),
         max_concurrency,
         session_start_total: total,
         flags: to_u(flags),
+    }
+}
+
+pub(crate) const DEVELOPER_COLS: &str = "id, name, created_at_ms";
+
+/// A `developers` row ([`DEVELOPER_COLS`]).
+pub(crate) fn developer((id, name, created_at_ms): (i64, String, i64)) -> Developer {
+    Developer {
+        id: to_u(id),
+        name,
+        created_at_ms: to_u(created_at_ms),
     }
 }
 

@@ -43,6 +43,7 @@ pub(crate) fn new_application(
         bot_user_id: id,
         bot_username: name.to_owned(),
         approved_intents: approved,
+        requested_intents: 0,
         max_concurrency,
         session_start_total: DEFAULT_SESSION_START_TOTAL,
         flags: app_flags::from_approved_intents(approved),

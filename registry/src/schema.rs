@@ -277,6 +277,29 @@ const MIGRATIONS: &[&str] = &[
         expires_at_ms {i64} NOT NULL
     );
     "#,
+    // 11: developer accounts and intent requests (issue 29). A developer
+    // signs in with a name and a password, kept as an argon2id PHC string
+    // (`crate::developers`); `developer_apps` says which applications each
+    // one owns (gone with either side). `requested_intents` is what an
+    // application's developer asked for; pending is requested & !approved,
+    // until an operator approves (approved_intents) or denies it.
+    r#"
+    ALTER TABLE applications ADD COLUMN requested_intents {i64} NOT NULL DEFAULT 0;
+
+    CREATE TABLE developers (
+        id            {i64} PRIMARY KEY,
+        name          TEXT NOT NULL UNIQUE,
+        password_hash TEXT NOT NULL,
+        created_at_ms {i64} NOT NULL
+    );
+
+    CREATE TABLE developer_apps (
+        developer_id   {i64} NOT NULL REFERENCES developers(id) ON DELETE CASCADE,
+        application_id {i64} NOT NULL REFERENCES applications(id) ON DELETE CASCADE,
+        PRIMARY KEY (developer_id, application_id)
+    );
+    CREATE INDEX developer_apps_app ON developer_apps(application_id);
+    "#,
 ];
 
 /// Where the schema version and the revision counter live (created before
@@ -371,6 +394,8 @@ mod tests {
             "99b1786436fcb8131a4b7d377d7272fefe597ac8350520278e5980b094e65fa6",
             // 10: cluster_nodes.
             "0aeaa32dcd3e93de4f41a90e017005aa440b0804d073ebb9be0f1a661fdf1007",
+            // 11: developers, developer_apps, requested_intents.
+            "cf487e4891537ee8e4255ceb7c52ab13cf1ab36b8cf675ea379999c6f35e2709",
         ];
         let postgres = [
             "1a3cb466e916e54db1de963200edb5cc45643a0fd53b9acfb3007df2d641032a",
@@ -387,6 +412,8 @@ mod tests {
             "fd582d8e57c02bfaaabbd517b9e6e6372524246ad8b4fb0562baa8ee28dd9cce",
             // 10: cluster_nodes.
             "5a5b3cc6f3c13017212d4cb709e2cf3fe866824617e0b9be0a397b846103732e",
+            // 11: developers, developer_apps, requested_intents.
+            "54d0ee2d91ff9d3bf571d963b651a626d62ed1a5d098eb45ff7ef63b37617045",
         ];
         for (dialect, pinned) in [(&SQLITE, sqlite), (&POSTGRES, postgres)] {
             let got: Vec<String> = dialect.migrations_after(0).map(|m| sha256(&m)).collect();

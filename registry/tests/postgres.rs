@@ -834,3 +834,62 @@ fn frozen_server_is_unavailable_at_the_deadline() {
         Some(reg.last_revocation_id().unwrap())
     );
 }
+
+#[test]
+#[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
+fn developer_password_stored_as_argon2id_only() {
+    let db = TestDb::create();
+    let reg = db.open();
+    let pw = "a password of developers";
+    let dev = reg.create_developer("alice", pw).unwrap();
+    let mut raw = db.raw();
+    let hash: String = raw
+        .query_one(
+            "SELECT password_hash FROM developers WHERE id = $1",
+            &[&(dev.id as i64)],
+        )
+        .unwrap()
+        .get(0);
+    assert!(
+        hash.starts_with("$argon2id$v=19$m=19456,t=2,p=1$"),
+        "{hash}"
+    );
+    assert!(!hash.contains(pw));
+    let row: String = raw
+        .query_one("SELECT x::TEXT FROM developers x", &[])
+        .unwrap()
+        .get(0);
+    assert!(row.contains("alice") && !row.contains(pw));
+}
+
+/// A database of schema 10 (before developers) gains the tables and the
+/// `requested_intents` column, its applications unchanged.
+#[test]
+#[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
+fn schema_10_database_is_migrated_to_developers() {
+    let db = TestDb::create();
+    let reg = db.open();
+    let (app, token) = reg
+        .create_application("old-bot", intents::MESSAGE_CONTENT, 1)
+        .unwrap();
+    drop(reg);
+    let mut raw = db.raw();
+    raw.batch_execute(
+        "DROP TABLE developer_apps; DROP TABLE developers;
+         ALTER TABLE applications DROP COLUMN requested_intents;
+         UPDATE meta SET value = 10 WHERE key = 'schema_version'",
+    )
+    .unwrap();
+    let reg = db.open();
+    let v: i64 = raw
+        .query_one("SELECT value FROM meta WHERE key = 'schema_version'", &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(v, i64::from(PostgresRegistry::schema_version()));
+    let got = reg.authenticate(&token).unwrap().unwrap();
+    assert_eq!(got, app);
+    assert_eq!(got.requested_intents, 0);
+    let dev = reg.create_developer("alice", "a long password").unwrap();
+    reg.own_application(dev.id, app.id).unwrap();
+    assert_eq!(reg.applications_of_developer(dev.id).unwrap(), vec![app]);
+}

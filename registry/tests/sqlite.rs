@@ -147,3 +147,39 @@ fn wal_schema_version_and_busy() {
         Err(RegistryError::SchemaTooNew { found: 99, .. })
     ));
 }
+
+#[test]
+fn developer_password_stored_as_argon2id_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("r.db");
+    let reg = SqliteRegistry::open(&path).unwrap();
+    let pw = "a password of developers";
+    let dev = reg.create_developer("alice", pw).unwrap();
+    let raw = rusqlite::Connection::open(&path).unwrap();
+    let hash: String = raw
+        .query_row(
+            "SELECT password_hash FROM developers WHERE id = ?1",
+            [dev.id as i64],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert!(
+        hash.starts_with("$argon2id$v=19$m=19456,t=2,p=1$"),
+        "{hash}"
+    );
+    assert!(!hash.contains(pw));
+    reg.set_developer_password("alice", "the second password")
+        .unwrap();
+    let again: String = raw
+        .query_row("SELECT password_hash FROM developers", [], |r| r.get(0))
+        .unwrap();
+    assert!(again.starts_with("$argon2id$") && again != hash);
+    // Neither password anywhere in the files, open (WAL) or closed.
+    for secret in [pw, "the second password"] {
+        assert!(!contains(&all_bytes(dir.path()), secret.as_bytes()));
+    }
+    drop((reg, raw));
+    for secret in [pw, "the second password"] {
+        assert!(!contains(&all_bytes(dir.path()), secret.as_bytes()));
+    }
+}

@@ -123,6 +123,7 @@ mod tests {
             bot_user_id: 1_180_000_000_000_000_101,
             bot_username: "b".into(),
             approved_intents: 0,
+            requested_intents: 0,
             max_concurrency: 1,
             session_start_total: 1000,
             flags: 0,

@@ -12,7 +12,7 @@ use crate::rules::{
 use crate::validate::{check_concurrency, check_intents};
 use crate::{snowflake, token, RegistryError, Result};
 
-fn row(r: &Row) -> Result<Application> {
+pub(super) fn row(r: &Row) -> Result<Application> {
     Ok(rows::application((
         col(r, 0)?,
         col(r, 1)?,
@@ -22,6 +22,7 @@ fn row(r: &Row) -> Result<Application> {
         col_u32(r, 5)?,
         col_u32(r, 6)?,
         col(r, 7)?,
+        col(r, 8)?,
     )))
 }
 
@@ -67,8 +68,8 @@ pub fn authenticate(t: &mut Tx<'_>, id: u64, tok: &str) -> Result<Option<Applica
     else {
         return Ok(None);
     };
-    let salt: &[u8] = col(&r, 8)?;
-    let hash: &[u8] = col(&r, 9)?;
+    let salt: &[u8] = col(&r, 9)?;
+    let hash: &[u8] = col(&r, 10)?;
     if token::verify(tok, salt, hash) {
         Ok(Some(row(&r)?))
     } else {

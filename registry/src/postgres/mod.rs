@@ -47,6 +47,7 @@
 
 mod apps;
 mod commands;
+mod developers;
 mod installs;
 mod interactions;
 mod nodes;
@@ -70,6 +71,7 @@ use tokio_postgres::{AsyncMessage, Client, Connection, Row, Socket, Statement};
 use self::tls::{MakeRustls, RustlsStream, SslMode, TlsSettings};
 
 use crate::commands as cmds;
+use crate::developers::{self as devs, DeveloperStore};
 use crate::members::{self, MemberStore};
 use crate::model::*;
 use crate::rows::{self, to_i, to_u};
@@ -835,6 +837,7 @@ impl Registry for PostgresRegistry {
                     },
                 )?;
             }
+            t.delete_ownerships_of_app(app_id)?;
             apps::delete(t, app_id)
         })
     }
@@ -1150,6 +1153,68 @@ impl Registry for PostgresRegistry {
 
     fn waiting_interactions(&self, node: &str, limit: u32) -> Result<Vec<PendingInteraction>> {
         self.waiting_interaction_rows(node, limit)
+    }
+
+    fn create_developer(&self, name: &str, password: &str) -> Result<Developer> {
+        // Hashed before the transaction: the write lock is not held for it.
+        let hash = devs::prepare(name, password)?;
+        self.run(WriteKind::Write, |t| devs::create(t, name, &hash))
+    }
+
+    fn developer_sign_in(&self, name: &str, password: &str) -> Result<Option<Developer>> {
+        if !devs::sign_in_allowed(password) {
+            return Ok(None);
+        }
+        let found = self.run(WriteKind::Single, |t| t.credentials(name))?;
+        // Verified after the read, with the connection released.
+        Ok(devs::finish_sign_in(found, password))
+    }
+
+    fn set_developer_password(&self, name: &str, password: &str) -> Result<bool> {
+        let hash = devs::prepare_password(password)?;
+        self.run(WriteKind::Write, |t| t.set_password_hash(name, &hash))
+    }
+
+    fn delete_developer(&self, name: &str) -> Result<bool> {
+        self.run(WriteKind::Write, |t| {
+            DeveloperStore::delete_developer(t, name)
+        })
+    }
+
+    fn list_developers(&self) -> Result<Vec<Developer>> {
+        self.run(WriteKind::Single, |t| t.developers())
+    }
+
+    fn developer(&self, id: u64) -> Result<Option<Developer>> {
+        self.run(WriteKind::Single, |t| DeveloperStore::developer(t, id))
+    }
+
+    fn own_application(&self, developer_id: u64, app_id: u64) -> Result<()> {
+        self.run(WriteKind::Write, |t| devs::own(t, developer_id, app_id))
+    }
+
+    fn disown_application(&self, developer_id: u64, app_id: u64) -> Result<bool> {
+        self.run(WriteKind::Write, |t| {
+            t.delete_ownership(developer_id, app_id)
+        })
+    }
+
+    fn applications_of_developer(&self, developer_id: u64) -> Result<Vec<Application>> {
+        self.run(WriteKind::Single, |t| {
+            devs::applications_of(t, developer_id)
+        })
+    }
+
+    fn developer_owns(&self, developer_id: u64, app_id: u64) -> Result<bool> {
+        self.run(WriteKind::Single, |t| t.owns(developer_id, app_id))
+    }
+
+    fn request_intents(&self, app_id: u64, bits: u64) -> Result<Application> {
+        self.run(WriteKind::Write, |t| devs::request_intents(t, app_id, bits))
+    }
+
+    fn intent_requests(&self) -> Result<Vec<Application>> {
+        self.run(WriteKind::Single, |t| t.pending_intent_requests())
     }
 
     fn register_node(

@@ -12,7 +12,7 @@ use crate::rules::{
 use crate::validate::{check_concurrency, check_intents};
 use crate::{snowflake, token, RegistryError, Result};
 
-fn row(r: &Row<'_>) -> rusqlite::Result<Application> {
+pub(super) fn row(r: &Row<'_>) -> rusqlite::Result<Application> {
     rows::AppRow::try_from(r).map(rows::application)
 }
 

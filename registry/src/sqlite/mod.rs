@@ -3,6 +3,7 @@
 
 mod apps;
 mod commands;
+mod developers;
 mod installs;
 mod interactions;
 mod nodes;
@@ -18,6 +19,7 @@ use std::time::Duration;
 use rusqlite::{Connection, TransactionBehavior};
 
 use crate::commands as cmds;
+use crate::developers::{self as devs, DeveloperStore};
 use crate::members::{self, MemberStore};
 use crate::model::*;
 use crate::rows::{self, to_i, to_u};
@@ -253,6 +255,7 @@ impl Registry for SqliteRegistry {
                     },
                 )?;
             }
+            (&mut c).delete_ownerships_of_app(app_id)?;
             apps::delete(c, app_id)
         })
     }
@@ -533,6 +536,63 @@ impl Registry for SqliteRegistry {
 
     fn waiting_interactions(&self, node: &str, limit: u32) -> Result<Vec<PendingInteraction>> {
         self.waiting_interaction_rows(node, limit)
+    }
+
+    fn create_developer(&self, name: &str, password: &str) -> Result<Developer> {
+        // Hashed before the transaction: the lock is not held for it.
+        let hash = devs::prepare(name, password)?;
+        self.write(|mut c| devs::create(&mut c, name, &hash))
+    }
+
+    fn developer_sign_in(&self, name: &str, password: &str) -> Result<Option<Developer>> {
+        let found = if devs::sign_in_allowed(password) {
+            self.read(|mut c| c.credentials(name))?
+        } else {
+            return Ok(None);
+        };
+        // Verified after the read, outside the lock.
+        Ok(devs::finish_sign_in(found, password))
+    }
+
+    fn set_developer_password(&self, name: &str, password: &str) -> Result<bool> {
+        let hash = devs::prepare_password(password)?;
+        self.write(|mut c| c.set_password_hash(name, &hash))
+    }
+
+    fn delete_developer(&self, name: &str) -> Result<bool> {
+        self.write(|mut c| DeveloperStore::delete_developer(&mut c, name))
+    }
+
+    fn list_developers(&self) -> Result<Vec<Developer>> {
+        self.read(|mut c| c.developers())
+    }
+
+    fn developer(&self, id: u64) -> Result<Option<Developer>> {
+        self.read(|mut c| DeveloperStore::developer(&mut c, id))
+    }
+
+    fn own_application(&self, developer_id: u64, app_id: u64) -> Result<()> {
+        self.write(|mut c| devs::own(&mut c, developer_id, app_id))
+    }
+
+    fn disown_application(&self, developer_id: u64, app_id: u64) -> Result<bool> {
+        self.write(|mut c| c.delete_ownership(developer_id, app_id))
+    }
+
+    fn applications_of_developer(&self, developer_id: u64) -> Result<Vec<Application>> {
+        self.read(|mut c| devs::applications_of(&mut c, developer_id))
+    }
+
+    fn developer_owns(&self, developer_id: u64, app_id: u64) -> Result<bool> {
+        self.read(|mut c| c.owns(developer_id, app_id))
+    }
+
+    fn request_intents(&self, app_id: u64, bits: u64) -> Result<Application> {
+        self.write(|mut c| devs::request_intents(&mut c, app_id, bits))
+    }
+
+    fn intent_requests(&self) -> Result<Vec<Application>> {
+        self.read(|mut c| c.pending_intent_requests())
     }
 
     fn register_node(

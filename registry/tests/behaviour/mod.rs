@@ -12,9 +12,11 @@ use registry::permissions::*;
 use registry::*;
 
 mod commands;
+mod developers;
 mod nodes;
 mod people;
 pub use commands::*;
+pub use developers::*;
 pub use nodes::*;
 pub use people::*;
 
@@ -73,6 +75,10 @@ macro_rules! behaviour_tests {
             commands_scopes_upsert_edit_delete,
             commands_rules_and_kind_limits,
             commands_daily_create_limit_per_scope,
+            developer_sign_in_good_and_bad,
+            developer_names_and_passwords_are_checked,
+            developers_see_only_their_own_applications,
+            intent_requests_pending_until_approved_or_denied,
         );
     };
     // One test per name, recursively (the attributes repeat per test).

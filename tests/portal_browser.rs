@@ -543,3 +543,78 @@ fn the_session_table_pages_over_a_thousand_sessions_in_a_browser() {
     shot(&b, "sessions-phone.png");
     drop(bots);
 }
+
+/// A developer signs in with a name and password in the browser and sees
+/// exactly their own applications; opening another one of theirs works,
+/// another developer's is refused; axe-core on the sign-in page with both
+/// forms and on the developer's list.
+#[test]
+#[ignore = "needs chromium and chromedriver (Debian's chromium, chromium-driver): run scripts/test-all.sh, or install them"]
+fn a_developer_signs_in_and_sees_exactly_their_applications_in_a_browser() {
+    let node = Node::start(&["--no-demo-traffic"]);
+    let base = format!("http://{}", support::portal::addr(&node));
+    let reg = Registry::new(node.dir.path());
+    let alpha = reg.add_app("alpha-bot", 0);
+    let beta = reg.add_app("beta-bot", 0);
+    let gamma = reg.add_app("gamma-bot", 0);
+    reg.add_developer("ada", "correct horse battery");
+    reg.add_developer("bob", "staple staple staple");
+    reg.own("ada", alpha.id);
+    reg.own("ada", gamma.id);
+    reg.own("bob", beta.id);
+    let b = Browser::start();
+    b.goto(&format!("{base}/"));
+    let v = axe_violations(&b);
+    assert!(
+        v.is_empty(),
+        "axe-core on the sign-in page with both forms: {v:#?}"
+    );
+    let dev_sign_in = |name: &str, pw: &str| {
+        b.goto(&format!("{base}/"));
+        b.type_into("#dev-name", name);
+        b.type_into("#dev-password", pw);
+        b.click("#dev-signin-button");
+    };
+    dev_sign_in("ada", "not her password");
+    let e = b.text("#signin-error");
+    assert!(e.contains("do not match"), "{e:?}");
+    dev_sign_in("ada", "correct horse battery");
+    b.wait_for("#signout", WAIT);
+    let listed = || -> Vec<String> {
+        serde_json::from_value(b.run(
+            "return [...document.querySelectorAll('#app-list button')].map(x => x.textContent);",
+        ))
+        .unwrap()
+    };
+    assert_eq!(listed(), ["alpha-bot", "gamma-bot"], "exactly ada's");
+    assert_eq!(b.text("#developer-name"), "ada");
+    assert_eq!(b.text("h1"), "alpha-bot", "the first one is open");
+    b.click(&format!("#app-list button[data-app='{}']", gamma.id));
+    b.wait_text("h1", WAIT, |t| t == "gamma-bot")
+        .expect("gamma opens");
+    b.wait_text("#live", WAIT, |t| t == "0")
+        .expect("its figures poll");
+    b.run("document.getElementById('apps').scrollIntoView(); return 1;");
+    shot(&b, "developer.png");
+    let v = axe_violations(&b);
+    assert!(v.is_empty(), "axe-core on a developer's page: {v:#?}");
+    // A forged switch to bob's application, with a valid CSRF token: 403.
+    let status = b.run(&format!(
+        "const csrf = document.querySelector('meta[name=csrf]').content;\
+         return fetch('/switch', {{method: 'POST', credentials: 'same-origin', redirect: 'manual',\
+           body: new URLSearchParams({{csrf: csrf, app: '{}'}})}}).then(r => r.status);",
+        beta.id
+    ));
+    assert_eq!(status, json!(403));
+    b.goto(&format!("{base}/"));
+    assert_eq!(b.text("h1"), "gamma-bot", "still ada's own");
+    assert!(!b
+        .run("return document.body.textContent;")
+        .to_string()
+        .contains("beta-bot"));
+    b.click("#signout");
+    dev_sign_in("bob", "staple staple staple");
+    b.wait_for("#signout", WAIT);
+    assert_eq!(listed(), ["beta-bot"], "exactly bob's");
+    assert_eq!(b.text("h1"), "beta-bot");
+}

@@ -968,3 +968,110 @@ fn the_session_list_is_per_application_paged_by_cursor_and_has_the_timeline() {
     .is_some());
     drop((mine, theirs));
 }
+
+/// Developer accounts: a person signs in with a name and password and
+/// sees exactly the applications they own; a switch to another's is
+/// refused whatever the form says; a disowned application is gone at the
+/// next request; a wrong password is refused like a wrong token (and
+/// counted); a token reset does not sign the developer out.
+#[test]
+fn a_developer_sees_exactly_their_own_applications() {
+    let node = Node::start(&["--no-demo-traffic"]);
+    let addr = portal::addr(&node);
+    let reg = Registry::new(node.dir.path());
+    let alpha = reg.add_app("alpha-bot", 0);
+    let beta = reg.add_app("beta-bot", 0);
+    let demo_id = sign_in(addr, &node.token).unwrap().health()["application_id"]
+        .as_str()
+        .unwrap()
+        .parse::<u64>()
+        .unwrap();
+    reg.add_developer("ada", "correct horse battery");
+    reg.add_developer("bob", "staple staple staple");
+    reg.add_developer("cy", "nothing owned here");
+    reg.own("ada", demo_id);
+    reg.own("ada", alpha.id);
+    reg.own("bob", beta.id);
+
+    let ada = portal::sign_in_developer(addr, "ada", "correct horse battery").unwrap();
+    let page = ada.get("/").body;
+    assert!(
+        page.contains("Signed in as <strong id=\"developer-name\">ada</strong>"),
+        "{page:.2000}"
+    );
+    assert!(
+        page.contains("alpha-bot") && page.contains("demo-bot"),
+        "{page:.2000}"
+    );
+    assert!(!page.contains("beta-bot") && !page.contains(&beta.id.to_string()));
+    // The first application they own is shown.
+    assert_eq!(ada.health()["application_id"], demo_id.to_string());
+    // Another's application: refused, and the page stays on theirs.
+    let forged = ada.post("/switch", &format!("app={}", beta.id));
+    assert_eq!(forged.status, 403, "{forged:?}");
+    assert_eq!(ada.health()["application_id"], demo_id.to_string());
+    let moved = ada.post("/switch", &format!("app={}", alpha.id));
+    assert_eq!(moved.status, 303, "{moved:?}");
+    assert_eq!(ada.health()["application_id"], alpha.id.to_string());
+
+    let bob = portal::sign_in_developer(addr, "bob", "staple staple staple").unwrap();
+    let page = bob.get("/").body;
+    assert!(page.contains("beta-bot"), "{page:.2000}");
+    assert!(!page.contains("alpha-bot") && !page.contains("demo-bot"));
+    assert_eq!(bob.health()["application_id"], beta.id.to_string());
+    // A bot-token session cannot switch at all.
+    let token_session = sign_in(addr, &alpha.token).unwrap();
+    assert_eq!(
+        token_session
+            .post("/switch", &format!("app={}", beta.id))
+            .status,
+        403
+    );
+
+    // Disowned while the page is open: gone at the next request.
+    reg.disown("bob", beta.id);
+    let r = bob.get("/api/health");
+    assert_eq!(r.status, 409, "{r:?}");
+    let page = bob.get("/").body;
+    assert!(
+        page.contains("id=\"no-apps\"") && !page.contains("beta-bot"),
+        "{page:.2000}"
+    );
+
+    // Owning nothing: the list says how to get one.
+    let cy = portal::sign_in_developer(addr, "cy", "nothing owned here").unwrap();
+    let page = cy.get("/").body;
+    assert!(
+        page.contains("gatewayd registry developer own cy"),
+        "{page:.2000}"
+    );
+    assert_eq!(cy.get("/api/health").status, 409);
+
+    // A wrong password, an unknown name: refused alike, and counted.
+    let before = metric_sum(
+        &metrics(node.admin),
+        "gatewayd_portal_signins_total",
+        &[("outcome", "bad_token")],
+    );
+    for (name, pw) in [
+        ("ada", "wrong password!!"),
+        ("nobody", "correct horse battery"),
+    ] {
+        let r = portal::sign_in_developer(addr, name, pw).unwrap_err();
+        assert_eq!(r.status, 401, "{name}");
+        assert!(r.body.contains("do not match"), "{}", r.body);
+    }
+    let after = metric_sum(
+        &metrics(node.admin),
+        "gatewayd_portal_signins_total",
+        &[("outcome", "bad_token")],
+    );
+    assert_eq!(after - before, 2.0);
+
+    // A token reset of alpha (from ada's page) ends alpha's token
+    // sessions, not ada's.
+    let reset = ada.post("/api/reset-token", "");
+    assert_eq!(reset.status, 200, "{reset:?}");
+    assert_eq!(token_session.get("/api/health").status, 401);
+    assert_eq!(ada.health()["application_id"], alpha.id.to_string());
+}

@@ -261,7 +261,7 @@ pub fn render_portal(
 ) {
     let _ = writeln!(
         out,
-        "# HELP gatewayd_portal_signins_total Developer portal sign-ins, by outcome (ok, bad_token, refused: over the flood limit).\n\
+        "# HELP gatewayd_portal_signins_total Developer portal sign-ins, by outcome (ok, bad_token: a wrong bot token or a developer name and password that do not match, refused: over the flood limit).\n\
 # TYPE gatewayd_portal_signins_total counter\n\
 gatewayd_portal_signins_total{{outcome=\"ok\"}} {}\n\
 gatewayd_portal_signins_total{{outcome=\"bad_token\"}} {}\n\

@@ -7,6 +7,8 @@
 //! - `http`: one request read under a deadline, one answer with the
 //!   security headers every page carries;
 //! - `sessions`: the server-side sessions (cookie id, CSRF token, expiry);
+//! - `developers`: a person's sign-in (name, password) and the
+//!   applications they own;
 //! - `limit`: the sign-in flood guard;
 //! - `pages`: the HTML (every value escaped); `assets`: its style sheet,
 //!   script and icon, at hashed names, cached and gzip-compressed;
@@ -26,6 +28,7 @@
 
 mod assets;
 mod cluster;
+mod developers;
 pub mod figures;
 mod health;
 pub mod http;
@@ -228,7 +231,12 @@ fn route(ctx: &Ctx, req: &Request, ip: IpAddr) -> Response {
         }
         ("GET", "/healthz") => Response::new(200, "text/plain", "ok\n"),
         ("POST", "/signin") => signin(ctx, req, ip),
-        _ if p == "/" || p == "/signin" || p == "/signout" || p.starts_with("/api/") => {
+        _ if p == "/"
+            || p == "/signin"
+            || p == "/signout"
+            || p == "/switch"
+            || p.starts_with("/api/") =>
+        {
             signed_in(ctx, req)
         }
         _ => Response::new(404, "text/plain", "not found\n"),
@@ -241,7 +249,7 @@ fn signed_in(ctx: &Ctx, req: &Request) -> Response {
     let session = id
         .as_deref()
         .and_then(|id| lock(&ctx.sessions).get(id, Instant::now()).cloned());
-    let Some((id, session)) = id.zip(session) else {
+    let Some((id, mut session)) = id.zip(session) else {
         // A session a token reset ended says so (a forged or expired one
         // gets the plain answer).
         let reset = req
@@ -274,8 +282,18 @@ fn signed_in(ctx: &Ctx, req: &Request) -> Response {
             return Response::json(403, &json!({"error": "CSRF check failed: reload the page"}));
         }
     }
+    if let Err(refused) = developers::check(ctx, &id, &mut session) {
+        return refused;
+    }
+    if session.app == 0 && req.path.starts_with("/api/") {
+        return Response::json(
+            409,
+            &json!({"error": "no application chosen: open one of yours first"}),
+        );
+    }
     match (req.method.as_str(), req.path.as_str()) {
         ("GET", "/") => Response::html(200, pages::dashboard(ctx, &session)),
+        ("POST", "/switch") => developers::switch(ctx, &id, &session, req),
         ("POST", "/signout") => {
             lock(&ctx.sessions).remove(&id);
             let mut r = Response::see_other("/");
@@ -344,16 +362,36 @@ fn signin(ctx: &Ctx, req: &Request, ip: IpAddr) -> Response {
         stats.signins_refused.fetch_add(1, Relaxed);
         return signin_page(ctx, Some("Too many failed sign-ins: wait a minute."), 429);
     }
-    let token = req.field("token").unwrap_or_default();
-    let token = token.trim().trim_start_matches("Bot ").trim();
-    let app = if token.is_empty() || token.len() > 200 {
-        Ok(None)
-    } else {
-        ctx.registry().authenticate(token)
+    // (application shown, its name, the developer) of a good sign-in.
+    type SignedIn = (u64, String, Option<(u64, String)>);
+    let who: registry::Result<Option<SignedIn>> = match developers::credentials(req) {
+        Some((name, password)) if developers::plausible(&name, &password) => {
+            let dev = ctx.registry().developer_sign_in(&name, &password);
+            dev.and_then(|d| {
+                let Some(d) = d else { return Ok(None) };
+                // The first application they own is shown (none: the list).
+                let apps = ctx.registry().applications_of_developer(d.id)?;
+                let (app, app_name) = apps
+                    .first()
+                    .map_or((0, String::new()), |a| (a.id, a.name.clone()));
+                Ok(Some((app, app_name, Some((d.id, d.name)))))
+            })
+        }
+        Some(_) => Ok(None),
+        None => {
+            let token = req.field("token").unwrap_or_default();
+            let token = token.trim().trim_start_matches("Bot ").trim();
+            if token.is_empty() || token.len() > 200 {
+                Ok(None)
+            } else {
+                let app = ctx.registry().authenticate(token);
+                app.map(|a| a.map(|a| (a.id, a.name, None)))
+            }
+        }
     };
-    match app {
-        Ok(Some(app)) => {
-            let made = lock(&ctx.sessions).create(app.id, &app.name, Instant::now());
+    match who {
+        Ok(Some((app, app_name, developer))) => {
+            let made = lock(&ctx.sessions).create_as(app, &app_name, developer, Instant::now());
             let Some((id, _csrf)) = made else {
                 return Response::new(503, "text/plain", "no randomness available\n");
             };
@@ -371,7 +409,12 @@ fn signin(ctx: &Ctx, req: &Request, ip: IpAddr) -> Response {
             stats.signins_failed.fetch_add(1, Relaxed);
             lock(&ctx.guard).failed(ip, now);
             ctx.v.shared.rest_addrs.invalid(key, now);
-            signin_page(ctx, Some("That token is not valid."), 401)
+            let why = if developers::credentials(req).is_some() {
+                "That name and password do not match."
+            } else {
+                "That token is not valid."
+            };
+            signin_page(ctx, Some(why), 401)
         }
         Err(e) => {
             tracing::warn!(error = %e, "portal sign-in: registry unavailable");

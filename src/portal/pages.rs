@@ -57,10 +57,19 @@ pub fn signin(pre: &str, error: Option<&str>) -> String {
          The token is checked once and never stored in the browser; the session ends \
          when you sign out or after a while unused.</p>{error}\
          <form method=\"post\" action=\"/signin\" id=\"signin\">\
-         <input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+         <input type=\"hidden\" name=\"csrf\" value=\"{0}\">\
          <label for=\"token\">Bot token</label>\
          <input id=\"token\" name=\"token\" type=\"password\" autocomplete=\"off\" required>\
-         <button type=\"submit\" id=\"signin-button\">Sign in</button></form></main>",
+         <button type=\"submit\" id=\"signin-button\">Sign in</button></form>\
+         <h2>Developer account</h2>\
+         <p>Or sign in as a person, and see every application you own.</p>\
+         <form method=\"post\" action=\"/signin\" id=\"dev-signin\">\
+         <input type=\"hidden\" name=\"csrf\" value=\"{0}\">\
+         <label for=\"dev-name\">Name</label>\
+         <input id=\"dev-name\" name=\"name\" autocomplete=\"username\" required>\
+         <label for=\"dev-password\">Password</label>\
+         <input id=\"dev-password\" name=\"password\" type=\"password\" autocomplete=\"current-password\" required>\
+         <button type=\"submit\" id=\"dev-signin-button\">Sign in</button></form></main>",
         esc(pre)
     );
     shell("Sign in", None, &body)
@@ -78,7 +87,26 @@ fn table(id: &str, caption: &str, heads: &[&str]) -> String {
     format!("<table><caption>{caption}</caption><thead><tr>{th}</tr></thead><tbody id=\"{id}\"></tbody></table>")
 }
 
+/// Sign out, as a form (the header of every signed-in page).
+fn signout_form(s: &Session) -> String {
+    format!(
+        "<form method=\"post\" action=\"/signout\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
+         <button type=\"submit\" id=\"signout\">Sign out</button></form>",
+        esc(&s.csrf)
+    )
+}
+
 pub fn dashboard(ctx: &Ctx, s: &Session) -> String {
+    if s.app == 0 {
+        // A developer with no application open: their list.
+        let mut b = format!(
+            "<header><h1>Developer portal</h1>{}</header><main>",
+            signout_form(s)
+        );
+        super::developers::picker(ctx, s, &mut b);
+        b.push_str("</main>");
+        return shell("Your applications", Some(&s.csrf), &b);
+    }
     let app = ctx.registry().application(s.app).ok().flatten();
     let Some(app) = app else {
         return shell(
@@ -92,13 +120,12 @@ pub fn dashboard(ctx: &Ctx, s: &Session) -> String {
     let mut b = String::with_capacity(16 << 10);
     let _ = write!(
         b,
-        "<header><h1>{}</h1><p class=\"sub\">Application <code id=\"app-id\">{}</code></p>\
-         <form method=\"post\" action=\"/signout\"><input type=\"hidden\" name=\"csrf\" value=\"{}\">\
-         <button type=\"submit\" id=\"signout\">Sign out</button></form></header><main>",
+        "<header><h1>{}</h1><p class=\"sub\">Application <code id=\"app-id\">{}</code></p>{}</header><main>",
         esc(&app.name),
         app.id,
-        esc(&s.csrf)
+        signout_form(s)
     );
+    super::developers::picker(ctx, s, &mut b);
     let node = ctx.v.shared.node();
     if node != 0 {
         cluster_section(&mut b, node);

@@ -12,8 +12,12 @@ const OWN_INTERACTIONS: usize = 32;
 
 #[derive(Clone, Debug)]
 pub struct Session {
+    /// The application shown (0: a developer who has not chosen one).
     pub app: u64,
     pub app_name: String,
+    /// Signed in as a developer (id, name): may switch between the
+    /// applications they own; None: signed in with one bot's token.
+    pub developer: Option<(u64, String)>,
     pub csrf: String,
     created: Instant,
     used: Instant,
@@ -81,6 +85,17 @@ impl Sessions {
 
     /// A new session for `app`: (cookie id, CSRF token).
     pub fn create(&mut self, app: u64, app_name: &str, now: Instant) -> Option<(String, String)> {
+        self.create_as(app, app_name, None, now)
+    }
+
+    /// A new session, of a developer if `developer` (id, name).
+    pub fn create_as(
+        &mut self,
+        app: u64,
+        app_name: &str,
+        developer: Option<(u64, String)>,
+        now: Instant,
+    ) -> Option<(String, String)> {
         self.by_id.retain(|_, s| {
             now.duration_since(s.used) < self.idle && now.duration_since(s.created) < self.max_age
         });
@@ -98,6 +113,7 @@ impl Sessions {
             Session {
                 app,
                 app_name: app_name.to_string(),
+                developer,
                 csrf: csrf.clone(),
                 created: now,
                 used: now,
@@ -126,13 +142,14 @@ impl Sessions {
         self.by_id.remove(id);
     }
 
-    /// Ends every session of `app` but `keep` (after a token reset),
-    /// remembering them (`ended_by_reset`).
+    /// Ends every bot-token session of `app` but `keep` (after a token
+    /// reset), remembering them (`ended_by_reset`); a developer's session
+    /// stays (their password, not the token, signed them in).
     pub fn end_app(&mut self, app: u64, keep: &str) {
         let now = Instant::now();
         let ended = &mut self.ended;
         self.by_id.retain(|k, s| {
-            let stays = s.app != app || k == keep;
+            let stays = s.app != app || k == keep || s.developer.is_some();
             if !stays {
                 if ended.len() == ENDED {
                     ended.pop_front();

@@ -105,6 +105,18 @@ pub struct Signed {
 /// The sign-in form's round: GET / for the form's token, POST /signin.
 /// Ok(session), or Err(the answer) if refused.
 pub fn sign_in(addr: SocketAddr, token: &str) -> Result<Signed, Answer> {
+    sign_in_with(addr, &format!("token={}", enc(token)))
+}
+
+/// Signs in as a developer (name and password).
+pub fn sign_in_developer(addr: SocketAddr, name: &str, password: &str) -> Result<Signed, Answer> {
+    sign_in_with(
+        addr,
+        &format!("name={}&password={}", enc(name), enc(password)),
+    )
+}
+
+fn sign_in_with(addr: SocketAddr, fields: &str) -> Result<Signed, Answer> {
     let page = request(addr, "GET", "/", &[], "");
     let pre = page
         .set_cookie("gw_pre")
@@ -114,7 +126,7 @@ pub fn sign_in(addr: SocketAddr, token: &str) -> Result<Signed, Answer> {
         "POST",
         "/signin",
         &[format!("Cookie: gw_pre={pre}")],
-        &format!("csrf={pre}&token={}", enc(token)),
+        &format!("csrf={pre}&{fields}"),
     );
     let Some(cookie) = a.set_cookie("gw_portal") else {
         return Err(a);

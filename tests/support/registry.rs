@@ -121,6 +121,29 @@ impl Registry {
         }
     }
 
+    /// A developer account (`registry developer add`, the password from a
+    /// file as an operator would give it).
+    pub fn add_developer(&self, name: &str, password: &str) {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("password");
+        std::fs::write(&file, format!("{password}\n")).unwrap();
+        self.text(&[
+            "developer",
+            "add",
+            name,
+            "--password-file",
+            file.to_str().unwrap(),
+        ]);
+    }
+
+    pub fn own(&self, developer: &str, app: u64) {
+        self.text(&["developer", "own", developer, &app.to_string()]);
+    }
+
+    pub fn disown(&self, developer: &str, app: u64) {
+        self.text(&["developer", "disown", developer, &app.to_string()]);
+    }
+
     /// A server with its `#general`: (server id, general channel id).
     pub fn add_server(&self, name: &str) -> (u64, u64) {
         let out = self.run(&["add-server", "--name", name]);

@@ -133,7 +133,8 @@
     const b = h.identify_budget;
     if (b) {
       set("budget-remaining", b.remaining + " of " + b.total);
-      set("budget-reset", hoursMinutes(b.reset_after_ms));
+      // Nothing spent: no window is running, so nothing resets.
+      set("budget-reset", b.remaining >= b.total ? "nothing spent" : hoursMinutes(b.reset_after_ms));
       set("budget-concurrency", b.max_concurrency);
     }
     const ix = h.interactions;
@@ -201,6 +202,7 @@
   }
 
   async function poll() {
+    if (!$("live")) return; // a developer's list of applications: nothing to poll
     try {
       const r = await fetch("/api/health", { credentials: "same-origin", cache: "no-store" });
       if (r.status === 401) { location.href = "/"; return; }

@@ -1,6 +1,8 @@
 //! `gatewayd registry ...`: manage the registry file while the node runs or
 //! not (SQLite in WAL mode; identifies read it fresh).
 
+mod developers;
+
 use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
@@ -191,6 +193,17 @@ enum RegistryCmd {
     },
     /// List applications, servers and installations.
     List,
+    /// Developer accounts: people who sign in to the portal and see the
+    /// applications they own (docs/registry.md).
+    Developer {
+        #[command(subcommand)]
+        cmd: developers::DeveloperCmd,
+    },
+    /// Privileged-intent requests from applications: list, approve, deny.
+    Intents {
+        #[command(subcommand)]
+        cmd: developers::IntentsCmd,
+    },
 }
 
 pub fn run(args: RegistryArgs) -> Result<(), String> {
@@ -405,6 +418,8 @@ pub fn run(args: RegistryArgs) -> Result<(), String> {
                 );
             }
         }
+        RegistryCmd::Developer { cmd } => developers::run_developer(&*reg, cmd)?,
+        RegistryCmd::Intents { cmd } => developers::run_intents(&*reg, cmd)?,
         RegistryCmd::List => {
             for a in reg.list_applications().map_err(e)? {
                 println!(

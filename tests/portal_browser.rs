@@ -460,9 +460,11 @@ fn the_session_table_pages_over_a_thousand_sessions_in_a_browser() {
     );
     b.click("#sessions-prev");
     b.wait_text("#sessions-range", WAIT, |t| {
-        t == format!("1051\u{2013}1100 {total}")
+        t == format!("1001\u{2013}1050 {total}")
     })
-    .expect("Previous returns to the page before");
+    .expect("Previous returns to the page before the last");
+    let back: Vec<String> = serde_json::from_value(b.run(page_ids)).unwrap();
+    assert_eq!(back, ids[1000..1050], "the same rows as on the way there");
     let row = b.run(
         "return [...document.querySelector('#session-list tr').cells].map(c => c.textContent);",
     );
@@ -617,4 +619,45 @@ fn a_developer_signs_in_and_sees_exactly_their_applications_in_a_browser() {
     b.wait_for("#signout", WAIT);
     assert_eq!(listed(), ["beta-bot"], "exactly bob's");
     assert_eq!(b.text("h1"), "beta-bot");
+}
+
+/// The intents flow in a browser: the author asks for GUILD_PRESENCES in
+/// Settings, the operator (the admin token, behind "Operator" on the
+/// sign-in page) sees it pending and approves it, and the author's page
+/// then shows it approved; axe-core on the operator's page.
+#[test]
+#[ignore = "needs chromium and chromedriver (Debian's chromium, chromium-driver): run scripts/test-all.sh, or install them"]
+fn an_intents_request_and_the_operators_approval_in_a_browser() {
+    const ADMIN: &str = "op-token-0123456789";
+    let node = Node::start(&["--no-demo-traffic", "--admin-token", ADMIN]);
+    let base = format!("http://{}", support::portal::addr(&node));
+    let b = Browser::start();
+    sign_in(&b, &base, &node.token);
+    let app = b.text("#app-id");
+    assert_eq!(b.text("#intents-pending"), "none");
+    b.run("document.querySelector('#intents input[name=GUILD_PRESENCES]').click(); return 1;");
+    b.click("#intents button");
+    b.wait_text("#intents-result", WAIT, |t| t.contains("pending"))
+        .expect("the request's outcome");
+    assert_eq!(b.text("#intents-pending"), "GUILD_PRESENCES");
+    b.click("#signout");
+    b.wait_for("#signin-button", WAIT);
+    b.click("details summary");
+    b.type_into("#admin-token", ADMIN);
+    b.click("#op-signin-button");
+    b.wait_for("#signout", WAIT);
+    let row = b.text("#requests");
+    assert!(
+        row.contains("demo-bot") && row.contains("GUILD_PRESENCES"),
+        "{row}"
+    );
+    shot(&b, "operator.png");
+    let v = axe_violations(&b);
+    assert!(v.is_empty(), "axe-core on the operator's page: {v:#?}");
+    b.click(&format!("#approve-{app}"));
+    b.wait_for("#no-requests", WAIT);
+    b.click("#signout");
+    sign_in(&b, &base, &node.token);
+    assert!(b.text("#intents-approved").contains("GUILD_PRESENCES"));
+    assert_eq!(b.text("#intents-pending"), "none");
 }

@@ -1075,3 +1075,113 @@ fn a_developer_sees_exactly_their_own_applications() {
     assert_eq!(token_session.get("/api/health").status, 401);
     assert_eq!(ada.health()["application_id"], alpha.id.to_string());
 }
+
+/// Privileged intents: the author requests in Settings, the operator
+/// (signed in with the admin token) sees it pending and approves or
+/// denies; an Identify asking for an approved intent then starts; an
+/// author cannot decide, and operator sign-in is off without a token.
+#[test]
+fn an_intents_request_is_approved_or_denied_by_the_operator() {
+    const ADMIN: &str = "op-token-0123456789";
+    let node = Node::start(&["--no-demo-traffic", "--admin-token", ADMIN]);
+    let addr = portal::addr(&node);
+    let reg = Registry::new(node.dir.path());
+    let quiet = reg.add_app("quiet-bot", 0);
+    let author = sign_in(addr, &node.token).unwrap();
+    let page = author.get("/").body;
+    assert!(
+        page.contains("id=\"intents-pending\">none<"),
+        "{page:.3000}"
+    );
+    let r = author.post(
+        "/api/request-intents",
+        "MESSAGE_CONTENT=on&GUILD_PRESENCES=on",
+    );
+    assert_eq!(r.status, 200, "{r:?}");
+    let v = r.json();
+    assert!(v["pending"] == "GUILD_PRESENCES", "{v}");
+    let other = sign_in(addr, &quiet.token).unwrap();
+    assert_eq!(
+        other
+            .post("/api/request-intents", "GUILD_MEMBERS=on")
+            .status,
+        200
+    );
+    // Not the author's to decide.
+    let app_id: u64 = author.health()["application_id"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let forged = author.post("/operator/intents", &format!("app={app_id}&action=approve"));
+    assert_eq!(forged.status, 403, "{forged:?}");
+
+    // The operator: a wrong token refused, the right one sees both requests.
+    let bad = portal::sign_in_with_fields(addr, "admin_token=nope").unwrap_err();
+    assert_eq!(bad.status, 401);
+    let op = portal::sign_in_with_fields(addr, &format!("admin_token={ADMIN}")).unwrap();
+    let page = op.get("/").body;
+    assert!(page.contains("Privileged intent requests"), "{page:.3000}");
+    assert!(
+        page.contains(&format!("approve-{app_id}")) && page.contains(&format!("deny-{}", quiet.id))
+    );
+    assert_eq!(
+        op.get("/api/health").status,
+        409,
+        "no application on the operator's page"
+    );
+    assert_eq!(
+        op.post("/operator/intents", &format!("app={app_id}&action=approve"))
+            .status,
+        303
+    );
+    assert_eq!(
+        op.post(
+            "/operator/intents",
+            &format!("app={}&action=deny", quiet.id)
+        )
+        .status,
+        303
+    );
+    assert_eq!(
+        op.post("/operator/intents", "app=1&action=approve").status,
+        404
+    );
+    let page = op.get("/").body;
+    assert!(page.contains("id=\"no-requests\""), "{page:.3000}");
+    let page = author.get("/").body;
+    assert!(
+        page.contains("id=\"intents-approved\">GUILD_MEMBERS, GUILD_PRESENCES, MESSAGE_CONTENT<")
+            && page.contains("id=\"intents-pending\">none<"),
+        "{}",
+        &page[page.find("h-intents").unwrap_or(0)..][..600]
+    );
+    // What was approved now starts.
+    let presences = support::intent::GUILD_PRESENCES | support::intent::MESSAGE_CONTENT;
+    let ok = bot::identify(
+        node.gateway,
+        "p",
+        &node.token,
+        BOT_INTENTS | presences,
+        None,
+    );
+    assert!(ok.is_ok(), "{:?}", ok.err());
+    let denied = bot::identify(
+        node.gateway,
+        "q",
+        &quiet.token,
+        support::intent::GUILDS | support::intent::GUILD_MEMBERS,
+        None,
+    );
+    assert!(denied.err().is_some_and(|e| e.contains("4014")));
+    let page = other.get("/").body;
+    assert!(
+        page.contains("id=\"intents-pending\">none<"),
+        "denied: nothing pending"
+    );
+
+    // A node without an admin token: operator sign-in is off.
+    let plain = Node::start(&["--no-demo-traffic"]);
+    let r = portal::sign_in_with_fields(portal::addr(&plain), "admin_token=").unwrap_err();
+    assert!(r.body.contains("no admin_token"), "{}", r.body);
+}

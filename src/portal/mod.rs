@@ -17,6 +17,8 @@
 //!   on the node-to-node link, and the bytes of one node's figures;
 //! - `session_table`: the sessions one by one, paged, and their last
 //!   lifecycle events, from every node;
+//! - `intents`: privileged intents requested, approved, and the
+//!   operator's page that decides;
 //! - `tools`: test event, click a command, re-check the endpoint, reset
 //!   the token;
 //! - `names`: permission bits, intents and close codes in words.
@@ -33,6 +35,7 @@ pub mod figures;
 mod health;
 pub mod http;
 mod installs;
+mod intents;
 pub mod limit;
 pub mod names;
 mod pages;
@@ -235,6 +238,7 @@ fn route(ctx: &Ctx, req: &Request, ip: IpAddr) -> Response {
             || p == "/signin"
             || p == "/signout"
             || p == "/switch"
+            || p == "/operator/intents"
             || p.starts_with("/api/") =>
         {
             signed_in(ctx, req)
@@ -292,8 +296,11 @@ fn signed_in(ctx: &Ctx, req: &Request) -> Response {
         );
     }
     match (req.method.as_str(), req.path.as_str()) {
+        ("GET", "/") if session.operator => Response::html(200, pages::operator(ctx, &session)),
         ("GET", "/") => Response::html(200, pages::dashboard(ctx, &session)),
+        ("POST", "/operator/intents") => intents::decide(ctx, &session, req),
         ("POST", "/switch") => developers::switch(ctx, &id, &session, req),
+        ("POST", "/api/request-intents") => intents::request(ctx, &session, req),
         ("POST", "/signout") => {
             lock(&ctx.sessions).remove(&id);
             let mut r = Response::see_other("/");
@@ -362,6 +369,9 @@ fn signin(ctx: &Ctx, req: &Request, ip: IpAddr) -> Response {
         stats.signins_refused.fetch_add(1, Relaxed);
         return signin_page(ctx, Some("Too many failed sign-ins: wait a minute."), 429);
     }
+    if let Some(given) = req.field("admin_token") {
+        return operator_signin(ctx, &given, ip, now);
+    }
     // (application shown, its name, the developer) of a good sign-in.
     type SignedIn = (u64, String, Option<(u64, String)>);
     let who: registry::Result<Option<SignedIn>> = match developers::credentials(req) {
@@ -425,4 +435,29 @@ fn signin(ctx: &Ctx, req: &Request, ip: IpAddr) -> Response {
             )
         }
     }
+}
+
+/// A sign-in with the node's admin token: the operator's page.
+fn operator_signin(ctx: &Ctx, given: &str, ip: IpAddr, now: u64) -> Response {
+    let stats = &ctx.v.stats;
+    if !intents::operator_token(ctx, given) {
+        stats.signins_failed.fetch_add(1, Relaxed);
+        lock(&ctx.guard).failed(ip, now);
+        ctx.v.shared.rest_addrs.invalid(ip_key(ip), now);
+        let why = if ctx.v.shared.cfg.admin_token.is_empty() {
+            "Operator sign-in is off: this node has no admin_token."
+        } else {
+            "That admin token is not valid."
+        };
+        return signin_page(ctx, Some(why), 401);
+    }
+    let Some((id, _)) = lock(&ctx.sessions).create_operator(Instant::now()) else {
+        return Response::new(503, "text/plain", "no randomness available\n");
+    };
+    stats.signins.fetch_add(1, Relaxed);
+    let mut r = Response::see_other("/");
+    r.cookies
+        .push(cookie(ctx, COOKIE, &id, ctx.cfg.session_max_s));
+    r.cookies.push(clear_cookie(ctx, PRE_COOKIE));
+    r
 }

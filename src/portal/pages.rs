@@ -69,7 +69,13 @@ pub fn signin(pre: &str, error: Option<&str>) -> String {
          <input id=\"dev-name\" name=\"name\" autocomplete=\"username\" required>\
          <label for=\"dev-password\">Password</label>\
          <input id=\"dev-password\" name=\"password\" type=\"password\" autocomplete=\"current-password\" required>\
-         <button type=\"submit\" id=\"dev-signin-button\">Sign in</button></form></main>",
+         <button type=\"submit\" id=\"dev-signin-button\">Sign in</button></form>\
+         <details><summary>Operator</summary>\
+         <form method=\"post\" action=\"/signin\" id=\"op-signin\">\
+         <input type=\"hidden\" name=\"csrf\" value=\"{0}\">\
+         <label for=\"admin-token\">The node's admin token</label>\
+         <input id=\"admin-token\" name=\"admin_token\" type=\"password\" autocomplete=\"off\" required>\
+         <button type=\"submit\" id=\"op-signin-button\">Sign in as the operator</button></form></details></main>",
         esc(pre)
     );
     shell("Sign in", None, &body)
@@ -94,6 +100,17 @@ fn signout_form(s: &Session) -> String {
          <button type=\"submit\" id=\"signout\">Sign out</button></form>",
         esc(&s.csrf)
     )
+}
+
+/// The operator's page (signed in with the admin token).
+pub fn operator(ctx: &Ctx, s: &Session) -> String {
+    let mut b = format!(
+        "<header><h1>Operator</h1><p class=\"sub\">Signed in with the node's admin token</p>{}</header><main>",
+        signout_form(s)
+    );
+    super::intents::operator_page(ctx, s, &mut b);
+    b.push_str("</main>");
+    shell("Operator", Some(&s.csrf), &b)
 }
 
 pub fn dashboard(ctx: &Ctx, s: &Session) -> String {
@@ -295,10 +312,11 @@ fn settings_section(b: &mut String, ctx: &Ctx, app: &registry::Application) {
          PING with a bad signature (401), as the platform requires.</p>\
          <label for=\"ep-url\">URL (empty: remove it; interactions then come over the gateway)</label>\
          <input id=\"ep-url\" name=\"url\" type=\"url\">\
-         <button type=\"submit\">Verify and save</button><output id=\"endpoint-result\" role=\"status\"></output></form>\
-         </section>",
+         <button type=\"submit\">Verify and save</button><output id=\"endpoint-result\" role=\"status\"></output></form>",
         esc(&key),
     );
+    super::intents::settings(b, app);
+    b.push_str("</section>");
 }
 
 /// Servers whose own commands the page lists (one registry read each).

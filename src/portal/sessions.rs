@@ -18,6 +18,8 @@ pub struct Session {
     /// Signed in as a developer (id, name): may switch between the
     /// applications they own; None: signed in with one bot's token.
     pub developer: Option<(u64, String)>,
+    /// Signed in with the node's admin token: the operator's page only.
+    pub operator: bool,
     pub csrf: String,
     created: Instant,
     used: Instant,
@@ -114,12 +116,20 @@ impl Sessions {
                 app,
                 app_name: app_name.to_string(),
                 developer,
+                operator: false,
                 csrf: csrf.clone(),
                 created: now,
                 used: now,
                 interactions: Vec::new(),
             },
         );
+        Some((id, csrf))
+    }
+
+    /// A new operator's session (no application shown).
+    pub fn create_operator(&mut self, now: Instant) -> Option<(String, String)> {
+        let (id, csrf) = self.create_as(0, "", None, now)?;
+        self.by_id.get_mut(&id)?.operator = true;
         Some((id, csrf))
     }
 

@@ -105,18 +105,19 @@ pub struct Signed {
 /// The sign-in form's round: GET / for the form's token, POST /signin.
 /// Ok(session), or Err(the answer) if refused.
 pub fn sign_in(addr: SocketAddr, token: &str) -> Result<Signed, Answer> {
-    sign_in_with(addr, &format!("token={}", enc(token)))
+    sign_in_with_fields(addr, &format!("token={}", enc(token)))
 }
 
 /// Signs in as a developer (name and password).
 pub fn sign_in_developer(addr: SocketAddr, name: &str, password: &str) -> Result<Signed, Answer> {
-    sign_in_with(
+    sign_in_with_fields(
         addr,
         &format!("name={}&password={}", enc(name), enc(password)),
     )
 }
 
-fn sign_in_with(addr: SocketAddr, fields: &str) -> Result<Signed, Answer> {
+/// Signs in with these form fields (`admin_token=...` for the operator).
+pub fn sign_in_with_fields(addr: SocketAddr, fields: &str) -> Result<Signed, Answer> {
     let page = request(addr, "GET", "/", &[], "");
     let pre = page
         .set_cookie("gw_pre")

@@ -254,6 +254,11 @@
         out.textContent = (v.ok ? "OK: " : "FAILED: ") + v.result;
         if (v.ok) $("endpoint-url").textContent = v.url || "none: interactions reach the bot over the gateway (INTERACTION_CREATE)";
       }
+      else if (form.id === "intents") {
+        out.textContent = v.result;
+        set("intents-pending", v.pending);
+        set("intents-approved", v.approved);
+      }
       else if (form.id === "reset") out.textContent = "new token (shown once): " + v.token + "\n" + v.note;
     });
   }

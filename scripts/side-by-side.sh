@@ -85,17 +85,23 @@ GW=$OUT/bin/gatewayd CV=$OUT/bin/conventional-gateway LG=$OUT/bin/loadgen
 # ---------------------------------------------------------------- provisioning
 
 D=$OUT/data TOKENS=$OUT/tokens16
+# ab: the registry is made by build A (the older one, as a rule) and
+# restored before every run, so a B that migrates the schema forward
+# leaves A a registry it can open.
+PGW=$GW
+if [ "$MODE" = ab ] && [ -n "${A_GATEWAYD:-}" ]; then PGW=$A_GATEWAYD; fi
 if [ ! -s "$TOKENS" ]; then
   log "provisioning a registry: 1 server, 16 apps (MESSAGE_CONTENT approved), permissions 3072"
   rm -rf "$D"; mkdir -p "$D"
-  SID=$("$GW" registry --data-dir "$D" add-server --name bench | sed -n 's/^server_id=//p')
+  SID=$("$PGW" registry --data-dir "$D" add-server --name bench | sed -n 's/^server_id=//p')
   : > "$TOKENS"
   for i in $(seq 1 16); do
-    o=$("$GW" registry --data-dir "$D" add-app --name "bench$i" --privileged-intents 32768)
+    o=$("$PGW" registry --data-dir "$D" add-app --name "bench$i" --privileged-intents 32768)
     app=$(echo "$o" | sed -n 's/^application_id=//p')
     echo "$o" | sed -n 's/^token=//p' >> "$TOKENS"
-    "$GW" registry --data-dir "$D" install --app "$app" --server "$SID" --permissions 3072 >/dev/null
+    "$PGW" registry --data-dir "$D" install --app "$app" --server "$SID" --permissions 3072 >/dev/null
   done
+  cp "$D/registry.sqlite" "$OUT/registry.seed"
 fi
 
 # ---------------------------------------------------------------- nodes
@@ -353,6 +359,9 @@ ab() {
       for build in $order; do
         GW=$OUT/bin/gatewayd-$build
         local f=$OUT/ab-$build-$n-r$r-p$p-rep$rep.txt
+        if [ -s "$OUT/registry.seed" ]; then
+          rm -f "$D"/registry.sqlite*; cp "$OUT/registry.seed" "$D/registry.sqlite"
+        fi
         start_gatewayd
         log "ab: build $build, $n sessions x $r events/s x ${SECS}s, payload $p B (pid $NODE_PID, load $(load1))"
         local perf_pid=

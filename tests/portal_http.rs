@@ -1185,3 +1185,100 @@ fn an_intents_request_is_approved_or_denied_by_the_operator() {
     let r = portal::sign_in_with_fields(portal::addr(&plain), "admin_token=").unwrap_err();
     assert!(r.body.contains("no admin_token"), "{}", r.body);
 }
+
+/// Starts refused while the Identify was read (4010, 4013) and Resumes
+/// answered with op 9 are counted for the application whose token they
+/// carried, with the Resume's reason; a token that is nobody's counts for
+/// nobody; another application sees none of them.
+#[test]
+fn parse_refusals_and_refused_resumes_are_attributed_to_their_application() {
+    use bot::Next;
+    let node = Node::start(&["--no-demo-traffic"]);
+    let addr = portal::addr(&node);
+    let reg = Registry::new(node.dir.path());
+    let other = reg.add_app("other-bot", 0);
+    let me = sign_in(addr, &node.token).unwrap();
+    let them = sign_in(addr, &other.token).unwrap();
+    // One payload on a fresh connection; what the gateway answered.
+    let send = |d: serde_json::Value| -> Next {
+        let mut ws = bot::connect(node.gateway);
+        assert_eq!(bot::recv(&mut ws)["op"], 10);
+        bot::send_json(&mut ws, &d);
+        bot::read_next(&mut ws, Duration::from_secs(10))
+    };
+    let code = |n: Next| match n {
+        Next::Close(Some((c, _))) => c,
+        other => panic!("no close: {other:?}"),
+    };
+    let token = format!("Bot {}", node.token);
+    let ident = |token: &str, intents: serde_json::Value, shard: serde_json::Value| {
+        json!({"op": 2, "d": {"token": token, "intents": intents, "shard": shard,
+               "properties": {"os": "linux", "browser": "t", "device": "t"}}})
+    };
+    assert_eq!(code(send(ident(&token, json!(513), json!([5, 2])))), 4010);
+    assert_eq!(
+        code(send(ident(&token, json!("lots"), json!([0, 1])))),
+        4013
+    );
+    // The same refusals with a token that is nobody's, and with none.
+    let forged = format!("Bot {}.AAAA.BBBB", node.token.split('.').next().unwrap());
+    assert_eq!(code(send(ident(&forged, json!(513), json!([5, 2])))), 4010);
+    assert_eq!(
+        code(send(json!({"op": 2, "d": {"intents": 1, "shard": [9, 1]}}))),
+        4002
+    );
+    // A Resume of a session that does not exist, with the application's token.
+    let resume = |token: &str| json!({"op": 6, "d": {"token": token, "session_id": "0000000000aaaaaaaaaaaaaaaaaaaaaa", "seq": 3}});
+    match send(resume(&token)) {
+        Next::Json(v) => assert_eq!(v["op"], 9, "{v}"),
+        other => panic!("no op 9: {other:?}"),
+    }
+    match send(resume(&format!("Bot {}", other.token))) {
+        Next::Json(v) => assert_eq!(v["op"], 9, "{v}"),
+        other => panic!("no op 9: {other:?}"),
+    }
+    let counts = |s: &portal::Signed| -> Vec<(String, u64)> {
+        let h = s.health();
+        let mut v: Vec<(String, u64)> = h["start_refusals"]["counts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| {
+                (
+                    c["why"].as_str().unwrap().to_string(),
+                    c["count"].as_u64().unwrap(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let want = vec![
+        ("close_4010".to_string(), 1),
+        ("close_4013".to_string(), 1),
+        ("op9_resume".to_string(), 1),
+    ];
+    // Attributed through the registry sidecar: within a poll or two.
+    let seen = wait_until(Duration::from_secs(10), || counts(&me) == want);
+    assert!(seen.is_some(), "{:?}", counts(&me));
+    let h = me.health();
+    let recent = h["start_refusals"]["recent"].as_array().unwrap().clone();
+    assert_eq!(recent.len(), 3, "{recent:?}");
+    assert_eq!(recent[0]["why"], "op9_resume");
+    assert_eq!(recent[0]["resume_refusal"], "unknown_session");
+    assert_eq!(recent[0]["detail"], "unknown session");
+    let advice = h["start_refusals"]["counts"].to_string();
+    assert!(
+        advice.contains("[shard_id, num_shards]") && advice.contains("120 s window"),
+        "{advice}"
+    );
+    assert_eq!(counts(&them), vec![("op9_resume".to_string(), 1)]);
+    assert_eq!(
+        metric_sum(
+            &metrics(node.admin),
+            "gatewayd_start_refusals_unattributed_total",
+            &[]
+        ),
+        0.0
+    );
+}

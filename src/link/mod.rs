@@ -303,6 +303,18 @@ impl Sidecar {
 
     fn handle(&mut self, req: SidecarRequest) {
         match req {
+            SidecarRequest::Attribute {
+                worker,
+                token,
+                why,
+                detail,
+            } => {
+                // A token that is no application's (or a registry that did
+                // not answer) leaves the refusal unattributed.
+                if let Ok(Some(app)) = self.call(|r| r.authenticate(&token)) {
+                    self.reply(worker, ToWorker::Attributed((app.id, why, detail)));
+                }
+            }
             SidecarRequest::Identify {
                 worker,
                 conn,

@@ -21,7 +21,7 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
         &'static str,
         fn(&WorkerMetrics) -> &AtomicU64,
     );
-    let per_worker: [Family; 35] = [
+    let per_worker: [Family; 36] = [
         ("gatewayd_connections", "gauge", "Open TCP connections (HTTP, WebSocket, closing).", |m| &m.connections_open),
         ("gatewayd_connections_accepted_total", "counter", "TCP connections accepted.", |m| &m.connections_accepted),
         ("gatewayd_accept_errors_total", "counter", "Accepts that failed (e.g. fixed file table full).", |m| &m.accept_errors),
@@ -31,6 +31,7 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
         ("gatewayd_identifies_refused_total", "counter", "Identifies refused (bad token, intents, shard, ...).", |m| &m.identifies_refused),
         ("gatewayd_resumes_total", "counter", "Resumes that reached RESUMED.", |m| &m.resumes),
         ("gatewayd_resumes_refused_total", "counter", "Resumes answered with op 9.", |m| &m.resumes_refused),
+        ("gatewayd_start_refusals_unattributed_total", "counter", "Refused starts (4010, 4013, a Resume's op 9) left out of their application's portal figures: the registry sidecar's queue was full.", |m| &m.refusals_unattributed),
         ("gatewayd_events_in_total", "counter", "Events received by the worker.", |m| &m.events_in),
         ("gatewayd_deliveries_total", "counter", "Dispatches queued to sessions.", |m| &m.deliveries),
         ("gatewayd_deliveries_redacted_total", "counter", "Dispatches sent without message content.", |m| &m.deliveries_redacted),

@@ -14,8 +14,8 @@ use std::fmt::Write;
 
 use serde_json::json;
 
+use super::html::esc;
 use super::http::{Request, Response};
-use super::pages::esc;
 use super::sessions::Session;
 use super::{lock, Ctx};
 

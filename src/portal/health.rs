@@ -212,9 +212,17 @@ fn start_refusals(ctx: &Ctx, snap: &AppSnapshot, budget: &Value, now: u64) -> Va
                 .filter(|(b, _)| r.privileged & b != 0)
                 .map(|(_, n)| *n)
                 .collect();
+            let detail = match (r.why, r.resume) {
+                (_, Some(why)) => why.to_string(),
+                (StartRefusal::DisallowedIntents, _) if asked.is_empty() => "none".into(),
+                (StartRefusal::DisallowedIntents, _) => asked.join(", "),
+                _ => String::new(),
+            };
             json!({"why": r.why.as_str(), "at_ms": r.at_ms,
                    "ago_ms": now.saturating_sub(r.at_ms),
-                   "privileged_intents_asked": asked})
+                   "privileged_intents_asked": asked,
+                   "resume_refusal": r.resume.map(|x| x.label()),
+                   "detail": detail})
         })
         .collect();
     json!({"counts": counts, "recent": recent})

@@ -16,9 +16,9 @@ use std::fmt::Write;
 
 use serde_json::json;
 
+use super::html::esc;
 use super::http::{Request, Response};
 use super::names::PRIVILEGED_INTENTS;
-use super::pages::esc;
 use super::sessions::{self, Session};
 use super::Ctx;
 

@@ -33,6 +33,7 @@ mod cluster;
 mod developers;
 pub mod figures;
 mod health;
+mod html;
 pub mod http;
 mod installs;
 mod intents;

@@ -113,8 +113,8 @@ pub fn start_refusal(
             "closed 4014 at Identify: a privileged intent not approved",
             "The bot's Identify asked for a privileged intent this application is not \
              approved for (each refusal below names which). Remove it from the intents the \
-             bot sends, or ask the platform's operator to approve it (gatewayd registry \
-             set-intents)."
+             bot sends, or request it under Settings, Privileged intents; the platform's \
+             operator approves it (gatewayd registry intents approve, or set-intents)."
                 .into(),
         ),
         R::ShardingRequired => (
@@ -137,6 +137,29 @@ pub fn start_refusal(
                 ),
             )
         }
+        R::InvalidShard => (
+            "closed 4010 at Identify: invalid shard",
+            "The Identify's shard was not a pair [shard_id, num_shards] with shard_id below \
+             num_shards. Send what GET /gateway/bot suggests ([0, 1] for one shard), or leave \
+             shard out."
+                .into(),
+        ),
+        R::InvalidIntents => (
+            "closed 4013 at Identify: invalid intents",
+            "The Identify's intents were missing, not a number, or named bits that are no \
+             intent. Gateway v10 requires them: build the number from your library's intent \
+             flags."
+                .into(),
+        ),
+        R::Resume => (
+            "op 9 to a Resume: the session could not be resumed",
+            "A Resume was refused (each one below says why) and the bot must Identify again, \
+             which libraries do on op 9 with d: false. To resume more often: resume within \
+             the 120 s window, with the session id from READY, the last sequence number \
+             received and the same token; read events fast enough that none are dropped \
+             while away."
+                .into(),
+        ),
         R::DailyBudget => (
             "op 9 at Identify: the daily session-start budget is spent",
             "Every Identify spends one start of the 24-hour budget (GET /gateway/bot, \

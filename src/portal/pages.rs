@@ -6,24 +6,9 @@
 
 use std::fmt::Write;
 
+use super::html::esc;
 use super::sessions::Session;
 use super::{assets, installs, names, Ctx};
-
-/// `s` as HTML text or attribute value.
-pub fn esc(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 fn shell(title: &str, csrf: Option<&str>, body: &str) -> String {
     let meta = csrf.map_or(String::new(), |c| {
@@ -193,12 +178,13 @@ pub fn dashboard(ctx: &Ctx, s: &Session) -> String {
     let _ = write!(
         b,
         "<section aria-labelledby=\"h-starts\"><h2 id=\"h-starts\">Sessions that did not start</h2>\
-         <p>Identifies refused before a session began, since this node started (a bad token, \
-         4004, names no application and is not counted here).</p>{}{}</section>\
+         <p>Identifies and Resumes refused before a session (re)started, since this node started \
+         (a bad token, 4004, names no application and is not counted here). Detail: the \
+         privileged intents a 4014 asked for, or why a Resume was refused.</p>{}{}</section>\
          <section aria-labelledby=\"h-closes\"><h2 id=\"h-closes\">Closes sent, last hour</h2>{}</section>\
          <section aria-labelledby=\"h-rest\"><h2 id=\"h-rest\">REST</h2>{}{}</section>",
         table("start-refusals", "Refused starts by reason", &["Refused", "Count", "What to do"]),
-        table("start-recent", "The last refused starts", &["When", "Refused", "Privileged intents asked for"]),
+        table("start-recent", "The last refused starts", &["When", "Refused", "Detail"]),
         table("closes", "Gateway close codes", &["Code", "Count", "Meaning", "What to do"]),
         table("rest", "Requests by route and status <span id=\"rest-window\" class=\"sub\"></span>", &["Route", "Status", "Count"]),
         table("limited", "429s by bucket", &["Route", "Scope", "Count"]),

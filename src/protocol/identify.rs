@@ -186,6 +186,17 @@ fn resume(d: &Value) -> Result<Resume, Close> {
     })
 }
 
+/// The token of an Identify that `parse` refused while reading it (4010,
+/// 4013), so whose it was can be looked up; None if it has none (or one
+/// longer than any token). Only on that rare path: it parses again.
+pub fn token_of(text: &[u8], scratch: &mut Vec<u8>) -> Option<String> {
+    scratch.clear();
+    scratch.extend_from_slice(text);
+    let v = simd_json::to_borrowed_value(scratch).ok()?;
+    let token = v.get("d")?.get("token")?.as_str()?;
+    (token.len() <= 200).then(|| strip_bot(token).to_string())
+}
+
 fn request_members(d: Option<&Value>) -> ClientPayload {
     let mut guild_ids = Vec::new();
     let mut nonce = None;

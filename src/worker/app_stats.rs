@@ -27,7 +27,9 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicU8, Ordering::Relaxed};
 
+use crate::delivery::resume::ResumeRefusal;
 use crate::worker::metrics::REST_STATUSES;
+pub use crate::worker::start_refusal::StartRefusal;
 use crate::worker::timeline::{session_bits, Event, Kind, Timelines};
 use shards::session_id::SessionId;
 
@@ -80,44 +82,6 @@ pub const PRIVILEGED_BITS: [u64; 3] = [
     proto::intents::GUILD_PRESENCES,
     proto::intents::MESSAGE_CONTENT,
 ];
-
-/// Why an application's Identify was refused after its token was known
-/// (a bad token, 4004, names no application).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum StartRefusal {
-    /// 4014: a privileged intent asked for is not approved.
-    DisallowedIntents,
-    /// 4011: more servers on the shard than one session may hold.
-    ShardingRequired,
-    /// Op 9: a second Identify in one `max_concurrency` bucket within its spacing.
-    Concurrency,
-    /// Op 9: the daily session-start budget is spent.
-    DailyBudget,
-}
-
-impl StartRefusal {
-    pub const COUNT: usize = 4;
-    pub const ALL: [StartRefusal; Self::COUNT] = [
-        StartRefusal::DisallowedIntents,
-        StartRefusal::ShardingRequired,
-        StartRefusal::Concurrency,
-        StartRefusal::DailyBudget,
-    ];
-
-    pub fn index(self) -> usize {
-        self as usize
-    }
-
-    /// The name in `/api/health` (`close_4014`, `op9_concurrency`, ...).
-    pub fn as_str(self) -> &'static str {
-        match self {
-            StartRefusal::DisallowedIntents => "close_4014",
-            StartRefusal::ShardingRequired => "close_4011",
-            StartRefusal::Concurrency => "op9_concurrency",
-            StartRefusal::DailyBudget => "op9_daily_budget",
-        }
-    }
-}
 
 pub struct AppTable {
     slots: Box<[Slot]>,
@@ -182,6 +146,8 @@ pub struct RecentRefusal {
     /// The privileged intents the Identify asked for (a 4014's culprits
     /// are those not approved).
     pub privileged: u64,
+    /// A refused Resume's reason.
+    pub resume: Option<ResumeRefusal>,
 }
 
 /// The entry tag of a shard (None: beyond what an entry holds).
@@ -342,21 +308,24 @@ impl AppTable {
         b
     }
 
-    /// An Identify of the application refused before its session began;
-    /// `intents`: what it asked for (a 4014 keeps which privileged ones).
-    pub fn start_refused(&self, app: u64, why: StartRefusal, intents: u64, now_ms: u64) {
+    /// An Identify or Resume of the application refused before a session
+    /// (re)started. `detail`: for a 4014, the intents the Identify asked
+    /// for (which privileged ones are kept); for a Resume, its
+    /// `ResumeRefusal::index`; otherwise unused.
+    pub fn start_refused(&self, app: u64, why: StartRefusal, detail: u64, now_ms: u64) {
         if let Some(s) = self.slot(app) {
             s.refused[why.index()].fetch_add(1, Relaxed);
-            let denied = PRIVILEGED_BITS
-                .iter()
-                .enumerate()
-                .filter(|(_, b)| intents & **b != 0)
-                .fold(0u64, |m, (i, _)| m | 1 << i);
+            let byte = match why {
+                StartRefusal::DisallowedIntents => PRIVILEGED_BITS
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, b)| detail & **b != 0)
+                    .fold(0u64, |m, (i, _)| m | 1 << i),
+                StartRefusal::Resume => detail & 0xff,
+                _ => 0,
+            };
             let at = s.recent_next.fetch_add(1, Relaxed) as usize % RECENT;
-            s.recent[at].store(
-                now_ms << 16 | denied << 8 | (why.index() as u64 + 1),
-                Relaxed,
-            );
+            s.recent[at].store(now_ms << 16 | byte << 8 | (why.index() as u64 + 1), Relaxed);
         }
     }
 
@@ -520,14 +489,22 @@ impl AppTable {
             .map(|r| r.load(Relaxed))
             .filter_map(|v| {
                 let kind = (v & 0xff) as usize;
-                (kind > 0 && kind <= StartRefusal::COUNT).then(|| RecentRefusal {
-                    at_ms: v >> 16,
-                    why: StartRefusal::ALL[kind - 1],
-                    privileged: PRIVILEGED_BITS
-                        .iter()
-                        .enumerate()
-                        .filter(|(i, _)| (v >> 8) & (1 << i) != 0)
-                        .fold(0, |m, (_, b)| m | b),
+                let byte = (v >> 8) & 0xff;
+                (kind > 0 && kind <= StartRefusal::COUNT).then(|| {
+                    let why = StartRefusal::ALL[kind - 1];
+                    let intents = why == StartRefusal::DisallowedIntents;
+                    RecentRefusal {
+                        at_ms: v >> 16,
+                        why,
+                        privileged: PRIVILEGED_BITS
+                            .iter()
+                            .enumerate()
+                            .filter(|(i, _)| intents && byte & (1 << i) != 0)
+                            .fold(0, |m, (_, b)| m | b),
+                        resume: (why == StartRefusal::Resume)
+                            .then(|| ResumeRefusal::from_index(byte as usize))
+                            .flatten(),
+                    }
                 })
             })
             .collect();

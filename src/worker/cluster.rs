@@ -270,6 +270,7 @@ impl Worker {
             if let ConnState::WebSocket(w, sid) = &mut conn.state {
                 *sid = Some(idx);
                 w.session.authenticated();
+                w.resume_token = None;
                 conn.partial = 0;
             }
         }

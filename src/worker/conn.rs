@@ -26,6 +26,9 @@ pub(super) struct WsConn {
     pub(super) session: Session,
     /// Set when the session must not be kept for Resume after this connection.
     pub(super) end_session: bool,
+    /// The token of a Resume under way, until it is answered: a refusal
+    /// is attributed to its application (`Worker::attribute`).
+    pub(super) resume_token: Option<Box<str>>,
 }
 
 /// The connection's send, one at a time.

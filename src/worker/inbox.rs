@@ -9,6 +9,11 @@ impl Worker {
     pub(super) fn on_message(&mut self, msg: ToWorker) {
         match msg {
             ToWorker::Identified { conn, result } => self.on_identified(conn, result),
+            ToWorker::Attributed((app, why, detail)) => {
+                self.shared
+                    .apps
+                    .start_refused(app, why, detail, self.unix_ms)
+            }
             ToWorker::RestReply { conn, status, body } => self.on_rest_reply(conn, status, body),
             ToWorker::Chat(req) => self.commit_here(*req),
             ToWorker::Learn(changes) => {

@@ -2,11 +2,15 @@
 //! frames, frames into the session state machine, and its actions.
 
 use super::*;
+use crate::worker::start_refusal::StartRefusal;
 
 enum Step {
     Consumed(usize),
     Act(Action, usize),
     Close(Close, usize),
+    /// An Identify refused while it was read (4010, 4013), with its token
+    /// if it had one (the refusal is attributed to its application).
+    Refused(Close, usize, Option<String>, StartRefusal),
     PeerClose(Option<u16>, usize),
 }
 
@@ -199,7 +203,15 @@ impl Worker {
                             Ok(Some((n, None))) => Step::Consumed(n),
                             Ok(Some((n, Some(msg)))) => match msg {
                                 Message::Text(t) => match identify::parse(t.as_bytes(), &mut self.scratch) {
-                                    Err(close) => Step::Close(close, n),
+                                    Err(close) => match StartRefusal::of_parse_close(close.code) {
+                                        Some(why) => Step::Refused(
+                                            close,
+                                            n,
+                                            identify::token_of(t.as_bytes(), &mut self.scratch),
+                                            why,
+                                        ),
+                                        None => Step::Close(close, n),
+                                    },
                                     Ok(p) => match session.on_payload(p, now, &mut conn.out) {
                                         Ok(Action::None) => Step::Consumed(n),
                                         Ok(a) => Step::Act(a, n),
@@ -223,6 +235,7 @@ impl Worker {
                         Step::Consumed(n)
                         | Step::Act(_, n)
                         | Step::Close(_, n)
+                        | Step::Refused(_, n, _, _)
                         | Step::PeerClose(_, n) => *n,
                     };
                     conn.inbuf.drain(..n.min(conn.inbuf.len()));
@@ -234,6 +247,13 @@ impl Worker {
                         Step::Consumed(_) => {}
                         Step::Act(a, _) => self.on_action(key, a),
                         Step::Close(close, _) => {
+                            self.begin_close(key, Some(close));
+                            return;
+                        }
+                        Step::Refused(close, _, token, why) => {
+                            if let Some(token) = token {
+                                self.attribute(token.into(), why, 0);
+                            }
                             self.begin_close(key, Some(close));
                             return;
                         }

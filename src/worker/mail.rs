@@ -22,6 +22,14 @@ pub use crate::protocol::rest::RestRoute;
 
 /// What a worker asks of the registry sidecar.
 pub enum SidecarRequest {
+    /// Whose token is this (a refused start's): answered with
+    /// `ToWorker::Attributed` if it is an application's, else not at all.
+    Attribute {
+        worker: usize,
+        token: Box<str>,
+        why: crate::worker::app_stats::StartRefusal,
+        detail: u64,
+    },
     Identify {
         worker: usize,
         conn: ConnKey,
@@ -133,6 +141,8 @@ pub enum IdentifyRefusal {
 pub type Attributed = (u64, crate::worker::app_stats::StartRefusal, u64);
 
 pub enum ToWorker {
+    /// A refused start's application (`SidecarRequest::Attribute`).
+    Attributed(Attributed),
     Identified {
         conn: ConnKey,
         result: Result<Box<IdentifyOk>, IdentifyRefusal>,

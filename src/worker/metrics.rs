@@ -47,6 +47,9 @@ pub struct WorkerMetrics {
     pub identifies_refused: AtomicU64,
     pub resumes: AtomicU64,
     pub resumes_refused: AtomicU64,
+    /// Refused starts (4010, 4013, a Resume's op 9) not offered to the
+    /// sidecar for attribution: its queue was full.
+    pub refusals_unattributed: AtomicU64,
     /// The same, by `ResumeRefusal::index`.
     pub resume_refusals: [AtomicU64; ResumeRefusal::COUNT],
     pub events_in: AtomicU64,

@@ -36,6 +36,7 @@ pub mod session_board;
 mod sessions;
 mod setup;
 pub mod shared;
+pub mod start_refusal;
 pub mod timeline;
 mod upgrade;
 

@@ -2,10 +2,16 @@
 //! bound) to READY, and Resume of a session this worker holds.
 
 use super::*;
+use crate::worker::start_refusal::StartRefusal;
 
 impl Worker {
     pub(super) fn on_resume(&mut self, key: ConnKey, r: Resume) {
         let now = self.now_ms();
+        // Kept until the Resume is answered: a refusal (here, or later from
+        // another node or crash recovery) is attributed to its application.
+        if let Some(ConnState::WebSocket(w, _)) = self.conn(key).map(|c| &mut c.state) {
+            w.resume_token = Some(r.token.as_str().into());
+        }
         let sid = SessionId::parse(&r.session_id);
         let node = self.shared.node();
         // The session lives on the worker its id names (modulo ours, if it
@@ -67,6 +73,7 @@ impl Worker {
                 };
                 *sid = Some(idx);
                 w.session.authenticated();
+                w.resume_token = None;
                 conn.partial = 0;
                 WorkerMetrics::inc(&self.metrics().resumes);
                 if let Some(s) = self.fan.get_mut(idx) {
@@ -95,8 +102,29 @@ impl Worker {
             return;
         };
         w.session.authentication_failed();
+        let token = w.resume_token.take();
         payload::invalid_session(&mut conn.out, false);
         self.queue_flush(key);
+        if let Some(token) = token {
+            self.attribute(token, StartRefusal::Resume, why.index() as u64);
+        }
+    }
+
+    /// A start refused before its application was known (an Identify's
+    /// 4010 or 4013, a Resume's op 9): the sidecar looks its token up and,
+    /// if it is an application's, that application counts it
+    /// (`ToWorker::Attributed`). Never waited for: a full sidecar queue
+    /// leaves it uncounted (`gatewayd_start_refusals_unattributed_total`).
+    pub(super) fn attribute(&mut self, token: Box<str>, why: StartRefusal, detail: u64) {
+        let ask = SidecarRequest::Attribute {
+            worker: self.id,
+            token,
+            why,
+            detail,
+        };
+        if self.shared.sidecar.try_send(ask).is_err() {
+            WorkerMetrics::inc(&self.metrics().refusals_unattributed);
+        }
     }
 
     /// Unhook a connection from its session (the session stays).

@@ -64,6 +64,7 @@ impl Worker {
             decoder: ws::Decoder::new(max_message),
             session: Session::new(limits, now, &mut conn.out),
             end_session: false,
+            resume_token: None,
         });
         let refusal = upgrade_refusal(&head.query);
         wsc.end_session = refusal.is_some();

@@ -159,8 +159,7 @@
     const budgetNote = b ? " The budget resets in " + hoursMinutes(b.reset_after_ms) + "." : "";
     rows("start-refusals", sr.counts, (r) => [r.meaning, r.count,
       r.advice + (r.why === "op9_daily_budget" ? budgetNote : "")]);
-    rows("start-recent", sr.recent, (r) => [ago(r.ago_ms), r.why.replace(/_/g, " "),
-      r.privileged_intents_asked.join(", ") || "none"]);
+    rows("start-recent", sr.recent, (r) => [ago(r.ago_ms), r.why.replace(/_/g, " "), r.detail]);
     rows("closes", h.closes_hour, (c) => [c.code || "other", c.count, c.meaning, c.advice]);
     rows("rest", h.rest, (r) => [r.route, r.status || "other", r.count]);
     set("rest-window", "(" + h.rest_window + ")");

@@ -347,14 +347,7 @@ fn a_concurrency_refusal_and_the_endpoint_settings_in_a_browser() {
     let base = format!("http://{}", support::portal::addr(&node));
     let b = Browser::start();
     sign_in(&b, &base, &node.token);
-    let guilds = support::intent::GUILDS;
-    let first = bot::identify(node.gateway, "a", &node.token, guilds, Some((0, 2)));
-    assert!(first.is_ok(), "{:?}", first.err());
-    let second = bot::identify(node.gateway, "b", &node.token, guilds, Some((1, 2))).err();
-    assert!(
-        second.is_some(),
-        "a second Identify in the bucket within 5 s started"
-    );
+    let (first, _) = bot::concurrency_refusal(node.gateway, &node.token);
     b.wait_text("#start-refusals", WAIT, |t| {
         t.contains("concurrency bucket") && t.contains("max_concurrency is 1")
     })
@@ -373,14 +366,22 @@ fn a_concurrency_refusal_and_the_endpoint_settings_in_a_browser() {
         .unwrap();
     assert!(r.starts_with("OK: verified and saved"), "{r}");
     assert_eq!(b.text("#endpoint-url"), ep.url);
-    b.run("document.getElementById('ep-url').value = ''; return 1;");
+    // Each refusal in words, and the saved URL stays: one that does not
+    // answer, one that accepts a bad signature, a private address.
+    let try_url = |url: &str| -> String {
+        b.run("document.getElementById('ep-url').value = ''; document.getElementById('endpoint-result').textContent = ''; return 1;");
+        b.type_into("#ep-url", url);
+        b.click("#endpoint button");
+        b.wait_text("#endpoint-result", WAIT, |t| t.starts_with("FAILED"))
+            .unwrap_or_else(|t| panic!("{url}: {t}"))
+    };
     let dead = format!("http://127.0.0.1:{}/i", support::node::free_port());
-    b.type_into("#ep-url", &dead);
-    b.click("#endpoint button");
-    let r = b
-        .wait_text("#endpoint-result", WAIT, |t| t.starts_with("FAILED"))
-        .unwrap();
+    let r = try_url(&dead);
     assert!(r.contains("not saved") && !r.contains("os error"), "{r}");
+    let r = try_url(&support::portal::lax_endpoint());
+    assert!(r.contains("not saved") && r.contains("expected 401"), "{r}");
+    let r = try_url("http://10.1.2.3/interactions");
+    assert!(r.contains("private"), "{r}");
     assert_eq!(b.text("#endpoint-url"), ep.url, "the saved URL stays");
     drop(first);
 }
@@ -619,6 +620,32 @@ fn a_developer_signs_in_and_sees_exactly_their_applications_in_a_browser() {
     b.wait_for("#signout", WAIT);
     assert_eq!(listed(), ["beta-bot"], "exactly bob's");
     assert_eq!(b.text("h1"), "beta-bot");
+    // Disowned: the list says how to get one; axe-core on it, and the
+    // developer's views at 375 px.
+    reg.disown("bob", beta.id);
+    b.goto(&format!("{base}/"));
+    b.wait_for("#no-apps", WAIT);
+    let v = axe_violations(&b);
+    assert!(v.is_empty(), "axe-core on an empty list: {v:#?}");
+    b.set_window(375, 900);
+    std::thread::sleep(Duration::from_millis(300));
+    shot(&b, "developer-empty-phone.png");
+    b.click("#signout");
+    b.wait_for("#signin-button", WAIT);
+    shot(&b, "signin-phone.png");
+    let v = axe_violations(&b);
+    assert!(
+        v.is_empty(),
+        "axe-core on the sign-in page at 375 px: {v:#?}"
+    );
+    dev_sign_in("ada", "correct horse battery");
+    b.wait_for("#signout", WAIT);
+    assert_eq!(
+        b.run("return document.documentElement.scrollWidth <= window.innerWidth + 1;"),
+        json!(true),
+        "a developer's page scrolls sideways at 375 px"
+    );
+    shot(&b, "developer-phone.png");
 }
 
 /// The intents flow in a browser: the author asks for GUILD_PRESENCES in
@@ -654,6 +681,22 @@ fn an_intents_request_and_the_operators_approval_in_a_browser() {
     shot(&b, "operator.png");
     let v = axe_violations(&b);
     assert!(v.is_empty(), "axe-core on the operator's page: {v:#?}");
+    b.set_window(375, 900);
+    std::thread::sleep(Duration::from_millis(300));
+    let narrow = b.run(
+        "return [...document.querySelectorAll('#requests td')]\
+         .filter(c => c.getBoundingClientRect().width < c.closest('table').getBoundingClientRect().width * 0.9)\
+         .map(c => c.dataset.label + ': ' + c.textContent);",
+    );
+    assert_eq!(narrow, json!([]), "cells narrower than their row at 375 px");
+    shot(&b, "operator-phone.png");
+    let v = axe_violations(&b);
+    assert!(
+        v.is_empty(),
+        "axe-core on the operator's page at 375 px: {v:#?}"
+    );
+    b.set_window(1280, 2400);
+    std::thread::sleep(Duration::from_millis(300));
     b.click(&format!("#approve-{app}"));
     b.wait_for("#no-requests", WAIT);
     b.click("#signout");

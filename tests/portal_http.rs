@@ -593,14 +593,7 @@ fn refused_starts_are_counted_for_their_application_with_advice_and_times() {
     let e = bot::identify(node.gateway, "strict", &app.token, BOT_INTENTS, None).err();
     assert!(e.as_deref().is_some_and(|e| e.contains("4014")), "{e:?}");
     // Op 9: the first Identify of bucket 0 starts, the next one within 5 s does not.
-    let guilds = support::intent::GUILDS;
-    let first = bot::identify(node.gateway, "a", &app.token, guilds, Some((0, 2)));
-    assert!(first.is_ok(), "{:?}", first.err());
-    let second = bot::identify(node.gateway, "b", &app.token, guilds, Some((1, 2))).err();
-    assert!(
-        second.is_some(),
-        "a second Identify in the bucket within 5 s started"
-    );
+    let (first, _) = bot::concurrency_refusal(node.gateway, &app.token);
 
     let h = me.health();
     let sr = &h["start_refusals"];
@@ -647,7 +640,14 @@ fn refused_starts_are_counted_for_their_application_with_advice_and_times() {
     // Another application sees none of it.
     assert_eq!(other.health()["start_refusals"]["counts"], json!([]));
     // A bad token names no application: counted nowhere here.
-    let bad = bot::identify(node.gateway, "bad", "not-a-token", guilds, None).err();
+    let bad = bot::identify(
+        node.gateway,
+        "bad",
+        "not-a-token",
+        support::intent::GUILDS,
+        None,
+    )
+    .err();
     assert!(
         bad.as_deref().is_some_and(|e| e.contains("4004")),
         "{bad:?}"
@@ -664,23 +664,6 @@ fn refused_starts_are_counted_for_their_application_with_advice_and_times() {
 
 /// An HTTP endpoint that answers every request 200 `{"type":1}`: it checks
 /// no signature (the platform must refuse to save it).
-fn lax_endpoint() -> String {
-    use std::io::{Read, Write};
-    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = l.local_addr().unwrap();
-    std::thread::spawn(move || {
-        for s in l.incoming().flatten().take(16) {
-            let mut s = s;
-            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-            let mut buf = [0u8; 4096];
-            let _ = s.read(&mut buf);
-            let _ = s.write_all(
-                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 10\r\nConnection: close\r\n\r\n{\"type\":1}",
-            );
-        }
-    });
-    format!("http://{addr}/interactions")
-}
 
 #[test]
 #[ignore = "needs PyNaCl: run scripts/test-all.sh, or set GATEWAYD_PYTHON to a venv with tests/py/requirements.txt"]
@@ -720,7 +703,7 @@ fn settings_show_the_public_key_and_save_an_endpoint_only_once_it_verifies() {
     assert!(shown().contains(&ep.url));
 
     // One that accepts any signature: refused, and the saved one stays.
-    let v = save(&lax_endpoint());
+    let v = save(&portal::lax_endpoint());
     assert_eq!(v["ok"], false, "{v}");
     let why = v["result"].as_str().unwrap();
     assert!(

@@ -210,6 +210,20 @@ pub fn identify(
     })
 }
 
+/// With identify limits on: shard [0, 2] starts, and shard [1, 2] right
+/// after it (the same concurrency bucket at max_concurrency 1, within its
+/// spacing) is refused with op 9. The started session and what the second
+/// got instead.
+pub fn concurrency_refusal(gateway: SocketAddr, token: &str) -> (Session, String) {
+    let guilds = 1; // GUILDS
+    let first = identify(gateway, "a", token, guilds, Some((0, 2)))
+        .unwrap_or_else(|e| panic!("the first Identify of the bucket: {e}"));
+    let second = identify(gateway, "b", token, guilds, Some((1, 2)))
+        .err()
+        .expect("a second Identify in the bucket within its spacing started");
+    (first, second)
+}
+
 fn id_of(v: &Value) -> u64 {
     v.as_str()
         .unwrap_or_else(|| panic!("not a string id: {v}"))

@@ -178,3 +178,24 @@ impl Signed {
         a.json()
     }
 }
+
+/// An interactions endpoint that answers every request with a PONG, a
+/// badly signed one too (what the platform must refuse to save): its URL.
+/// Serves 16 requests, then stops.
+pub fn lax_endpoint() -> String {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten().take(16) {
+            let mut s = s;
+            let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+            let mut buf = [0u8; 4096];
+            let _ = s.read(&mut buf);
+            let _ = s.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 10\r\nConnection: close\r\n\r\n{\"type\":1}",
+            );
+        }
+    });
+    format!("http://{addr}/interactions")
+}

@@ -14,6 +14,11 @@
 #          order of the pair reversed every other round (A B, B A, ...) so a
 #          drift of the machine falls on both; prints each run and the medians
 #          of deliveries per node CPU-second and p99, and B/A.
+# capacity: for each gateway, in the same run, the highest offered deliveries/s
+#          (sessions x rate, 600 B) it sustains for SECS with p99 <= CAP_P99_MS and
+#          nothing missing, by doubling then bisection over the rate; prints both
+#          capacities, their ratio, and (capacity.tsv) every probe with node and
+#          loadgen CPU.
 # scaling: gatewayd alone at 1k, 10k, 40k sessions: per-session RSS, identify
 #          CPU and idle CPU (`loadgen measure idle`), then per-delivery CPU and
 #          latency at a constant ~100,000 deliveries/s (`loadgen measure fanout`).
@@ -30,6 +35,13 @@
 #              (a workload without a payload uses PAYLOAD)
 #   SCALE      "sessions ..."              ["1000 10000 40000"]
 #   SCALE_DELIVERIES  deliveries/s offered in the scaling fan-out [100000]
+#   CAP_SESSIONS      (capacity) session counts ["1000 5000"]; one loadgen process
+#                     holds them all, so at most ~19,000 here (RLIMIT_NOFILE)
+#   CAP_P99_MS        (capacity) the latency target [50]
+#   CAP_START_RATE, CAP_MAX_RATE  (capacity) events/s per session: first probe,
+#                     ceiling [10, 640]
+#   CAP_STEP_PCT      (capacity) bisect until the last pass and first fail are
+#                     within this % [10]
 #   AB_PERF=1  (ab) sample each node with `perf record -e cpu-clock` (a software
 #              clock: VMs often have no hardware counters) while it runs, and
 #              write $OUT/ab-perf.txt: per build, the share of node CPU samples
@@ -50,6 +62,11 @@ REPS=${REPS:-1}
 WORKLOADS=${WORKLOADS:-"1000:100 5000:20"}
 SCALE=${SCALE:-"1000 10000 40000"}
 SCALE_DELIVERIES=${SCALE_DELIVERIES:-100000}
+CAP_SESSIONS=${CAP_SESSIONS:-"1000 5000"}
+CAP_P99_MS=${CAP_P99_MS:-50}
+CAP_START_RATE=${CAP_START_RATE:-10}
+CAP_MAX_RATE=${CAP_MAX_RATE:-640}
+CAP_STEP_PCT=${CAP_STEP_PCT:-10}
 CHUNK=10000   # sessions per loadgen measure process
 
 GW_PORT=26080 GW_INGEST=26081 GW_ADMIN=26090
@@ -406,12 +423,77 @@ ab() {
     }' "$tsv" | tee "$OUT/ab-medians.txt"
 }
 
+# ---------------------------------------------------------------- capacity
+
+# One probe: $node at $n sessions x $r events/s; prints "pass|fail" and
+# appends its line to capacity.tsv. Pass: every delivery received, no
+# gap, no session lost, p99 <= CAP_P99_MS.
+capacity_probe() { # node n r probe
+  local node=$1 n=$2 r=$3 k=$4 A I AD
+  local f=$OUT/cap-$node-$n-r$r-$k.txt
+  if [ "$node" = gatewayd ]; then start_gatewayd; A=$GW_PORT I=$GW_INGEST AD=$GW_ADMIN
+  else start_conventional; A=$CV_PORT I=$CV_INGEST AD=$CV_ADMIN; fi
+  "$LG" measure fanout --addr 127.0.0.1:$A --ingest 127.0.0.1:$I --tokens-file "$TOKENS" \
+    --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$PAYLOAD" \
+    --node-pid "$NODE_PID" --admin 127.0.0.1:$AD > "$f" 2>&1 || log "loadgen measure failed, see $f"
+  stop_node
+  local line verdict client
+  line=$(summarise_fanout "$f")
+  client=$(awk '/^client_cpu_secs/ { print $2 }' "$f")
+  verdict=$(echo "$line" | awk -F'\t' -v cap="$CAP_P99_MS" -v n="$n" '{
+      ok = ($1 == n && $3 + 0 > 0 && $4 + 0 == 0 && $5 + 0 == 0 && $6 + 0 == 0 && $13 + 0 <= cap)
+      print (ok ? "pass" : "fail") }')
+  printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$node" "$n" "$r" "$((n * r))" "$verdict" "${client:-nan}" "$line" >> "$OUT/capacity.tsv"
+  log "capacity: $node $n x $r/s = $((n * r)) deliveries/s: $verdict (p99 $(echo "$line" | cut -f13) ms, missing $(echo "$line" | cut -f4), node CPU $(echo "$line" | cut -f8) s, client CPU ${client:-?} s)"
+  echo "$verdict"
+}
+
+# capacity: for each gateway and each of CAP_SESSIONS, the highest rate
+# (events/s per session, so sessions x rate deliveries/s offered) it
+# sustains for SECS with p99 <= CAP_P99_MS and nothing missing. Doubling
+# from CAP_START_RATE until a probe fails (or CAP_MAX_RATE), then bisecting
+# between the last pass and the first fail until they are within
+# CAP_STEP_PCT % of each other: one probe per rate, each on a fresh node
+# (a failed probe's backlog must not tax the next).
+capacity() {
+  local tsv=$OUT/capacity.tsv
+  printf "node\tsessions\trate\toffered_per_s\tverdict\tclient_cpu_s\tready\texpected\treceived\tmissing\tgaps\tlost\tnode_deliveries\tnode_cpu_s\twindow_s\tdeliv_per_cpu_s\trecv_per_cpu_s\tp50_ms\tp99_ms\tp999_ms\tmax_ms\trss_start_kb\trss_ready_kb\trss_end_kb\tload1\tksoftirqd_s\trecv_per_cpu_s_with_ksoftirqd\n" > "$tsv"
+  local best=$OUT/capacity-best.tsv
+  printf "sessions\tnode\tbest_rate\tbest_offered_per_s\tfirst_fail_rate\tprobes\n" > "$best"
+  for n in $CAP_SESSIONS; do
+    for node in gatewayd conventional; do
+      local lo=0 hi=0 r=$CAP_START_RATE k=0 v
+      while :; do
+        k=$((k + 1)); v=$(capacity_probe "$node" "$n" "$r" "$k" | tail -n 1)
+        if [ "$v" = pass ]; then lo=$r; else hi=$r; break; fi
+        [ "$r" -ge "$CAP_MAX_RATE" ] && break
+        r=$(( r * 2 > CAP_MAX_RATE ? CAP_MAX_RATE : r * 2 ))
+      done
+      while [ "$hi" -gt 0 ] && [ $(( (hi - lo) * 100 )) -gt $(( CAP_STEP_PCT * (lo > 0 ? lo : 1) )) ] && [ $((hi - lo)) -gt 1 ]; do
+        r=$(( (lo + hi) / 2 ))
+        k=$((k + 1)); v=$(capacity_probe "$node" "$n" "$r" "$k" | tail -n 1)
+        if [ "$v" = pass ]; then lo=$r; else hi=$r; fi
+      done
+      printf "%s\t%s\t%s\t%s\t%s\t%s\n" "$n" "$node" "$lo" "$((n * lo))" "${hi/#0/none}" "$k" >> "$best"
+    done
+  done
+  echo
+  echo "== capacity at p99 <= $CAP_P99_MS ms, nothing missing, ${SECS} s ($best) =="
+  awk -F'\t' 'NR > 1 { cap[$1, $2] = $4; fail[$1, $2] = $5; if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 } }
+    END {
+      printf "%-9s %18s %18s %7s\n", "sessions", "gatewayd deliv/s", "conventional", "ratio"
+      for (i = 1; i <= n; i++) { s = order[i]; g = cap[s, "gatewayd"]; c = cap[s, "conventional"]
+        printf "%-9s %18s %18s %7s\n", s, g, c, (c > 0 ? sprintf("%.2f", g / c) : "-") }
+    }' "$best" | tee "$OUT/capacity.txt"
+}
+
 log "output in $OUT (load $(cat /proc/loadavg))"
 case "$MODE" in
   side) side ;;
   scaling) scaling ;;
   ab) ab ;;
+  capacity) capacity ;;
   all) side; scaling ;;
-  *) echo "usage: $0 [side|scaling|ab|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [side|scaling|ab|capacity|all]" >&2; exit 2 ;;
 esac
 log "done; raw outputs in $OUT"

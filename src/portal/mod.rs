@@ -375,7 +375,9 @@ fn signin(ctx: &Ctx, req: &Request, ip: IpAddr) -> Response {
     }
     // (application shown, its name, the developer) of a good sign-in.
     type SignedIn = (u64, String, Option<(u64, String)>);
-    let who: registry::Result<Option<SignedIn>> = match developers::credentials(req) {
+    let developer_form = developers::credentials(req);
+    let as_developer = developer_form.is_some();
+    let who: registry::Result<Option<SignedIn>> = match developer_form {
         Some((name, password)) if developers::plausible(&name, &password) => {
             let dev = ctx.registry().developer_sign_in(&name, &password);
             dev.and_then(|d| {
@@ -420,7 +422,7 @@ fn signin(ctx: &Ctx, req: &Request, ip: IpAddr) -> Response {
             stats.signins_failed.fetch_add(1, Relaxed);
             lock(&ctx.guard).failed(ip, now);
             ctx.v.shared.rest_addrs.invalid(key, now);
-            let why = if developers::credentials(req).is_some() {
+            let why = if as_developer {
                 "That name and password do not match."
             } else {
                 "That token is not valid."

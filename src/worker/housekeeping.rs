@@ -199,8 +199,7 @@ impl Worker {
     /// table (`session_board`), with their connections' heartbeat and
     /// compression. Once a second, with the tally.
     fn publish_sessions(&self) {
-        use crate::protocol::compress::Kind as Z;
-        use crate::worker::session_board::Row;
+        use crate::worker::session_board::{compression_byte, Row};
         let unix = self.unix_ms;
         // The worker's clock to Unix ms.
         let to_unix = unix.saturating_sub(self.now_ms());
@@ -212,11 +211,8 @@ impl Worker {
                     Some(ConnState::WebSocket(w, _)) => w.session.last_heartbeat_ms() + to_unix,
                     _ => 0,
                 };
-                let compression = match conn.and_then(|c| c.compress.as_ref()).map(|z| z.kind()) {
-                    Some(Z::Zlib) => 1,
-                    Some(Z::Zstd) => 2,
-                    None => 0,
-                };
+                let compression =
+                    compression_byte(conn.and_then(|c| c.compress.as_ref()).map(|z| z.kind()));
                 let id = &s.identity;
                 push(Row {
                     app: id.application_id.0,

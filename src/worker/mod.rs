@@ -538,7 +538,8 @@ fn thread_cpu_ns() -> u64 {
     ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
 }
 
-/// The live connection `key` names, borrowing only the rings.
+/// The live connection `key` names, borrowing only the rings (`conn_in`,
+/// for reading).
 fn conn_ref(rings: &[RingState], key: ConnKey) -> Option<&Conn> {
     let c = rings
         .get(key.ring as usize)?
@@ -548,6 +549,7 @@ fn conn_ref(rings: &[RingState], key: ConnKey) -> Option<&Conn> {
     (c.gen == key.gen).then_some(c)
 }
 
+/// The live connection `key` names, borrowing only the rings.
 fn conn_in(rings: &mut [RingState], key: ConnKey) -> Option<&mut Conn> {
     let c = rings
         .get_mut(key.ring as usize)?

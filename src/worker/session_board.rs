@@ -15,6 +15,7 @@
 
 use std::sync::{Mutex, TryLockError};
 
+use crate::protocol::compress::Kind as Z;
 use shards::session_id::SessionId;
 
 /// One session as its worker last saw it.
@@ -45,12 +46,22 @@ impl Row {
         crate::worker::timeline::session_of(self.session)
     }
 
+    /// The `compress` query value it was served with, or "none".
     pub fn compression_name(&self) -> &'static str {
         match self.compression {
-            1 => "zlib-stream",
-            2 => "zstd-stream",
+            1 => Z::Zlib.name(),
+            2 => Z::Zstd.name(),
             _ => "none",
         }
+    }
+}
+
+/// `Row::compression` of a connection's compressor.
+pub fn compression_byte(kind: Option<Z>) -> u8 {
+    match kind {
+        Some(Z::Zlib) => 1,
+        Some(Z::Zstd) => 2,
+        None => 0,
     }
 }
 

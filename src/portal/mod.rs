@@ -405,29 +405,15 @@ fn signin(ctx: &Ctx, req: &Request, ip: IpAddr) -> Response {
     match who {
         Ok(Some((app, app_name, developer))) => {
             let made = lock(&ctx.sessions).create_as(app, &app_name, developer, Instant::now());
-            let Some((id, _csrf)) = made else {
-                return Response::new(503, "text/plain", "no randomness available\n");
-            };
-            stats.signins.fetch_add(1, Relaxed);
-            stats
-                .sessions
-                .store(lock(&ctx.sessions).len() as u64, Relaxed);
-            let mut r = Response::see_other("/");
-            r.cookies
-                .push(cookie(ctx, COOKIE, &id, ctx.cfg.session_max_s));
-            r.cookies.push(clear_cookie(ctx, PRE_COOKIE));
-            r
+            session_made(ctx, made)
         }
         Ok(None) => {
-            stats.signins_failed.fetch_add(1, Relaxed);
-            lock(&ctx.guard).failed(ip, now);
-            ctx.v.shared.rest_addrs.invalid(key, now);
             let why = if as_developer {
                 "That name and password do not match."
             } else {
                 "That token is not valid."
             };
-            signin_page(ctx, Some(why), 401)
+            signin_failed(ctx, ip, now, why)
         }
         Err(e) => {
             tracing::warn!(error = %e, "portal sign-in: registry unavailable");
@@ -442,25 +428,40 @@ fn signin(ctx: &Ctx, req: &Request, ip: IpAddr) -> Response {
 
 /// A sign-in with the node's admin token: the operator's page.
 fn operator_signin(ctx: &Ctx, given: &str, ip: IpAddr, now: u64) -> Response {
-    let stats = &ctx.v.stats;
     if !intents::operator_token(ctx, given) {
-        stats.signins_failed.fetch_add(1, Relaxed);
-        lock(&ctx.guard).failed(ip, now);
-        ctx.v.shared.rest_addrs.invalid(ip_key(ip), now);
         let why = if ctx.v.shared.cfg.admin_token.is_empty() {
             "Operator sign-in is off: this node has no admin_token."
         } else {
             "That admin token is not valid."
         };
-        return signin_page(ctx, Some(why), 401);
+        return signin_failed(ctx, ip, now, why);
     }
-    let Some((id, _)) = lock(&ctx.sessions).create_operator(Instant::now()) else {
+    let made = lock(&ctx.sessions).create_operator(Instant::now());
+    session_made(ctx, made)
+}
+
+/// A good sign-in of any kind: counted, its cookie set, to the page.
+fn session_made(ctx: &Ctx, made: Option<(String, String)>) -> Response {
+    let Some((id, _csrf)) = made else {
         return Response::new(503, "text/plain", "no randomness available\n");
     };
+    let stats = &ctx.v.stats;
     stats.signins.fetch_add(1, Relaxed);
+    stats
+        .sessions
+        .store(lock(&ctx.sessions).len() as u64, Relaxed);
     let mut r = Response::see_other("/");
     r.cookies
         .push(cookie(ctx, COOKIE, &id, ctx.cfg.session_max_s));
     r.cookies.push(clear_cookie(ctx, PRE_COOKIE));
     r
+}
+
+/// A failed sign-in of any kind: counted, and against the flood guard and
+/// the REST edge's per-address limit on invalid requests.
+fn signin_failed(ctx: &Ctx, ip: IpAddr, now: u64, why: &str) -> Response {
+    ctx.v.stats.signins_failed.fetch_add(1, Relaxed);
+    lock(&ctx.guard).failed(ip, now);
+    ctx.v.shared.rest_addrs.invalid(ip_key(ip), now);
+    signin_page(ctx, Some(why), 401)
 }

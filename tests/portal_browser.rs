@@ -616,6 +616,8 @@ fn a_developer_signs_in_and_sees_exactly_their_applications_in_a_browser() {
         .to_string()
         .contains("beta-bot"));
     b.click("#signout");
+    // The sign-out must be done before the next sign-in loads the page.
+    b.wait_for("#signin-button", WAIT);
     dev_sign_in("bob", "staple staple staple");
     b.wait_for("#signout", WAIT);
     assert_eq!(listed(), ["beta-bot"], "exactly bob's");
@@ -700,6 +702,8 @@ fn an_intents_request_and_the_operators_approval_in_a_browser() {
     b.click(&format!("#approve-{app}"));
     b.wait_for("#no-requests", WAIT);
     b.click("#signout");
+    // The sign-out must be done before the next sign-in loads the page.
+    b.wait_for("#signin-button", WAIT);
     sign_in(&b, &base, &node.token);
     assert!(b.text("#intents-approved").contains("GUILD_PRESENCES"));
     assert_eq!(b.text("#intents-pending"), "none");

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Side-by-side macro benchmark (issue 6) and gatewayd scaling run.
 #
-#   scripts/side-by-side.sh [side|scaling|ab|all]   (default: all)
+#   scripts/side-by-side.sh [side|scaling|memory|ab|capacity|all]   (default: all)
 #
 # side:    the same `loadgen measure fanout` workloads against a fresh release gatewayd
 #          and a fresh bench/conventional gateway (tokio + tokio-tungstenite,
@@ -21,7 +21,10 @@
 #          loadgen CPU.
 # scaling: gatewayd alone at 1k, 10k, 40k sessions: per-session RSS, identify
 #          CPU and idle CPU (`loadgen measure idle`), then per-delivery CPU and
-#          latency at a constant ~100,000 deliveries/s (`loadgen measure fanout`).
+#          latency at a constant ~100,000 deliveries/s (`loadgen measure fanout`);
+#          and the marginal memory of an idle session at each size: MARGIN_ADD
+#          more sessions [a tenth, at least 1,000] join, RSS growth / joined.
+# memory:  only scaling's idle phase and marginal step (memory.tsv).
 #
 # Environment (defaults in brackets):
 #   OUT        output directory            [/tmp/side-by-side-<UTC time>]
@@ -266,6 +269,54 @@ wait_holders_ready() { # prefix count
   log "holders not ready in time"; return 1
 }
 
+# Marginal memory of an idle session at $1 held sessions: MARGIN_ADD more
+# sessions join the $3 ready ones (from the next source address after the $2
+# holder processes'), and the growth of the node's RSS is divided by how many
+# became ready. Past ~9,000 sessions per worker the event arena (READY and
+# GUILD_CREATE copies, 64 MiB per worker, allocated at start and touched as
+# it fills) has wrapped, so from there the slope is the sessions' own state.
+# Appends to memory.tsv; prints the breakdown of the node's mappings too.
+marginal() { # n procs ready rss_ready_kb
+  local n=$1 procs=$2 ready=$3 rss1=$4 add
+  add=${MARGIN_ADD:-$(( n / 10 > 1000 ? n / 10 : 1000 ))}
+  [ -s "$OUT/memory.tsv" ] || printf "sessions\tready\trss_ready_kb\tadded\tadded_ready\trss_after_kb\tanon_ready_kb\tanon_after_kb\tmarginal_rss_B\tmarginal_anon_B\n" > "$OUT/memory.tsv"
+  local anon1 anon2 rss2 ready2
+  anon1=$(awk '/^Anonymous:/ { print $2 }' "/proc/$NODE_PID/smaps_rollup")
+  rm -f "$OUT/scale-$n-more"-*.txt
+  start_holders "$add" $(( 2 + procs )) 60 "$OUT/scale-$n-more"
+  wait_holders_ready "$OUT/scale-$n-more" $(( (add + CHUNK - 1) / CHUNK ))
+  sleep 3
+  rss2=$(rss_kb "$NODE_PID")
+  anon2=$(awk '/^Anonymous:/ { print $2 }' "/proc/$NODE_PID/smaps_rollup")
+  ready2=$(cat "$OUT/scale-$n-more"-*.txt | awk '/^all_ready/ { s += $2 } END { print s + 0 }')
+  cp "/proc/$NODE_PID/smaps_rollup" "$OUT/scale-$n-smaps-rollup.txt" 2>/dev/null || true
+  printf "%d\t%d\t%d\t%d\t%d\t%d\t%d\t%d\t%.0f\t%.0f\n" "$n" "$ready" "$rss1" "$add" "$ready2" "$rss2" "$anon1" "$anon2" \
+    "$(awk -v a="$rss1" -v b="$rss2" -v r="$ready2" 'BEGIN { print (r > 0 ? (b - a) * 1024 / r : 0) }')" \
+    "$(awk -v a="$anon1" -v b="$anon2" -v r="$ready2" 'BEGIN { print (r > 0 ? (b - a) * 1024 / r : 0) }')" >> "$OUT/memory.tsv"
+  log "memory: $n held, +$ready2 ready: RSS $rss1 -> $rss2 kB, marginal $(tail -n 1 "$OUT/memory.tsv" | cut -f9) B per session"
+}
+
+# memory: only the idle phase of scaling and the marginal step after it.
+memory() {
+  for n in $SCALE; do
+    start_gatewayd
+    local procs rss1 ready
+    procs=$(( (n + CHUNK - 1) / CHUNK ))
+    log "memory: $n sessions in $procs loadgen measure processes (load $(load1))"
+    rm -f "$OUT/scale-$n-idle"-*.txt
+    start_holders "$n" 2 120 "$OUT/scale-$n-idle"
+    wait_holders_ready "$OUT/scale-$n-idle" "$procs"
+    sleep 3
+    rss1=$(rss_kb "$NODE_PID")
+    ready=$(cat "$OUT/scale-$n-idle"-*.txt | awk '/^all_ready/ { s += $2 } END { print s + 0 }')
+    marginal "$n" "$procs" "$ready" "$rss1"
+    stop_holders; stop_node
+  done
+  echo
+  echo "== marginal memory per idle session ($OUT/memory.tsv) =="
+  column -t -s $'\t' "$OUT/memory.tsv" | tee "$OUT/memory-table.txt"
+}
+
 scaling() {
   local tsv=$OUT/scaling.tsv
   printf "sessions\tready\tidentify_s\trss_fresh_kb\trss_ready_kb\trss_per_session_B\tidentify_cpu_ms_per_1k\tidle_cpu_pct_per_10k\trate\tfan_ready\tnode_deliveries\tnode_cpu_s\tus_cpu_per_delivery\tdeliv_per_cpu_s\tmissing\tgaps\tp50_ms\tp99_ms\tload1\n" > "$tsv"
@@ -286,6 +337,7 @@ scaling() {
     cpu2=$(cpu_s "$NODE_PID")
     local ready
     ready=$(cat "$OUT/scale-$n-idle"-*.txt | awk '/^all_ready/ { s += $2 } END { print s + 0 }')
+    marginal "$n" "$procs" "$ready" "$rss1"
     stop_holders; stop_node
     # Phase B: fan-out at a constant delivery rate; sessions past CHUNK are idle holders.
     local rate fan hold
@@ -317,6 +369,9 @@ scaling() {
   echo
   echo "== gatewayd scaling ($OUT/scaling.tsv) =="
   column -t -s $'\t' "$tsv" | tee "$OUT/scaling-table.txt"
+  echo
+  echo "== marginal memory per idle session ($OUT/memory.tsv) =="
+  column -t -s $'\t' "$OUT/memory.tsv" | tee "$OUT/memory-table.txt"
 }
 
 # ---------------------------------------------------------------- A/B of two gatewayd builds
@@ -491,9 +546,10 @@ log "output in $OUT (load $(cat /proc/loadavg))"
 case "$MODE" in
   side) side ;;
   scaling) scaling ;;
+  memory) memory ;;
   ab) ab ;;
   capacity) capacity ;;
   all) side; scaling ;;
-  *) echo "usage: $0 [side|scaling|ab|capacity|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [side|scaling|memory|ab|capacity|all]" >&2; exit 2 ;;
 esac
 log "done; raw outputs in $OUT"

@@ -29,6 +29,7 @@ mod commands;
 pub mod counters;
 mod enrich;
 mod interactions;
+mod interned;
 mod members;
 pub mod recovery;
 pub mod resp;
@@ -69,6 +70,8 @@ pub struct Sidecar {
     pub node_id: String,
     /// The registry rows interactions are completed from (`enrich.rs`).
     enrich: enrich::Enrich,
+    /// Bot user objects shared by the sessions that carry them.
+    bot_users: interned::Interned,
 }
 
 /// What the registry link does, for metrics (shared with the admin port).
@@ -172,6 +175,7 @@ impl Sidecar {
                 b.iter().map(|x| format!("{x:02x}")).collect()
             },
             enrich: Default::default(),
+            bot_users: Default::default(),
         }
     }
 
@@ -516,7 +520,7 @@ impl Sidecar {
             application_id: AppId(app.id),
             application_flags: app.flags,
             bot_user_id: app.bot_user_id,
-            user_json: bot_user(&app).to_string().into(),
+            user_json: self.bot_users.get(bot_user(&app).to_string()),
             intents: id.intents,
             shard: id.shard,
             token_digest: token_digest(&id.token),

@@ -51,7 +51,7 @@ impl Worker {
                     self.drain_schedule.push((due, key));
                 }
                 ConnState::Http => {
-                    if !conn.rest_pending {
+                    if !conn.rest_pending() {
                         self.close_after_flush(key);
                     }
                 }

@@ -109,6 +109,13 @@ impl DeferredClose {
     }
 }
 
+/// Housekeeping ticks a connection's buffers must stay empty before they go
+/// back (four ticks: a second).
+const QUIET_TICKS: u8 = 4;
+/// A buffer this small is kept when idle: a heartbeat (~30 B in) and its
+/// ACK (11 B out) fit, so a quiet session's heartbeats do not allocate.
+const KEEP_IDLE: usize = 64;
+
 /// A connection: its socket slot's state, buffers, TLS and gateway session.
 /// Moves between workers whole (see `Handover`).
 pub struct Conn {
@@ -132,26 +139,9 @@ pub struct Conn {
     pub(super) life: Lifecycle,
     /// Handshake deadline (Http) or linger deadline (Closing), in ms.
     pub(super) deadline_ms: u64,
-    /// A REST answer is awaited from the sidecar; later requests wait.
-    pub(super) rest_pending: bool,
-    /// The rate-limit headers the awaited REST answer will carry.
-    pub(super) rest_headers: crate::api::headers::HeaderList,
-    /// The request's `api::route::ROUTE_NAMES` index, for its metrics.
-    pub(super) rest_route: u8,
-    /// The application of the request's token, once known (0: not yet).
-    pub(super) rest_app: u64,
-    /// The request's latency class and when it was read (µs since the worker started).
-    pub(super) rest_class: u8,
-    /// The token's worker refused this connection (its table was full): its
-    /// REST requests are served here from now on, not handed over again.
-    pub(super) rest_here: bool,
-    pub(super) rest_started_us: u64,
-    /// The source address, for invalid requests counted per address.
-    pub(super) peer: Peer,
-    /// The first REST request, waiting for `peer`.
-    pub(super) peer_wait: Option<Box<ApiRequest>>,
-    /// A REST request waiting for its token's lookup (see `worker/rest.rs`).
-    pub(super) api_wait: Option<Box<crate::api::Pending>>,
+    /// What a connection serving HTTP requests keeps between them; given
+    /// back when it becomes a WebSocket (see `rest`).
+    pub(super) rest_state: Option<Box<RestConn>>,
     pub(super) keep_alive: bool,
     /// Set while this connection is being moved to its session's worker.
     pub(super) handover: Option<Box<Handover>>,
@@ -165,6 +155,52 @@ pub struct Conn {
     /// With `compress`: bytes at the front of `out` already in wire form
     /// (the 101 response); the frames after them are compressed at flush.
     pub(super) out_raw: usize,
+    /// Housekeeping ticks in a row that found the buffers empty and nothing
+    /// in flight (see `release_idle_buffers`).
+    pub(super) quiet_ticks: u8,
+}
+
+/// A connection's REST state between its requests. Held in its own box so
+/// that a connection that became a WebSocket, most of them, does not carry
+/// it (issue 30: an idle session's memory).
+pub(super) struct RestConn {
+    /// A REST answer is awaited from the sidecar; later requests wait.
+    pub(super) pending: bool,
+    /// The rate-limit headers the awaited REST answer will carry.
+    pub(super) headers: crate::api::headers::HeaderList,
+    /// The request's `api::route::ROUTE_NAMES` index, for its metrics.
+    pub(super) route: u8,
+    /// The application of the request's token, once known (0: not yet).
+    pub(super) app: u64,
+    /// The request's latency class and when it was read (µs since the worker started).
+    pub(super) class: u8,
+    /// The token's worker refused this connection (its table was full): its
+    /// REST requests are served here from now on, not handed over again.
+    pub(super) here: bool,
+    pub(super) started_us: u64,
+    /// The source address, for invalid requests counted per address.
+    pub(super) peer: Peer,
+    /// The first REST request, waiting for `peer`.
+    pub(super) peer_wait: Option<Box<ApiRequest>>,
+    /// A REST request waiting for its token's lookup (see `worker/rest.rs`).
+    pub(super) api_wait: Option<Box<crate::api::Pending>>,
+}
+
+impl Default for RestConn {
+    fn default() -> RestConn {
+        RestConn {
+            pending: false,
+            headers: crate::api::headers::HeaderList::new(),
+            route: 0,
+            app: 0,
+            class: 0,
+            here: false,
+            started_us: 0,
+            peer: Peer::Unknown,
+            peer_wait: None,
+            api_wait: None,
+        }
+    }
 }
 
 /// A REST request read off a connection: its head and body.
@@ -206,6 +242,47 @@ pub(super) struct Adoption {
 }
 
 impl Conn {
+    /// The connection's REST state; made again if a WebSocket connection
+    /// (which gave it back) is asked for it, so no path can find it missing.
+    pub(super) fn rest(&mut self) -> &mut RestConn {
+        self.rest_state.get_or_insert_with(Box::default)
+    }
+
+    /// Called by every housekeeping tick (250 ms): once the connection's
+    /// buffers have been empty with nothing in flight for `QUIET_TICKS` ticks
+    /// in a row, those larger than `KEEP_IDLE` bytes go back to the
+    /// allocator. An idle session then holds no buffer: its upgrade request,
+    /// Identify, 101 response and Hello left ~800 B behind (issue 30). A
+    /// plain-text session's events never pass through these buffers (they
+    /// are sent from the event arena), so its event path still allocates
+    /// nothing; a TLS or compressed one builds its frames in `wire` and may
+    /// allocate it again at most once per `QUIET_TICKS` ticks.
+    pub(super) fn release_idle_buffers(&mut self) {
+        let quiet = self.send == SendState::Idle
+            && !self.queued
+            && self.inbuf.is_empty()
+            && self.out.is_empty()
+            && self.wire.is_empty();
+        if !quiet {
+            self.quiet_ticks = 0;
+            return;
+        }
+        self.quiet_ticks = self.quiet_ticks.saturating_add(1);
+        if self.quiet_ticks < QUIET_TICKS {
+            return;
+        }
+        for buf in [&mut self.inbuf, &mut self.out, &mut self.wire] {
+            if buf.capacity() > KEEP_IDLE {
+                *buf = Vec::new();
+            }
+        }
+    }
+
+    /// A REST answer is awaited (never, on a WebSocket connection).
+    pub(super) fn rest_pending(&self) -> bool {
+        self.rest_state.as_ref().is_some_and(|r| r.pending)
+    }
+
     pub(super) fn new(gen: u16, tls: Option<Box<TlsSession>>, deadline_ms: u64) -> Conn {
         Conn {
             gen,
@@ -220,21 +297,13 @@ impl Conn {
             queued: false,
             life: Lifecycle::Open,
             deadline_ms,
-            rest_pending: false,
-            rest_headers: crate::api::headers::HeaderList::new(),
-            rest_route: 0,
-            rest_app: 0,
-            rest_class: 0,
-            rest_here: false,
-            rest_started_us: 0,
-            peer: Peer::Unknown,
-            peer_wait: None,
-            api_wait: None,
+            rest_state: Some(Box::default()),
             keep_alive: true,
             handover: None,
             close_pending: None,
             compress: None,
             out_raw: 0,
+            quiet_ticks: 0,
         }
     }
 }

@@ -119,7 +119,7 @@ impl Worker {
                 return;
             };
             if matches!(conn.state, ConnState::Http) {
-                conn.rest_here = true; // a REST connection: serve it here, do not ask again
+                conn.rest().here = true; // a REST connection: serve it here, do not ask again
             }
             WorkerMetrics::inc(&self.metrics().handover_fallbacks);
             self.rings[r]
@@ -183,8 +183,10 @@ impl Worker {
         conn.gen = gen;
         conn.queued = false;
         // A peer lookup still running on the old worker answers there.
-        if let Peer::Pending(_) = conn.peer {
-            conn.peer = Peer::Unknown;
+        if let Some(rest) = conn.rest_state.as_deref_mut() {
+            if let Peer::Pending(_) = rest.peer {
+                rest.peer = Peer::Unknown;
+            }
         }
         debug_assert!(rs.conns[slot as usize].is_none(), "checked above");
         rs.conns[slot as usize] = Some(conn);

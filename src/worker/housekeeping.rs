@@ -59,9 +59,12 @@ impl Worker {
                     gen: conn.gen,
                     slot: slot as u32,
                 };
+                if matches!(conn.state, ConnState::WebSocket(..)) && !conn.life.shutting() {
+                    conn.release_idle_buffers();
+                }
                 match &mut conn.state {
                     ConnState::Http => {
-                        if now > conn.deadline_ms && !conn.rest_pending {
+                        if now > conn.deadline_ms && !conn.rest_pending() {
                             to_close.push((key, None, true));
                         }
                     }

@@ -127,7 +127,7 @@ impl Worker {
                     return;
                 }
                 ConnState::Http => {
-                    if conn.rest_pending || conn.inbuf.is_empty() {
+                    if conn.rest_pending() || conn.inbuf.is_empty() {
                         return;
                     }
                     match http::parse_head(&conn.inbuf) {
@@ -170,7 +170,7 @@ impl Worker {
                             if conn.inbuf.len() < total {
                                 return; // the body is still coming
                             }
-                            let elsewhere = if conn.rest_here {
+                            let elsewhere = if conn.rest().here {
                                 None
                             } else {
                                 self.rest_owner_elsewhere(&head)

@@ -84,9 +84,9 @@ impl Worker {
         }
         let ct = if body.is_empty() { "" } else { rest::JSON };
         http::write_response(status, ct, body, keep, &hv[..n], &mut conn.out);
-        let route = std::mem::take(&mut conn.rest_route);
-        let app = std::mem::take(&mut conn.rest_app);
-        let (class, started) = (conn.rest_class, std::mem::take(&mut conn.rest_started_us));
+        let route = std::mem::take(&mut conn.rest().route);
+        let app = std::mem::take(&mut conn.rest().app);
+        let (class, started) = (conn.rest().class, std::mem::take(&mut conn.rest().started_us));
         conn.deadline_ms = idle_until;
         self.metrics().rest_response(route as usize, status);
         self.shared
@@ -107,13 +107,13 @@ impl Worker {
     fn count_invalid(&mut self, key: ConnKey) {
         let now = self.unix_ms;
         let Some(conn) = self.conn(key) else { return };
-        match conn.peer {
+        match conn.rest().peer {
             Peer::Known(ip) => {
                 if self.shared.rest_addrs.invalid(ip, now) {
                     WorkerMetrics::inc(&self.metrics().rest_address_restrictions);
                 }
             }
-            Peer::Pending(n) => conn.peer = Peer::Pending(n.saturating_add(1)),
+            Peer::Pending(n) => conn.rest().peer = Peer::Pending(n.saturating_add(1)),
             Peer::Unknown | Peer::Failed => {}
         }
     }
@@ -128,7 +128,7 @@ impl Worker {
             .local_addr()
             .map_or(true, |a| a.is_ipv4());
         let Some(conn) = self.conn(key) else { return };
-        conn.peer = Peer::Pending(0);
+        conn.rest().peer = Peer::Pending(0);
         let rs = &mut self.rings[r];
         let buf = rs.peer_bufs[key.slot as usize].as_mut_ptr();
         // The kernel refuses a length above the address's (SO_PEERNAME).
@@ -162,9 +162,9 @@ impl Worker {
             })
             .flatten();
         let Some(conn) = self.conn(key) else { return };
-        let Peer::Pending(n) = conn.peer else { return };
-        conn.peer = ip.map_or(Peer::Failed, Peer::Known);
-        let waiting = conn.peer_wait.take();
+        let Peer::Pending(n) = conn.rest().peer else { return };
+        conn.rest().peer = ip.map_or(Peer::Failed, Peer::Known);
+        let waiting = conn.rest().peer_wait.take();
         if let Some(ip) = ip {
             for _ in 0..n {
                 if self.shared.rest_addrs.invalid(ip, now) {
@@ -174,7 +174,7 @@ impl Worker {
         }
         if let Some(req) = waiting {
             if let Some(conn) = self.conn(key) {
-                conn.rest_pending = false;
+                conn.rest().pending = false;
             }
             self.on_api_request(key, *req);
             self.process_input(key);
@@ -186,15 +186,15 @@ impl Worker {
         // round trip), so a restricted address is refused from its first
         // request on.
         if let Some(conn) = self.conn(key) {
-            if conn.peer == Peer::Unknown {
-                conn.peer_wait = Some(Box::new(req));
-                conn.rest_pending = true;
+            if conn.rest().peer == Peer::Unknown {
+                conn.rest().peer_wait = Some(Box::new(req));
+                conn.rest().pending = true;
                 return self.lookup_peer(key);
             }
         }
         WorkerMetrics::inc(&self.metrics().rest_requests);
         let now = self.unix_ms;
-        let peer = self.conn(key).map(|c| c.peer);
+        let peer = self.conn(key).map(|c| c.rest().peer);
         if let Some(Peer::Known(ip)) = peer {
             if let Some(until) = self.shared.rest_addrs.restricted_until(ip, now) {
                 WorkerMetrics::inc(&self.metrics().rest_address_refused);
@@ -219,9 +219,9 @@ impl Worker {
         };
         let started_us = (self.started.elapsed().as_micros() as u64).max(1);
         if let Some(conn) = self.conn(key) {
-            conn.rest_route = route.index() as u8;
-            conn.rest_class = route.class() as u8;
-            conn.rest_started_us = started_us;
+            conn.rest().route = route.index() as u8;
+            conn.rest().class = route.class() as u8;
+            conn.rest().started_us = started_us;
         }
         if route == ApiRoute::Gateway {
             let body = rest::gateway_body(&self.shared.gateway_url);
@@ -301,15 +301,15 @@ impl Worker {
 
     fn park(&mut self, key: ConnKey, p: Box<Parked>) {
         if let Some(conn) = self.conn(key) {
-            conn.rest_pending = true;
-            conn.api_wait = Some(p);
+            conn.rest().pending = true;
+            conn.rest().api_wait = Some(p);
         }
     }
 
     fn unpark_unavailable(&mut self, key: ConnKey) {
         let Some(conn) = self.conn(key) else { return };
-        conn.rest_pending = false;
-        conn.api_wait = None;
+        conn.rest().pending = false;
+        conn.rest().api_wait = None;
         self.rest_answer(
             key,
             503,
@@ -337,10 +337,10 @@ impl Worker {
         };
         for k in waiters {
             let Some(conn) = self.conn(k) else { continue };
-            let Some(p) = conn.api_wait.take() else {
+            let Some(p) = conn.rest().api_wait.take() else {
                 continue;
             };
-            conn.rest_pending = false;
+            conn.rest().pending = false;
             match self.api.views.lookup(&digest, k, now) {
                 Lookup::Known(app) => self.api_continue(k, app, *p),
                 _ => self.rest_answer(
@@ -357,7 +357,7 @@ impl Worker {
     /// Limit, permit, validate, hand off: the request's token is `app`.
     fn api_continue(&mut self, key: ConnKey, app: AppId, p: Parked) {
         let now = self.unix_ms;
-        let _ = self.conn(key).map(|c| c.rest_app = app.0);
+        let _ = self.conn(key).map(|c| c.rest().app = app.0);
         let (bucket, major) = p.route.bucket().expect("action routes have a bucket");
         let headers = match self.api.limiter.check(app.0, bucket, major, now) {
             Decision::Allow(h) => h,
@@ -471,8 +471,8 @@ impl Worker {
         if takes == Some(Takes::Everything) {
             // The upstream option: forwarded from this worker's own pool.
             if let Some(conn) = self.conn(key) {
-                conn.rest_pending = true;
-                conn.rest_headers = hv;
+                conn.rest().pending = true;
+                conn.rest().headers = hv;
             }
             return self.commit_here(req);
         }
@@ -481,8 +481,8 @@ impl Worker {
             let w = crate::api::commit_worker(req.target.server.0, req.target.channel.0, n);
             if w == self.id {
                 if let Some(conn) = self.conn(key) {
-                    conn.rest_pending = true;
-                    conn.rest_headers = hv;
+                    conn.rest().pending = true;
+                    conn.rest().headers = hv;
                 }
                 return self.commit_here(req);
             }
@@ -497,8 +497,8 @@ impl Worker {
                 );
             }
             if let Some(conn) = self.conn(key) {
-                conn.rest_pending = true;
-                conn.rest_headers = hv;
+                conn.rest().pending = true;
+                conn.rest().headers = hv;
             }
             return;
         }
@@ -511,8 +511,8 @@ impl Worker {
             );
         }
         if let Some(conn) = self.conn(key) {
-            conn.rest_pending = true;
-            conn.rest_headers = hv;
+            conn.rest().pending = true;
+            conn.rest().headers = hv;
         }
     }
 
@@ -541,8 +541,8 @@ impl Worker {
             return self.rest_answer(key, 503, br#"{"message": "busy", "code": 0}"#, &headers);
         }
         if let Some(conn) = self.conn(key) {
-            conn.rest_pending = true;
-            conn.rest_headers = headers;
+            conn.rest().pending = true;
+            conn.rest().headers = headers;
         }
     }
 
@@ -560,8 +560,8 @@ impl Worker {
     /// The answer to a request handed off (sidecar or chat service).
     pub(super) fn on_rest_reply(&mut self, key: ConnKey, status: u16, body: Vec<u8>) {
         let Some(conn) = self.conn(key) else { return };
-        conn.rest_pending = false;
-        let mut headers = std::mem::take(&mut conn.rest_headers);
+        conn.rest().pending = false;
+        let mut headers = std::mem::take(&mut conn.rest().headers);
         crate::api::headers::handoff_429(status, &body, &mut headers);
         self.rest_answer(key, status, &body, &headers);
         self.process_input(key);

@@ -69,6 +69,9 @@ impl Worker {
         let refusal = upgrade_refusal(&head.query);
         wsc.end_session = refusal.is_some();
         conn.state = ConnState::WebSocket(wsc, None);
+        // A WebSocket has no REST state: its box goes back (an idle
+        // session's memory, docs/bench/scaling.md).
+        conn.rest_state = None;
         conn.deadline_ms = u64::MAX;
         self.queue_flush(key);
         if let Some(close) = refusal {

@@ -21,7 +21,7 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
         &'static str,
         fn(&WorkerMetrics) -> &AtomicU64,
     );
-    let per_worker: [Family; 36] = [
+    let per_worker: [Family; 38] = [
         ("gatewayd_connections", "gauge", "Open TCP connections (HTTP, WebSocket, closing).", |m| &m.connections_open),
         ("gatewayd_connections_accepted_total", "counter", "TCP connections accepted.", |m| &m.connections_accepted),
         ("gatewayd_accept_errors_total", "counter", "Accepts that failed (e.g. fixed file table full).", |m| &m.accept_errors),
@@ -36,6 +36,8 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
         ("gatewayd_deliveries_total", "counter", "Dispatches queued to sessions.", |m| &m.deliveries),
         ("gatewayd_deliveries_redacted_total", "counter", "Dispatches sent without message content.", |m| &m.deliveries_redacted),
         ("gatewayd_sent_bytes_total", "counter", "Bytes written to sockets.", |m| &m.bytes_out),
+        ("gatewayd_sends_total", "counter", "Sends that wrote bytes: one gathered send per connection per turn, however many frames it carries.", |m| &m.sends),
+        ("gatewayd_sent_frames_total", "counter", "Event frames the plain-text sends carried (gatewayd_sent_frames_total / gatewayd_sends_total: frames per send, how much queued events coalesce).", |m| &m.sent_frames),
         ("gatewayd_rest_requests_total", "counter", "REST requests served.", |m| &m.rest_requests),
         ("gatewayd_handshake_timeouts_total", "counter", "Connections closed for not completing the HTTP handshake in time.", |m| &m.handshake_timeouts),
         ("gatewayd_worker_inbox_drops_total", "counter", "Messages dropped because a worker inbox was full.", |m| &m.inbox_full_drops),

@@ -56,6 +56,11 @@ pub struct WorkerMetrics {
     pub deliveries: AtomicU64,
     pub deliveries_redacted: AtomicU64,
     pub bytes_out: AtomicU64,
+    /// Sends that wrote bytes (one gathered send per connection per turn),
+    /// and the event frames the plain-text ones carried: their ratio is how
+    /// much queued events coalesce (issue 30).
+    pub sends: AtomicU64,
+    pub sent_frames: AtomicU64,
     pub rest_requests: AtomicU64,
     /// REST responses by route (`api::route::ROUTE_NAMES`) and status
     /// (`REST_STATUSES`; the last column counts any other).

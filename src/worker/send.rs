@@ -41,6 +41,7 @@ impl Worker {
         }
         let sent = c.result as usize;
         WorkerMetrics::add(&metrics.bytes_out, sent as u64);
+        WorkerMetrics::inc(&metrics.sends);
         let short;
         // Ring entries still unsent after this send (u32::MAX: not known).
         let mut unsent = u32::MAX;
@@ -57,6 +58,7 @@ impl Worker {
             Some(id) => {
                 let slot = self.pool.slot(id);
                 let (control, entries, partial) = sendpath::account(slot, sent, conn.partial);
+                WorkerMetrics::add(&metrics.sent_frames, entries as u64);
                 let torn = slot.entries > 0 && slot.min_pos < oldest;
                 let total_entries = slot.entries;
                 let wanted = slot.msg.msg_iovlen;

@@ -17,6 +17,7 @@ use hdrhistogram::Histogram;
 use net::uring::{cap_fixed_files, Completion, Ring, RingConfig};
 
 use crate::clock::now_ns;
+use crate::servers::ServerSet;
 use crate::session::{Action, Counters, Phase, Recorder, Session};
 use crate::world::World;
 
@@ -60,6 +61,9 @@ pub struct FleetConfig {
     /// Sessions reconnect after a loss (false: they stop, counted in
     /// `Counters::lost` / `failed`: what a measurement wants to see).
     pub reconnect: bool,
+    /// Every GUILD_CREATE read is parsed into `Shared::servers` (the
+    /// many-servers workload of `measure fanout --servers`).
+    pub collect_servers: bool,
 }
 
 impl Default for FleetConfig {
@@ -80,6 +84,7 @@ impl Default for FleetConfig {
             ack_seq: true,
             send_shard: true,
             reconnect: true,
+            collect_servers: false,
         }
     }
 }
@@ -121,6 +126,9 @@ pub struct Shared {
     pub slow_lost_code: AtomicU64,
     /// The first GUILD_CREATE's (server id, `#general` channel id).
     pub guild: Mutex<Option<(u64, u64)>>,
+    /// With `FleetConfig::collect_servers`: every server seen in a
+    /// GUILD_CREATE, its `#general` and its reading sessions (bounded).
+    pub servers: Mutex<ServerSet>,
     /// Non-zero: every thread sends a Close with this code on each open
     /// session and retires it; `closed_n` counts the threads done.
     close_code: AtomicU64,
@@ -181,6 +189,7 @@ impl Fleet {
             slow_lost_ns: AtomicU64::new(0),
             slow_lost_code: AtomicU64::new(0),
             guild: Mutex::new(None),
+            servers: Mutex::new(ServerSet::default()),
             close_code: AtomicU64::new(0),
             closed_n: AtomicU64::new(0),
             sessions: all.len(),
@@ -419,13 +428,17 @@ impl Driver {
             })
             .collect();
         let hosts = cfg.nodes.iter().map(|a| a.to_string()).collect();
+        let collect_guilds = cfg.collect_servers;
         Driver {
             t,
             ring,
             slots: slots.into_boxed_slice(),
             cfg,
             sh,
-            rec: Recorder::new(),
+            rec: Recorder {
+                collect_guilds,
+                ..Recorder::new()
+            },
             hosts,
             collect_seen: 0,
             reported_socket_error: false,
@@ -846,6 +859,12 @@ impl Driver {
         }
         if let Some(g) = self.rec.guild.take() {
             self.sh.guild.lock().unwrap().get_or_insert(g);
+        }
+        if !self.rec.guilds.is_empty() {
+            let mut set = self.sh.servers.lock().unwrap();
+            for (server, channel, reader) in self.rec.guilds.drain(..) {
+                set.add(server, channel, reader);
+            }
         }
     }
 }

@@ -9,6 +9,7 @@
 //! - `scenario`: steady, storm, slow-consumer, revocation;
 //! - `measure`: idle, fanout and hold-sessions against a node loadgen did
 //!   not provision (the side-by-side benchmark, the 40,000-session test);
+//! - `servers`: the many-servers workload of `measure fanout --servers`;
 //! - `coordinator`: the fleet coordinator (JSON Lines over TCP, see README).
 
 pub mod clock;
@@ -22,6 +23,7 @@ pub mod producer;
 pub mod proxy;
 pub mod report;
 pub mod scenario;
+pub mod servers;
 pub mod services;
 pub mod session;
 pub mod world;

@@ -12,7 +12,10 @@
 //!   (T the *scheduled* time, so a producer that falls behind shows up as
 //!   latency); deliveries, gaps, latency (receive time - T), node CPU,
 //!   RSS and metrics. `stall` sessions stop reading once READY (they still
-//!   heartbeat) and are left out of latency and gaps;
+//!   heartbeat) and are left out of latency and gaps. With `servers` S > 1
+//!   the tokens are of applications each in its own server: the events go
+//!   round-robin to the S servers seen in the GUILD_CREATEs, `rate` per
+//!   server (see `servers`), so one event reaches only that server's sessions;
 //! - [`hold`] (`loadgen hold-sessions`): holds sessions until stdin closes
 //!   (or `hold_secs`), printing progress as `KEY N` lines, for tests that
 //!   need many sessions from several processes.
@@ -34,6 +37,7 @@ use hdrhistogram::Histogram;
 use crate::fleet::{spread_sources, Fleet, FleetConfig};
 use crate::nodes::{self, Metrics};
 use crate::producer::{Producer, ProducerConfig};
+use crate::servers;
 use crate::session::Counters;
 use crate::world::{Bot, World};
 
@@ -84,6 +88,8 @@ pub struct FanoutOpts {
     pub drain: Duration,
     /// (server id, channel id); None: from the first GUILD_CREATE (`#general`).
     pub target: Option<(u64, u64)>,
+    /// Servers to send to, `rate` events/s each (1: the one of `target`).
+    pub servers: usize,
 }
 
 /// A world of the given tokens (one bot each), no servers: loadgen only
@@ -105,7 +111,12 @@ fn token_world(tokens: &[String], intents: u64, shards: u32) -> World {
     }
 }
 
-fn start_fleet(o: &SessionOpts, stall: usize, stall_rcvbuf: Option<i32>) -> Result<Fleet, String> {
+fn start_fleet(
+    o: &SessionOpts,
+    stall: usize,
+    stall_rcvbuf: Option<i32>,
+    collect_servers: bool,
+) -> Result<Fleet, String> {
     if o.tokens.is_empty() {
         return Err("no token".into());
     }
@@ -130,6 +141,7 @@ fn start_fleet(o: &SessionOpts, stall: usize, stall_rcvbuf: Option<i32>) -> Resu
             ack_seq: o.ack_seq,
             send_shard: false,
             reconnect: false,
+            collect_servers,
             ..FleetConfig::default()
         },
     )
@@ -223,7 +235,7 @@ pub fn idle(o: &IdleOpts) -> Result<(), String> {
     let rss0 = rss_kb(s.node_pid);
     let m0 = scrape(s.admin);
     println!("node_rss_before_kb {}", kb(rss0));
-    let fleet = start_fleet(s, 0, None)?;
+    let fleet = start_fleet(s, 0, None, false)?;
     let secs = wait_ready(&fleet, s.sessions, s.timeout);
     let ready = fleet.counters().readies;
     println!(
@@ -327,7 +339,8 @@ pub fn fanout(o: &FanoutOpts) -> Result<(), String> {
     let stall = o.stall.min(n);
     println!("load_before {}", nodes::loadavg());
     let rss_start = rss_kb(s.node_pid);
-    let fleet = start_fleet(s, stall, o.stall_rcvbuf)?;
+    let many = o.servers > 1;
+    let fleet = start_fleet(s, stall, o.stall_rcvbuf, many)?;
     let ready_secs = wait_ready(&fleet, n, s.timeout);
     let ready = fleet.counters().readies;
     println!("all_ready {ready} of {n} in {ready_secs:.1}s");
@@ -336,9 +349,27 @@ pub fn fanout(o: &FanoutOpts) -> Result<(), String> {
         fleet.stop();
         return Err("no session became READY".into());
     }
-    let target = match o.target {
-        Some(t) => t,
-        None => {
+    let readers = ready.saturating_sub(stall as u64);
+    let mut targets = if many {
+        match servers::wait_for(
+            &fleet.shared.servers,
+            o.servers,
+            readers,
+            Duration::from_secs(10),
+        ) {
+            Ok(t) => t,
+            Err(e) => {
+                fleet.stop();
+                return Err(e);
+            }
+        }
+    } else {
+        Vec::new()
+    };
+    let target = match (o.target, targets.first()) {
+        (_, Some(t)) => (t.server, t.channel),
+        (Some(t), None) => t,
+        (None, None) => {
             // The GUILD_CREATE follows READY; give the last one a moment.
             let deadline = Instant::now() + Duration::from_secs(2);
             loop {
@@ -355,19 +386,32 @@ pub fn fanout(o: &FanoutOpts) -> Result<(), String> {
     };
     let (server, channel) = target;
     std::thread::sleep(Duration::from_secs(1));
-    let readers = ready.saturating_sub(stall as u64);
+    // Many servers: the readers each server's GUILD_CREATE found (counted
+    // again after the second, for GUILD_CREATEs that were still on their way).
+    servers::recount(&fleet.shared.servers, &mut targets);
+    let readers = if many {
+        targets.iter().map(|t| t.readers).sum()
+    } else {
+        readers
+    };
+    let nserv = o.servers.max(1);
     let s0 = Snap::take(&fleet, s);
     fleet.set_measuring(true);
     // The fleet threads see the flag at their next tick (20 ms).
     std::thread::sleep(Duration::from_millis(50));
-    let total = (o.rate * o.seconds).round() as u64;
+    let per_server = (o.rate * o.seconds).round() as u64;
+    let total = per_server * nserv as u64;
     let prod = Producer::start(
         Arc::new(World::default()),
         ProducerConfig {
             ingest: vec![o.ingest],
-            rate: o.rate,
+            rate: o.rate * nserv as f64,
             payload: o.payload,
-            target: Some((server, channel)),
+            targets: if many {
+                targets.iter().map(|t| (t.server, t.channel)).collect()
+            } else {
+                vec![(server, channel)]
+            },
             limit: Some(total),
             ..ProducerConfig::default()
         },
@@ -378,7 +422,11 @@ pub fn fanout(o: &FanoutOpts) -> Result<(), String> {
         eprintln!("loadgen measure: the producer did not hand over every event in time");
     }
     let sent = prod.stats.events.load(Relaxed);
-    let expected = sent * readers;
+    let expected = if many {
+        servers::expected_deliveries(sent, &targets)
+    } else {
+        sent * readers
+    };
     let dl = Instant::now() + o.drain;
     while fleet.counters().deliveries - fleet.counters().paced_deliveries < expected
         && Instant::now() < dl
@@ -421,6 +469,17 @@ pub fn fanout(o: &FanoutOpts) -> Result<(), String> {
     );
 
     println!("server {server} channel {channel}");
+    if many {
+        let r = targets.iter().map(|t| t.readers);
+        println!(
+            "servers {nserv} events_per_server {} events_per_s_per_server {} events_per_s_total {} readers_per_server_min {} max {}",
+            sent / nserv as u64,
+            o.rate,
+            o.rate * nserv as f64,
+            r.clone().min().unwrap_or(0),
+            r.max().unwrap_or(0)
+        );
+    }
     println!(
         "sessions {n} ready {ready} stalled {stall} readers {readers} tokens {}",
         s.tokens.len()
@@ -553,7 +612,7 @@ pub fn fanout(o: &FanoutOpts) -> Result<(), String> {
         println!(
             "stalled_sessions_read {} of {} offered to them",
             s2.c.paced_deliveries - s0.c.paced_deliveries,
-            sent * stall as u64
+            sent / nserv as u64 * stall as u64
         );
     }
     println!("heartbeat_acks {}", s2.c.hb_acks);

@@ -108,6 +108,17 @@ pub struct FanoutArgs {
     /// Channel id for the events (with --server).
     #[arg(long, requires = "server")]
     channel: Option<u64>,
+    /// Many servers: send --rate events/s to EACH of S servers, round-robin
+    /// (S x rate events/s in all), each to its #general. The servers are
+    /// those the sessions' GUILD_CREATEs name (tokens of applications each
+    /// installed in its own server; session k uses token k % tokens, so S
+    /// tokens spread the sessions evenly); fails if fewer than S are seen
+    /// within 10 s of the last READY. One event then reaches only the
+    /// sessions of its server. 1: every event to one server (the first
+    /// GUILD_CREATE's, or --server/--channel).
+    #[arg(long, default_value_t = 1, conflicts_with = "server",
+          value_parser = clap::value_parser!(u64).range(1..=loadgen::servers::MAX_SERVERS as u64))]
+    servers: u64,
 }
 
 fn session_opts(c: &Common, tokens: Vec<String>) -> SessionOpts {
@@ -165,6 +176,7 @@ pub fn run(cmd: MeasureCmd) -> ExitCode {
                     stall_rcvbuf: a.stall_rcvbuf,
                     drain: Duration::from_secs_f64(a.drain_secs.max(0.0)),
                     target: a.server.zip(a.channel),
+                    servers: a.servers as usize,
                 })
             }),
         ),

@@ -3,9 +3,9 @@
 //!
 //! Each event's `d` starts with `"lg":[scheduled_ns, event, server, channel]`
 //! (scheduled time on the process clock, indices into the world), which is
-//! what the fleet checks and measures latency from. With a fixed `target`
-//! (a server loadgen did not generate, e.g. the side-by-side benchmark's) it
-//! starts with `"ts_ns":scheduled_ns` instead: the fleet takes the latency
+//! what the fleet checks and measures latency from. With fixed `targets`
+//! (servers loadgen did not generate, e.g. the side-by-side benchmark's,
+//! taken round-robin) it starts with `"ts_ns":scheduled_ns` instead: the fleet takes the latency
 //! from it and nothing else, and a node that keeps only the fields it knows
 //! (bench/conventional) keeps it first. Latency is taken from the
 //! *scheduled* commit time, not from when the write happened: if the producer
@@ -63,9 +63,11 @@ pub struct ProducerConfig {
     pub private_share: f64,
     /// Bound on unsent bytes per node before its connection is dropped.
     pub max_backlog: usize,
-    /// Every event to this (server id, channel id), stamped `"ts_ns"`,
-    /// instead of the world's servers (`dist`, `hot`, `private_share` unused).
-    pub target: Option<(u64, u64)>,
+    /// Non-empty: every event to one of these (server id, channel id),
+    /// round-robin (event k to `targets[k % len]`, so each gets `rate /
+    /// len` events/s), stamped `"ts_ns"`, instead of the world's servers
+    /// (`dist`, `hot`, `private_share` unused).
+    pub targets: Vec<(u64, u64)>,
     /// Stop after this many events (then `ProducerStats::done` is set once
     /// they are all handed to the sockets).
     pub limit: Option<u64>,
@@ -85,7 +87,7 @@ impl Default for ProducerConfig {
             payload: 600,
             private_share: 0.2,
             max_backlog: 64 << 20,
-            target: None,
+            targets: Vec::new(),
             limit: None,
             kafka: None,
         }
@@ -313,7 +315,9 @@ fn run(
             }
             let sched = sched as u64;
             event += 1;
-            if let Some((server_id, channel_id)) = cfg.target {
+            if !cfg.targets.is_empty() {
+                let (server_id, channel_id) =
+                    cfg.targets[((event - 1) % cfg.targets.len() as u64) as usize];
                 d.clear();
                 let _ = write!(d, r#"{{"ts_ns":{sched},"#);
                 message_fields(&mut d, event, server_id, channel_id, cfg.payload, &pad);
@@ -622,7 +626,7 @@ mod tests {
                 ingest: vec![addr],
                 rate: 2000.0,
                 payload: 400,
-                target: Some((77, 6)),
+                targets: vec![(77, 6)],
                 limit: Some(20),
                 ..ProducerConfig::default()
             },
@@ -636,6 +640,39 @@ mod tests {
         let text = String::from_utf8_lossy(&buf);
         assert_eq!(text.matches(r#"{"ts_ns":"#).count(), 20);
         assert_eq!(text.matches(r#""guild_id":"77""#).count(), 20);
+    }
+
+    #[test]
+    fn fixed_targets_are_taken_round_robin() {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap();
+        let reader = std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut buf = Vec::new();
+            std::io::Read::read_to_end(&mut s, &mut buf).unwrap();
+            buf
+        });
+        let p = Producer::start(
+            Arc::new(World::default()),
+            ProducerConfig {
+                ingest: vec![addr],
+                rate: 3000.0,
+                payload: 100,
+                targets: vec![(10, 11), (20, 21), (30, 31)],
+                limit: Some(7),
+                ..ProducerConfig::default()
+            },
+        );
+        assert!(p.wait_done(Duration::from_secs(10)));
+        assert_eq!(p.stop().events.load(Relaxed), 7);
+        let buf = reader.join().unwrap();
+        let text = String::from_utf8_lossy(&buf);
+        let order: Vec<&str> = text
+            .match_indices(r#""guild_id":""#)
+            .map(|(i, m)| &text[i + m.len()..i + m.len() + 2])
+            .collect();
+        assert_eq!(order, ["10", "20", "30", "10", "20", "30", "10"]);
+        assert_eq!(text.matches(r#""channel_id":"21""#).count(), 2);
     }
 
     #[test]

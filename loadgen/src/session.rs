@@ -111,6 +111,11 @@ pub struct Recorder {
     /// read into `guild` (for a run against a server loadgen did not make).
     pub want_guild: bool,
     pub guild: Option<(u64, u64)>,
+    /// Set: every GUILD_CREATE's (server id, `#general` channel id, read by
+    /// a session that reads every event) is queued into `guilds` (the
+    /// fleet drains it into `Shared::servers`).
+    pub collect_guilds: bool,
+    pub guilds: Vec<(u64, u64, bool)>,
 }
 
 impl Recorder {
@@ -129,6 +134,8 @@ impl Recorder {
             first_refusal: None,
             want_guild: false,
             guild: None,
+            collect_guilds: false,
+            guilds: Vec::new(),
         }
     }
 }
@@ -624,8 +631,15 @@ impl Session {
                 rec.c.guild_creates += 1;
                 rec.c.handshake_bytes += whole.len() as u64;
                 rec.c.other_dispatches += 1;
-                if rec.want_guild && rec.guild.is_none() {
-                    rec.guild = general_channel(whole);
+                let want = rec.want_guild && rec.guild.is_none();
+                if want || rec.collect_guilds {
+                    let g = general_channel(whole);
+                    if want {
+                        rec.guild = g;
+                    }
+                    if let (true, Some((id, ch))) = (rec.collect_guilds, g) {
+                        rec.guilds.push((id, ch, self.read_rate.is_none()));
+                    }
                 }
             }
             _ => rec.c.other_dispatches += 1,
@@ -1020,6 +1034,41 @@ mod tests {
     }
 
     #[test]
+    fn collect_guilds_queues_every_guild_create_and_who_read_it() {
+        let w = world();
+        let mut r = Recorder::new();
+        r.collect_guilds = true;
+        for (k, rate) in [None, Some(0.0)].into_iter().enumerate() {
+            let mut s = Session::new(0, 0, 1, 17 + k as u64);
+            s.read_rate = rate;
+            connect_through_hello(&mut s, &w, &mut r, 1);
+            s.feed(
+                &frame(r#"{"op":0,"t":"READY","s":1,"d":{"session_id":"abc"}}"#),
+                2,
+                &w,
+                &mut r,
+            );
+            for (seq, id) in [(2, 77), (3, 88)] {
+                let g = format!(
+                    r#"{{"op":0,"t":"GUILD_CREATE","s":{seq},"d":{{"id":"{id}","channels":[{{"id":"{}","name":"general"}}]}}}}"#,
+                    id + 1
+                );
+                s.feed(&frame(&g), 2, &w, &mut r);
+            }
+        }
+        assert_eq!(r.guild, None, "want_guild is off");
+        assert_eq!(
+            r.guilds,
+            vec![
+                (77, 78, true),
+                (88, 89, true),
+                (77, 78, false),
+                (88, 89, false)
+            ]
+        );
+    }
+
+    #[test]
     fn guild_capture_ack_seq_shard_field_and_close() {
         let w = world();
         let mut r = Recorder::new();
@@ -1043,6 +1092,7 @@ mod tests {
         s.feed(&frame(g), 2, &w, &mut r);
         assert_eq!(r.guild, Some((77, 6)));
         assert_eq!(r.c.guild_creates, 1);
+        assert!(r.guilds.is_empty(), "collect_guilds is off");
         assert!(r.c.handshake_bytes > g.len() as u64);
         let t = s.next_hb;
         s.tick(t, &mut r);

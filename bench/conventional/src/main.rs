@@ -4,7 +4,8 @@
 //! - tokio multi-thread runtime (one worker thread per core by default);
 //! - tokio-tungstenite, one task per WebSocket connection, `SinkExt::send`
 //!   per outgoing message;
-//! - one `tokio::sync::broadcast` channel carrying every event to every task;
+//! - one `tokio::sync::broadcast` channel per server (made at start), each
+//!   carrying that server's events to the tasks of its sessions;
 //! - serde_json: each ingest record's `d` is parsed into a `serde_json::Value`
 //!   once, and every recipient task serialises its own
 //!   `{"op":0,"t":..,"s":..,"d":..}` (the `s` differs per session).
@@ -12,12 +13,19 @@
 //! The protocol subset is what `loadgen measure` and ordinary bots use:
 //! HTTP upgrade on any path, op 10 Hello, op 2 Identify (token checked
 //! against `--tokens-file` or, without it, any token accepted; intents),
-//! READY (`s` = 1) and one GUILD_CREATE (`s` = 2) for the one server this
-//! node serves (channels `general`, `random`, `announcements`), op 1
+//! READY (`s` = 1) and one GUILD_CREATE (`s` = 2) for the bot's server
+//! (channels `general`, `random`, `announcements`), op 1
 //! Heartbeat -> op 11, MESSAGE_CREATE and any other dispatch from the ingest
 //! port with a per-session `s`, filtered by intents, server membership and
 //! channel permissions, with MESSAGE_CONTENT redaction. No resume, no
 //! sharding beyond `[0, 1]`, no rate limits: a baseline, not a product.
+//!
+//! Servers: `--servers S` (default 1) serves S servers, ids `--server-id` +
+//! 16·j (j < S; channels are the server id + 1, 2, 3, so they are distinct);
+//! the bot of token line i (0-based) is in server j = i % S alone (without
+//! `--tokens-file`, a made-up bot's server is a hash of its token mod S).
+//! An ingest record for a server the node does not serve is counted and
+//! dropped.
 //!
 //! Events come in on `--ingest-addr` in the same record format as gatewayd's
 //! ingest port (the `ingest` crate's `FrameReader` decodes them).
@@ -28,8 +36,8 @@
 //!
 //! ```text
 //! conventional-gateway [--gateway-addr 127.0.0.1:28080] [--ingest-addr 127.0.0.1:28081]
-//!     [--admin-addr 127.0.0.1:29090] [--tokens-file F] [--server-id ID]
-//!     [--heartbeat-interval-ms 41250] [--broadcast-capacity 4096] [--workers N]
+//!     [--admin-addr 127.0.0.1:29090] [--tokens-file F] [--server-id ID] [--servers 1]
+//!     [--heartbeat-interval-ms 41250] [--broadcast-capacity 4096 (per server)] [--workers N]
 //! ```
 
 #![recursion_limit = "256"]
@@ -64,6 +72,7 @@ struct Config {
     admin_addr: Option<String>,
     tokens_file: Option<String>,
     server_id: u64,
+    servers: u64,
     heartbeat_ms: u64,
     broadcast_capacity: usize,
     workers: Option<usize>,
@@ -105,6 +114,7 @@ fn parse_args() -> Config {
         tokens_file: map.get("tokens-file").cloned(),
         // A snowflake-shaped id (shard 0 of 1 like every id).
         server_id: num("server-id", 1_170_000_000_000_000_001),
+        servers: num("servers", 1).max(1),
         heartbeat_ms: num("heartbeat-interval-ms", 41_250),
         broadcast_capacity: num("broadcast-capacity", 4096) as usize,
         workers: map
@@ -115,8 +125,10 @@ fn parse_args() -> Config {
 
 const USAGE: &str =
     "usage: conventional-gateway [--gateway-addr A] [--ingest-addr A] [--admin-addr A]
-       [--tokens-file F] [--server-id ID] [--heartbeat-interval-ms 41250]
-       [--broadcast-capacity 4096] [--workers N]";
+       [--tokens-file F] [--server-id ID] [--servers 1] [--heartbeat-interval-ms 41250]
+       [--broadcast-capacity 4096] [--workers N]
+  --servers S: S servers, ids server-id + 16*j; token line i is a bot in server i % S
+  --broadcast-capacity: of each server's broadcast channel";
 
 fn die(msg: &str) -> ! {
     eprintln!("conventional-gateway: {msg}\n{USAGE}");
@@ -129,6 +141,8 @@ struct Bot {
     application_id: u64,
     user_id: u64,
     username: String,
+    /// The one server it is installed in.
+    server: u64,
 }
 
 struct Channel {
@@ -234,19 +248,47 @@ struct Metrics {
     sessions: AtomicI64,
     connections: AtomicI64,
     ingest_errors: AtomicU64,
+    /// Ingest records for a server this node does not serve.
+    unknown_server_events: AtomicU64,
 }
 
 struct State {
     cfg: Config,
     /// `None`: any token is accepted (one bot per distinct token, made up).
     bots: Option<HashMap<String, Bot>>,
-    channels: Vec<Channel>,
-    tx: broadcast::Sender<Arc<Event>>,
+    /// Each server's broadcast channel: its events reach only its sessions.
+    servers: HashMap<u64, broadcast::Sender<Arc<Event>>>,
     metrics: Metrics,
     gateway_url: String,
 }
 
-fn load_bots(path: &str) -> HashMap<String, Bot> {
+/// Server `j` of `cfg` (j < servers).
+fn server_of(cfg: &Config, j: u64) -> u64 {
+    cfg.server_id + (j % cfg.servers) * 16
+}
+
+/// A server's channels: ids the server id + 1, 2, 3.
+fn channels(server: u64) -> [Channel; 3] {
+    [
+        Channel {
+            id: server + 1,
+            name: "general",
+            position: 0,
+        },
+        Channel {
+            id: server + 2,
+            name: "random",
+            position: 1,
+        },
+        Channel {
+            id: server + 3,
+            name: "announcements",
+            position: 2,
+        },
+    ]
+}
+
+fn load_bots(path: &str, cfg: &Config) -> HashMap<String, Bot> {
     let text =
         std::fs::read_to_string(path).unwrap_or_else(|e| die(&format!("reading {path}: {e}")));
     text.lines()
@@ -261,6 +303,7 @@ fn load_bots(path: &str) -> HashMap<String, Bot> {
                     application_id: id,
                     user_id: id,
                     username: format!("bot{}", i + 1),
+                    server: server_of(cfg, i as u64),
                 },
             )
         })
@@ -281,26 +324,13 @@ fn main() {
 }
 
 async fn run(cfg: Config) {
-    let bots = cfg.tokens_file.as_deref().map(load_bots);
-    let (tx, _) = broadcast::channel(cfg.broadcast_capacity.max(1));
-    let base = cfg.server_id;
-    let channels = vec![
-        Channel {
-            id: base + 1,
-            name: "general",
-            position: 0,
-        },
-        Channel {
-            id: base + 2,
-            name: "random",
-            position: 1,
-        },
-        Channel {
-            id: base + 3,
-            name: "announcements",
-            position: 2,
-        },
-    ];
+    let bots = cfg.tokens_file.as_deref().map(|p| load_bots(p, &cfg));
+    let servers = (0..cfg.servers)
+        .map(|j| {
+            let (tx, _) = broadcast::channel(cfg.broadcast_capacity.max(1));
+            (server_of(&cfg, j), tx)
+        })
+        .collect();
     let gw = TcpListener::bind(&cfg.gateway_addr)
         .await
         .unwrap_or_else(|e| die(&format!("gateway listener {}: {e}", cfg.gateway_addr)));
@@ -317,7 +347,7 @@ async fn run(cfg: Config) {
         None => None,
     };
     eprintln!(
-        "conventional-gateway: gateway={} ingest={} admin={} tokens={} server={}",
+        "conventional-gateway: gateway={} ingest={} admin={} tokens={} server={} servers={}",
         gw.local_addr().unwrap(),
         ing.local_addr().unwrap(),
         admin
@@ -327,13 +357,13 @@ async fn run(cfg: Config) {
         bots.as_ref()
             .map(|b| b.len().to_string())
             .unwrap_or_else(|| "any".into()),
-        cfg.server_id
+        cfg.server_id,
+        cfg.servers
     );
     let state = Arc::new(State {
         cfg,
         bots,
-        channels,
-        tx,
+        servers,
         metrics: Metrics::default(),
         gateway_url,
     });
@@ -390,7 +420,7 @@ async fn close(ws: &mut Ws, code: u16, reason: &str) {
 struct Session {
     bot_user_id: u64,
     intents: u64,
-    /// Effective permissions per channel of the one server.
+    /// Effective permissions per channel of the bot's server.
     channel_perms: HashMap<u64, u64>,
     guild_id: u64,
     seq: u64,
@@ -505,19 +535,20 @@ async fn connection(sock: TcpStream, st: &State) -> Result<(), BoxErr> {
                 application_id: id,
                 user_id: id,
                 username: format!("bot{id}"),
+                server: server_of(&st.cfg, fnv(token.as_bytes()) % st.cfg.servers),
             };
             &made_up
         }
     };
 
     // Subscribe before READY so that nothing committed after it is missed.
-    let mut rx = st.tx.subscribe();
-    let guild_id = st.cfg.server_id;
+    let guild_id = bot.server;
+    let mut rx = st.servers[&guild_id].subscribe();
     let perms = VIEW_CHANNEL | SEND_MESSAGES;
     let mut session = Session {
         bot_user_id: bot.user_id,
         intents,
-        channel_perms: st.channels.iter().map(|c| (c.id, perms)).collect(),
+        channel_perms: channels(guild_id).iter().map(|c| (c.id, perms)).collect(),
         guild_id,
         seq: 0,
     };
@@ -554,7 +585,7 @@ async fn connection(sock: TcpStream, st: &State) -> Result<(), BoxErr> {
     .await?;
     if intents & GUILDS != 0 {
         session.seq += 1;
-        let gc = guild_create(st, bot, &user);
+        let gc = guild_create(bot, &user);
         send_json(
             &mut ws,
             &Dispatch {
@@ -655,10 +686,9 @@ async fn session_loop(
     }
 }
 
-fn guild_create(st: &State, bot: &Bot, user: &Value) -> Value {
-    let gid = st.cfg.server_id;
-    let channels: Vec<Value> = st
-        .channels
+fn guild_create(bot: &Bot, user: &Value) -> Value {
+    let gid = bot.server;
+    let channels: Vec<Value> = channels(gid)
         .iter()
         .map(|c| {
             json!({
@@ -786,8 +816,12 @@ async fn ingest_conn(mut sock: TcpStream, st: &State) -> Result<(), BoxErr> {
                 d,
             };
             st.metrics.events_in.fetch_add(1, Relaxed);
+            let Some(tx) = st.servers.get(&ev.guild_id) else {
+                st.metrics.unknown_server_events.fetch_add(1, Relaxed);
+                continue;
+            };
             // Err only when no session is subscribed: nobody to deliver to.
-            let _ = st.tx.send(Arc::new(ev));
+            let _ = tx.send(Arc::new(ev));
         }
     }
 }
@@ -836,12 +870,14 @@ fn metrics_text(st: &State) -> String {
          # TYPE conventional_lagged_events_total counter\nconventional_lagged_events_total {}\n\
          # TYPE conventional_identifies_total counter\nconventional_identifies_total {}\n\
          # TYPE conventional_ingest_errors_total counter\nconventional_ingest_errors_total {}\n\
+         # TYPE conventional_unknown_server_events_total counter\nconventional_unknown_server_events_total {}\n\
          # TYPE conventional_sessions gauge\nconventional_sessions {}\n\
          # TYPE conventional_connections gauge\nconventional_connections {}\n",
         m.events_in.load(Relaxed),
         m.lagged_events.load(Relaxed),
         m.identifies.load(Relaxed),
         m.ingest_errors.load(Relaxed),
+        m.unknown_server_events.load(Relaxed),
         m.sessions.load(Relaxed),
         m.connections.load(Relaxed),
     )

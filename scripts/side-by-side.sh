@@ -45,6 +45,19 @@
 #                     ceiling [10, 640]
 #   CAP_STEP_PCT      (capacity) bisect until the last pass and first fail are
 #                     within this % [10]
+#   SERVERS    servers of the fan-out workload [1]. 1: today's registry, one
+#              server with 16 apps ($OUT/tokens16, $OUT/data), every event to
+#              every session. S > 1: S servers and S apps, app i installed only in
+#              server i (MESSAGE_CONTENT approved, permissions 3072), in their own
+#              registry ($OUT/data-s<S>, tokens $OUT/tokens-s<S>, seed
+#              $OUT/registry-s<S>.seed); session k uses token k % S, so the
+#              sessions spread evenly, and every `loadgen measure fanout` gets
+#              `--servers S`: `rate` events/s to EACH server, round-robin, so a
+#              session still receives `rate` events/s (offered deliveries/s =
+#              sessions x rate) but one event reaches only sessions/S of them.
+#              conventional-gateway gets the S tokens and `--servers S` (one
+#              broadcast channel per server). Provisioning is 3 registry CLI calls
+#              per server (no batch form; ~40 ms a server here, ~16 s for 400).
 #   AB_PERF=1  (ab) sample each node with `perf record -e cpu-clock` (a software
 #              clock: VMs often have no hardware counters) while it runs, and
 #              write $OUT/ab-perf.txt: per build, the share of node CPU samples
@@ -104,12 +117,35 @@ GW=$OUT/bin/gatewayd CV=$OUT/bin/conventional-gateway LG=$OUT/bin/loadgen
 
 # ---------------------------------------------------------------- provisioning
 
-D=$OUT/data TOKENS=$OUT/tokens16
+SERVERS=${SERVERS:-1}
+case $SERVERS in ''|*[!0-9]*|0) echo "SERVERS must be a positive integer" >&2; exit 2 ;; esac
+if [ "$SERVERS" = 1 ]; then
+  D=$OUT/data TOKENS=$OUT/tokens16 SEED=$OUT/registry.seed
+  SERVERS_ARGS=() SFX=
+else
+  D=$OUT/data-s$SERVERS TOKENS=$OUT/tokens-s$SERVERS SEED=$OUT/registry-s$SERVERS.seed
+  SERVERS_ARGS=(--servers "$SERVERS") SFX=-s$SERVERS
+fi
 # ab: the registry is made by build A (the older one, as a rule) and
 # restored before every run, so a B that migrates the schema forward
 # leaves A a registry it can open.
 PGW=$GW
 if [ "$MODE" = ab ] && [ -n "${A_GATEWAYD:-}" ]; then PGW=$A_GATEWAYD; fi
+if [ ! -s "$TOKENS" ] && [ "$SERVERS" != 1 ]; then
+  log "provisioning a registry: $SERVERS servers, one app in each (MESSAGE_CONTENT approved), permissions 3072"
+  rm -rf "$D"; mkdir -p "$D"
+  : > "$TOKENS.part"
+  for i in $(seq 1 "$SERVERS"); do
+    SID=$("$PGW" registry --data-dir "$D" add-server --name "bench-s$i" | sed -n 's/^server_id=//p')
+    o=$("$PGW" registry --data-dir "$D" add-app --name "bench-s$i" --privileged-intents 32768)
+    app=$(echo "$o" | sed -n 's/^application_id=//p')
+    echo "$o" | sed -n 's/^token=//p' >> "$TOKENS.part"
+    "$PGW" registry --data-dir "$D" install --app "$app" --server "$SID" --permissions 3072 >/dev/null
+  done
+  mv "$TOKENS.part" "$TOKENS"
+  cp "$D/registry.sqlite" "$SEED"
+  log "provisioned $(wc -l < "$TOKENS") apps in $SERVERS servers"
+fi
 if [ ! -s "$TOKENS" ]; then
   log "provisioning a registry: 1 server, 16 apps (MESSAGE_CONTENT approved), permissions 3072"
   rm -rf "$D"; mkdir -p "$D"
@@ -121,7 +157,7 @@ if [ ! -s "$TOKENS" ]; then
     echo "$o" | sed -n 's/^token=//p' >> "$TOKENS"
     "$PGW" registry --data-dir "$D" install --app "$app" --server "$SID" --permissions 3072 >/dev/null
   done
-  cp "$D/registry.sqlite" "$OUT/registry.seed"
+  cp "$D/registry.sqlite" "$SEED"
 fi
 
 # ---------------------------------------------------------------- nodes
@@ -149,7 +185,7 @@ start_gatewayd() {
 }
 start_conventional() {
   "$CV" --gateway-addr 127.0.0.1:$CV_PORT --ingest-addr 127.0.0.1:$CV_INGEST \
-    --admin-addr 127.0.0.1:$CV_ADMIN --tokens-file "$TOKENS" > "$OUT/conventional.log" 2>&1 &
+    --admin-addr 127.0.0.1:$CV_ADMIN --tokens-file "$TOKENS" "${SERVERS_ARGS[@]}" > "$OUT/conventional.log" 2>&1 &
   NODE_PID=$!
   wait_port 127.0.0.1 $CV_PORT; sleep 1
 }
@@ -209,13 +245,13 @@ side() {
       IFS=: read -r n r p <<< "$w"
       p=${p:-$PAYLOAD}
       for node in gatewayd conventional; do
-        local f=$OUT/side-$node-$n-r$r-p$p-rep$rep.txt
+        local f=$OUT/side-$node-$n-r$r-p$p-rep$rep$SFX.txt
         if [ $node = gatewayd ]; then start_gatewayd; A=$GW_PORT I=$GW_INGEST AD=$GW_ADMIN
         else start_conventional; A=$CV_PORT I=$CV_INGEST AD=$CV_ADMIN; fi
-        log "side: $node $n sessions x $r events/s x ${SECS}s, payload $p B (pid $NODE_PID, load $(load1))"
-        echo "+ loadgen measure fanout --addr 127.0.0.1:$A --ingest 127.0.0.1:$I --tokens-file tokens16 --sessions $n --rate $r --seconds $SECS --payload $p --node-pid PID --admin 127.0.0.1:$AD" > "$f"
+        log "side: $node $n sessions x $r events/s x ${SECS}s, payload $p B, $SERVERS server(s) (pid $NODE_PID, load $(load1))"
+        echo "+ loadgen measure fanout --addr 127.0.0.1:$A --ingest 127.0.0.1:$I --tokens-file $(basename "$TOKENS") --sessions $n --rate $r --seconds $SECS --payload $p --node-pid PID --admin 127.0.0.1:$AD ${SERVERS_ARGS[*]}" > "$f"
         "$LG" measure fanout --addr 127.0.0.1:$A --ingest 127.0.0.1:$I --tokens-file "$TOKENS" \
-          --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$p" \
+          --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$p" "${SERVERS_ARGS[@]}" \
           --node-pid "$NODE_PID" --admin 127.0.0.1:$AD >> "$f" 2>&1 || log "loadgen measure failed, see $f"
         [ $node = conventional ] && curl -s "http://127.0.0.1:$CV_ADMIN/metrics" | grep -v '^#' >> "$f" || true
         stop_node
@@ -224,7 +260,7 @@ side() {
     done
   done
   echo
-  echo "== side by side ($OUT/side.tsv) =="
+  echo "== side by side ($OUT/side.tsv, $SERVERS server(s)) =="
   column -t -s $'\t' "$tsv"
   echo
   echo "== ratios, gatewayd / conventional, same run =="
@@ -351,9 +387,9 @@ scaling() {
     fi
     local f=$OUT/scale-$n-fanout.txt
     log "scaling fanout: $n sessions ($fan in the measuring process) x $rate events/s (load $(load1))"
-    echo "+ loadgen measure fanout --addr 127.0.0.1:$GW_PORT --ingest 127.0.0.1:$GW_INGEST --tokens-file tokens16 --sessions $fan --rate $rate --seconds $SECS --payload $PAYLOAD --node-pid PID --admin 127.0.0.1:$GW_ADMIN --bind-base 127.0.0.2 (+ $(( n - fan )) idle sessions held by loadgen measure idle)" > "$f"
+    echo "+ loadgen measure fanout --addr 127.0.0.1:$GW_PORT --ingest 127.0.0.1:$GW_INGEST --tokens-file $(basename "$TOKENS") --sessions $fan --rate $rate --seconds $SECS --payload $PAYLOAD --node-pid PID --admin 127.0.0.1:$GW_ADMIN --bind-base 127.0.0.2 ${SERVERS_ARGS[*]} (+ $(( n - fan )) idle sessions held by loadgen measure idle)" > "$f"
     "$LG" measure fanout --addr 127.0.0.1:$GW_PORT --ingest 127.0.0.1:$GW_INGEST --tokens-file "$TOKENS" \
-      --sessions "$fan" --rate "$rate" --seconds "$SECS" --payload "$PAYLOAD" \
+      --sessions "$fan" --rate "$rate" --seconds "$SECS" --payload "$PAYLOAD" "${SERVERS_ARGS[@]}" \
       --node-pid "$NODE_PID" --admin 127.0.0.1:$GW_ADMIN --bind-base 127.0.0.2 >> "$f" 2>&1 \
       || log "loadgen measure failed, see $f"
     stop_holders; stop_node
@@ -431,8 +467,8 @@ ab() {
       for build in $order; do
         GW=$OUT/bin/gatewayd-$build
         local f=$OUT/ab-$build-$n-r$r-p$p-rep$rep.txt
-        if [ -s "$OUT/registry.seed" ]; then
-          rm -f "$D"/registry.sqlite*; cp "$OUT/registry.seed" "$D/registry.sqlite"
+        if [ -s "$SEED" ]; then
+          rm -f "$D"/registry.sqlite*; cp "$SEED" "$D/registry.sqlite"
         fi
         start_gatewayd
         log "ab: build $build, $n sessions x $r events/s x ${SECS}s, payload $p B (pid $NODE_PID, load $(load1))"
@@ -445,7 +481,7 @@ ab() {
           perf_pid+=$!
         fi
         "$LG" measure fanout --addr 127.0.0.1:$GW_PORT --ingest 127.0.0.1:$GW_INGEST --tokens-file "$TOKENS" \
-          --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$p" \
+          --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$p" "${SERVERS_ARGS[@]}" \
           --node-pid "$NODE_PID" --admin 127.0.0.1:$GW_ADMIN > "$f" 2>&1 || log "loadgen measure failed, see $f"
         if [ -n "$perf_pid" ]; then
           kill -INT $perf_pid 2>/dev/null || true
@@ -485,11 +521,11 @@ ab() {
 # gap, no session lost, p99 <= CAP_P99_MS.
 capacity_probe() { # node n r probe
   local node=$1 n=$2 r=$3 k=$4 A I AD
-  local f=$OUT/cap-$node-$n-r$r-$k.txt
+  local f=$OUT/cap-$node-$n-r$r-$k$SFX.txt
   if [ "$node" = gatewayd ]; then start_gatewayd; A=$GW_PORT I=$GW_INGEST AD=$GW_ADMIN
   else start_conventional; A=$CV_PORT I=$CV_INGEST AD=$CV_ADMIN; fi
   "$LG" measure fanout --addr 127.0.0.1:$A --ingest 127.0.0.1:$I --tokens-file "$TOKENS" \
-    --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$PAYLOAD" \
+    --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$PAYLOAD" "${SERVERS_ARGS[@]}" \
     --node-pid "$NODE_PID" --admin 127.0.0.1:$AD > "$f" 2>&1 || log "loadgen measure failed, see $f"
   stop_node
   local line verdict client
@@ -533,7 +569,7 @@ capacity() {
     done
   done
   echo
-  echo "== capacity at p99 <= $CAP_P99_MS ms, nothing missing, ${SECS} s ($best) =="
+  echo "== capacity at p99 <= $CAP_P99_MS ms, nothing missing, ${SECS} s, $SERVERS server(s) ($best) =="
   awk -F'\t' 'NR > 1 { cap[$1, $2] = $4; fail[$1, $2] = $5; if (!($1 in seen)) { seen[$1] = 1; order[++n] = $1 } }
     END {
       printf "%-9s %18s %18s %7s\n", "sessions", "gatewayd deliv/s", "conventional", "ratio"

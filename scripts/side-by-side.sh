@@ -39,7 +39,9 @@
 #   SCALE      "sessions ..."              ["1000 10000 40000"]
 #   SCALE_DELIVERIES  deliveries/s offered in the scaling fan-out [100000]
 #   CAP_SESSIONS      (capacity) session counts ["1000 5000"]; one loadgen process
-#                     holds them all, so at most ~19,000 here (RLIMIT_NOFILE)
+#                     holds them all (20,000 fit in its two rings here), but the
+#                     conventional gateway needs a file descriptor per session
+#                     (RLIMIT_NOFILE 20,000 here): at most ~19,900 (19,200 with SERVERS=400)
 #   CAP_P99_MS        (capacity) the latency target [50]
 #   CAP_START_RATE, CAP_MAX_RATE  (capacity) events/s per session: first probe,
 #                     ceiling [10, 640]
@@ -249,7 +251,7 @@ side() {
         if [ $node = gatewayd ]; then start_gatewayd; A=$GW_PORT I=$GW_INGEST AD=$GW_ADMIN
         else start_conventional; A=$CV_PORT I=$CV_INGEST AD=$CV_ADMIN; fi
         log "side: $node $n sessions x $r events/s x ${SECS}s, payload $p B, $SERVERS server(s) (pid $NODE_PID, load $(load1))"
-        echo "+ loadgen measure fanout --addr 127.0.0.1:$A --ingest 127.0.0.1:$I --tokens-file $(basename "$TOKENS") --sessions $n --rate $r --seconds $SECS --payload $p --node-pid PID --admin 127.0.0.1:$AD ${SERVERS_ARGS[*]}" > "$f"
+        echo "+ loadgen measure fanout --addr 127.0.0.1:$A --ingest 127.0.0.1:$I --tokens-file $(basename "$TOKENS") --sessions $n --rate $r --seconds $SECS --payload $p --node-pid PID --admin 127.0.0.1:$AD${SERVERS_ARGS[*]:+ ${SERVERS_ARGS[*]}}" > "$f"
         "$LG" measure fanout --addr 127.0.0.1:$A --ingest 127.0.0.1:$I --tokens-file "$TOKENS" \
           --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$p" "${SERVERS_ARGS[@]}" \
           --node-pid "$NODE_PID" --admin 127.0.0.1:$AD >> "$f" 2>&1 || log "loadgen measure failed, see $f"
@@ -387,7 +389,7 @@ scaling() {
     fi
     local f=$OUT/scale-$n-fanout.txt
     log "scaling fanout: $n sessions ($fan in the measuring process) x $rate events/s (load $(load1))"
-    echo "+ loadgen measure fanout --addr 127.0.0.1:$GW_PORT --ingest 127.0.0.1:$GW_INGEST --tokens-file $(basename "$TOKENS") --sessions $fan --rate $rate --seconds $SECS --payload $PAYLOAD --node-pid PID --admin 127.0.0.1:$GW_ADMIN --bind-base 127.0.0.2 ${SERVERS_ARGS[*]} (+ $(( n - fan )) idle sessions held by loadgen measure idle)" > "$f"
+    echo "+ loadgen measure fanout --addr 127.0.0.1:$GW_PORT --ingest 127.0.0.1:$GW_INGEST --tokens-file $(basename "$TOKENS") --sessions $fan --rate $rate --seconds $SECS --payload $PAYLOAD --node-pid PID --admin 127.0.0.1:$GW_ADMIN --bind-base 127.0.0.2${SERVERS_ARGS[*]:+ ${SERVERS_ARGS[*]}} (+ $(( n - fan )) idle sessions held by loadgen measure idle)" > "$f"
     "$LG" measure fanout --addr 127.0.0.1:$GW_PORT --ingest 127.0.0.1:$GW_INGEST --tokens-file "$TOKENS" \
       --sessions "$fan" --rate "$rate" --seconds "$SECS" --payload "$PAYLOAD" "${SERVERS_ARGS[@]}" \
       --node-pid "$NODE_PID" --admin 127.0.0.1:$GW_ADMIN --bind-base 127.0.0.2 >> "$f" 2>&1 \

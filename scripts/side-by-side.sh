@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Side-by-side macro benchmark (issue 6) and gatewayd scaling run.
 #
-#   scripts/side-by-side.sh [side|scaling|memory|ab|capacity|all]   (default: all)
+#   scripts/side-by-side.sh [side|scaling|memory|ab|capacity|floor|all]   (default: all)
 #
 # side:    the same `loadgen measure fanout` workloads against a fresh release gatewayd
 #          and a fresh bench/conventional gateway (tokio + tokio-tungstenite,
@@ -25,6 +25,9 @@
 #          and the marginal memory of an idle session at each size: MARGIN_ADD
 #          more sessions [a tenth, at least 1,000] join, RSS growth / joined.
 # memory:  only scaling's idle phase and marginal step (memory.tsv).
+# floor:   gatewayd's node CPU per delivery at FLOOR_WORKLOAD against
+#          sendpath-bench's single-frame floor for the same sends, interleaved
+#          REPS rounds in one run; prints both medians and the ratio.
 #
 # Environment (defaults in brackets):
 #   OUT        output directory            [/tmp/side-by-side-<UTC time>]
@@ -45,6 +48,7 @@
 #   CAP_P99_MS        (capacity) the latency target [50]
 #   CAP_START_RATE, CAP_MAX_RATE  (capacity) events/s per session: first probe,
 #                     ceiling [10, 640]
+#   CAP_NODES         (capacity) which gateways ["gatewayd conventional"]
 #   CAP_STEP_PCT      (capacity) bisect until the last pass and first fail are
 #                     within this % [10]
 #   SERVERS    servers of the fan-out workload [1]. 1: today's registry, one
@@ -60,6 +64,9 @@
 #              conventional-gateway gets the S tokens and `--servers S` (one
 #              broadcast channel per server). Provisioning is 3 registry CLI calls
 #              per server (no batch form; ~40 ms a server here, ~16 s for 400).
+#   FLOOR_WORKLOAD    (floor) "sessions:rate[:payload]" ["1000:20:600"]
+#   FLOOR_ROUNDS      (floor) sendpath-bench rounds per run [200]; BIN_FROM must
+#                     then also hold sendpath-bench
 #   AB_PERF=1  (ab) sample each node with `perf record -e cpu-clock` (a software
 #              clock: VMs often have no hardware counters) while it runs, and
 #              write $OUT/ab-perf.txt: per build, the share of node CPU samples
@@ -113,8 +120,17 @@ else
   TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
   for b in $BINS; do cp "$TARGET/release/$b" "$OUT/bin/"; done
 fi
+# sendpath-bench (the floor) only where a mode needs it.
+if [ "$MODE" = floor ]; then
+  if [ -n "${BIN_FROM:-}" ]; then SP_FROM=$BIN_FROM/sendpath-bench; else SP_FROM=${CARGO_TARGET_DIR:-$ROOT/target}/release/sendpath-bench; fi
+  if [ ! -x "$SP_FROM" ] && [ -z "${BIN_FROM:-}" ]; then
+    (cd "$ROOT" && nice cargo build --release -p sendpath-bench) >&2
+  fi
+  [ -x "$SP_FROM" ] || { log "no sendpath-bench at $SP_FROM (cargo build --release -p sendpath-bench)"; exit 2; }
+  [ "$SP_FROM" -ef "$OUT/bin/sendpath-bench" ] || cp "$SP_FROM" "$OUT/bin/"
+fi
 md5sum "$OUT/bin/"* > "$OUT/bin.md5"
-GW=$OUT/bin/gatewayd CV=$OUT/bin/conventional-gateway LG=$OUT/bin/loadgen
+GW=$OUT/bin/gatewayd CV=$OUT/bin/conventional-gateway LG=$OUT/bin/loadgen SP=$OUT/bin/sendpath-bench
 (cd "$ROOT" && { git rev-parse HEAD; git status --short; }) > "$OUT/tree.txt" 2>/dev/null || true
 
 # ---------------------------------------------------------------- provisioning
@@ -554,7 +570,7 @@ capacity() {
   local best=$OUT/capacity-best.tsv
   printf "sessions\tnode\tbest_rate\tbest_offered_per_s\tfirst_fail_rate\tprobes\n" > "$best"
   for n in $CAP_SESSIONS; do
-    for node in gatewayd conventional; do
+    for node in ${CAP_NODES:-gatewayd conventional}; do
       local lo=0 hi=0 r=$CAP_START_RATE k=0 v
       while :; do
         k=$((k + 1)); v=$(capacity_probe "$node" "$n" "$r" "$k" | tail -n 1)
@@ -580,6 +596,71 @@ capacity() {
     }' "$best" | tee "$OUT/capacity.txt"
 }
 
+# ---------------------------------------------------------------- floor
+
+# floor: gatewayd's node CPU per delivery against the kernel's floor for the
+# same sends, in one run. REPS rounds; each runs, in an order reversed every
+# other round, (a) gatewayd at FLOOR_WORKLOAD for SECS (node CPU / node
+# deliveries) and (b) sendpath-bench at the same sessions and payload, one
+# frame per IORING_OP_SENDMSG, the node's way (`sendmsg-batch k=1`: the
+# sending thread's CPU per frame, FLOOR_ROUNDS rounds). Prints both medians
+# and their ratio, per round and overall.
+#
+# What the two figures count differs in one way that matters: the loopback
+# receive softirq of the client's socket (TCP receive, the receiver's
+# wakeup) runs in the sender's context, so it is in both; but the floor's
+# receiver is a thread pinned to the other CPU draining with epoll (as
+# tokio, asyncio and libuv clients do), while loadgen receives with
+# io_uring multishot receives on both CPUs. docs/bench/side-by-side.md,
+# "The event path against the floor", says what that costs.
+floor() {
+  local tsv=$OUT/floor.tsv n r p
+  IFS=: read -r n r p <<< "${FLOOR_WORKLOAD:-1000:20:600}"
+  p=${p:-$PAYLOAD}
+  printf "rep\twhat\tsessions\trate\tpayload\tnode_deliveries\tnode_cpu_s\tns_per_delivery\tp99_ms\tmissing\tframes_per_send\tfloor_ns_per_frame\tfloor_ns_per_frame_with_ksoftirqd\tload1\n" > "$tsv"
+  for rep in $(seq 1 "$REPS"); do
+    local order="node floor"
+    [ $((rep % 2)) = 0 ] && order="floor node"
+    for what in $order; do
+      if [ "$what" = node ]; then
+        local f=$OUT/floor-node-rep$rep.txt
+        start_gatewayd
+        log "floor: gatewayd $n x $r/s x ${SECS}s, $p B (load $(load1))"
+        "$LG" measure fanout --addr 127.0.0.1:$GW_PORT --ingest 127.0.0.1:$GW_INGEST --tokens-file "$TOKENS" \
+          --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$p" "${SERVERS_ARGS[@]}" \
+          --node-pid "$NODE_PID" --admin 127.0.0.1:$GW_ADMIN > "$f" 2>&1 || log "loadgen measure failed, see $f"
+        stop_node
+        local line fps
+        line=$(summarise_fanout "$f")
+        fps=$(awk '/^node_sends/ { print $6 }' "$f")
+        echo "$line" | awk -F'\t' -v rep="$rep" -v n="$n" -v r="$r" -v p="$p" -v fps="${fps:-nan}" '{
+          printf "%s\tnode\t%s\t%s\t%s\t%s\t%s\t%.0f\t%s\t%s\t%s\t\t\t%s\n", rep, n, r, p, $7, $8, ($7 > 0 ? $8 * 1e9 / $7 : 0), $13, $4, fps, $19 }' >> "$tsv"
+      else
+        local f=$OUT/floor-sendpath-rep$rep.txt
+        log "floor: sendpath-bench --conns $n --sizes $p --frames 1 --rounds ${FLOOR_ROUNDS:-200} (load $(load1))"
+        "$SP" --conns "$n" --rounds "${FLOOR_ROUNDS:-200}" --sizes "$p" --frames 1 --only "sendmsg-batch k=1" > "$f" 2>&1 \
+          || log "sendpath-bench failed, see $f"
+        awk -F'|' -v rep="$rep" -v n="$n" -v r="$r" -v p="$p" -v load="$(load1)" '
+          $2 ~ /^ *sendmsg-batch *$/ && $3 ~ /^ *default *$/ && $4 ~ /^ *1 *$/ {
+            gsub(/ /, "", $6); gsub(/ /, "", $9)
+            printf "%s\tfloor\t%s\t%s\t%s\t\t\t\t\t\t\t%s\t%s\t%s\n", rep, n, r, p, $6, $9, load; exit }' "$f" >> "$tsv"
+      fi
+    done
+  done
+  echo
+  echo "== the event path against the floor ($tsv) =="
+  column -t -s $'\t' "$tsv"
+  awk -F'\t' 'NR > 1 && $2 == "node" { d[++a] = $8 } NR > 1 && $2 == "floor" { f[++b] = $12; k[b] = $13 }
+    function med(v, m,   i, j, t) {
+      for (i = 1; i <= m; i++) for (j = i + 1; j <= m; j++) if (v[j] + 0 < v[i] + 0) { t = v[i]; v[i] = v[j]; v[j] = t }
+      return (m % 2) ? v[(m + 1) / 2] : (v[m / 2] + v[m / 2 + 1]) / 2 }
+    END {
+      if (a == 0 || b == 0) { print "no figures"; exit 1 }
+      dm = med(d, a); fm = med(f, b); km = med(k, b)
+      printf "\nnode CPU per delivery (median of %d): %.0f ns\nfloor per frame (median of %d): %.0f ns (%.0f ns with ksoftirqd)\nratio node / floor: %.2f\n", a, dm, b, fm, km, dm / fm
+    }' "$tsv" | tee "$OUT/floor.txt"
+}
+
 log "output in $OUT (load $(cat /proc/loadavg))"
 case "$MODE" in
   side) side ;;
@@ -587,7 +668,8 @@ case "$MODE" in
   memory) memory ;;
   ab) ab ;;
   capacity) capacity ;;
+  floor) floor ;;
   all) side; scaling ;;
-  *) echo "usage: $0 [side|scaling|memory|ab|capacity|all]" >&2; exit 2 ;;
+  *) echo "usage: $0 [side|scaling|memory|ab|capacity|floor|all]" >&2; exit 2 ;;
 esac
 log "done; raw outputs in $OUT"

@@ -67,6 +67,10 @@
 #   FLOOR_WORKLOAD    (floor) "sessions:rate[:payload]" ["1000:20:600"]
 #   FLOOR_ROUNDS      (floor) sendpath-bench rounds per run [200]; BIN_FROM must
 #                     then also hold sendpath-bench
+#   BURST      events per burst [1]: `loadgen measure fanout --burst K`, K events
+#              back to back to one server at one scheduled time, then the
+#              next (same average rate); a session then has K events queued
+#              at once (how much they coalesce: frames_per_send in the outputs)
 #   AB_PERF=1  (ab) sample each node with `perf record -e cpu-clock` (a software
 #              clock: VMs often have no hardware counters) while it runs, and
 #              write $OUT/ab-perf.txt: per build, the share of node CPU samples
@@ -144,6 +148,10 @@ else
   D=$OUT/data-s$SERVERS TOKENS=$OUT/tokens-s$SERVERS SEED=$OUT/registry-s$SERVERS.seed
   SERVERS_ARGS=(--servers "$SERVERS") SFX=-s$SERVERS
 fi
+# BURST=K: the producer sends K events back to back to one server, then the next.
+BURST_ARGS=()
+case ${BURST:-1} in ''|*[!0-9]*|0) echo "BURST must be a positive integer" >&2; exit 2 ;; esac
+if [ "${BURST:-1}" != 1 ]; then BURST_ARGS=(--burst "$BURST"); SFX=$SFX-b$BURST; fi
 # ab: the registry is made by build A (the older one, as a rule) and
 # restored before every run, so a B that migrates the schema forward
 # leaves A a registry it can open.
@@ -267,9 +275,9 @@ side() {
         if [ $node = gatewayd ]; then start_gatewayd; A=$GW_PORT I=$GW_INGEST AD=$GW_ADMIN
         else start_conventional; A=$CV_PORT I=$CV_INGEST AD=$CV_ADMIN; fi
         log "side: $node $n sessions x $r events/s x ${SECS}s, payload $p B, $SERVERS server(s) (pid $NODE_PID, load $(load1))"
-        echo "+ loadgen measure fanout --addr 127.0.0.1:$A --ingest 127.0.0.1:$I --tokens-file $(basename "$TOKENS") --sessions $n --rate $r --seconds $SECS --payload $p --node-pid PID --admin 127.0.0.1:$AD${SERVERS_ARGS[*]:+ ${SERVERS_ARGS[*]}}" > "$f"
+        echo "+ loadgen measure fanout --addr 127.0.0.1:$A --ingest 127.0.0.1:$I --tokens-file $(basename "$TOKENS") --sessions $n --rate $r --seconds $SECS --payload $p --node-pid PID --admin 127.0.0.1:$AD${SERVERS_ARGS[*]:+ ${SERVERS_ARGS[*]}}${BURST_ARGS[*]:+ ${BURST_ARGS[*]}}" > "$f"
         "$LG" measure fanout --addr 127.0.0.1:$A --ingest 127.0.0.1:$I --tokens-file "$TOKENS" \
-          --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$p" "${SERVERS_ARGS[@]}" \
+          --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$p" "${SERVERS_ARGS[@]}" "${BURST_ARGS[@]}" \
           --node-pid "$NODE_PID" --admin 127.0.0.1:$AD >> "$f" 2>&1 || log "loadgen measure failed, see $f"
         [ $node = conventional ] && curl -s "http://127.0.0.1:$CV_ADMIN/metrics" | grep -v '^#' >> "$f" || true
         stop_node
@@ -405,9 +413,9 @@ scaling() {
     fi
     local f=$OUT/scale-$n-fanout.txt
     log "scaling fanout: $n sessions ($fan in the measuring process) x $rate events/s (load $(load1))"
-    echo "+ loadgen measure fanout --addr 127.0.0.1:$GW_PORT --ingest 127.0.0.1:$GW_INGEST --tokens-file $(basename "$TOKENS") --sessions $fan --rate $rate --seconds $SECS --payload $PAYLOAD --node-pid PID --admin 127.0.0.1:$GW_ADMIN --bind-base 127.0.0.2${SERVERS_ARGS[*]:+ ${SERVERS_ARGS[*]}} (+ $(( n - fan )) idle sessions held by loadgen measure idle)" > "$f"
+    echo "+ loadgen measure fanout --addr 127.0.0.1:$GW_PORT --ingest 127.0.0.1:$GW_INGEST --tokens-file $(basename "$TOKENS") --sessions $fan --rate $rate --seconds $SECS --payload $PAYLOAD --node-pid PID --admin 127.0.0.1:$GW_ADMIN --bind-base 127.0.0.2${SERVERS_ARGS[*]:+ ${SERVERS_ARGS[*]}}${BURST_ARGS[*]:+ ${BURST_ARGS[*]}} (+ $(( n - fan )) idle sessions held by loadgen measure idle)" > "$f"
     "$LG" measure fanout --addr 127.0.0.1:$GW_PORT --ingest 127.0.0.1:$GW_INGEST --tokens-file "$TOKENS" \
-      --sessions "$fan" --rate "$rate" --seconds "$SECS" --payload "$PAYLOAD" "${SERVERS_ARGS[@]}" \
+      --sessions "$fan" --rate "$rate" --seconds "$SECS" --payload "$PAYLOAD" "${SERVERS_ARGS[@]}" "${BURST_ARGS[@]}" \
       --node-pid "$NODE_PID" --admin 127.0.0.1:$GW_ADMIN --bind-base 127.0.0.2 >> "$f" 2>&1 \
       || log "loadgen measure failed, see $f"
     stop_holders; stop_node
@@ -499,7 +507,7 @@ ab() {
           perf_pid+=$!
         fi
         "$LG" measure fanout --addr 127.0.0.1:$GW_PORT --ingest 127.0.0.1:$GW_INGEST --tokens-file "$TOKENS" \
-          --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$p" "${SERVERS_ARGS[@]}" \
+          --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$p" "${SERVERS_ARGS[@]}" "${BURST_ARGS[@]}" \
           --node-pid "$NODE_PID" --admin 127.0.0.1:$GW_ADMIN > "$f" 2>&1 || log "loadgen measure failed, see $f"
         if [ -n "$perf_pid" ]; then
           kill -INT $perf_pid 2>/dev/null || true
@@ -543,7 +551,7 @@ capacity_probe() { # node n r probe
   if [ "$node" = gatewayd ]; then start_gatewayd; A=$GW_PORT I=$GW_INGEST AD=$GW_ADMIN
   else start_conventional; A=$CV_PORT I=$CV_INGEST AD=$CV_ADMIN; fi
   "$LG" measure fanout --addr 127.0.0.1:$A --ingest 127.0.0.1:$I --tokens-file "$TOKENS" \
-    --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$PAYLOAD" "${SERVERS_ARGS[@]}" \
+    --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$PAYLOAD" "${SERVERS_ARGS[@]}" "${BURST_ARGS[@]}" \
     --node-pid "$NODE_PID" --admin 127.0.0.1:$AD > "$f" 2>&1 || log "loadgen measure failed, see $f"
   stop_node
   local line verdict client
@@ -627,7 +635,7 @@ floor() {
         start_gatewayd
         log "floor: gatewayd $n x $r/s x ${SECS}s, $p B (load $(load1))"
         "$LG" measure fanout --addr 127.0.0.1:$GW_PORT --ingest 127.0.0.1:$GW_INGEST --tokens-file "$TOKENS" \
-          --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$p" "${SERVERS_ARGS[@]}" \
+          --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$p" "${SERVERS_ARGS[@]}" "${BURST_ARGS[@]}" \
           --node-pid "$NODE_PID" --admin 127.0.0.1:$GW_ADMIN > "$f" 2>&1 || log "loadgen measure failed, see $f"
         stop_node
         local line fps

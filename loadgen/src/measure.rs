@@ -90,6 +90,8 @@ pub struct FanoutOpts {
     pub target: Option<(u64, u64)>,
     /// Servers to send to, `rate` events/s each (1: the one of `target`).
     pub servers: usize,
+    /// Events per burst (`ProducerConfig::burst`).
+    pub burst: u64,
 }
 
 /// A world of the given tokens (one bot each), no servers: loadgen only
@@ -413,6 +415,7 @@ pub fn fanout(o: &FanoutOpts) -> Result<(), String> {
                 vec![(server, channel)]
             },
             limit: Some(total),
+            burst: o.burst.max(1),
             ..ProducerConfig::default()
         },
     );
@@ -423,7 +426,7 @@ pub fn fanout(o: &FanoutOpts) -> Result<(), String> {
     }
     let sent = prod.stats.events.load(Relaxed);
     let expected = if many {
-        servers::expected_deliveries(sent, &targets)
+        servers::expected_deliveries(sent, o.burst.max(1), &targets)
     } else {
         sent * readers
     };

@@ -119,6 +119,13 @@ pub struct FanoutArgs {
     #[arg(long, default_value_t = 1, conflicts_with = "server",
           value_parser = clap::value_parser!(u64).range(1..=loadgen::servers::MAX_SERVERS as u64))]
     servers: u64,
+    /// Events in bursts of K: K events back to back to one server (at the
+    /// same scheduled time), then the next server; the average rate per
+    /// server is unchanged. A session then has K events queued at once, so
+    /// they can leave in one send (gatewayd_sent_frames_total /
+    /// gatewayd_sends_total). 1: evenly spaced.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
+    burst: u64,
 }
 
 fn session_opts(c: &Common, tokens: Vec<String>) -> SessionOpts {
@@ -177,6 +184,7 @@ pub fn run(cmd: MeasureCmd) -> ExitCode {
                     drain: Duration::from_secs_f64(a.drain_secs.max(0.0)),
                     target: a.server.zip(a.channel),
                     servers: a.servers as usize,
+                    burst: a.burst,
                 })
             }),
         ),

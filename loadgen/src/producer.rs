@@ -68,6 +68,9 @@ pub struct ProducerConfig {
     /// len` events/s), stamped `"ts_ns"`, instead of the world's servers
     /// (`dist`, `hot`, `private_share` unused).
     pub targets: Vec<(u64, u64)>,
+    /// With `targets`: events in bursts of this many, back to back (one
+    /// scheduled time) to one target, then the next; the rate is unchanged.
+    pub burst: u64,
     /// Stop after this many events (then `ProducerStats::done` is set once
     /// they are all handed to the sockets).
     pub limit: Option<u64>,
@@ -88,6 +91,7 @@ impl Default for ProducerConfig {
             private_share: 0.2,
             max_backlog: 64 << 20,
             targets: Vec::new(),
+            burst: 1,
             limit: None,
             kafka: None,
         }
@@ -295,7 +299,9 @@ fn run(
         let now = now_ns();
         batch.clear();
         while bg_n + hot_n < limit {
-            let next_bg = start as f64 + bg_n as f64 * bg_period;
+            // A burst's events share its first event's scheduled time.
+            let burst = if cfg.targets.is_empty() { 1 } else { cfg.burst.max(1) };
+            let next_bg = start as f64 + (bg_n / burst * burst) as f64 * bg_period;
             let next_hot = start as f64 + hot_n as f64 * hot_period;
             let (sched, hot) = if next_hot <= next_bg {
                 (next_hot, true)
@@ -317,7 +323,7 @@ fn run(
             event += 1;
             if !cfg.targets.is_empty() {
                 let (server_id, channel_id) =
-                    cfg.targets[((event - 1) % cfg.targets.len() as u64) as usize];
+                    cfg.targets[((event - 1) / burst % cfg.targets.len() as u64) as usize];
                 d.clear();
                 let _ = write!(d, r#"{{"ts_ns":{sched},"#);
                 message_fields(&mut d, event, server_id, channel_id, cfg.payload, &pad);

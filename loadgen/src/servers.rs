@@ -115,21 +115,25 @@ pub fn recount(set: &Mutex<ServerSet>, targets: &mut [Target]) {
 }
 
 /// Events that target `i` of `n` received when the producer sent `sent`
-/// round-robin (event k to target k % n).
-pub fn round_robin_share(sent: u64, n: usize, i: usize) -> u64 {
+/// round-robin in bursts of `burst` (event k to target (k / burst) % n).
+pub fn round_robin_share(sent: u64, burst: u64, n: usize, i: usize) -> u64 {
     if n == 0 || i >= n {
         return 0;
     }
-    let n = n as u64;
-    sent / n + u64::from((i as u64) < sent % n)
+    let (n, i, b) = (n as u64, i as u64, burst.max(1));
+    let round = n * b;
+    let whole = sent / round * b;
+    // The last, partial round: target i's burst spans [i*b, (i+1)*b).
+    let left = sent % round;
+    whole + left.saturating_sub(i * b).min(b)
 }
 
 /// Deliveries a perfect run makes: each target's events times its readers.
-pub fn expected_deliveries(sent: u64, targets: &[Target]) -> u64 {
+pub fn expected_deliveries(sent: u64, burst: u64, targets: &[Target]) -> u64 {
     targets
         .iter()
         .enumerate()
-        .map(|(i, t)| round_robin_share(sent, targets.len(), i) * t.readers)
+        .map(|(i, t)| round_robin_share(sent, burst, targets.len(), i) * t.readers)
         .sum()
 }
 
@@ -244,15 +248,20 @@ mod tests {
 
     #[test]
     fn round_robin_shares_add_up() {
-        assert_eq!(round_robin_share(10, 4, 0), 3);
-        assert_eq!(round_robin_share(10, 4, 1), 3);
-        assert_eq!(round_robin_share(10, 4, 2), 2);
-        assert_eq!(round_robin_share(10, 4, 3), 2);
-        assert_eq!(round_robin_share(10, 4, 4), 0);
-        assert_eq!(round_robin_share(10, 0, 0), 0);
-        for (sent, n) in [(0, 3), (7, 1), (1_000_003, 200)] {
-            let sum: u64 = (0..n).map(|i| round_robin_share(sent, n, i)).sum();
-            assert_eq!(sum, sent);
+        assert_eq!(round_robin_share(10, 1, 4, 0), 3);
+        assert_eq!(round_robin_share(10, 1, 4, 1), 3);
+        assert_eq!(round_robin_share(10, 1, 4, 2), 2);
+        assert_eq!(round_robin_share(10, 1, 4, 3), 2);
+        assert_eq!(round_robin_share(10, 1, 4, 4), 0);
+        assert_eq!(round_robin_share(10, 1, 0, 0), 0);
+        // Bursts of 3 over 2 targets: 0 0 0 1 1 1 0 0 0 1 | 1 ...
+        assert_eq!(round_robin_share(10, 3, 2, 0), 6);
+        assert_eq!(round_robin_share(10, 3, 2, 1), 4);
+        for burst in [1, 2, 5, 7] {
+            for (sent, n) in [(0, 3), (7, 1), (1_000_003, 200), (11, 4)] {
+                let sum: u64 = (0..n).map(|i| round_robin_share(sent, burst, n, i)).sum();
+                assert_eq!(sum, sent, "burst {burst} sent {sent} n {n}");
+            }
         }
     }
 
@@ -265,10 +274,10 @@ mod tests {
         };
         // 7 events over 3 servers: 3, 2, 2.
         assert_eq!(
-            expected_deliveries(7, &[t(1, 50), t(2, 49), t(3, 50)]),
+            expected_deliveries(7, 1, &[t(1, 50), t(2, 49), t(3, 50)]),
             150 + 98 + 100
         );
-        assert_eq!(expected_deliveries(9, &[t(1, 10)]), 90);
-        assert_eq!(expected_deliveries(9, &[]), 0);
+        assert_eq!(expected_deliveries(9, 1, &[t(1, 10)]), 90);
+        assert_eq!(expected_deliveries(9, 1, &[]), 0);
     }
 }

@@ -146,7 +146,7 @@ fn an_idle_session_holds_at_most_its_budget_of_heap() {
         .collect();
 
     let mut held: Vec<TcpStream> = Vec::with_capacity(WARM + STEP);
-    let mut open = |n: usize, held: &mut Vec<TcpStream>| {
+    let open = |n: usize, held: &mut Vec<TcpStream>| {
         for i in 0..n {
             let mut ws = Ws::connect(gateway, "/?v=10&encoding=json");
             let ready = ws.login(&apps[i % APPS].token, BOT_INTENTS);

@@ -528,7 +528,10 @@ pub fn fanout(o: &FanoutOpts) -> Result<(), String> {
     // How much queued events coalesced: event frames per plain-text send
     // (gatewayd only; a node without the counters prints nothing).
     let delta = |name: &str| s2.m.sum(name) - s0.m.sum(name);
-    let (sends, frames) = (delta("gatewayd_sends_total"), delta("gatewayd_sent_frames_total"));
+    let (sends, frames) = (
+        delta("gatewayd_sends_total"),
+        delta("gatewayd_sent_frames_total"),
+    );
     if sends > 0.0 {
         println!(
             "node_sends {sends:.0} node_sent_frames {frames:.0} frames_per_send {:.3}",

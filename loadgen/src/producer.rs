@@ -300,7 +300,11 @@ fn run(
         batch.clear();
         while bg_n + hot_n < limit {
             // A burst's events share its first event's scheduled time.
-            let burst = if cfg.targets.is_empty() { 1 } else { cfg.burst.max(1) };
+            let burst = if cfg.targets.is_empty() {
+                1
+            } else {
+                cfg.burst.max(1)
+            };
             let next_bg = start as f64 + (bg_n / burst * burst) as f64 * bg_period;
             let next_hot = start as f64 + hot_n as f64 * hot_period;
             let (sched, hot) = if next_hot <= next_bg {

@@ -86,7 +86,10 @@ impl Worker {
         http::write_response(status, ct, body, keep, &hv[..n], &mut conn.out);
         let route = std::mem::take(&mut conn.rest().route);
         let app = std::mem::take(&mut conn.rest().app);
-        let (class, started) = (conn.rest().class, std::mem::take(&mut conn.rest().started_us));
+        let (class, started) = (
+            conn.rest().class,
+            std::mem::take(&mut conn.rest().started_us),
+        );
         conn.deadline_ms = idle_until;
         self.metrics().rest_response(route as usize, status);
         self.shared
@@ -162,7 +165,9 @@ impl Worker {
             })
             .flatten();
         let Some(conn) = self.conn(key) else { return };
-        let Peer::Pending(n) = conn.rest().peer else { return };
+        let Peer::Pending(n) = conn.rest().peer else {
+            return;
+        };
         conn.rest().peer = ip.map_or(Peer::Failed, Peer::Known);
         let waiting = conn.rest().peer_wait.take();
         if let Some(ip) = ip {

@@ -159,7 +159,17 @@ fn an_idle_session_holds_at_most_its_budget_of_heap() {
     open(WARM, &mut held);
     let before = quiet_reading();
     open(STEP, &mut held);
-    let after = quiet_reading();
+    // The lowest reading within a deadline: on a busy machine the
+    // housekeeping ticks that give idle buffers back may come late, so the
+    // test waits for them (up to 30 s) rather than for a fixed time.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let mut after = quiet_reading();
+    while (after.1 - before.1) / STEP as i64 > BUDGET && std::time::Instant::now() < deadline {
+        let again = quiet_reading();
+        if again.1 < after.1 {
+            after = again;
+        }
+    }
     let per_live = (after.0 - before.0) / STEP as i64;
     let per_chunk = (after.1 - before.1) / STEP as i64;
     // Which sizes grew, for the account in docs/bench/scaling.md.

@@ -620,8 +620,9 @@ mod tests {
         assert!(c[0] > 0.15, "server 0 is the most popular: {}", c[0]);
     }
 
-    #[test]
-    fn a_fixed_target_stamps_ts_ns_and_stops_at_the_limit() {
+    /// Runs a producer with `cfg` against a listener of its own until it has
+    /// sent `cfg.limit` events; the events it sent and the bytes written.
+    fn produce(cfg: ProducerConfig) -> (u64, u64, String) {
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap();
         let reader = std::thread::spawn(move || {
@@ -634,55 +635,82 @@ mod tests {
             Arc::new(World::default()),
             ProducerConfig {
                 ingest: vec![addr],
-                rate: 2000.0,
-                payload: 400,
-                targets: vec![(77, 6)],
-                limit: Some(20),
-                ..ProducerConfig::default()
+                ..cfg
             },
         );
         assert!(p.wait_done(Duration::from_secs(10)));
         let st = p.stop();
-        assert_eq!(st.events.load(Relaxed), 20);
-        let d = st.d_bytes.load(Relaxed);
-        assert!((395..=405).contains(&d), "d is {d} bytes");
+        let (events, d) = (st.events.load(Relaxed), st.d_bytes.load(Relaxed));
         let buf = reader.join().unwrap();
-        let text = String::from_utf8_lossy(&buf);
+        (events, d, String::from_utf8_lossy(&buf).into_owned())
+    }
+
+    /// The servers the events went to, in order (two-digit ids).
+    fn guild_order(text: &str) -> Vec<&str> {
+        text.match_indices(r#""guild_id":""#)
+            .map(|(i, m)| &text[i + m.len()..i + m.len() + 2])
+            .collect()
+    }
+
+    #[test]
+    fn a_fixed_target_stamps_ts_ns_and_stops_at_the_limit() {
+        let (events, d, text) = produce(ProducerConfig {
+            rate: 2000.0,
+            payload: 400,
+            targets: vec![(77, 6)],
+            limit: Some(20),
+            ..ProducerConfig::default()
+        });
+        assert_eq!(events, 20);
+        assert!((395..=405).contains(&d), "d is {d} bytes");
         assert_eq!(text.matches(r#"{"ts_ns":"#).count(), 20);
         assert_eq!(text.matches(r#""guild_id":"77""#).count(), 20);
     }
 
     #[test]
     fn fixed_targets_are_taken_round_robin() {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap();
-        let reader = std::thread::spawn(move || {
-            let (mut s, _) = l.accept().unwrap();
-            let mut buf = Vec::new();
-            std::io::Read::read_to_end(&mut s, &mut buf).unwrap();
-            buf
+        let (events, _, text) = produce(ProducerConfig {
+            rate: 3000.0,
+            payload: 100,
+            targets: vec![(10, 11), (20, 21), (30, 31)],
+            limit: Some(7),
+            ..ProducerConfig::default()
         });
-        let p = Producer::start(
-            Arc::new(World::default()),
-            ProducerConfig {
-                ingest: vec![addr],
-                rate: 3000.0,
-                payload: 100,
-                targets: vec![(10, 11), (20, 21), (30, 31)],
-                limit: Some(7),
-                ..ProducerConfig::default()
-            },
+        assert_eq!(events, 7);
+        assert_eq!(
+            guild_order(&text),
+            ["10", "20", "30", "10", "20", "30", "10"]
         );
-        assert!(p.wait_done(Duration::from_secs(10)));
-        assert_eq!(p.stop().events.load(Relaxed), 7);
-        let buf = reader.join().unwrap();
-        let text = String::from_utf8_lossy(&buf);
-        let order: Vec<&str> = text
-            .match_indices(r#""guild_id":""#)
-            .map(|(i, m)| &text[i + m.len()..i + m.len() + 2])
-            .collect();
-        assert_eq!(order, ["10", "20", "30", "10", "20", "30", "10"]);
         assert_eq!(text.matches(r#""channel_id":"21""#).count(), 2);
+    }
+
+    #[test]
+    fn bursts_go_to_one_target_at_one_scheduled_time() {
+        let (events, _, text) = produce(ProducerConfig {
+            rate: 3000.0,
+            payload: 100,
+            targets: vec![(10, 11), (20, 21)],
+            burst: 3,
+            limit: Some(8),
+            ..ProducerConfig::default()
+        });
+        assert_eq!(events, 8);
+        assert_eq!(
+            guild_order(&text),
+            ["10", "10", "10", "20", "20", "20", "10", "10"]
+        );
+        // The events of a burst share its first event's scheduled time.
+        let ts: Vec<&str> = text
+            .match_indices(r#"{"ts_ns":"#)
+            .map(|(i, m)| {
+                let rest = &text[i + m.len()..];
+                &rest[..rest.find(',').unwrap()]
+            })
+            .collect();
+        assert_eq!(ts.len(), 8);
+        assert!(ts[0] == ts[1] && ts[1] == ts[2], "{ts:?}");
+        assert!(ts[3] == ts[4] && ts[4] == ts[5], "{ts:?}");
+        assert_ne!(ts[2], ts[3], "{ts:?}");
     }
 
     #[test]

@@ -8,7 +8,8 @@
 //! floor (tests/layout.rs checks it):
 //!
 //! ```text
-//!   node, demo, registry_cli, interact_cli   wire the threads; the CLI
+//!   main, fuzzing, no_alloc   the binary; the fuzz targets' and the allocation test's hooks
+//!   node, registry_cli, interact_cli, cert_cli   wire the threads; the CLI
 //!   ops                        admin port, metrics text, `gatewayd stats`
 //!   portal                     the developer portal (its own listener)
 //!   chat                       the chat service that commits REST actions

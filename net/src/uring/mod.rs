@@ -15,9 +15,13 @@
 //!   event, kept in one file.
 //! - `setup.rs`: what is done once before rings run: the RLIMIT_NOFILE that
 //!   caps fixed tables, and the listening sockets rings accept from.
+//! - `tests.rs`: unit tests (a socket accepted, read, written and closed
+//!   through a ring; the table capped by RLIMIT_NOFILE).
 
 mod ring;
 mod setup;
+#[cfg(test)]
+mod tests;
 
 pub use ring::{Completion, Ring, RingConfig};
 pub use setup::{cap_fixed_files, listen_reuseport, raise_nofile_limit, set_send_buffer};

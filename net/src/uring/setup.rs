@@ -146,13 +146,3 @@ fn sockaddr_of(addr: std::net::SocketAddr) -> (libc::sockaddr_storage, libc::soc
         }
     }
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    #[test]
-    fn table_is_capped_by_nofile() {
-        let soft = raise_nofile_limit();
-        assert!(cap_fixed_files(u32::MAX) as u64 <= soft);
-    }
-}

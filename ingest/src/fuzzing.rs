@@ -4,11 +4,12 @@
 //! `fuzz/fuzz_targets/` and, on the committed corpus, by
 //! the root crate's `tests/fuzz_corpus.rs`. Not an API.
 
-use crate::{
-    check_fields, encode, encode_parts, redact_message_content, validate_json_object,
-    ArchivedRecord, DecodeError, FrameReader, Record, RedactError, HEADER_LEN, MAX_RECORD_LEN,
-    VERSION,
-};
+use crate::encode::{encode, encode_parts};
+use crate::error::DecodeError;
+use crate::frame::FrameReader;
+use crate::json::{redact_message_content, validate_json_object, RedactError};
+use crate::layout::{HEADER_LEN, MAX_RECORD_LEN};
+use crate::record::{check_fields, ArchivedRecord, Record, VERSION};
 
 /// What a reader handed out, owned.
 pub type Item = Result<Record, DecodeError>;

@@ -35,6 +35,8 @@ mod fanout;
 mod hold;
 mod idle;
 mod opts;
+#[cfg(test)]
+mod tests;
 
 pub use common::read_tokens;
 pub use fanout::fanout;

@@ -27,6 +27,8 @@ mod setup;
 mod slow_consumer;
 mod steady;
 mod storm;
+#[cfg(test)]
+mod tests;
 
 pub use opts::{Common, RecoveryOpts, RevocationOpts, RollingOpts, SlowOpts, StormOpts};
 pub use recovery::recovery_toml;

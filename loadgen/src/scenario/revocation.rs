@@ -215,27 +215,3 @@ pub(super) fn replace_host_port(url: &str, to: SocketAddr) -> String {
         .unwrap_or_default();
     format!("{scheme}://{userinfo}{to}{path}")
 }
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn urls() {
-        assert_eq!(
-            replace_host_port(
-                "postgres://u:p@127.0.0.1:5432/db?x=1",
-                "127.0.0.1:9".parse().unwrap()
-            ),
-            "postgres://u:p@127.0.0.1:9/db?x=1"
-        );
-        assert_eq!(
-            replace_host_port("postgresql://127.0.0.1/db", "127.0.0.1:9".parse().unwrap()),
-            "postgresql://127.0.0.1:9/db"
-        );
-        assert_eq!(
-            pg_addr("postgres://u@127.0.0.1:6000/x").unwrap().port(),
-            6000
-        );
-    }
-}

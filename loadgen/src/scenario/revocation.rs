@@ -1,5 +1,5 @@
 //! `revocation`: an application uninstalled from a hot server while the
-//! registry is browned out by loadgen's fault proxy (proxy.rs) between
+//! registry is browned out by loadgen's fault proxy (proxy/) between
 //! gatewayd and PostgreSQL: "pushed" (the registry answers late) and
 //! "lease-bound" (it refuses connections, so only the node's leases
 //! lapsing can end delivery). Claim: the revoked bot stops receiving

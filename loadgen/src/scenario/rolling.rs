@@ -1,5 +1,5 @@
 //! `rolling-release`: two or more clustered nodes (one PostgreSQL
-//! registry) behind loadgen's load balancer (lb.rs), every bot connected
+//! registry) behind loadgen's load balancer (lb/), every bot connected
 //! through it, the producer writing the same records to every node
 //! throughout; then each node in turn is taken out of the balancer,
 //! drained (`POST /drain`: op 7 spread over `drain_spread_ms`), waited for

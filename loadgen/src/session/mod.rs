@@ -1,5 +1,5 @@
 //! One bot session as a sans-IO state machine: bytes in, frames out, and a
-//! check of every event it receives. The fleet (fleet.rs) owns the sockets.
+//! check of every event it receives. The fleet (fleet/) owns the sockets.
 //!
 //! Client behaviour follows what real libraries do (discord.py, twilight):
 //! - heartbeat at the Hello interval, the first one after a random fraction

@@ -34,14 +34,6 @@ impl Session {
         }
     }
 
-    pub(super) fn protocol_error(&mut self, _now: u64, rec: &mut Recorder, what: String) -> Action {
-        rec.c.protocol_errors += 1;
-        if rec.first_violation.is_none() {
-            rec.first_violation = Some(format!("bot {} shard {}: {what}", self.bot, self.shard));
-        }
-        Action::Close
-    }
-
     pub(super) fn parse(
         &mut self,
         buf: &[u8],

@@ -1,11 +1,14 @@
 //! [`Session`]: one bot session's state (phase, node, sequence, session
 //! id, heartbeat timer, reconnect time, read pacing, the frames waiting to
 //! be sent) and the small operations the other files share: the xorshift
-//! random numbers, masked text frames, heartbeats, whether it may read.
+//! random numbers, masked text frames, heartbeats, whether it may read,
+//! protocol errors.
 //! The behaviour is split by concern: lifecycle.rs, inbound.rs,
 //! dispatch.rs.
 
 use net::ws::{self, Decoder, OpCode};
+
+use super::recorder::Recorder;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Phase {
@@ -166,5 +169,13 @@ impl Session {
             }
             Some(_) => true,
         }
+    }
+
+    pub(super) fn protocol_error(&mut self, _now: u64, rec: &mut Recorder, what: String) -> Action {
+        rec.c.protocol_errors += 1;
+        if rec.first_violation.is_none() {
+            rec.first_violation = Some(format!("bot {} shard {}: {what}", self.bot, self.shard));
+        }
+        Action::Close
     }
 }

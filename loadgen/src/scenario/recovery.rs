@@ -13,49 +13,21 @@
 //! they are easy to change once final; a node that refuses them fails the
 //! first claim with its own error message instead of the run passing.
 
-use super::*;
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
 
-#[derive(Clone, Debug)]
-pub struct RecoveryOpts {
-    /// Lines of the nodes' `[recovery]` section; `{redis_url}` is replaced
-    /// by the Redis loadgen started.
-    pub config: Vec<String>,
-    /// Extra node flags for the recovery run only.
-    pub node_args: Vec<String>,
-    /// Share of node A's sessions that must get RESUMED on a survivor, %.
-    pub min_resumed_pct: f64,
-    /// Every session back within this many seconds of the kill.
-    pub max_back_secs: f64,
-    /// Registry calls of the plain storm (docs/results/storm, throttle on,
-    /// 40,000 sessions), scaled by sessions / 40,000 ...
-    pub baseline_registry_calls: f64,
-    /// ... of which the recovery may use at most this %.
-    pub max_registry_pct: f64,
-    /// Partitions of the topic (1: one totally ordered stream, so the
-    /// fleet's event-order check applies as it stands).
-    pub partitions: i32,
-    /// Between the warm-up and the kill: time for the nodes to write their
-    /// summaries to the store.
-    pub checkpoint_secs: f64,
-}
-
-impl Default for RecoveryOpts {
-    fn default() -> Self {
-        RecoveryOpts {
-            config: vec![
-                "enabled = true".into(),
-                "redis_url = \"{redis_url}\"".into(),
-            ],
-            node_args: Vec::new(),
-            min_resumed_pct: 99.0,
-            max_back_secs: 30.0,
-            baseline_registry_calls: 324_096.0,
-            max_registry_pct: 1.0,
-            partitions: 1,
-            checkpoint_secs: 3.0,
-        }
-    }
-}
+use super::claims::{counter_figures, integrity_claims, ms};
+use super::opts::{Common, RecoveryOpts, StormOpts};
+use super::sampler::{connect_all, Sampler};
+use super::setup::{
+    all_ready, make_world, open_registry, owned, producer_config, progress, sources, start_node,
+    NO_THROTTLE,
+};
+use crate::fleet::{Fleet, FleetConfig};
+use crate::nodes::{Metrics, NodeProc};
+use crate::producer::{Producer, ProducerConfig};
+use crate::report::Report;
+use crate::session::Counters;
 
 /// The node config file of a recovery run (TOML).
 pub fn recovery_toml(o: &RecoveryOpts, redis_url: &str) -> String {

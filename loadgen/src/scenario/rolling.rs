@@ -1,5 +1,5 @@
 //! `rolling-release`: two or more clustered nodes (one PostgreSQL
-//! registry) behind loadgen's load balancer (lb.rs), every bot connected
+//! registry) behind loadgen's load balancer (lb/), every bot connected
 //! through it, the producer writing the same records to every node
 //! throughout; then each node in turn is taken out of the balancer,
 //! drained (`POST /drain`: op 7 spread over `drain_spread_ms`), waited for
@@ -11,37 +11,23 @@
 //! registry calls, the time until every session of the node was back, and
 //! what the fleet's stream checks saw.
 
-use super::*;
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::{Duration, Instant};
+
+use super::claims::{counter_figures, integrity_claims, ms};
+use super::opts::{Common, RollingOpts};
+use super::sampler::{connect_all, Sampler};
+use super::setup::{
+    all_ready, make_world, open_registry, owned, producer_config, progress, sources, start_node,
+    NO_THROTTLE,
+};
+use crate::fleet::{Fleet, FleetConfig};
 use crate::lb::{Backend, Lb};
-
-#[derive(Clone, Debug)]
-pub struct RollingOpts {
-    pub nodes: usize,
-    /// The nodes' `limits.drain_spread_ms` (op 7 spread over it).
-    pub drain_spread_ms: u64,
-    /// Every session of a drained node must be back within the drain
-    /// spread plus this.
-    pub back_margin_secs: f64,
-    /// Share of a drained node's sessions that must get RESUMED, %.
-    pub min_resumed_pct: f64,
-    /// Identifies during the drains, at most this % of the sessions.
-    pub max_identify_pct: f64,
-    /// Pause between a restarted node's readiness and the next drain, s.
-    pub settle_secs: f64,
-}
-
-impl Default for RollingOpts {
-    fn default() -> Self {
-        RollingOpts {
-            nodes: 2,
-            drain_spread_ms: 30_000,
-            back_margin_secs: 10.0,
-            min_resumed_pct: 99.9,
-            max_identify_pct: 0.1,
-            settle_secs: 3.0,
-        }
-    }
-}
+use crate::nodes::{Metrics, NodeProc};
+use crate::producer::Producer;
+use crate::report::Report;
+use crate::session::Counters;
 
 fn letter(k: usize) -> char {
     (b'A' + k as u8) as char

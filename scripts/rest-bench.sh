@@ -21,7 +21,12 @@
 # target/release/gatewayd; NO_BUILD=1 uses it as it is), CHANNELS (channels the requests spread over, 16:
 # windows per channel are what a real bot fleet spreads over), PERF=1 (sample
 # the node with `perf record -e cpu-clock` during each run and write
-# perf-cC.txt: the share of node CPU per thread and the top symbols).
+# perf-cC.txt: the share of node CPU per thread and the top symbols),
+# PIPELINE (requests each connection writes at once, 1: HTTP/1.1 pipelining,
+# which the edge answers in order; a deeper pipeline makes wrk's CPU per
+# request small, so that on a two-core machine the node can have most of
+# both cores: how `--workers 1` against `--workers 2` is measured; the
+# latency columns are then per batch of PIPELINE requests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/rest-bench-$(date -u +%Y%m%dT%H%M%SZ)}
@@ -103,9 +108,14 @@ wrk.method = "POST"
 wrk.headers["Authorization"] = "Bot ${TOKENS[$a]}"
 wrk.headers["Content-Type"] = "application/json"
 wrk.body = '{"content":"benchmark message with a little text in it, about the size of a chat line"}'
+local depth = ${PIPELINE:-1}
 request = function()
-  n = n + 1
-  return wrk.format(nil, "/api/v10/channels/" .. chans[(n % #chans) + 1] .. "/messages")
+  local r = {}
+  for i = 1, depth do
+    n = n + 1
+    r[i] = wrk.format(nil, "/api/v10/channels/" .. chans[(n % #chans) + 1] .. "/messages")
+  end
+  return table.concat(r)
 end
 EOF
   # Warm the token cache and the connection path.

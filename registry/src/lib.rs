@@ -16,6 +16,7 @@ pub mod postgres;
 mod rows;
 mod rules;
 mod schema;
+mod seed;
 mod signing;
 pub mod snowflake;
 mod sqlite;

@@ -4,15 +4,11 @@
 //! (or fixed group of statements) in its own SQL dialect, run in the
 //! caller's transaction. Everything else (validation, existence and
 //! ownership checks, ids, positions, what a new row holds, the order of the
-//! steps, the demo seed) is here, so the backends cannot drift apart.
+//! steps) is here, so the backends cannot drift apart.
 
 use std::collections::HashMap;
 
 use crate::model::*;
-use crate::rules::{
-    DEMO_APP, DEMO_CATEGORY, DEMO_CHANNEL, DEMO_GRANT, DEMO_MEMBER_ROLE, DEMO_MODERATOR_ROLE,
-    DEMO_SERVER,
-};
 use crate::validate::{check_shard, validate_name};
 use crate::{snowflake, RegistryError, Result, StateChange};
 
@@ -393,88 +389,4 @@ pub(crate) fn servers_for_shard<S: InstallStore>(
     let mut ids = s.installed_server_ids(app_id)?;
     ids.retain(|id| (id >> 22) % u64::from(shard_count) == u64::from(shard_id));
     Ok(ids)
-}
-
-/// The demo application and its server, by the names [`seed_demo`] gives
-/// them; nothing is written.
-pub(crate) fn find_demo<S: InstallStore>(s: &mut S) -> Result<Option<DemoFound>> {
-    let Some(app) = s.application_by_name(DEMO_APP)? else {
-        return Ok(None);
-    };
-    let server_id = s.installed_server_named(app.id, DEMO_SERVER)?;
-    Ok(Some(DemoFound { app, server_id }))
-}
-
-/// The same names on either backend, so each finds the other's demo.
-pub(crate) fn seed_demo<S: InstallStore + crate::members::MemberStore>(
-    s: &mut S,
-) -> Result<Option<DemoSeed>> {
-    if let Some(app) = s.application_by_name(DEMO_APP)? {
-        let Some(server_id) = s.installed_server_named(app.id, DEMO_SERVER)? else {
-            return Ok(None);
-        };
-        let general = s.find_channel(server_id, DEMO_CHANNEL, channel_kind::TEXT)?;
-        return Ok(general.map(|general_channel_id| DemoSeed {
-            app,
-            token: None,
-            server_id,
-            general_channel_id,
-        }));
-    }
-    let (app, token) = s.create_application(
-        DEMO_APP,
-        intents::MESSAGE_CONTENT | intents::GUILD_MEMBERS,
-        DEFAULT_MAX_CONCURRENCY,
-    )?;
-    // People to act on: the owner (alice, above everyone), a moderator
-    // ranked above the bot (carol) and two members ranked below it (bob,
-    // dave), so moderation and the role hierarchy have cases to show.
-    use crate::members::{add_member, create_user, set_member_roles};
-    let alice = create_user(s, "alice")?;
-    let server = create_server(s, DEMO_SERVER, alice.id)?;
-    let category = create_channel(s, server.id, DEMO_CATEGORY, channel_kind::CATEGORY, None)?;
-    let general = create_channel(
-        s,
-        server.id,
-        DEMO_CHANNEL,
-        channel_kind::TEXT,
-        Some(category.id),
-    )?;
-    use permissions::*;
-    let member_role = create_role(s, server.id, DEMO_MEMBER_ROLE, 0, false)?;
-    install(
-        s, app.id, server.id,
-        // What a chat-and-moderation bot's invite asks for: read, write,
-        // embed, react, and manage roles, kick and ban (below its rank).
-        DEMO_GRANT,
-    )?;
-    let moderator = create_role(
-        s,
-        server.id,
-        DEMO_MODERATOR_ROLE,
-        KICK_MEMBERS | BAN_MEMBERS | MANAGE_MESSAGES | MANAGE_ROLES,
-        false,
-    )?;
-    for (name, role) in [
-        ("alice", None),
-        ("bob", Some(member_role.id)),
-        ("carol", Some(moderator.id)),
-        ("dave", Some(member_role.id)),
-    ] {
-        let user = if name == "alice" {
-            alice.clone()
-        } else {
-            create_user(s, name)?
-        };
-        add_member(s, server.id, user.id)?;
-        if let Some(r) = role {
-            set_member_roles(s, server.id, user.id, &[r])?;
-        }
-    }
-    Ok(Some(DemoSeed {
-        app,
-        token: Some(token),
-        server_id: server.id,
-        general_channel_id: general.id,
-    }))
 }

@@ -975,11 +975,11 @@ impl Registry for PostgresRegistry {
     }
 
     fn seed_demo(&self) -> Result<Option<DemoSeed>> {
-        self.run(WriteKind::Write, |t| ops::seed_demo(t))
+        self.run(WriteKind::Write, |t| crate::seed::seed_demo(t))
     }
 
     fn find_demo(&self) -> Result<Option<DemoFound>> {
-        self.run(WriteKind::Read, |t| ops::find_demo(t))
+        self.run(WriteKind::Read, |t| crate::seed::find_demo(t))
     }
 
     fn installations_in_server(&self, server_id: u64) -> Result<Vec<Installation>> {

@@ -379,11 +379,11 @@ impl Registry for SqliteRegistry {
     }
 
     fn seed_demo(&self) -> Result<Option<DemoSeed>> {
-        self.write(|mut c| ops::seed_demo(&mut c))
+        self.write(|mut c| crate::seed::seed_demo(&mut c))
     }
 
     fn find_demo(&self) -> Result<Option<DemoFound>> {
-        self.read(|mut c| ops::find_demo(&mut c))
+        self.read(|mut c| crate::seed::find_demo(&mut c))
     }
 
     fn installations_in_server(&self, server_id: u64) -> Result<Vec<Installation>> {

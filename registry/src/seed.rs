@@ -5,9 +5,11 @@
 //! backend, so each finds the other's demo). A start-up concern only: the
 //! operations it uses (`crate::ops`, `crate::members`) know nothing of it.
 
+use crate::apps::create_application;
 use crate::members::{add_member, create_user, set_member_roles, MemberStore};
 use crate::model::*;
 use crate::ops::{create_channel, create_role, create_server, install, InstallStore};
+use crate::outbox::OutboxStore;
 use crate::rules::{
     DEMO_APP, DEMO_CATEGORY, DEMO_CHANNEL, DEMO_GRANT, DEMO_MEMBER_ROLE, DEMO_MODERATOR_ROLE,
     DEMO_SERVER,
@@ -25,7 +27,7 @@ pub(crate) fn find_demo<S: InstallStore>(s: &mut S) -> Result<Option<DemoFound>>
 }
 
 /// The same names on either backend, so each finds the other's demo.
-pub(crate) fn seed_demo<S: InstallStore + MemberStore>(
+pub(crate) fn seed_demo<S: InstallStore + MemberStore + OutboxStore>(
     s: &mut S,
 ) -> Result<Option<DemoSeed>> {
     if let Some(app) = s.application_by_name(DEMO_APP)? {
@@ -40,7 +42,8 @@ pub(crate) fn seed_demo<S: InstallStore + MemberStore>(
             general_channel_id,
         }));
     }
-    let (app, token) = s.create_application(
+    let (app, token) = create_application(
+        s,
         DEMO_APP,
         intents::MESSAGE_CONTENT | intents::GUILD_MEMBERS,
         DEFAULT_MAX_CONCURRENCY,

@@ -79,6 +79,8 @@ macro_rules! behaviour_tests {
             developer_names_and_passwords_are_checked,
             developers_see_only_their_own_applications,
             intent_requests_pending_until_approved_or_denied,
+            installed_checks_a_large_batch_in_order,
+            u64_ids_keep_their_bits,
         );
     };
     // One test per name, recursively (the attributes repeat per test).
@@ -827,4 +829,49 @@ pub fn two_handles_on_one_store(store: &dyn Store) {
     let s = node.create_server("S", 1).unwrap();
     cli.install(app.id, s.id, VIEW_CHANNEL).unwrap();
     assert!(node.installation(app.id, s.id).unwrap().is_some());
+}
+
+/// Lease renewal's batch answers every pair, in order (PostgreSQL in one
+/// statement, SQLite one probe a pair).
+pub fn installed_checks_a_large_batch_in_order(reg: &dyn Backend) {
+    let (app, _) = reg.create_application("bot", 0, 1).unwrap();
+    let s1 = reg.create_server("a", 1).unwrap();
+    let s2 = reg.create_server("b", 1).unwrap();
+    reg.install(app.id, s2.id, 0).unwrap();
+    assert!(reg.installed(&[]).unwrap().is_empty());
+    let pairs: Vec<(u64, u64)> = (0..5000u64)
+        .map(|i| match i % 4 {
+            0 => (app.id, s1.id),
+            1 => (app.id, s2.id),
+            2 => (app.id + 1, s2.id),
+            _ => (u64::MAX - i, s2.id),
+        })
+        .collect();
+    let got = reg.installed(&pairs).unwrap();
+    assert_eq!(got.len(), pairs.len());
+    for (i, ok) in got.iter().enumerate() {
+        assert_eq!(*ok, i % 4 == 1, "pair {i}");
+    }
+}
+
+/// Ids and bitsets with the top bit set (negative as the signed 64-bit
+/// integers both engines store) come back as they went in.
+pub fn u64_ids_keep_their_bits(reg: &dyn Backend) {
+    let (app, _) = reg.create_application("bot", 0, 1).unwrap();
+    // Ids and bitsets with the top bit set are negative as BIGINT.
+    let high = u64::MAX - (3 << 22);
+    let s = reg.create_server_with_id(high, "High", u64::MAX).unwrap();
+    assert_eq!(s.owner_id, u64::MAX);
+    let inst = reg.install(app.id, high, u64::MAX).unwrap();
+    assert_eq!(inst.permissions, u64::MAX);
+    let shards = 5;
+    let want = ((high >> 22) % shards) as u32;
+    for shard in 0..shards as u32 {
+        let got = reg.servers_for_shard(app.id, shard, shards as u32).unwrap();
+        assert_eq!(got == vec![high], shard == want, "shard {shard}");
+    }
+    let snap = reg.server_snapshot(high).unwrap().unwrap();
+    assert_eq!(snap.server.owner_id, u64::MAX);
+    assert_eq!(reg.installed(&[(app.id, high)]).unwrap(), vec![true]);
+    assert_eq!(reg.list_servers().unwrap()[0].id, high);
 }

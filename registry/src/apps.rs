@@ -21,6 +21,13 @@ use crate::rules::{
 use crate::validate::{check_concurrency, check_intents};
 use crate::{snowflake, token, RegistryError, Result, Revocation};
 
+/// An application with its token's salt and hash, as stored.
+pub(crate) type WithToken = (Application, Vec<u8>, Vec<u8>);
+
+/// What the identify limit is computed from: (session start total, max
+/// concurrency, identifies in the window, the oldest minute of them).
+pub(crate) type IdentifyWindow = (u32, u32, i64, Option<i64>);
+
 /// The application statements.
 pub(crate) trait AppStore {
     fn application(&mut self, id: u64) -> Result<Option<Application>>;
@@ -29,10 +36,7 @@ pub(crate) trait AppStore {
     /// Every application, by id.
     fn applications(&mut self) -> Result<Vec<Application>>;
     /// The application with its token's salt and hash (one statement).
-    fn application_with_token(
-        &mut self,
-        id: u64,
-    ) -> Result<Option<(Application, Vec<u8>, Vec<u8>)>>;
+    fn application_with_token(&mut self, id: u64) -> Result<Option<WithToken>>;
     fn insert_application(
         &mut self,
         app: &Application,
@@ -54,11 +58,7 @@ pub(crate) trait AppStore {
     /// (session start total, max concurrency, identifies in the minutes
     /// after `cutoff`, the oldest of those minutes), or None if there is no
     /// such application.
-    fn identify_window(
-        &mut self,
-        app_id: u64,
-        cutoff: i64,
-    ) -> Result<Option<(u32, u32, i64, Option<i64>)>>;
+    fn identify_window(&mut self, app_id: u64, cutoff: i64) -> Result<Option<IdentifyWindow>>;
 }
 
 pub(crate) fn require_application<S: AppStore>(s: &mut S, id: u64) -> Result<Application> {

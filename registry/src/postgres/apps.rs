@@ -4,7 +4,7 @@
 use tokio_postgres::Row;
 
 use super::conn::{col, col_u32, Tx};
-use crate::apps::AppStore;
+use crate::apps::{AppStore, IdentifyWindow, WithToken};
 use crate::model::*;
 use crate::rows::{self, to_i, APP_COLS as COLS};
 use crate::{RegistryError, Result};
@@ -49,10 +49,7 @@ impl AppStore for Tx<'_> {
             .collect()
     }
 
-    fn application_with_token(
-        &mut self,
-        id: u64,
-    ) -> Result<Option<(Application, Vec<u8>, Vec<u8>)>> {
+    fn application_with_token(&mut self, id: u64) -> Result<Option<WithToken>> {
         let Some(r) = self.query_opt(
             &format!("SELECT {COLS}, token_salt, token_hash FROM applications WHERE id = $1"),
             &[&to_i(id)],
@@ -165,11 +162,7 @@ impl AppStore for Tx<'_> {
 
     /// One statement: the application's limits and its identifies in the
     /// window.
-    fn identify_window(
-        &mut self,
-        app_id: u64,
-        cutoff: i64,
-    ) -> Result<Option<(u32, u32, i64, Option<i64>)>> {
+    fn identify_window(&mut self, app_id: u64, cutoff: i64) -> Result<Option<IdentifyWindow>> {
         let Some(r) = self.query_opt(
             "SELECT a.session_start_total, a.max_concurrency,
                     COALESCE(SUM(c.count), 0)::BIGINT, MIN(c.minute_ms)

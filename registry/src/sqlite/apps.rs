@@ -4,7 +4,7 @@
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::cached::Cached;
-use crate::apps::AppStore;
+use crate::apps::{AppStore, IdentifyWindow, WithToken};
 use crate::model::*;
 use crate::rows::{self, to_i, APP_COLS as COLS};
 use crate::Result;
@@ -41,10 +41,7 @@ impl AppStore for &Connection {
         Ok(v)
     }
 
-    fn application_with_token(
-        &mut self,
-        id: u64,
-    ) -> Result<Option<(Application, Vec<u8>, Vec<u8>)>> {
+    fn application_with_token(&mut self, id: u64) -> Result<Option<WithToken>> {
         Ok(self
             .query_row_cached(
                 &format!("SELECT {COLS}, token_salt, token_hash FROM applications WHERE id = ?1"),
@@ -137,11 +134,7 @@ impl AppStore for &Connection {
         Ok(())
     }
 
-    fn identify_window(
-        &mut self,
-        app_id: u64,
-        cutoff: i64,
-    ) -> Result<Option<(u32, u32, i64, Option<i64>)>> {
+    fn identify_window(&mut self, app_id: u64, cutoff: i64) -> Result<Option<IdentifyWindow>> {
         let Some(app) = self.application(app_id)? else {
             return Ok(None);
         };

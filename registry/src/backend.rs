@@ -35,7 +35,8 @@ pub(crate) enum Kind {
     Counter,
 }
 
-/// Every statement the registry's rules need, in one backend's SQL.
+/// Every statement the registry's rules need, in one backend's SQL (each
+/// backend says `impl Statements for` its statement handle).
 pub(crate) trait Statements:
     AppStore
     + ServerStore
@@ -47,20 +48,6 @@ pub(crate) trait Statements:
     + NodeStore
     + OutboxStore
     + InteractionStore
-{
-}
-
-impl<T> Statements for T where
-    T: AppStore
-        + ServerStore
-        + InstallStore
-        + MemberStore
-        + DeveloperStore
-        + CommandStore
-        + SigningStore
-        + NodeStore
-        + OutboxStore
-        + InteractionStore
 {
 }
 

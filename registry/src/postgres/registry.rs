@@ -16,7 +16,7 @@ use super::fault::Fault;
 use super::listener::RevocationListener;
 use super::schema;
 use super::tls::{self, SslMode, TlsSettings};
-use crate::backend::{Backend, Kind};
+use crate::backend::{Backend, Kind, Statements};
 use crate::model::Server;
 use crate::{generic, RegistryError, Result};
 
@@ -203,6 +203,8 @@ impl PostgresRegistry {
 
 /// The store the rules work on is [`Tx`]: it implements every store trait
 /// (the files beside).
+impl Statements for Tx<'_> {}
+
 impl Backend for PostgresRegistry {
     type Tx<'a> = Tx<'a>;
 

@@ -27,7 +27,7 @@ use std::time::Duration;
 use rusqlite::{Connection, TransactionBehavior};
 
 use self::cached::Cached;
-use crate::backend::{Backend, Kind};
+use crate::backend::{Backend, Kind, Statements};
 use crate::model::Server;
 use crate::{generic, Result};
 
@@ -113,6 +113,8 @@ const STATEMENT_CACHE: usize = 256;
 
 /// The store the rules work on is the connection (in the transaction, if
 /// any): `&Connection` implements every store trait (the files beside).
+impl Statements for &Connection {}
+
 impl Backend for SqliteRegistry {
     type Tx<'a> = &'a Connection;
 

@@ -1,9 +1,9 @@
 //! The one `impl Registry`: for every [`Backend`]. Each operation is the
-//! [`Kind`](crate::backend::Kind) it runs as and the rule it runs (`crate::apps`, `crate::ops`,
-//! `crate::members`, ...); what a backend adds is only how it runs
-//! statements and which SQL they are. Work that needs no database (token
-//! parsing, password hashing and verifying) is done outside the run, so no
-//! lock or connection is held for it.
+//! kind of run it needs (`crate::backend::Kind`) and the rule it runs
+//! (`crate::apps`, `crate::ops`, `crate::members`, ...); what a backend adds
+//! is only how it runs statements and which SQL they are. Work that needs
+//! no database (token parsing, password hashing and verifying) is done
+//! outside the run, so no lock or connection is held for it.
 
 use crate::apps::{self, AppStore};
 use crate::backend::Backend;

@@ -20,10 +20,11 @@ pub const REVOCATION_CHANNEL: &str = "gatewayd_revocations";
 ///
 /// Pushes are a latency optimisation, not the record: the outbox is. A node
 /// starts with `LISTEN` (open the listener), then reads
-/// [`Registry::last_revocation_id`] or catches up with
-/// [`Registry::revocations_since`], then applies each pushed id by reading
-/// the outbox from its last applied id. Pushes sent while the listener is
-/// disconnected are lost: after [`wait`](Self::wait) returns an error, the
+/// [`Registry::last_revocation_id`](crate::Registry::last_revocation_id)
+/// or catches up with
+/// [`Registry::revocations_since`](crate::Registry::revocations_since),
+/// then applies each pushed id by reading the outbox from its last applied
+/// id. Pushes sent while the listener is disconnected are lost: after [`wait`](Self::wait) returns an error, the
 /// next `wait` reconnects (and re-`LISTEN`s) before waiting, and the first
 /// `Ok` after an error is the moment to catch up from the outbox.
 pub struct RevocationListener {

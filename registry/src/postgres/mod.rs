@@ -10,13 +10,14 @@
 //! begins (nothing sent yet) the call is retried once on the new connection,
 //! so a database restart costs no error.
 //!
-//! Deadline (what makes [`RegistryError::Unavailable`] arrive in time rather
-//! than a hang): every call, from its first statement (or the connection
-//! attempt it needs) to its COMMIT, has `timeout` (given to
+//! Deadline (what makes
+//! [`RegistryError::Unavailable`](crate::RegistryError::Unavailable) arrive
+//! in time rather than a hang): every call, from its first statement (or
+//! the connection attempt it needs) to its COMMIT, has `timeout` (given to
 //! [`PostgresRegistry::connect`]; the node passes `registry.timeout_ms`). A
 //! call still unanswered at its deadline is abandoned: its connection is
-//! closed at once (the server rolls back whatever it had begun) and the call
-//! returns `Unavailable`. That covers the peer no TCP timer notices: a
+//! closed at once (the server rolls back whatever it had begun) and the
+//! call returns `Unavailable`. That covers the peer no TCP timer notices: a
 //! server that accepts and acknowledges but never answers (SIGSTOP, a hung
 //! host, a full disk). The server also runs each statement under
 //! `statement_timeout` = `timeout` (lock waits count), and TCP keepalives

@@ -170,7 +170,9 @@ impl PostgresRegistry {
     }
 
     /// A server with a chosen id (tests, load generators that need known
-    /// shard placement). Like [`Registry::create_server`] otherwise.
+    /// shard placement). Like
+    /// [`Registry::create_server`](crate::Registry::create_server)
+    /// otherwise.
     pub fn create_server_with_id(&self, id: u64, name: &str, owner_id: u64) -> Result<Server> {
         generic::create_server_with_id(self, id, name, owner_id)
     }
@@ -185,9 +187,9 @@ impl PostgresRegistry {
         )
     }
 
-    /// A listener on [`REVOCATION_CHANNEL`] of the database at `url` (its
-    /// own connection; each (re)connection, `LISTEN` included, bounded by
-    /// `timeout`, e.g. [`DEFAULT_TIMEOUT`]).
+    /// A listener on [`REVOCATION_CHANNEL`](super::REVOCATION_CHANNEL) of
+    /// the database at `url` (its own connection; each (re)connection,
+    /// `LISTEN` included, bounded by `timeout`, e.g. [`DEFAULT_TIMEOUT`]).
     pub fn listen_revocations(url: &str, timeout: Duration) -> Result<RevocationListener> {
         let (mut config, tls) = parse_url(url)?;
         tune(&mut config, timeout);

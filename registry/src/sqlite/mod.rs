@@ -97,7 +97,9 @@ impl SqliteRegistry {
     }
 
     /// A server with a chosen id (tests, load generators that need known
-    /// shard placement). Like [`Registry::create_server`] otherwise.
+    /// shard placement). Like
+    /// [`Registry::create_server`](crate::Registry::create_server)
+    /// otherwise.
     pub fn create_server_with_id(&self, id: u64, name: &str, owner_id: u64) -> Result<Server> {
         generic::create_server_with_id(self, id, name, owner_id)
     }

@@ -24,9 +24,10 @@ pub const REVOCATION_CHANNEL: &str = "gatewayd_revocations";
 /// or catches up with
 /// [`Registry::revocations_since`](crate::Registry::revocations_since),
 /// then applies each pushed id by reading the outbox from its last applied
-/// id. Pushes sent while the listener is disconnected are lost: after [`wait`](Self::wait) returns an error, the
-/// next `wait` reconnects (and re-`LISTEN`s) before waiting, and the first
-/// `Ok` after an error is the moment to catch up from the outbox.
+/// id. Pushes sent while the listener is disconnected are lost: after
+/// [`wait`](Self::wait) returns an error, the next `wait` reconnects (and
+/// re-`LISTEN`s) before waiting, and the first `Ok` after an error is the
+/// moment to catch up from the outbox.
 pub struct RevocationListener {
     config: Config,
     tls: TlsSettings,

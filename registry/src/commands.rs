@@ -23,8 +23,9 @@
 //! [`check_description`]) are public so the REST edge names the same rule
 //! field by field in its 400 tree.
 
+use crate::apps::{require_application, AppStore};
 use crate::model::*;
-use crate::ops::{require_application, require_server, AppStore, ServerStore};
+use crate::ops::{require_server, ServerStore};
 use crate::{snowflake, RegistryError, Result};
 
 /// Largest stored options JSON (bytes); the REST edge's body limit is lower.

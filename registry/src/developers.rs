@@ -15,8 +15,8 @@
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use argon2::Argon2;
 
+use crate::apps::{require_application, AppStore};
 use crate::model::*;
-use crate::ops::AppStore;
 use crate::validate::{check_developer_name, check_intents_of, check_password, MAX_PASSWORD_BYTES};
 use crate::{snowflake, token, RegistryError, Result};
 
@@ -139,13 +139,6 @@ pub(crate) fn create<S: DeveloperStore>(
 fn require_developer<S: DeveloperStore>(s: &mut S, id: u64) -> Result<Developer> {
     s.developer(id)?.ok_or(RegistryError::NotFound {
         what: "developer",
-        id,
-    })
-}
-
-fn require_application<S: DeveloperStore>(s: &mut S, id: u64) -> Result<Application> {
-    s.application(id)?.ok_or(RegistryError::NotFound {
-        what: "application",
         id,
     })
 }

@@ -5,17 +5,31 @@
 //! node's sidecar thread and from the CLI). [`SqliteRegistry`] is the
 //! embedded backend; [`PostgresRegistry`] is the scale-out one (several
 //! nodes on one database, revocations pushed with LISTEN/NOTIFY).
+//!
+//! One registry over two backends: a backend only runs statements
+//! (`backend::Backend`) and speaks its SQL (the store traits, one per
+//! concept); the rules are written once over them, by concept (`apps`,
+//! `ops` for servers and installations, `members`, `developers`,
+//! `commands`, `signing`, `nodes`, `interactions`, `outbox`, `seed` for the
+//! demo data), and `generic` holds the one `impl Registry` for every
+//! backend.
 
+mod apps;
+mod backend;
 pub mod commands;
 mod developers;
+mod generic;
+mod interactions;
 mod members;
 pub mod model;
 mod nodes;
 mod ops;
+mod outbox;
 pub mod postgres;
 mod rows;
 mod rules;
 mod schema;
+mod seed;
 mod signing;
 pub mod snowflake;
 mod sqlite;

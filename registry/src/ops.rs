@@ -1,39 +1,31 @@
-//! The server and installation operations, written once for both backends.
+//! Servers and installations, written once for both backends.
 //!
 //! A backend implements the store traits below: one method per statement
 //! (or fixed group of statements) in its own SQL dialect, run in the
 //! caller's transaction. Everything else (validation, existence and
 //! ownership checks, ids, positions, what a new row holds, the order of the
-//! steps, the demo seed) is here, so the backends cannot drift apart.
+//! steps, the outbox rows an install, an uninstall or an application's
+//! deletion writes) is here, so the backends cannot drift apart.
 
 use std::collections::HashMap;
 
+use crate::apps::{require_application, AppStore};
+use crate::developers::DeveloperStore;
 use crate::model::*;
-use crate::rules::{
-    DEMO_APP, DEMO_CATEGORY, DEMO_CHANNEL, DEMO_GRANT, DEMO_MEMBER_ROLE, DEMO_MODERATOR_ROLE,
-    DEMO_SERVER,
-};
+use crate::outbox::{emit, OutboxStore};
 use crate::validate::{check_shard, validate_name};
-use crate::{snowflake, RegistryError, Result, StateChange};
-
-/// The application statements the shared operations need.
-pub(crate) trait AppStore {
-    fn application(&mut self, id: u64) -> Result<Option<Application>>;
-    /// The oldest application with this name.
-    fn application_by_name(&mut self, name: &str) -> Result<Option<Application>>;
-    fn create_application(
-        &mut self,
-        name: &str,
-        approved: u64,
-        max_concurrency: u32,
-    ) -> Result<(Application, String)>;
-}
+use crate::{snowflake, RegistryError, Result, Revocation, StateChange};
 
 /// Servers, roles, channels and overwrites.
 pub(crate) trait ServerStore {
     fn server(&mut self, id: u64) -> Result<Option<Server>>;
+    /// Every server, by id.
+    fn servers(&mut self) -> Result<Vec<Server>>;
     fn insert_server(&mut self, server: &Server) -> Result<()>;
     fn rename_server(&mut self, id: u64, name: &str) -> Result<()>;
+    /// The server with everything in it (by cascade) and its commands;
+    /// false if there was none.
+    fn delete_server(&mut self, id: u64) -> Result<bool>;
 
     fn role(&mut self, id: u64) -> Result<Option<Role>>;
     /// The server's roles by (position, id).
@@ -65,6 +57,8 @@ pub(crate) trait ServerStore {
 
     /// Insert (last in the channel's order) or update (keeping its place).
     fn set_overwrite(&mut self, channel_id: u64, overwrite: &Overwrite) -> Result<()>;
+    /// False if there was none.
+    fn delete_overwrite(&mut self, channel_id: u64, target_id: u64) -> Result<bool>;
     /// The overwrites of the server's channels as (channel id, overwrite),
     /// by channel, each channel's in their order.
     fn overwrites_of(&mut self, server_id: u64) -> Result<Vec<(u64, Overwrite)>>;
@@ -73,6 +67,13 @@ pub(crate) trait ServerStore {
 /// Installations.
 pub(crate) trait InstallStore: AppStore + ServerStore {
     fn installation(&mut self, app_id: u64, server_id: u64) -> Result<Option<Installation>>;
+    /// The application's installations, ascending by server id.
+    fn installations_of_app(&mut self, app_id: u64) -> Result<Vec<Installation>>;
+    /// The server's installations, ascending by application id.
+    fn installations_in_server(&mut self, server_id: u64) -> Result<Vec<Installation>>;
+    /// For each (application, server) pair, whether it is installed, in
+    /// the same order.
+    fn installed(&mut self, pairs: &[(u64, u64)]) -> Result<Vec<bool>>;
     fn insert_installation(
         &mut self,
         app_id: u64,
@@ -91,19 +92,19 @@ pub(crate) trait InstallStore: AppStore + ServerStore {
     fn delete_installation(&mut self, app_id: u64, server_id: u64) -> Result<()>;
     /// Gives the bot member a role; nothing if it already has it.
     fn add_installation_role(&mut self, app_id: u64, server_id: u64, role_id: u64) -> Result<()>;
+    /// False if the bot member did not have it.
+    fn remove_installation_role(
+        &mut self,
+        app_id: u64,
+        server_id: u64,
+        role_id: u64,
+    ) -> Result<bool>;
     /// Member overwrites for `user_id` on the server's channels.
     fn delete_member_overwrites(&mut self, server_id: u64, user_id: u64) -> Result<()>;
     /// The servers `app_id` is installed in, ascending.
     fn installed_server_ids(&mut self, app_id: u64) -> Result<Vec<u64>>;
     /// The lowest-id server named `name` that `app_id` is installed in.
     fn installed_server_named(&mut self, app_id: u64, name: &str) -> Result<Option<u64>>;
-}
-
-pub(crate) fn require_application<S: AppStore>(s: &mut S, id: u64) -> Result<Application> {
-    s.application(id)?.ok_or(RegistryError::NotFound {
-        what: "application",
-        id,
-    })
 }
 
 pub(crate) fn require_server<S: ServerStore>(s: &mut S, id: u64) -> Result<Server> {
@@ -315,7 +316,9 @@ pub(crate) fn apply_state<S: ServerStore>(s: &mut S, change: &StateChange) -> Re
     }
 }
 
-pub(crate) fn install<S: InstallStore>(
+/// Writes [`Revocation::PermissionsChanged`] if an installation's grant
+/// changed.
+pub(crate) fn install<S: InstallStore + OutboxStore>(
     s: &mut S,
     app_id: u64,
     server_id: u64,
@@ -338,10 +341,26 @@ pub(crate) fn install<S: InstallStore>(
         s.insert_installation(app_id, server_id, perms, managed, snowflake::unix_ms_now())?;
     }
     s.add_installation_role(app_id, server_id, managed)?;
-    require_installation(s, app_id, server_id)
+    let installation = require_installation(s, app_id, server_id)?;
+    // A changed grant narrows or widens what the bot's sessions may see.
+    if existing.is_some_and(|e| e.permissions != perms) {
+        emit(
+            s,
+            Revocation::PermissionsChanged {
+                application_id: app_id,
+                server_id,
+            },
+        )?;
+    }
+    Ok(installation)
 }
 
-pub(crate) fn uninstall<S: InstallStore>(s: &mut S, app_id: u64, server_id: u64) -> Result<bool> {
+/// Writes [`Revocation::Uninstalled`] if it was installed.
+pub(crate) fn uninstall<S: InstallStore + OutboxStore>(
+    s: &mut S,
+    app_id: u64,
+    server_id: u64,
+) -> Result<bool> {
     let Some(inst) = s.installation(app_id, server_id)? else {
         return Ok(false);
     };
@@ -353,7 +372,27 @@ pub(crate) fn uninstall<S: InstallStore>(s: &mut S, app_id: u64, server_id: u64)
         s.delete_member_overwrites(server_id, app.bot_user_id)?;
     }
     s.delete_installation(app_id, server_id)?;
+    emit(
+        s,
+        Revocation::Uninstalled {
+            application_id: app_id,
+            server_id,
+        },
+    )?;
     Ok(true)
+}
+
+/// Uninstalls the application everywhere (each written to the outbox, in
+/// server order), ends its developers' ownership of it, then deletes it.
+pub(crate) fn delete_application<S: InstallStore + DeveloperStore + OutboxStore>(
+    s: &mut S,
+    app_id: u64,
+) -> Result<bool> {
+    for server_id in s.installed_server_ids(app_id)? {
+        uninstall(s, app_id, server_id)?;
+    }
+    s.delete_ownerships_of_app(app_id)?;
+    s.delete_application_row(app_id)
 }
 
 pub(crate) fn add_installation_role<S: InstallStore>(
@@ -393,88 +432,4 @@ pub(crate) fn servers_for_shard<S: InstallStore>(
     let mut ids = s.installed_server_ids(app_id)?;
     ids.retain(|id| (id >> 22) % u64::from(shard_count) == u64::from(shard_id));
     Ok(ids)
-}
-
-/// The demo application and its server, by the names [`seed_demo`] gives
-/// them; nothing is written.
-pub(crate) fn find_demo<S: InstallStore>(s: &mut S) -> Result<Option<DemoFound>> {
-    let Some(app) = s.application_by_name(DEMO_APP)? else {
-        return Ok(None);
-    };
-    let server_id = s.installed_server_named(app.id, DEMO_SERVER)?;
-    Ok(Some(DemoFound { app, server_id }))
-}
-
-/// The same names on either backend, so each finds the other's demo.
-pub(crate) fn seed_demo<S: InstallStore + crate::members::MemberStore>(
-    s: &mut S,
-) -> Result<Option<DemoSeed>> {
-    if let Some(app) = s.application_by_name(DEMO_APP)? {
-        let Some(server_id) = s.installed_server_named(app.id, DEMO_SERVER)? else {
-            return Ok(None);
-        };
-        let general = s.find_channel(server_id, DEMO_CHANNEL, channel_kind::TEXT)?;
-        return Ok(general.map(|general_channel_id| DemoSeed {
-            app,
-            token: None,
-            server_id,
-            general_channel_id,
-        }));
-    }
-    let (app, token) = s.create_application(
-        DEMO_APP,
-        intents::MESSAGE_CONTENT | intents::GUILD_MEMBERS,
-        DEFAULT_MAX_CONCURRENCY,
-    )?;
-    // People to act on: the owner (alice, above everyone), a moderator
-    // ranked above the bot (carol) and two members ranked below it (bob,
-    // dave), so moderation and the role hierarchy have cases to show.
-    use crate::members::{add_member, create_user, set_member_roles};
-    let alice = create_user(s, "alice")?;
-    let server = create_server(s, DEMO_SERVER, alice.id)?;
-    let category = create_channel(s, server.id, DEMO_CATEGORY, channel_kind::CATEGORY, None)?;
-    let general = create_channel(
-        s,
-        server.id,
-        DEMO_CHANNEL,
-        channel_kind::TEXT,
-        Some(category.id),
-    )?;
-    use permissions::*;
-    let member_role = create_role(s, server.id, DEMO_MEMBER_ROLE, 0, false)?;
-    install(
-        s, app.id, server.id,
-        // What a chat-and-moderation bot's invite asks for: read, write,
-        // embed, react, and manage roles, kick and ban (below its rank).
-        DEMO_GRANT,
-    )?;
-    let moderator = create_role(
-        s,
-        server.id,
-        DEMO_MODERATOR_ROLE,
-        KICK_MEMBERS | BAN_MEMBERS | MANAGE_MESSAGES | MANAGE_ROLES,
-        false,
-    )?;
-    for (name, role) in [
-        ("alice", None),
-        ("bob", Some(member_role.id)),
-        ("carol", Some(moderator.id)),
-        ("dave", Some(member_role.id)),
-    ] {
-        let user = if name == "alice" {
-            alice.clone()
-        } else {
-            create_user(s, name)?
-        };
-        add_member(s, server.id, user.id)?;
-        if let Some(r) = role {
-            set_member_roles(s, server.id, user.id, &[r])?;
-        }
-    }
-    Ok(Some(DemoSeed {
-        app,
-        token: Some(token),
-        server_id: server.id,
-        general_channel_id: general.id,
-    }))
 }

@@ -3,7 +3,7 @@
 //! and its interactions endpoint URL. The registry only stores them; the
 //! node signs and verifies endpoints (`src/egress/sign.rs`).
 
-use crate::ops::{require_application, AppStore};
+use crate::apps::{require_application, AppStore};
 use crate::{token, RegistryError, Result};
 
 /// Longest endpoint URL stored.

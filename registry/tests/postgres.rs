@@ -152,6 +152,44 @@ impl behaviour::Store for TestDb {
     fn open(&self) -> Box<dyn behaviour::Backend> {
         Box::new(TestDb::open(self))
     }
+
+    fn stored_bytes(&self) -> Vec<u8> {
+        let mut raw = self.raw();
+        let mut out = Vec::new();
+        let tables = raw
+            .query(
+                "SELECT tablename::TEXT FROM pg_tables WHERE schemaname = 'public'",
+                &[],
+            )
+            .unwrap();
+        for t in tables.iter().map(|r| r.get::<_, String>(0)) {
+            for r in raw
+                .query(&format!("SELECT x::TEXT FROM {t} x"), &[])
+                .unwrap()
+            {
+                out.extend_from_slice(r.get::<_, &str>(0).as_bytes());
+                out.push(b'\n');
+            }
+        }
+        let bytea = raw
+            .query(
+                "SELECT table_name::TEXT, column_name::TEXT FROM information_schema.columns
+                 WHERE table_schema = 'public' AND data_type = 'bytea'",
+                &[],
+            )
+            .unwrap();
+        for r in &bytea {
+            let (t, c): (String, String) = (r.get(0), r.get(1));
+            for v in raw
+                .query(&format!("SELECT {c} FROM {t} WHERE {c} IS NOT NULL"), &[])
+                .unwrap()
+            {
+                out.extend(v.get::<_, Vec<u8>>(0));
+                out.push(0);
+            }
+        }
+        out
+    }
 }
 
 /// A registry on its own fresh database.
@@ -386,84 +424,16 @@ fn two_nodes_share_one_database() {
     assert_eq!(a.last_revocation_id().unwrap(), recs[19].id);
 }
 
+/// A token is kept as a 16-byte salt and a 32-byte hash (that the token
+/// itself is nowhere: `behaviour::secrets_are_never_stored`).
 #[test]
 #[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
-fn installed_checks_a_large_batch_in_order() {
-    let reg = fresh();
-    let (app, _) = reg.create_application("bot", 0, 1).unwrap();
-    let s1 = reg.create_server("a", 1).unwrap();
-    let s2 = reg.create_server("b", 1).unwrap();
-    reg.install(app.id, s2.id, 0).unwrap();
-    assert!(reg.installed(&[]).unwrap().is_empty());
-    let pairs: Vec<(u64, u64)> = (0..5000u64)
-        .map(|i| match i % 4 {
-            0 => (app.id, s1.id),
-            1 => (app.id, s2.id),
-            2 => (app.id + 1, s2.id),
-            _ => (u64::MAX - i, s2.id),
-        })
-        .collect();
-    let got = reg.installed(&pairs).unwrap();
-    assert_eq!(got.len(), pairs.len());
-    for (i, ok) in got.iter().enumerate() {
-        assert_eq!(*ok, i % 4 == 1, "pair {i}");
-    }
-}
-
-#[test]
-#[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
-fn u64_ids_keep_their_bits() {
-    let reg = fresh();
-    let (app, _) = reg.create_application("bot", 0, 1).unwrap();
-    // Ids and bitsets with the top bit set are negative as BIGINT.
-    let high = u64::MAX - (3 << 22);
-    let s = reg.create_server_with_id(high, "High", u64::MAX).unwrap();
-    assert_eq!(s.owner_id, u64::MAX);
-    let inst = reg.install(app.id, high, u64::MAX).unwrap();
-    assert_eq!(inst.permissions, u64::MAX);
-    let shards = 5;
-    let want = ((high >> 22) % shards) as u32;
-    for shard in 0..shards as u32 {
-        let got = reg.servers_for_shard(app.id, shard, shards as u32).unwrap();
-        assert_eq!(got == vec![high], shard == want, "shard {shard}");
-    }
-    let snap = reg.server_snapshot(high).unwrap().unwrap();
-    assert_eq!(snap.server.owner_id, u64::MAX);
-    assert_eq!(reg.installed(&[(app.id, high)]).unwrap(), vec![true]);
-    assert_eq!(reg.list_servers().unwrap()[0].id, high);
-}
-
-#[test]
-#[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
-fn token_never_stored() {
+fn token_is_stored_as_salt_and_hash() {
     let db = TestDb::create();
     let reg = db.open();
-    let (app, token) = reg.create_application("secret-bot", 0, 1).unwrap();
-    let reset = reg.reset_token(app.id).unwrap();
-    let mut raw = db.raw();
-    // Every row of every table, as text (bytea as hex) and as raw bytes.
-    let tables: Vec<String> = raw
-        .query(
-            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'",
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    assert!(tables.iter().any(|t| t == "applications"));
-    let mut text = String::new();
-    for t in &tables {
-        for r in raw
-            .query(&format!("SELECT x::TEXT FROM {t} x"), &[])
-            .unwrap()
-        {
-            text.push_str(r.get::<_, &str>(0));
-            text.push('\n');
-        }
-    }
-    assert!(text.contains("secret-bot"), "sanity: the rows were read");
-    let r = raw
+    let (app, _) = reg.create_application("secret-bot", 0, 1).unwrap();
+    let r = db
+        .raw()
         .query_one(
             "SELECT token_salt, token_hash FROM applications WHERE id = $1",
             &[&(app.id as i64)],
@@ -471,16 +441,6 @@ fn token_never_stored() {
         .unwrap();
     let (salt, hash): (Vec<u8>, Vec<u8>) = (r.get(0), r.get(1));
     assert_eq!((salt.len(), hash.len()), (16, 32));
-    for t in [&token, &reset] {
-        let p: Vec<&str> = t.split('.').collect();
-        for secret in [t.as_str(), p[1], p[2]] {
-            assert!(!text.contains(secret), "token material stored");
-            let bytes = [salt.as_slice(), hash.as_slice()].concat();
-            assert!(!bytes
-                .windows(secret.len().min(bytes.len()))
-                .any(|w| w == secret.as_bytes()));
-        }
-    }
 }
 
 #[test]
@@ -855,11 +815,6 @@ fn developer_password_stored_as_argon2id_only() {
         "{hash}"
     );
     assert!(!hash.contains(pw));
-    let row: String = raw
-        .query_one("SELECT x::TEXT FROM developers x", &[])
-        .unwrap()
-        .get(0);
-    assert!(row.contains("alice") && !row.contains(pw));
 }
 
 /// A database of schema 10 (before developers) gains the tables and the

@@ -3,7 +3,7 @@
 
 use tokio_postgres::Row;
 
-use super::{col, Tx};
+use super::conn::{col, Tx};
 use crate::commands::CommandStore;
 use crate::model::Command;
 use crate::rows::{self, to_i, COMMAND_COLS};

@@ -4,7 +4,8 @@
 
 use tokio_postgres::Row;
 
-use super::{apps, col, Tx};
+use super::apps;
+use super::conn::{col, Tx};
 use crate::developers::DeveloperStore;
 use crate::model::*;
 use crate::rows::{self, to_i, APP_COLS, DEVELOPER_COLS};

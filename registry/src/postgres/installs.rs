@@ -3,7 +3,9 @@
 
 use std::collections::HashMap;
 
-use super::{col, Tx};
+use tokio_postgres::types::Type;
+
+use super::conn::{col, Tx};
 use crate::model::*;
 use crate::ops::InstallStore;
 use crate::rows::{self, to_i, to_u};
@@ -41,7 +43,7 @@ fn load(t: &mut Tx<'_>, filter: &str, id: u64, order: &str) -> Result<Vec<Instal
         .collect()
 }
 
-pub fn get(t: &mut Tx<'_>, app_id: u64, server_id: u64) -> Result<Option<Installation>> {
+fn get(t: &mut Tx<'_>, app_id: u64, server_id: u64) -> Result<Option<Installation>> {
     let Some(r) = t.query_opt(
         "SELECT permissions, managed_role_id, installed_at_ms FROM installations
          WHERE application_id = $1 AND server_id = $2",
@@ -63,28 +65,36 @@ pub fn get(t: &mut Tx<'_>, app_id: u64, server_id: u64) -> Result<Option<Install
     Ok(Some(rows::installation(app_id, server_id, row, role_ids)))
 }
 
-/// Ascending by server id (SQLite orders the same: by its u64-as-i64 key;
-/// both only ever hold positive snowflakes).
-pub fn of_app(t: &mut Tx<'_>, app_id: u64) -> Result<Vec<Installation>> {
-    load(t, "application_id", app_id, "server_id")
-}
-
-/// Every installation in one server (the bots a server change affects).
-pub fn in_server(t: &mut Tx<'_>, server_id: u64) -> Result<Vec<Installation>> {
-    load(t, "server_id", server_id, "application_id")
-}
-
-pub fn remove_role(t: &mut Tx<'_>, app_id: u64, server_id: u64, role_id: u64) -> Result<bool> {
-    Ok(t.execute(
-        "DELETE FROM installation_roles
-         WHERE application_id = $1 AND server_id = $2 AND role_id = $3",
-        &[&to_i(app_id), &to_i(server_id), &to_i(role_id)],
-    )? > 0)
-}
-
 impl InstallStore for Tx<'_> {
     fn installation(&mut self, app_id: u64, server_id: u64) -> Result<Option<Installation>> {
         get(self, app_id, server_id)
+    }
+
+    /// Ascending by server id (SQLite orders the same: by its u64-as-i64
+    /// key; both only ever hold positive snowflakes).
+    fn installations_of_app(&mut self, app_id: u64) -> Result<Vec<Installation>> {
+        load(self, "application_id", app_id, "server_id")
+    }
+
+    fn installations_in_server(&mut self, server_id: u64) -> Result<Vec<Installation>> {
+        load(self, "server_id", server_id, "application_id")
+    }
+
+    /// One statement, sent without a prepare step: exactly one round trip
+    /// for the whole batch, on any connection. The pairs travel as two
+    /// BIGINT arrays, are unnested with their ordinal, and each is answered
+    /// with an EXISTS probe of the installations primary key.
+    fn installed(&mut self, pairs: &[(u64, u64)]) -> Result<Vec<bool>> {
+        let apps: Vec<i64> = pairs.iter().map(|&(a, _)| to_i(a)).collect();
+        let servers: Vec<i64> = pairs.iter().map(|&(_, s)| to_i(s)).collect();
+        let rows = self.query_typed(
+            "SELECT EXISTS (SELECT 1 FROM installations i
+                            WHERE i.application_id = p.a AND i.server_id = p.s)
+             FROM unnest($1::BIGINT[], $2::BIGINT[]) WITH ORDINALITY AS p(a, s, n)
+             ORDER BY p.n",
+            &[(&apps, Type::INT8_ARRAY), (&servers, Type::INT8_ARRAY)],
+        )?;
+        rows.iter().map(|r| col::<bool>(r, 0)).collect()
     }
 
     fn insert_installation(
@@ -145,6 +155,19 @@ impl InstallStore for Tx<'_> {
             &[&to_i(app_id), &to_i(server_id), &to_i(role_id)],
         )?;
         Ok(())
+    }
+
+    fn remove_installation_role(
+        &mut self,
+        app_id: u64,
+        server_id: u64,
+        role_id: u64,
+    ) -> Result<bool> {
+        Ok(self.execute(
+            "DELETE FROM installation_roles
+             WHERE application_id = $1 AND server_id = $2 AND role_id = $3",
+            &[&to_i(app_id), &to_i(server_id), &to_i(role_id)],
+        )? > 0)
     }
 
     fn delete_member_overwrites(&mut self, server_id: u64, user_id: u64) -> Result<()> {

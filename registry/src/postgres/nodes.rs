@@ -1,6 +1,6 @@
 //! The cluster membership statements (PostgreSQL); the rules are `crate::nodes`'.
 
-use super::{col, Tx};
+use super::conn::{col, Tx};
 use crate::nodes::NodeStore;
 use crate::rows::to_i;
 use crate::Result;

@@ -3,7 +3,7 @@
 
 use tokio_postgres::Row;
 
-use super::{col, Tx};
+use super::conn::{col, Tx};
 use crate::members::MemberStore;
 use crate::model::*;
 use crate::rows::{to_i, to_u};

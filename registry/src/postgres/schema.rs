@@ -5,10 +5,13 @@ use std::time::Instant;
 
 use tokio::runtime::Runtime;
 
-use super::{Conn, WriteKind, MIGRATE_LOCK};
+use super::conn::{col, Conn, WriteKind};
 use crate::schema::POSTGRES;
 pub(super) use crate::schema::SCHEMA_VERSION;
 use crate::{RegistryError, Result};
+
+/// Advisory lock key (per database) serialising schema migrations.
+const MIGRATE_LOCK: i64 = 0x6761_7465_7761_7902;
 
 /// Brings the database to [`SCHEMA_VERSION`]. Safe against concurrent
 /// openers (several nodes starting at once): everything runs in one
@@ -22,7 +25,7 @@ pub(super) fn migrate(rt: &Runtime, deadline: Instant, conn: &mut Conn) -> Resul
         ))?;
         let found: i64 =
             match tx.query_opt("SELECT value FROM meta WHERE key = 'schema_version'", &[])? {
-                Some(r) => super::col(&r, 0)?,
+                Some(r) => col(&r, 0)?,
                 None => 0,
             };
         let found = u32::try_from(found).unwrap_or(u32::MAX);

@@ -3,7 +3,7 @@
 
 use tokio_postgres::Row;
 
-use super::{col, Tx};
+use super::conn::{col, Tx};
 use crate::model::*;
 use crate::ops::ServerStore;
 use crate::rows::{self, to_i, to_u, CHANNEL_COLS, ROLE_COLS, SERVER_COLS};
@@ -44,33 +44,6 @@ fn channel_row(r: &Row) -> Result<Channel> {
     )))
 }
 
-pub fn list(t: &mut Tx<'_>) -> Result<Vec<Server>> {
-    t.query(
-        &format!("SELECT {SERVER_COLS} FROM servers ORDER BY id"),
-        &[],
-    )?
-    .iter()
-    .map(server_row)
-    .collect()
-}
-
-pub fn delete(t: &mut Tx<'_>, server_id: u64) -> Result<bool> {
-    // Cascades: roles, channels, overwrites, installations, installation roles.
-    // Commands have no foreign key (their scope 0 is no server).
-    t.execute(
-        "DELETE FROM commands WHERE guild_id = $1",
-        &[&to_i(server_id)],
-    )?;
-    Ok(t.execute("DELETE FROM servers WHERE id = $1", &[&to_i(server_id)])? > 0)
-}
-
-pub fn delete_overwrite(t: &mut Tx<'_>, channel_id: u64, target_id: u64) -> Result<bool> {
-    Ok(t.execute(
-        "DELETE FROM overwrites WHERE channel_id = $1 AND target_id = $2",
-        &[&to_i(channel_id), &to_i(target_id)],
-    )? > 0)
-}
-
 impl ServerStore for Tx<'_> {
     fn server(&mut self, id: u64) -> Result<Option<Server>> {
         self.query_opt(
@@ -79,6 +52,16 @@ impl ServerStore for Tx<'_> {
         )?
         .map(|r| server_row(&r))
         .transpose()
+    }
+
+    fn servers(&mut self) -> Result<Vec<Server>> {
+        self.query(
+            &format!("SELECT {SERVER_COLS} FROM servers ORDER BY id"),
+            &[],
+        )?
+        .iter()
+        .map(server_row)
+        .collect()
     }
 
     fn insert_server(&mut self, s: &Server) -> Result<()> {
@@ -100,6 +83,13 @@ impl ServerStore for Tx<'_> {
             &[&to_i(id), &name],
         )?;
         Ok(())
+    }
+
+    fn delete_server(&mut self, id: u64) -> Result<bool> {
+        // Cascades: roles, channels, overwrites, installations, installation roles.
+        // Commands have no foreign key (their scope 0 is no server).
+        self.execute("DELETE FROM commands WHERE guild_id = $1", &[&to_i(id)])?;
+        Ok(self.execute("DELETE FROM servers WHERE id = $1", &[&to_i(id)])? > 0)
     }
 
     fn role(&mut self, id: u64) -> Result<Option<Role>> {
@@ -303,6 +293,13 @@ impl ServerStore for Tx<'_> {
             ],
         )?;
         Ok(())
+    }
+
+    fn delete_overwrite(&mut self, channel_id: u64, target_id: u64) -> Result<bool> {
+        Ok(self.execute(
+            "DELETE FROM overwrites WHERE channel_id = $1 AND target_id = $2",
+            &[&to_i(channel_id), &to_i(target_id)],
+        )? > 0)
     }
 
     fn overwrites_of(&mut self, server_id: u64) -> Result<Vec<(u64, Overwrite)>> {

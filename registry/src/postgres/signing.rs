@@ -1,6 +1,6 @@
 //! The signing statements (PostgreSQL); the rules are `crate::signing`'s.
 
-use super::{col, Tx};
+use super::conn::{col, Tx};
 use crate::rows::to_i;
 use crate::signing::SigningStore;
 use crate::Result;

@@ -3,7 +3,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::Cached;
+use super::cached::Cached;
 use crate::commands::CommandStore;
 use crate::model::Command;
 use crate::rows::{self, to_i, COMMAND_COLS};

@@ -4,7 +4,8 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::{apps, Cached};
+use super::apps;
+use super::cached::Cached;
 use crate::developers::DeveloperStore;
 use crate::model::*;
 use crate::rows::{self, to_i, APP_COLS, DEVELOPER_COLS};

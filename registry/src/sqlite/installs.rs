@@ -3,7 +3,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::Cached;
+use super::cached::Cached;
 use crate::model::*;
 use crate::ops::InstallStore;
 use crate::rows::{self, to_i, to_u};
@@ -22,7 +22,7 @@ fn role_ids(c: &Connection, app_id: u64, server_id: u64) -> Result<Vec<u64>> {
     Ok(v)
 }
 
-pub fn get(c: &Connection, app_id: u64, server_id: u64) -> Result<Option<Installation>> {
+fn get(c: &Connection, app_id: u64, server_id: u64) -> Result<Option<Installation>> {
     let row = c
         .query_row_cached(
             "SELECT permissions, managed_role_id, installed_at_ms FROM installations
@@ -38,30 +38,6 @@ pub fn get(c: &Connection, app_id: u64, server_id: u64) -> Result<Option<Install
     Ok(Some(rows::installation(app_id, server_id, row, role_ids)))
 }
 
-pub fn of_app(c: &Connection, app_id: u64) -> Result<Vec<Installation>> {
-    let ids = server_ids(c, app_id)?;
-    let mut out = Vec::with_capacity(ids.len());
-    for sid in ids {
-        out.extend(get(c, app_id, sid)?);
-    }
-    Ok(out)
-}
-
-/// Every installation in one server (the bots a server change affects).
-pub fn in_server(c: &Connection, server_id: u64) -> Result<Vec<Installation>> {
-    let mut st = c.prepare_cached(
-        "SELECT application_id FROM installations WHERE server_id = ?1 ORDER BY application_id",
-    )?;
-    let apps: Vec<u64> = st
-        .query_map([to_i(server_id)], |r| r.get::<_, i64>(0).map(to_u))?
-        .collect::<rusqlite::Result<_>>()?;
-    let mut out = Vec::with_capacity(apps.len());
-    for app in apps {
-        out.extend(get(c, app, server_id)?);
-    }
-    Ok(out)
-}
-
 fn server_ids(c: &Connection, app_id: u64) -> Result<Vec<u64>> {
     let mut st = c.prepare_cached(
         "SELECT server_id FROM installations WHERE application_id = ?1 ORDER BY server_id",
@@ -72,16 +48,42 @@ fn server_ids(c: &Connection, app_id: u64) -> Result<Vec<u64>> {
     Ok(v)
 }
 
-pub fn remove_role(c: &Connection, app_id: u64, server_id: u64, role_id: u64) -> Result<bool> {
-    Ok(c.execute_cached(
-        "DELETE FROM installation_roles WHERE application_id = ?1 AND server_id = ?2 AND role_id = ?3",
-        params![to_i(app_id), to_i(server_id), to_i(role_id)],
-    )? > 0)
-}
-
 impl InstallStore for &Connection {
     fn installation(&mut self, app_id: u64, server_id: u64) -> Result<Option<Installation>> {
         get(self, app_id, server_id)
+    }
+
+    fn installations_of_app(&mut self, app_id: u64) -> Result<Vec<Installation>> {
+        let ids = server_ids(self, app_id)?;
+        let mut out = Vec::with_capacity(ids.len());
+        for sid in ids {
+            out.extend(get(self, app_id, sid)?);
+        }
+        Ok(out)
+    }
+
+    fn installations_in_server(&mut self, server_id: u64) -> Result<Vec<Installation>> {
+        let mut st = self.prepare_cached(
+            "SELECT application_id FROM installations WHERE server_id = ?1 ORDER BY application_id",
+        )?;
+        let apps: Vec<u64> = st
+            .query_map([to_i(server_id)], |r| r.get::<_, i64>(0).map(to_u))?
+            .collect::<rusqlite::Result<_>>()?;
+        let mut out = Vec::with_capacity(apps.len());
+        for app in apps {
+            out.extend(get(self, app, server_id)?);
+        }
+        Ok(out)
+    }
+
+    fn installed(&mut self, pairs: &[(u64, u64)]) -> Result<Vec<bool>> {
+        let mut st = self.prepare_cached(
+            "SELECT 1 FROM installations WHERE application_id = ?1 AND server_id = ?2",
+        )?;
+        pairs
+            .iter()
+            .map(|&(a, s)| Ok(st.exists(params![to_i(a), to_i(s)])?))
+            .collect()
     }
 
     fn insert_installation(
@@ -137,6 +139,19 @@ impl InstallStore for &Connection {
             params![to_i(app_id), to_i(server_id), to_i(role_id)],
         )?;
         Ok(())
+    }
+
+    fn remove_installation_role(
+        &mut self,
+        app_id: u64,
+        server_id: u64,
+        role_id: u64,
+    ) -> Result<bool> {
+        Ok(self.execute_cached(
+            "DELETE FROM installation_roles
+             WHERE application_id = ?1 AND server_id = ?2 AND role_id = ?3",
+            params![to_i(app_id), to_i(server_id), to_i(role_id)],
+        )? > 0)
     }
 
     fn delete_member_overwrites(&mut self, server_id: u64, user_id: u64) -> Result<()> {

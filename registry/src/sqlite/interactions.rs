@@ -1,9 +1,11 @@
-//! Open interactions' shared state (SQLite): autocommit statements outside
-//! `write`, like the claims (none of it is a registry change).
+//! Claims and open interactions' shared state: the SQLite statements behind
+//! [`InteractionStore`] (run as `Single`: autocommit, none of it a registry
+//! change).
 
-use rusqlite::{params, OptionalExtension};
+use rusqlite::{params, Connection, OptionalExtension};
 
-use super::{Cached, SqliteRegistry};
+use super::cached::Cached;
+use crate::interactions::InteractionStore;
 use crate::model::{interaction_state::WAITING, PendingInteraction};
 use crate::rows::{followups_text, pending_interaction, to_i, InteractionRow, INTERACTION_COLS};
 use crate::Result;
@@ -23,10 +25,35 @@ fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<InteractionRow> {
     ))
 }
 
-impl SqliteRegistry {
-    pub(super) fn put_interaction_row(&self, p: &PendingInteraction, now_ms: u64) -> Result<()> {
-        let c = self.lock();
-        c.execute_cached(
+fn interaction_where(
+    c: &Connection,
+    clause: &str,
+    key: &dyn rusqlite::ToSql,
+) -> Result<Option<PendingInteraction>> {
+    let sql = format!("SELECT {INTERACTION_COLS} FROM interaction_state WHERE {clause}");
+    let r = c.query_row_cached(&sql, [key], row).optional()?;
+    Ok(r.map(pending_interaction))
+}
+
+impl InteractionStore for &Connection {
+    fn insert_claim(&mut self, id: u64, node: &str, now_ms: u64) -> Result<bool> {
+        Ok(self.execute_cached(
+            "INSERT INTO interaction_claims (id, node, claimed_at_ms) VALUES (?1, ?2, ?3)
+             ON CONFLICT DO NOTHING",
+            params![to_i(id), node, to_i(now_ms)],
+        )? == 1)
+    }
+
+    fn prune_claims(&mut self, before_ms: u64) -> Result<()> {
+        self.execute_cached(
+            "DELETE FROM interaction_claims WHERE claimed_at_ms < ?1",
+            [to_i(before_ms)],
+        )?;
+        Ok(())
+    }
+
+    fn insert_interaction(&mut self, p: &PendingInteraction) -> Result<()> {
+        self.execute_cached(
             "INSERT INTO interaction_state (id, application_id, token_digest, state, opened_at_ms,
                  expires_at_ms, node, detail, original_id, followups)
              VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)",
@@ -43,33 +70,33 @@ impl SqliteRegistry {
                 followups_text(&p.followups),
             ],
         )?;
-        if p.id.is_multiple_of(crate::CLAIM_PRUNE_EVERY) {
-            c.execute_cached(
-                "DELETE FROM interaction_state WHERE expires_at_ms < ?1",
-                [to_i(now_ms)],
-            )?;
-        }
         Ok(())
     }
 
-    pub(super) fn interaction_where(
-        &self,
-        clause: &str,
-        key: &dyn rusqlite::ToSql,
-    ) -> Result<Option<PendingInteraction>> {
-        let sql = format!("SELECT {INTERACTION_COLS} FROM interaction_state WHERE {clause}");
-        let r = self.lock().query_row_cached(&sql, [key], row).optional()?;
-        Ok(r.map(pending_interaction))
+    fn prune_interactions(&mut self, now_ms: u64) -> Result<()> {
+        self.execute_cached(
+            "DELETE FROM interaction_state WHERE expires_at_ms < ?1",
+            [to_i(now_ms)],
+        )?;
+        Ok(())
     }
 
-    pub(super) fn settle_interaction_row(
-        &self,
+    fn interaction(&mut self, id: u64) -> Result<Option<PendingInteraction>> {
+        interaction_where(self, "id = ?1", &to_i(id))
+    }
+
+    fn interaction_by_token(&mut self, digest: &[u8; 32]) -> Result<Option<PendingInteraction>> {
+        interaction_where(self, "token_digest = ?1", &&digest[..])
+    }
+
+    fn settle_interaction(
+        &mut self,
         id: u64,
         to: u8,
         since_ms: u64,
         original: Option<u64>,
     ) -> Result<bool> {
-        Ok(self.lock().execute_cached(
+        Ok(self.execute_cached(
             "UPDATE interaction_state SET state = ?2, original_id = COALESCE(?5, original_id)
              WHERE id = ?1 AND state = ?3 AND opened_at_ms >= ?4",
             params![
@@ -82,30 +109,25 @@ impl SqliteRegistry {
         )? == 1)
     }
 
-    pub(super) fn set_interaction_messages_row(
-        &self,
+    fn set_interaction_messages(
+        &mut self,
         id: u64,
         original: Option<u64>,
         followups: &[u64],
     ) -> Result<()> {
-        self.lock().execute_cached(
+        self.execute_cached(
             "UPDATE interaction_state SET original_id = ?2, followups = ?3 WHERE id = ?1",
             params![to_i(id), original.map(to_i), followups_text(followups)],
         )?;
         Ok(())
     }
 
-    pub(super) fn waiting_interaction_rows(
-        &self,
-        node: &str,
-        limit: u32,
-    ) -> Result<Vec<PendingInteraction>> {
+    fn waiting_interactions(&mut self, node: &str, limit: u32) -> Result<Vec<PendingInteraction>> {
         let sql = format!(
             "SELECT {INTERACTION_COLS} FROM interaction_state
              WHERE node = ?1 AND state = ?2 ORDER BY opened_at_ms LIMIT ?3"
         );
-        let c = self.lock();
-        let mut st = c.prepare_cached(&sql)?;
+        let mut st = self.prepare_cached(&sql)?;
         let rows = st.query_map(params![node, i64::from(WAITING), i64::from(limit)], row)?;
         let mut out = Vec::new();
         for r in rows {

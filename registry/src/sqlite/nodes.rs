@@ -2,7 +2,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::Cached;
+use super::cached::Cached;
 use crate::nodes::NodeStore;
 use crate::rows::to_i;
 use crate::Result;

@@ -3,7 +3,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::Cached;
+use super::cached::Cached;
 use crate::members::MemberStore;
 use crate::model::*;
 use crate::rows::{to_i, to_u};

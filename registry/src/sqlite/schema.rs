@@ -44,7 +44,9 @@ pub fn migrate(conn: &mut Connection) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
+    // This file's items by their path: `super::` would read as an arrow
+    // to sqlite/mod.rs.
+    use crate::sqlite::schema::*;
 
     /// A database an older build left at schema 10 (before developer
     /// accounts) gains them, and `requested_intents` (0) on its

@@ -3,7 +3,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
-use super::Cached;
+use super::cached::Cached;
 use crate::model::*;
 use crate::ops::ServerStore;
 use crate::rows::{self, to_i, to_u, CHANNEL_COLS, ROLE_COLS, SERVER_COLS};
@@ -21,31 +21,6 @@ fn channel_row(r: &Row<'_>) -> rusqlite::Result<Channel> {
     rows::ChannelRow::try_from(r).map(rows::channel)
 }
 
-pub fn list(c: &Connection) -> Result<Vec<Server>> {
-    let mut st = c.prepare_cached(&format!("SELECT {SERVER_COLS} FROM servers ORDER BY id"))?;
-    let v = st
-        .query_map([], server_row)?
-        .collect::<rusqlite::Result<_>>()?;
-    Ok(v)
-}
-
-pub fn delete(c: &Connection, server_id: u64) -> Result<bool> {
-    // Cascades: roles, channels, overwrites, installations, installation roles.
-    // Commands have no foreign key (their scope 0 is no server).
-    c.execute_cached(
-        "DELETE FROM commands WHERE guild_id = ?1",
-        [to_i(server_id)],
-    )?;
-    Ok(c.execute_cached("DELETE FROM servers WHERE id = ?1", [to_i(server_id)])? > 0)
-}
-
-pub fn delete_overwrite(c: &Connection, channel_id: u64, target_id: u64) -> Result<bool> {
-    Ok(c.execute_cached(
-        "DELETE FROM overwrites WHERE channel_id = ?1 AND target_id = ?2",
-        params![to_i(channel_id), to_i(target_id)],
-    )? > 0)
-}
-
 impl ServerStore for &Connection {
     fn server(&mut self, id: u64) -> Result<Option<Server>> {
         Ok(self
@@ -55,6 +30,15 @@ impl ServerStore for &Connection {
                 server_row,
             )
             .optional()?)
+    }
+
+    fn servers(&mut self) -> Result<Vec<Server>> {
+        let mut st =
+            self.prepare_cached(&format!("SELECT {SERVER_COLS} FROM servers ORDER BY id"))?;
+        let v = st
+            .query_map([], server_row)?
+            .collect::<rusqlite::Result<_>>()?;
+        Ok(v)
     }
 
     fn insert_server(&mut self, s: &Server) -> Result<()> {
@@ -71,6 +55,13 @@ impl ServerStore for &Connection {
             params![to_i(id), name],
         )?;
         Ok(())
+    }
+
+    fn delete_server(&mut self, id: u64) -> Result<bool> {
+        // Cascades: roles, channels, overwrites, installations, installation roles.
+        // Commands have no foreign key (their scope 0 is no server).
+        self.execute_cached("DELETE FROM commands WHERE guild_id = ?1", [to_i(id)])?;
+        Ok(self.execute_cached("DELETE FROM servers WHERE id = ?1", [to_i(id)])? > 0)
     }
 
     fn role(&mut self, id: u64) -> Result<Option<Role>> {
@@ -263,6 +254,13 @@ impl ServerStore for &Connection {
             ],
         )?;
         Ok(())
+    }
+
+    fn delete_overwrite(&mut self, channel_id: u64, target_id: u64) -> Result<bool> {
+        Ok(self.execute_cached(
+            "DELETE FROM overwrites WHERE channel_id = ?1 AND target_id = ?2",
+            params![to_i(channel_id), to_i(target_id)],
+        )? > 0)
     }
 
     fn overwrites_of(&mut self, server_id: u64) -> Result<Vec<(u64, Overwrite)>> {

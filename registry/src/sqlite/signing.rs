@@ -2,7 +2,7 @@
 
 use rusqlite::{params, Connection, OptionalExtension};
 
-use super::Cached;
+use super::cached::Cached;
 use crate::rows::to_i;
 use crate::signing::SigningStore;
 use crate::Result;

@@ -15,10 +15,12 @@ mod commands;
 mod developers;
 mod nodes;
 mod people;
+mod storage;
 pub use commands::*;
 pub use developers::*;
 pub use nodes::*;
 pub use people::*;
+pub use storage::*;
 
 /// What the suite needs beyond the trait.
 pub trait Backend: Registry {
@@ -40,6 +42,10 @@ impl Backend for PostgresRegistry {
 /// One empty database that several handles can be opened on.
 pub trait Store {
     fn open(&self) -> Box<dyn Backend>;
+    /// Everything the store holds, as bytes a secret could hide in (SQLite:
+    /// every file's bytes; PostgreSQL: every row as text, and every BYTEA
+    /// value raw).
+    fn stored_bytes(&self) -> Vec<u8>;
 }
 
 /// `fresh`: an expression giving `impl Deref<Target = impl Backend>`;
@@ -53,6 +59,7 @@ macro_rules! behaviour_tests {
             seed_demo_idempotent_and_reopen_keeps_data,
             two_handles_on_one_store,
             cluster_nodes_claim_renew_lapse_and_find,
+            secrets_are_never_stored,
         );
         behaviour_tests!(@fresh [$(#[$m])*] $fresh;
             reset_token_invalidates_old,
@@ -79,6 +86,8 @@ macro_rules! behaviour_tests {
             developer_names_and_passwords_are_checked,
             developers_see_only_their_own_applications,
             intent_requests_pending_until_approved_or_denied,
+            installed_checks_a_large_batch_in_order,
+            u64_ids_keep_their_bits,
         );
     };
     // One test per name, recursively (the attributes repeat per test).

@@ -8,47 +8,26 @@
 //! send it, then close the socket.
 
 use std::io::{self, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use rustls::server::NoServerSessionStorage;
 use rustls::{ServerConfig, ServerConnection};
-use rustls_pki_types::pem::{self, PemObject};
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+use crate::pem::{self, PemError};
 
 /// ALPN protocols offered by the server.
 pub const ALPN_PROTOCOLS: &[&[u8]] = &[b"http/1.1"];
 
-/// Errors of TLS configuration (`Read*`, `Pem`, `No*`, `Config`) and of a
-/// TLS session (`Protocol`, `Transport`, `TooMuchData`).
+/// Errors of TLS configuration (`File`, `Config`) and of a TLS session
+/// (`Protocol`, `Transport`, `TooMuchData`).
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    /// A certificate or key file could not be read.
-    #[error("cannot read TLS {what} file {}: {source}", path.display())]
-    ReadFile {
-        what: &'static str,
-        path: PathBuf,
-        #[source]
-        source: io::Error,
-    },
-    /// A certificate or key file is not valid PEM.
-    #[error("TLS {what} file {} is not valid PEM: {source}", path.display())]
-    Pem {
-        what: &'static str,
-        path: PathBuf,
-        #[source]
-        source: pem::Error,
-    },
-    /// The certificate file holds no `CERTIFICATE` section.
-    #[error("TLS certificate file {} contains no PEM CERTIFICATE section", path.display())]
-    NoCertificate { path: PathBuf },
-    /// The key file holds no private key section.
-    #[error(
-        "TLS key file {} contains no private key (expected a PEM PRIVATE KEY, \
-         RSA PRIVATE KEY or EC PRIVATE KEY section)",
-        path.display()
-    )]
-    NoPrivateKey { path: PathBuf },
+    /// A certificate or key file could not be read, is not PEM, or holds
+    /// no certificate / no private key (the error names the file).
+    #[error(transparent)]
+    File(#[from] PemError),
     /// rustls refused the certificate chain / key (unsupported key type,
     /// key not matching the certificate, ...).
     #[error("invalid TLS configuration ({context}): {source}")]
@@ -72,14 +51,7 @@ impl TlsError {
     /// `true` for errors of configuration (certificate/key loading), `false`
     /// for errors of a session.
     pub fn is_config(&self) -> bool {
-        matches!(
-            self,
-            TlsError::ReadFile { .. }
-                | TlsError::Pem { .. }
-                | TlsError::NoCertificate { .. }
-                | TlsError::NoPrivateKey { .. }
-                | TlsError::Config { .. }
-        )
+        matches!(self, TlsError::File(_) | TlsError::Config { .. })
     }
 }
 
@@ -89,32 +61,8 @@ pub fn load_server_config(
     cert_pem_path: &Path,
     key_pem_path: &Path,
 ) -> Result<Arc<ServerConfig>, TlsError> {
-    let cert_pem = read_file("certificate", cert_pem_path)?;
-    let chain = CertificateDer::pem_slice_iter(&cert_pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|source| TlsError::Pem {
-            what: "certificate",
-            path: cert_pem_path.to_owned(),
-            source,
-        })?;
-    if chain.is_empty() {
-        return Err(TlsError::NoCertificate {
-            path: cert_pem_path.to_owned(),
-        });
-    }
-
-    let key_pem = read_file("key", key_pem_path)?;
-    let key = PrivateKeyDer::from_pem_slice(&key_pem).map_err(|source| match source {
-        pem::Error::NoItemsFound => TlsError::NoPrivateKey {
-            path: key_pem_path.to_owned(),
-        },
-        source => TlsError::Pem {
-            what: "key",
-            path: key_pem_path.to_owned(),
-            source,
-        },
-    })?;
-
+    let chain = pem::certificates("TLS certificate file", cert_pem_path)?;
+    let key = pem::private_key("TLS key file", key_pem_path)?;
     build_config(chain, key).map_err(|source| TlsError::Config {
         context: format!(
             "certificate {}, key {}",
@@ -132,14 +80,6 @@ pub fn server_config_from_der(
 ) -> Result<Arc<ServerConfig>, TlsError> {
     build_config(cert_chain, key).map_err(|source| TlsError::Config {
         context: "DER certificate and key".to_owned(),
-        source,
-    })
-}
-
-fn read_file(what: &'static str, path: &Path) -> Result<Vec<u8>, TlsError> {
-    std::fs::read(path).map_err(|source| TlsError::ReadFile {
-        what,
-        path: path.to_owned(),
         source,
     })
 }
@@ -296,6 +236,7 @@ mod tests {
     use super::*;
     use rustls::pki_types::ServerName;
     use rustls::{ClientConfig, ClientConnection, RootCertStore};
+    use std::path::PathBuf;
     use std::sync::atomic::{AtomicU32, Ordering};
 
     const LIMIT: usize = 4 << 20;
@@ -612,10 +553,10 @@ mod tests {
         let err = load_server_config(&missing, &key).unwrap_err();
         assert!(matches!(
             err,
-            TlsError::ReadFile {
-                what: "certificate",
+            TlsError::File(PemError::Read {
+                what: "TLS certificate file",
                 ..
-            }
+            })
         ));
         assert!(err.is_config());
         let msg = err.to_string();
@@ -625,13 +566,22 @@ mod tests {
         );
         let err = load_server_config(&cert, &missing).unwrap_err();
         assert!(
-            matches!(err, TlsError::ReadFile { what: "key", .. }),
+            matches!(
+                err,
+                TlsError::File(PemError::Read {
+                    what: "TLS key file",
+                    ..
+                })
+            ),
             "{err}"
         );
 
         // Key file without a key.
         let err = load_server_config(&cert, &cert).unwrap_err();
-        assert!(matches!(err, TlsError::NoPrivateKey { .. }), "{err}");
+        assert!(
+            matches!(err, TlsError::File(PemError::NoPrivateKey { .. })),
+            "{err}"
+        );
         let msg = err.to_string();
         assert!(
             msg.contains("cert.pem") && msg.contains("no private key"),
@@ -640,14 +590,17 @@ mod tests {
 
         // Certificate file without a certificate.
         let err = load_server_config(&key, &key).unwrap_err();
-        assert!(matches!(err, TlsError::NoCertificate { .. }), "{err}");
+        assert!(
+            matches!(err, TlsError::File(PemError::NoCertificate { .. })),
+            "{err}"
+        );
         assert!(err.to_string().contains("key.pem"));
 
         // Broken PEM.
         let broken = dir.0.join("broken.pem");
         std::fs::write(&broken, "-----BEGIN CERTIFICATE-----\nnot base64!!\n").unwrap();
         let err = load_server_config(&broken, &key).unwrap_err();
-        assert!(matches!(err, TlsError::Pem { .. }), "{err}");
+        assert!(matches!(err, TlsError::File(PemError::Pem { .. })), "{err}");
         assert!(err.to_string().contains("broken.pem"));
 
         // Key that does not match the certificate.

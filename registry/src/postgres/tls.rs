@@ -26,7 +26,6 @@ use std::task::{Context, Poll};
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
 use rustls::crypto::CryptoProvider;
-use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
 use rustls::{
     CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, SignatureScheme,
@@ -171,21 +170,8 @@ fn roots(file: Option<&PathBuf>) -> Result<RootCertStore> {
             roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
         });
     };
-    let bad = |why: String| {
-        RegistryError::Invalid(format!(
-            "database url: sslrootcert {}: {why}",
-            path.display()
-        ))
-    };
-    let mut store = RootCertStore::empty();
-    for cert in CertificateDer::pem_file_iter(path).map_err(|e| bad(e.to_string()))? {
-        let cert = cert.map_err(|e| bad(e.to_string()))?;
-        store.add(cert).map_err(|e| bad(e.to_string()))?;
-    }
-    if store.is_empty() {
-        return Err(bad("no certificate in it".into()));
-    }
-    Ok(store)
+    net::pem::root_store("sslrootcert", path)
+        .map_err(|e| RegistryError::Invalid(format!("database url: {e}")))
 }
 
 /// The rustls configuration for `settings` (None for `disable`). Read at

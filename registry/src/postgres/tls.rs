@@ -183,18 +183,23 @@ pub(crate) fn client_config(settings: &TlsSettings) -> Result<Option<Arc<ClientC
         .map_err(|e| RegistryError::Invalid(format!("TLS: {e}")))?;
     let verifier: Arc<dyn ServerCertVerifier> = match settings.mode {
         SslMode::Disable => return Ok(None),
-        SslMode::Prefer | SslMode::Require if settings.root_cert.is_none() => {
-            Arc::new(NoVerification(provider))
-        }
+        SslMode::Prefer | SslMode::Require if settings.root_cert.is_none() => Arc::new(Lenient {
+            provider,
+            chain: None,
+        }),
         mode => {
             let store = roots(settings.root_cert.as_ref())?;
-            let webpki = WebPkiServerVerifier::builder_with_provider(Arc::new(store), provider)
-                .build()
-                .map_err(|e| RegistryError::Invalid(format!("TLS roots: {e}")))?;
+            let webpki =
+                WebPkiServerVerifier::builder_with_provider(Arc::new(store), provider.clone())
+                    .build()
+                    .map_err(|e| RegistryError::Invalid(format!("TLS roots: {e}")))?;
             if mode == SslMode::VerifyFull {
                 webpki
             } else {
-                Arc::new(ChainOnly(webpki))
+                Arc::new(Lenient {
+                    provider,
+                    chain: Some(webpki),
+                })
             }
         }
     };
@@ -205,62 +210,19 @@ pub(crate) fn client_config(settings: &TlsSettings) -> Result<Option<Arc<ClientC
     Ok(Some(Arc::new(config)))
 }
 
-/// `require` / `prefer`: encrypted, the certificate not checked (the
-/// handshake signature still is, with the key it presents).
+/// The modes that check less than webpki: `require` / `prefer` without
+/// `sslrootcert` (`chain` None: encrypted, the certificate not checked) and
+/// `verify-ca` (the chain checked, the host name not: webpki checks the name
+/// only once the chain verified). The handshake signature is always checked,
+/// with the key the certificate presents (as webpki's verifier does, with the
+/// same provider's algorithms).
 #[derive(Debug)]
-struct NoVerification(Arc<CryptoProvider>);
-
-impl ServerCertVerifier for NoVerification {
-    fn verify_server_cert(
-        &self,
-        _: &CertificateDer<'_>,
-        _: &[CertificateDer<'_>],
-        _: &ServerName<'_>,
-        _: &[u8],
-        _: UnixTime,
-    ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        Ok(ServerCertVerified::assertion())
-    }
-
-    fn verify_tls12_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn verify_tls13_signature(
-        &self,
-        message: &[u8],
-        cert: &CertificateDer<'_>,
-        dss: &DigitallySignedStruct,
-    ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.0.signature_verification_algorithms,
-        )
-    }
-
-    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.signature_verification_algorithms.supported_schemes()
-    }
+struct Lenient {
+    provider: Arc<CryptoProvider>,
+    chain: Option<Arc<WebPkiServerVerifier>>,
 }
 
-/// `verify-ca`: the chain is checked, the host name is not (webpki checks
-/// the name only once the chain verified).
-#[derive(Debug)]
-struct ChainOnly(Arc<WebPkiServerVerifier>);
-
-impl ServerCertVerifier for ChainOnly {
+impl ServerCertVerifier for Lenient {
     fn verify_server_cert(
         &self,
         end_entity: &CertificateDer<'_>,
@@ -269,10 +231,10 @@ impl ServerCertVerifier for ChainOnly {
         ocsp: &[u8],
         now: UnixTime,
     ) -> std::result::Result<ServerCertVerified, rustls::Error> {
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-        {
+        let Some(webpki) = &self.chain else {
+            return Ok(ServerCertVerified::assertion());
+        };
+        match webpki.verify_server_cert(end_entity, intermediates, server_name, ocsp, now) {
             Err(rustls::Error::InvalidCertificate(
                 CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
             )) => Ok(ServerCertVerified::assertion()),
@@ -286,7 +248,12 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls12_signature(message, cert, dss)
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn verify_tls13_signature(
@@ -295,11 +262,18 @@ impl ServerCertVerifier for ChainOnly {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> std::result::Result<HandshakeSignatureValid, rustls::Error> {
-        self.0.verify_tls13_signature(message, cert, dss)
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.0.supported_verify_schemes()
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
     }
 }
 

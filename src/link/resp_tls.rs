@@ -10,8 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, ServerName};
+use rustls::pki_types::ServerName;
 use rustls::{ClientConfig, ClientConnection, RootCertStore, StreamOwned};
 
 pub(crate) enum Stream {
@@ -108,24 +107,8 @@ fn config(ca: Option<&Path>) -> io::Result<Arc<ClientConfig>> {
         None => RootCertStore {
             roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
         },
-        Some(path) => {
-            let bad = |why: String| {
-                io::Error::new(
-                    io::ErrorKind::InvalidInput,
-                    format!("redis: CA file {}: {why}", path.display()),
-                )
-            };
-            let mut store = RootCertStore::empty();
-            for c in CertificateDer::pem_file_iter(path).map_err(|e| bad(e.to_string()))? {
-                store
-                    .add(c.map_err(|e| bad(e.to_string()))?)
-                    .map_err(|e| bad(e.to_string()))?;
-            }
-            if store.is_empty() {
-                return Err(bad("no certificate in it".into()));
-            }
-            store
-        }
+        Some(path) => net::pem::root_store("CA file", path)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, format!("redis: {e}")))?,
     };
     let config =
         ClientConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))

@@ -14,16 +14,16 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use std::time::{Instant, SystemTime};
 
-use rustls::pki_types::pem::PemObject;
-use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use net::pem;
+use rustls::pki_types::ServerName;
 use rustls::server::WebPkiClientVerifier;
 use rustls::{
-    ClientConfig, ClientConnection, ConnectionCommon, RootCertStore, ServerConfig,
-    ServerConnection, SideData, StreamOwned,
+    ClientConfig, ClientConnection, ConnectionCommon, ServerConfig, ServerConnection, SideData,
+    StreamOwned,
 };
 
 /// Why a connection to our link was refused at the handshake, as counted
@@ -207,36 +207,10 @@ fn stamps(p: &Paths) -> Vec<Option<(SystemTime, u64)>> {
         .collect()
 }
 
-fn read(what: &str, path: &Path) -> Result<Vec<u8>, String> {
-    std::fs::read(path).map_err(|e| format!("cluster TLS {what} {}: {e}", path.display()))
-}
-
-fn certs(what: &str, path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
-    let pem = read(what, path)?;
-    let list = CertificateDer::pem_slice_iter(&pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("cluster TLS {what} {}: {e}", path.display()))?;
-    if list.is_empty() {
-        return Err(format!(
-            "cluster TLS {what} {}: no PEM CERTIFICATE in it",
-            path.display()
-        ));
-    }
-    Ok(list)
-}
-
 fn build(p: &Paths) -> Result<Configs, String> {
-    let chain = certs("certificate", &p.cert)?;
-    let key_pem = read("key", &p.key)?;
-    let key = PrivateKeyDer::from_pem_slice(&key_pem)
-        .map_err(|e| format!("cluster TLS key {}: {e}", p.key.display()))?;
-    let mut roots = RootCertStore::empty();
-    for ca in certs("CA", &p.ca)? {
-        roots
-            .add(ca)
-            .map_err(|e| format!("cluster TLS CA {}: {e}", p.ca.display()))?;
-    }
-    let roots = Arc::new(roots);
+    let chain = pem::certificates("cluster TLS certificate", &p.cert).map_err(|e| e.to_string())?;
+    let key = pem::private_key("cluster TLS key", &p.key).map_err(|e| e.to_string())?;
+    let roots = Arc::new(pem::root_store("cluster TLS CA", &p.ca).map_err(|e| e.to_string())?);
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let verifier = WebPkiClientVerifier::builder_with_provider(roots.clone(), provider.clone())
         .build()
@@ -384,6 +358,7 @@ pub(super) fn reloader(
 mod tests {
     use super::*;
     use std::net::TcpListener;
+    use std::path::Path;
     use std::time::Duration;
 
     /// A CA and a node certificate for 127.0.0.1 (serverAuth+clientAuth)

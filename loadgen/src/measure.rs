@@ -45,7 +45,8 @@ use crate::world::{Bot, World};
 pub const SESSIONS_PER_SOURCE: usize = 25_000;
 
 /// GUILDS | GUILD_MESSAGES | MESSAGE_CONTENT.
-pub const DEFAULT_INTENTS: u64 = 1 | (1 << 9) | (1 << 15);
+pub const DEFAULT_INTENTS: u64 =
+    proto::intents::GUILDS | proto::intents::GUILD_MESSAGES | proto::intents::MESSAGE_CONTENT;
 
 /// How the sessions of `idle` and `fanout` are opened.
 #[derive(Clone, Debug)]

@@ -6,7 +6,8 @@ use rkyv::rancor::Failure;
 use rkyv::ser::allocator::Arena;
 use rkyv::ser::{Positional, Writer};
 
-use crate::{Record, RecordRef, HEADER_LEN, VERSION};
+use crate::framing::{BODY_ALIGN, HEADER_LEN};
+use crate::record::{Record, RecordRef, VERSION};
 
 /// An rkyv writer appending to a `Vec<u8>`, with positions counted from
 /// `base` (the first body byte), so rkyv's alignment padding is relative to
@@ -86,7 +87,7 @@ impl Encoder {
         }
         let body_len = out.len() - base;
         debug_assert_eq!(
-            body_len % crate::BODY_ALIGN,
+            body_len % BODY_ALIGN,
             0,
             "rkyv body not a multiple of the alignment"
         );

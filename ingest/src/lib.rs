@@ -77,14 +77,18 @@
 //! ```
 
 mod encode;
+mod error;
 mod frame;
+mod framing;
 #[doc(hidden)]
 pub mod fuzzing;
 mod json;
 mod record;
 
 pub use encode::{encode, encode_parts, encode_ref, Encoder};
-pub use frame::{DecodeError, DecodeStats, FrameReader};
+pub use error::DecodeError;
+pub use frame::{DecodeStats, FrameReader};
+pub use framing::{BODY_ALIGN, HEADER_LEN, MAX_RECORD_LEN};
 pub use json::{
     redact_message_content, validate_json_object, RedactError, MAX_DEPTH, MAX_REDACT_NESTING,
 };
@@ -92,15 +96,6 @@ pub use record::{
     check_fields, ArchivedRecord, Record, RecordRef, RecordRefResolver, FLAG_ADDRESSED,
     FLAG_GUILD_STATE, FLAG_HAS_CONTENT, FLAG_INTERACTION, KNOWN_FLAGS, MAX_EVENT_TYPE_LEN, VERSION,
 };
-
-/// Frame header length: `u32` body length, `u16` version, `u16` reserved.
-pub const HEADER_LEN: usize = 8;
-
-/// Alignment of a body in the stream (and of [`ArchivedRecord`]).
-pub const BODY_ALIGN: usize = 8;
-
-/// Default maximum body length accepted by a [`FrameReader`] (1 MiB).
-pub const MAX_RECORD_LEN: usize = 1 << 20;
 
 const _: () = assert!(core::mem::align_of::<ArchivedRecord>() <= BODY_ALIGN);
 const _: () = assert!(core::mem::size_of::<ArchivedRecord>().is_multiple_of(BODY_ALIGN));

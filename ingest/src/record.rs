@@ -8,8 +8,8 @@ use rkyv::string::{ArchivedString, StringResolver};
 use rkyv::vec::{ArchivedVec, VecResolver};
 use rkyv::{munge::munge, Archive, Deserialize, Place, Serialize};
 
+use crate::error::DecodeError;
 use crate::json;
-use crate::DecodeError;
 
 /// The wire format version this crate writes and accepts.
 pub const VERSION: u16 = 1;

@@ -7,7 +7,7 @@
 use proto::permissions::{ADMINISTRATOR, VIEW_CHANNEL};
 use registry::Application;
 
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::delivery::entitlement::guild_access;
 
 pub const MAX_SERVERS: usize = 100;

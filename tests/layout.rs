@@ -225,7 +225,11 @@ fn parse(code: &str) -> Parsed {
             i += 1;
         } else if (c[i].is_alphabetic() || c[i] == '_') && !is_ident(prev) && prev != ':' {
             let (w, e) = word(i);
-            if w == "mod" {
+            if w == "pub" && at(skip_ws(e)) == '(' {
+                // A visibility (`pub(in crate::a)`) names no dependency.
+                let close = (e..c.len()).find(|&k| c[k] == ')').unwrap_or(c.len());
+                i = close + 1;
+            } else if w == "mod" {
                 let k = skip_ws(e);
                 let (name, e2) = word(k);
                 let k2 = skip_ws(e2);
@@ -999,10 +1003,11 @@ fn the_parser_follows_bare_paths_to_children_and_named_siblings() {
         ),
         ("w/b.rs", "pub struct Y;\npub fn i() {}\n"),
         // `self::` and a path through the crate root; a glob of a module
-        // brings its children; a local `Mark::Open` names nothing.
+        // brings its children; a local `Mark::Open` names nothing, nor
+        // does a visibility (`pub(in crate::w)` is no arrow to w).
         (
             "w/c.rs",
-            "use crate::top::*;\npub fn h() { self::k(); deep::z(); Mark::Open; }\nfn k() {}\n",
+            "use crate::top::*;\npub(in crate::w) fn h() { self::k(); deep::z(); Mark::Open; }\nfn k() {}\n",
         ),
         ("top.rs", "pub mod deep;\n"),
         ("top/deep.rs", "pub fn z() {}\n"),

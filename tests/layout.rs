@@ -437,7 +437,7 @@ impl Crate {
             return scope;
         };
         for (c, name) in &p.mods {
-            let m: Module = [&me[..], &[name.clone()]].concat();
+            let m: Module = [&me[..], std::slice::from_ref(name)].concat();
             if c == cx && self.files.contains_key(&m) {
                 scope.insert(name.clone(), m);
             }

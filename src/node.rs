@@ -4,6 +4,7 @@
 pub mod check;
 mod demo;
 pub mod notify;
+mod parts;
 mod recovery;
 mod services;
 
@@ -11,68 +12,16 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use registry::{Registry, SqliteRegistry};
-
 use crate::config::Config;
 use crate::worker::mail::*;
 use crate::worker::metrics::WorkerMetrics;
 use crate::worker::shared::Shared;
+use parts::{open_registry, Stats};
 
 /// Sidecar queue bound: identifies and REST calls waiting for the registry.
 const SIDECAR_QUEUE: usize = 16_384;
 /// Worker inbox bound.
 const INBOX: usize = 65_536;
-
-/// The registry, on a connection of its own (the sidecar's; the chat
-/// thread's for open interactions).
-fn open_registry(cfg: &Config) -> Result<Box<dyn Registry>, String> {
-    let timeout = Duration::from_millis(cfg.registry.timeout_ms);
-    Ok(if cfg.registry_url.is_empty() {
-        let reg = SqliteRegistry::open(&cfg.registry_file())
-            .map_err(|e| format!("opening registry {}: {e}", cfg.registry_file().display()))?;
-        reg.set_busy_timeout(timeout)
-            .map_err(|e| format!("registry busy timeout: {e}"))?;
-        Box::new(reg)
-    } else {
-        if let Ok((_, tls)) = registry::postgres::tls::split_url(&cfg.registry_url) {
-            if tls.mode == registry::postgres::tls::SslMode::Require && tls.root_cert.is_none() {
-                tracing::warn!(
-                    sslmode = ?tls.mode,
-                    "the PostgreSQL registry's certificate is not verified (sslmode=require): \
-                     set sslmode=verify-full and sslrootcert in registry_url"
-                );
-            }
-        }
-        Box::new(
-            registry::PostgresRegistry::connect(&cfg.registry_url, timeout)
-                .map_err(|e| format!("connecting to the PostgreSQL registry: {e}"))?,
-        )
-    })
-}
-
-/// This node's name in the shared interaction state: an embedded registry
-/// is this node's alone; a shared one tells nodes apart by host and port.
-fn interaction_node(cfg: &Config) -> String {
-    if cfg.registry_url.is_empty() {
-        return "local".into();
-    }
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    format!("{}:{}", host.trim(), cfg.gateway_addr.port())
-}
-
-/// The figures every service publishes and the admin port and the portal
-/// read; made once, each service handed its own.
-#[derive(Default)]
-struct Stats {
-    ingest: Arc<crate::ingest::pipeline::IngestStats>,
-    link: Arc<crate::link::LinkStats>,
-    chat: Arc<crate::chat::ChatStats>,
-    board: Arc<crate::chat::interactions::Board>,
-    interactions: Arc<crate::chat::interactions::InteractionStats>,
-    endpoint: Arc<crate::chat::endpoint::EndpointStats>,
-    portal: Arc<crate::portal::PortalStats>,
-    cluster: Arc<crate::link::cluster::ClusterStats>,
-}
 
 /// A started service's thread, joined at the end of a drain. Every one of
 /// them stops on `stop`, none waits for another: the order is immaterial.

@@ -486,3 +486,57 @@ fn set_member_roles(
     );
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use clap::Parser;
+
+    use super::developers::{DeveloperCmd, IntentsCmd};
+    use super::{RegistryArgs, RegistryCmd};
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: RegistryArgs,
+    }
+
+    fn parse(line: &str) -> Result<RegistryCmd, clap::Error> {
+        Cli::try_parse_from(line.split_whitespace()).map(|c| c.args.cmd)
+    }
+
+    #[test]
+    fn a_password_comes_from_a_file_or_stdin_never_a_flag() {
+        match parse("x developer add alice --password-file /tmp/pw") {
+            Ok(RegistryCmd::Developer {
+                cmd: DeveloperCmd::Add { name, password },
+            }) => {
+                assert_eq!(name, "alice");
+                assert_eq!(password.password_file, Some(PathBuf::from("/tmp/pw")));
+                assert!(!password.password_stdin);
+            }
+            _ => panic!("not parsed as developer add"),
+        }
+        assert!(matches!(
+            parse("x developer passwd alice --password-stdin"),
+            Ok(RegistryCmd::Developer {
+                cmd: DeveloperCmd::Passwd { .. }
+            })
+        ));
+        for bad in [
+            "x developer add alice",
+            "x developer add alice --password-file /p --password-stdin",
+            "x developer add alice --password hunter2hunter2",
+            "x developer own alice notanumber",
+        ] {
+            assert!(parse(bad).is_err(), "{bad}");
+        }
+        assert!(matches!(
+            parse("x intents approve 42"),
+            Ok(RegistryCmd::Intents {
+                cmd: IntentsCmd::Approve { app_id: 42 }
+            })
+        ));
+    }
+}

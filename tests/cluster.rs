@@ -18,64 +18,24 @@ use serde_json::{json, Value};
 use std::io::Write;
 use std::net::TcpStream;
 
+use support::cluster::{refusals, resume, Cluster};
 use support::events::message_event;
 use support::metrics::{metric_sum, metrics};
 use support::node::Node;
 use support::raw::{Msg, Ws};
 use support::BOT_INTENTS;
 
-struct Cluster {
-    admin_url: String,
-    url: String,
-    a: Node,
-    b: Node,
-}
-
-impl Cluster {
-    fn start(extra: &[&str]) -> Cluster {
-        let (admin_url, url) = support::registry::pg_database();
-        let mut flags = vec!["--registry-url", url.as_str(), "--no-demo-traffic"];
-        flags.extend_from_slice(extra);
-        let a = Node::start(&flags);
-        let b = Node::start(&flags);
-        assert!(!a.token.is_empty(), "the first node created the demo bot");
-        Cluster {
-            admin_url,
-            url,
-            a,
-            b,
-        }
-    }
-
-    /// Two nodes with mutual TLS on the link, each its own certificate.
-    fn start_tls(certs: &Certs, extra: &[&str]) -> Cluster {
-        let (admin_url, url) = support::registry::pg_database();
-        let node = |name: &str| {
-            // The link on port 0 (the node advertises what it bound): a
-            // port picked free beforehand can be taken by another test's
-            // listener before the node binds it (seen in CI: "Address
-            // already in use").
-            let mut flags: Vec<String> = vec![
-                "--registry-url".into(),
-                url.clone(),
-                "--no-demo-traffic".into(),
-                "--cluster-link-addr".into(),
-                "127.0.0.1:0".into(),
-            ];
-            flags.extend(certs.flags(name));
-            flags.extend(extra.iter().map(|s| s.to_string()));
-            Node::start(&flags.iter().map(String::as_str).collect::<Vec<_>>())
-        };
-        let a = node("a");
-        let b = node("b");
-        assert!(!a.token.is_empty(), "the first node created the demo bot");
-        Cluster {
-            admin_url,
-            url,
-            a,
-            b,
-        }
-    }
+/// Two nodes with mutual TLS on the link, each its own certificate.
+fn start_tls(certs: &Certs, extra: &[&str]) -> Cluster {
+    Cluster::start_with(|name| {
+        // The link on port 0 (the node advertises what it bound): a port
+        // picked free beforehand can be taken by another test's listener
+        // before the node binds it (seen in CI: "Address already in use").
+        let mut flags: Vec<String> = vec!["--cluster-link-addr".into(), "127.0.0.1:0".into()];
+        flags.extend(certs.flags(name));
+        flags.extend(extra.iter().map(|s| s.to_string()));
+        flags
+    })
 }
 
 /// A cluster CA and certificates (`gatewayd::cert_cli`, what `gatewayd
@@ -133,21 +93,6 @@ impl Certs {
     }
 }
 
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) of our own child (it may be stopped by a test).
-        unsafe { libc::kill(self.a.child.id() as i32, libc::SIGCONT) };
-        let _ = self.a.child.kill();
-        let _ = self.b.child.kill();
-        let _ = self.a.child.wait();
-        let _ = self.b.child.wait();
-        if let Ok(mut c) = postgres::Client::connect(&self.admin_url, postgres::NoTls) {
-            let db = self.url.rsplit('/').next().unwrap_or_default();
-            let _ = c.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));
-        }
-    }
-}
-
 /// A bot session on `node`: (connection, session id, server, channel, seq).
 fn login(node: &Node, token: &str) -> (Ws, String, u64, u64) {
     let mut ws = Ws::connect(node.gateway, "/?v=10&encoding=json");
@@ -156,16 +101,6 @@ fn login(node: &Node, token: &str) -> (Ws, String, u64, u64) {
     let (server, channel) = support::bot::server_and_general(&gc["d"]);
     let sid = ready["d"]["session_id"].as_str().unwrap().to_string();
     (ws, sid, server, channel)
-}
-
-fn resume(node: &Node, token: &str, sid: &str, seq: u64) -> Ws {
-    let mut ws = Ws::connect(node.gateway, "/?v=10&encoding=json");
-    ws.expect_hello();
-    ws.send_json(
-        &json!({"op": 6, "d": {"token": format!("Bot {token}"), "session_id": sid, "seq": seq}}),
-    )
-    .unwrap();
-    ws
 }
 
 /// What a client saw: (s, t, message id) of each dispatch, and whether (and
@@ -311,14 +246,6 @@ fn handoffs(node: &Node, name: &str) -> f64 {
     metric_sum(&metrics(node.admin), name, &[])
 }
 
-fn refusals(node: &Node, reason: &str) -> f64 {
-    metric_sum(
-        &metrics(node.admin),
-        "gatewayd_resume_refusals_total",
-        &[("reason", reason)],
-    )
-}
-
 #[test]
 #[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
 fn a_resume_on_the_other_node_moves_the_session_with_events_in_flight() {
@@ -332,7 +259,7 @@ fn a_resume_on_the_other_node_moves_the_session_with_events_in_flight() {
 #[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
 fn a_resume_on_the_other_node_moves_the_session_over_mutual_tls() {
     let certs = Certs::new();
-    let c = Cluster::start_tls(&certs, &[]);
+    let c = start_tls(&certs, &[]);
     moves_with_events_in_flight(&c);
     for n in [&c.a, &c.b] {
         let m = metrics(n.admin);
@@ -690,23 +617,12 @@ fn a_session_moves_twice_and_is_found_after_its_first_node_died() {
 #[test]
 #[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
 fn a_revocation_the_holder_had_not_applied_reaches_the_moved_session() {
-    let (admin_url, url) = support::registry::pg_database();
     // A applies no pushed revocations at all (only its leases would end
     // them); B applies them at once.
-    let a = Node::start(&[
-        "--registry-url",
-        url.as_str(),
-        "--no-demo-traffic",
-        "--revocation-poll-ms",
-        "0",
-    ]);
-    let b = Node::start(&["--registry-url", url.as_str(), "--no-demo-traffic"]);
-    let c = Cluster {
-        admin_url,
-        url,
-        a,
-        b,
-    };
+    let c = Cluster::start_with(|name| match name {
+        "a" => vec!["--revocation-poll-ms".into(), "0".into()],
+        _ => Vec::new(),
+    });
     let reg = support::registry::Registry::with_url(c.a.dir.path(), Some(&c.url));
     let (ws, _, _, _) = login(&c.a, &c.a.token);
     let app = {
@@ -758,23 +674,12 @@ fn a_revocation_the_holder_had_not_applied_reaches_the_moved_session() {
 #[test]
 #[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
 fn a_full_taker_refuses_with_op_9_and_the_session_stays_with_its_node() {
-    let (admin_url, url) = support::registry::pg_database();
-    let a = Node::start(&["--registry-url", url.as_str(), "--no-demo-traffic"]);
-    let b = Node::start(&[
-        "--registry-url",
-        url.as_str(),
-        "--no-demo-traffic",
-        "--workers",
-        "1",
-        "--max-sessions-per-worker",
-        "1",
-    ]);
-    let c = Cluster {
-        admin_url,
-        url,
-        a,
-        b,
-    };
+    let c = Cluster::start_with(|name| match name {
+        "b" => ["--workers", "1", "--max-sessions-per-worker", "1"]
+            .map(String::from)
+            .to_vec(),
+        _ => Vec::new(),
+    });
     let (ws, sid, _, _) = login(&c.a, &c.a.token);
     let seq = ws.seq.unwrap();
     drop(ws);
@@ -826,7 +731,7 @@ fn link_refused(node: &Node, reason: &str) -> f64 {
 fn the_tls_link_refuses_strangers_at_the_handshake_and_counts_them() {
     use gatewayd::link::cluster::figures;
     let certs = Certs::new();
-    let c = Cluster::start_tls(&certs, &[]);
+    let c = start_tls(&certs, &[]);
     let (ws, _sid, _server, _channel) = login(&c.a, &c.a.token);
     let link = link_of(&c.a);
     let soon = || Instant::now() + Duration::from_secs(2);
@@ -960,7 +865,7 @@ fn the_tls_link_refuses_strangers_at_the_handshake_and_counts_them() {
 #[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
 fn certificates_rotated_between_hand_offs_fail_none() {
     let certs = Certs::new();
-    let c = Cluster::start_tls(&certs, &[]);
+    let c = start_tls(&certs, &[]);
     let (ws, sid, _server, _channel) = login(&c.a, &c.a.token);
     drop(ws);
     let ca_key = std::fs::read_to_string(certs.path("ca.key")).unwrap();

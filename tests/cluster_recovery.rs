@@ -13,12 +13,14 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Value};
+use serde_json::json;
+use support::cluster::{identify_on_shard, refusals, resume};
 use support::events::frame_message_with_id;
 use support::kafka::{brokers, create_topic, unique, Kafka};
 use support::metrics::{metric_sum, metrics};
 use support::node::Node;
-use support::raw::{Msg, Ws};
+use support::raw::Ws;
+use support::recovery::{all_refusals, outcome, read, resume_after_crash, Seen};
 use support::registry::Registry;
 use support::services::{RedisServer, Server};
 use support::BOT_INTENTS;
@@ -166,95 +168,6 @@ impl Drop for World {
     }
 }
 
-/// Every dispatch as received: s -> (t, the frame's text), and op 9s.
-#[derive(Default, Debug)]
-struct Seen {
-    frames: BTreeMap<u64, (String, String)>,
-    order: Vec<u64>,
-    /// (s, message id) of each MESSAGE_CREATE.
-    messages: Vec<(u64, u64)>,
-    resumed: bool,
-    invalid: bool,
-    closed: Option<String>,
-}
-
-fn read(ws: &mut Ws, until: Instant, mut done: impl FnMut(&Seen) -> bool, seen: &mut Seen) {
-    while !done(seen) {
-        let left = until.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            return;
-        }
-        match ws.read_message(left) {
-            Msg::Text(t) => {
-                let v: Value = serde_json::from_str(&t).unwrap();
-                match v["op"].as_u64() {
-                    Some(0) => {
-                        let s = v["s"].as_u64().unwrap();
-                        let kind = v["t"].as_str().unwrap().to_string();
-                        if kind == "RESUMED" {
-                            seen.resumed = true;
-                        }
-                        if kind == "MESSAGE_CREATE" {
-                            let id = v["d"]["id"].as_str().unwrap().parse().unwrap();
-                            seen.messages.push((s, id));
-                        }
-                        seen.order.push(s);
-                        seen.frames.insert(s, (kind, t));
-                    }
-                    Some(9) => seen.invalid = true,
-                    _ => {}
-                }
-            }
-            Msg::Timeout => return,
-            other => {
-                seen.closed = Some(format!("{other:?}"));
-                return;
-            }
-        }
-    }
-}
-
-fn resume(node: &Node, token: &str, sid: &str, seq: u64) -> Ws {
-    let mut ws = Ws::connect(node.gateway, "/?v=10&encoding=json");
-    ws.expect_hello();
-    ws.send_json(
-        &json!({"op": 6, "d": {"token": format!("Bot {token}"), "session_id": sid, "seq": seq}}),
-    )
-    .unwrap();
-    ws
-}
-
-fn refusals(node: &Node, reason: &str) -> f64 {
-    metric_sum(
-        &metrics(node.admin),
-        "gatewayd_resume_refusals_total",
-        &[("reason", reason)],
-    )
-}
-
-fn all_refusals(node: &Node) -> Vec<(String, f64)> {
-    let m = metrics(node.admin);
-    [
-        "node_unreachable",
-        "stream_cut",
-        "no_room",
-        "unknown_session",
-        "token_mismatch",
-        "recovery_no_summary",
-        "recovery_unproven",
-        "recovery_store_down",
-        "recovery_retention",
-    ]
-    .iter()
-    .map(|r| {
-        (
-            r.to_string(),
-            metric_sum(&m, "gatewayd_resume_refusals_total", &[("reason", r)]),
-        )
-    })
-    .collect()
-}
-
 /// A producer sending `n` messages round-robin over the servers, one every
 /// `gap`, ids from `first`.
 fn produce(
@@ -318,19 +231,9 @@ fn a_crashed_nodes_session_resumes_on_a_survivor_byte_for_byte() {
     let mut w = World::new(2);
     let targets = w.servers();
     let token = w.token();
-    let mut ws = Ws::connect(w.nodes[0].gateway, "/?v=10&encoding=json");
-    let ready = ws.login(&format!("Bot {token}"), BOT_INTENTS);
-    let sid = ready["d"]["session_id"].as_str().unwrap().to_string();
-    let mut on_a = Seen::default();
-    read(
-        &mut ws,
-        Instant::now() + Duration::from_secs(5),
-        |s| s.frames.len() > SERVERS,
-        &mut on_a,
-    );
     // A checkpoint holds the session before the traffic starts (and the
     // setup's changes are older than what a survivor looks back for).
-    std::thread::sleep(Duration::from_millis(2500));
+    let (mut ws, sid, mut on_a) = bot_on_first(&w);
     const N: u64 = 900;
     let producer = produce(&w, &targets, 100, N, Duration::from_millis(3));
     read(
@@ -458,18 +361,6 @@ fn bot_on_first(w: &World) -> (Ws, String, Seen) {
     (ws, sid, seen)
 }
 
-/// Read on a resumed connection until RESUMED, op 9 or the end.
-fn outcome(ws: &mut Ws, secs: u64) -> Seen {
-    let mut seen = Seen::default();
-    read(
-        ws,
-        Instant::now() + Duration::from_secs(secs),
-        |s| s.invalid || s.resumed || s.closed.is_some(),
-        &mut seen,
-    );
-    seen
-}
-
 #[test]
 #[ignore = "needs PostgreSQL, a Kafka-protocol broker and redis-server: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL, GATEWAYD_TEST_KAFKA_BROKERS and GATEWAYD_TEST_REDIS_SERVER"]
 fn a_frozen_session_store_means_op_9_and_live_delivery_goes_on() {
@@ -498,8 +389,7 @@ fn a_frozen_session_store_means_op_9_and_live_delivery_goes_on() {
     );
     kill9(&mut w.nodes[0]);
     let last = *on_a.order.last().unwrap();
-    let mut again = resume(&w.nodes[1], &token, &sid, last);
-    let got = outcome(&mut again, 20);
+    let (_again, got) = resume_after_crash(&w.nodes[1], &token, &sid, last, 20);
     assert!(
         got.invalid && !got.resumed,
         "op 9 with the store frozen: {got:?}"
@@ -567,16 +457,14 @@ fn what_the_store_cannot_prove_is_op_9_never_a_silent_gap() {
     w.redis.thaw();
     let b = &w.nodes[1];
     // A seq older than every checkpoint (the summary is too old for it).
-    let mut early = resume(b, &token, &sid, 1);
-    let got = outcome(&mut early, 20);
+    let (_early, got) = resume_after_crash(b, &token, &sid, 1, 20);
     assert!(
         got.invalid && got.frames.is_empty(),
         "seq before the checkpoint: {got:?}"
     );
     // The client's seq is past what the journal proves.
     let last = *on_a.order.last().unwrap();
-    let mut late = resume(b, &token, &sid, last);
-    let got = outcome(&mut late, 20);
+    let (_late, got) = resume_after_crash(b, &token, &sid, last, 20);
     assert!(
         got.invalid && got.frames.is_empty(),
         "seq past the proof: {got:?}"
@@ -601,11 +489,9 @@ fn forged_ids_and_another_bots_token_get_op_9_and_nothing_else() {
     let last = *on_a.order.last().unwrap();
     // Same node and worker, other random bits.
     let forged = format!("{}{}", &sid[..6], "0".repeat(26));
-    let mut f = resume(b, &token, &forged, last);
-    let got = outcome(&mut f, 20);
+    let (_f, got) = resume_after_crash(b, &token, &forged, last, 20);
     assert!(got.invalid && got.frames.is_empty(), "forged id: {got:?}");
-    let mut t = resume(b, &other.token, &sid, last);
-    let got = outcome(&mut t, 20);
+    let (_t, got) = resume_after_crash(b, &other.token, &sid, last, 20);
     assert!(
         got.invalid && got.frames.is_empty(),
         "another bot's token: {got:?}"
@@ -616,8 +502,7 @@ fn forged_ids_and_another_bots_token_get_op_9_and_nothing_else() {
         all_refusals(b)
     );
     // Neither disturbed the session: its own bot still gets it back.
-    let mut real = resume(b, &token, &sid, last);
-    let got = outcome(&mut real, 20);
+    let (_real, got) = resume_after_crash(b, &token, &sid, last, 20);
     assert!(
         got.resumed && !got.invalid,
         "the real bot after the refusals: {:?}",
@@ -687,8 +572,7 @@ fn a_frozen_holder_woken_after_its_lapse_does_not_keep_delivering() {
     // SAFETY: kill(2) of our own child.
     unsafe { libc::kill(a_pid, libc::SIGSTOP) };
     let last = *on_a.order.last().unwrap();
-    let mut on_b = resume(&w.nodes[1], &token, &sid, last);
-    let got = outcome(&mut on_b, 25);
+    let (mut on_b, got) = resume_after_crash(&w.nodes[1], &token, &sid, last, 25);
     assert!(
         got.resumed,
         "recovered while the holder is frozen: {:?}",
@@ -756,20 +640,11 @@ fn a_crash_of_many_sessions_recovers_them_together_each_byte_for_byte() {
     let entitled = |k: u64, server: u64| shard(k).is_none_or(|[i, n]| (server >> 22) % n == i);
     let mut bots = Vec::new();
     for k in 0..SESSIONS {
-        let mut ws = Ws::connect(w.nodes[0].gateway, "/?v=10&encoding=json");
-        ws.expect_hello();
-        ws.send_json(&support::bot::identify_payload(
-            &format!("Bot {token}"),
-            BOT_INTENTS,
-            shard(k),
-        ))
-        .unwrap();
-        let ready = ws.read_until(0, Some("READY"), Duration::from_secs(10));
-        let sid = ready["d"]["session_id"].as_str().unwrap().to_string();
+        let (ws, sid, ready_seq) = identify_on_shard(&w.nodes[0], &token, BOT_INTENTS, shard(k));
         // READY's seq: a shard none of the (random) server ids fall in
         // receives nothing after it, and resumes from there.
         let mut seen = Seen::default();
-        seen.order.push(ready["s"].as_u64().unwrap());
+        seen.order.push(ready_seq);
         bots.push((ws, sid, seen));
     }
     // Past a checkpoint, then traffic: the crash comes with events in flight.
@@ -1024,8 +899,7 @@ fn a_members_chunk_is_marked_in_the_store_before_the_bot_gets_it() {
     kill9(&mut w.nodes[0]);
     let last = *on_a.order.last().unwrap();
     let b = &w.nodes[1];
-    let mut on_b = resume(b, &token, &sid, last);
-    let got = outcome(&mut on_b, 25);
+    let (_on_b, got) = resume_after_crash(b, &token, &sid, last, 25);
     assert!(
         got.invalid && !got.resumed && got.frames.is_empty(),
         "op 9, nothing replayed: {got:?}"
@@ -1049,8 +923,7 @@ fn a_session_recovered_once_is_recovered_again_when_its_new_node_dies() {
     let (_ws, sid, on_a) = bot_on_first(&w);
     kill9(&mut w.nodes[0]);
     let last = *on_a.order.last().unwrap();
-    let mut on_b = resume(&w.nodes[1], &token, &sid, last);
-    let mut seen = outcome(&mut on_b, 25);
+    let (mut on_b, mut seen) = resume_after_crash(&w.nodes[1], &token, &sid, last, 25);
     assert!(
         seen.resumed && !seen.invalid,
         "first recovery, on B: {:?}",
@@ -1072,8 +945,7 @@ fn a_session_recovered_once_is_recovered_again_when_its_new_node_dies() {
     );
     let last = *seen.order.last().unwrap();
     let c = &w.nodes[2];
-    let mut on_c = resume(c, &token, &sid, last);
-    let got = outcome(&mut on_c, 25);
+    let (mut on_c, got) = resume_after_crash(c, &token, &sid, last, 25);
     assert!(
         got.resumed && !got.invalid,
         "second recovery, on C: {:?} ({got:?})",
@@ -1114,8 +986,7 @@ fn a_resume_of_a_session_its_live_holder_ended_is_op_9_without_a_wait() {
     let _ = ws.wait_eof(Duration::from_secs(5));
     let last = *on_a.order.last().unwrap();
     let b = &w.nodes[1];
-    let mut again = resume(b, &token, &sid, last);
-    let got = outcome(&mut again, 20);
+    let (_again, got) = resume_after_crash(b, &token, &sid, last, 20);
     assert!(got.invalid && !got.resumed, "op 9: {got:?}");
     assert_eq!(
         refusals(b, "unknown_session"),
@@ -1152,8 +1023,8 @@ fn a_moved_sessions_holder_briefly_unreachable_keeps_it_alone() {
     let token = w.token();
     let (_ws, sid, on_a) = bot_on_first(&w);
     // Moved to B by a hand-off (A is alive).
-    let mut on_b = resume(&w.nodes[1], &token, &sid, *on_a.order.last().unwrap());
-    let mut seen = outcome(&mut on_b, 20);
+    let (mut on_b, mut seen) =
+        resume_after_crash(&w.nodes[1], &token, &sid, *on_a.order.last().unwrap(), 20);
     assert!(
         seen.resumed,
         "hand-off to B: {:?}",
@@ -1228,8 +1099,7 @@ fn a_node_restarted_in_place_leaves_its_predecessors_sessions_recoverable() {
     assert_eq!(number(&again), first, "the same node number");
     w.nodes.push(again);
     let b = &w.nodes[1];
-    let mut on_b = resume(b, &token, &sid, *on_a.order.last().unwrap());
-    let mut seen = outcome(&mut on_b, 25);
+    let (mut on_b, mut seen) = resume_after_crash(b, &token, &sid, *on_a.order.last().unwrap(), 25);
     assert!(
         seen.resumed && !seen.invalid,
         "recovered on B: {seen:?}, {:?}",
@@ -1259,18 +1129,10 @@ fn a_quiet_session_is_recovered_from_its_last_seq() {
     let quiet = (0..SHARDS)
         .find(|i| targets.iter().all(|t| (t.0 >> 22) % SHARDS != *i))
         .expect("6 servers leave a shard of 8 empty");
-    let mut ws = Ws::connect(w.nodes[0].gateway, "/?v=10&encoding=json");
-    ws.expect_hello();
-    ws.send_json(&support::bot::identify_payload(
-        &format!("Bot {token}"),
-        BOT_INTENTS,
-        Some([quiet, SHARDS]),
-    ))
-    .unwrap();
-    let ready = ws.read_until(0, Some("READY"), Duration::from_secs(10));
-    let sid = ready["d"]["session_id"].as_str().unwrap().to_string();
+    let (mut ws, sid, ready_seq) =
+        identify_on_shard(&w.nodes[0], &token, BOT_INTENTS, Some([quiet, SHARDS]));
     let mut seen = Seen::default();
-    seen.order.push(ready["s"].as_u64().unwrap());
+    seen.order.push(ready_seq);
     // Whatever follows READY; a checkpoint lists the session meanwhile.
     read(
         &mut ws,
@@ -1298,8 +1160,7 @@ fn a_quiet_session_is_recovered_from_its_last_seq() {
     assert!(seen.messages.is_empty(), "a quiet session: {seen:?}");
     let seq = *seen.order.last().unwrap();
     let b = &w.nodes[1];
-    let mut on_b = resume(b, &token, &sid, seq);
-    let got = outcome(&mut on_b, 25);
+    let (_on_b, got) = resume_after_crash(b, &token, &sid, seq, 25);
     assert!(
         got.resumed && !got.invalid,
         "recovered from its last seq {seq}: {got:?}, {:?}",

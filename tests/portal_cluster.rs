@@ -12,62 +12,12 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 use support::bot;
+use support::cluster::Cluster;
 use support::metrics::{metric_sum, metrics};
 use support::node::Node;
 use support::portal::{self, sign_in};
 use support::registry::Registry;
 use support::{wait_until, BOT_INTENTS};
-
-struct Two {
-    admin_url: String,
-    url: String,
-    a: Node,
-    b: Node,
-}
-
-impl Two {
-    fn start() -> Two {
-        Two::start_with(|_| Vec::new())
-    }
-
-    /// `extra(name)`: more flags for node "a" or "b".
-    fn start_with(extra: impl Fn(&str) -> Vec<String>) -> Two {
-        let (admin_url, url) = support::registry::pg_database();
-        let node = |name: &str| {
-            let mut flags = vec![
-                "--registry-url".to_string(),
-                url.clone(),
-                "--no-demo-traffic".into(),
-            ];
-            flags.extend(extra(name));
-            Node::start(&flags.iter().map(String::as_str).collect::<Vec<_>>())
-        };
-        let a = node("a");
-        let b = node("b");
-        assert!(!a.token.is_empty(), "the first node created the demo bot");
-        Two {
-            admin_url,
-            url,
-            a,
-            b,
-        }
-    }
-}
-
-impl Drop for Two {
-    fn drop(&mut self) {
-        // SAFETY: kill(2) of our own child (a test may have stopped it).
-        unsafe { libc::kill(self.b.child.id() as i32, libc::SIGCONT) };
-        let _ = self.a.child.kill();
-        let _ = self.b.child.kill();
-        let _ = self.a.child.wait();
-        let _ = self.b.child.wait();
-        if let Ok(mut c) = postgres::Client::connect(&self.admin_url, postgres::NoTls) {
-            let db = self.url.rsplit('/').next().unwrap_or_default();
-            let _ = c.batch_execute(&format!("DROP DATABASE IF EXISTS {db} WITH (FORCE)"));
-        }
-    }
-}
 
 /// (node, shard, live, degraded) rows of the cluster table.
 fn by_node_shard(h: &Value) -> Vec<(u64, Value, u64, u64)> {
@@ -95,7 +45,7 @@ fn node_number(n: &Node) -> u64 {
 #[test]
 #[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
 fn the_portal_shows_every_nodes_sessions_and_names_a_frozen_node() {
-    let c = Two::start();
+    let c = Cluster::start(&[]);
     let (na, nb) = (node_number(&c.a), node_number(&c.b));
     assert!(na != 0 && nb != 0 && na != nb, "{na} {nb}");
     // Another application, with a bot of its own on B.
@@ -227,7 +177,7 @@ fn the_portal_shows_every_nodes_sessions_and_names_a_frozen_node() {
 #[test]
 #[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
 fn the_session_list_spans_the_nodes_and_shows_a_hand_off() {
-    let c = Two::start();
+    let c = Cluster::start(&[]);
     let (na, nb) = (node_number(&c.a), node_number(&c.b));
     let reg = Registry::with_url(c.a.dir.path(), Some(&c.url));
     let other = reg.add_app("other", 0);
@@ -328,7 +278,7 @@ fn the_cluster_view_is_asked_over_mutual_tls() {
         std::fs::write(path(&format!("{name}.pem")), &n.cert).unwrap();
         std::fs::write(path(&format!("{name}.key")), &n.key).unwrap();
     }
-    let c = Two::start_with(|name| {
+    let c = Cluster::start_with(|name| {
         vec![
             "--cluster-tls-cert".into(),
             path(&format!("{name}.pem")),
@@ -382,7 +332,7 @@ fn cpu_seconds(pid: u32) -> f64 {
 fn cluster_cost_figures() {
     const APPS: usize = 100;
     const SECS: u64 = 30;
-    let c = Two::start();
+    let c = Cluster::start(&[]);
     let reg = Registry::with_url(c.a.dir.path(), Some(&c.url));
     let (server, _) = reg.add_server("cost");
     let (pa, mut many, mut bots) = (portal::addr(&c.a), Vec::new(), Vec::new());

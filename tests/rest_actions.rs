@@ -15,7 +15,9 @@ use support::node::Node;
 use support::registry::Registry;
 use support::rest::{assert_error, Fixture, SIX};
 
-const INTENTS: u64 = support::BOT_INTENTS | (1 << 10) | (1 << 11); // + reactions, typing
+const INTENTS: u64 = support::BOT_INTENTS
+    | proto::intents::GUILD_MESSAGE_REACTIONS
+    | proto::intents::GUILD_MESSAGE_TYPING;
 
 fn fixture(extra: &[&str]) -> Fixture {
     Fixture::start(extra, INTENTS)
@@ -500,10 +502,10 @@ fn saw(s: &mut Session, id: u64, within: Duration) -> bool {
 /// Both are decided by `entitlement::channel_allows` on the same leased view.
 #[test]
 fn permissions_bite_rest_as_they_bite_events() {
+    use proto::permissions::{
+        READ_MESSAGE_HISTORY as HISTORY, SEND_MESSAGES as SEND, VIEW_CHANNEL as VIEW,
+    };
     use support::events::{message_event, Producer};
-    const VIEW: u64 = 1 << 10;
-    const SEND: u64 = 1 << 11;
-    const HISTORY: u64 = 1 << 16;
     // The probes below poll a limited route: raise the limits so they see 403, not 429.
     let node = Node::start(&["--no-demo-traffic", "--rest-limit-scale", "100"]);
     let reg = Registry::new(node.dir.path());

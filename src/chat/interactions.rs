@@ -61,40 +61,7 @@ pub(super) const LOADING: u64 = 1 << 7;
 pub(super) use super::board::Count;
 pub use super::board::{AppStats, Board};
 pub(super) use super::open::{Open, State};
-
-#[derive(Default)]
-pub struct InteractionStats {
-    pub opened: AtomicU64,
-    pub refused: AtomicU64,
-    pub acked: AtomicU64,
-    pub deferred: AtomicU64,
-    pub missed: AtomicU64,
-    pub late: AtomicU64,
-    pub double: AtomicU64,
-    pub followups: AtomicU64,
-    /// Interactions of this node answered on another (their miss lost).
-    pub answered_elsewhere: AtomicU64,
-    /// Registry calls for the shared state that failed (`store.rs`).
-    pub store_failures: Arc<AtomicU64>,
-    /// Time from opening to the first response.
-    pub ack_latency: crate::histogram::Histogram,
-}
-
-pub struct Interactions {
-    pub(super) open: HashMap<u64, Open>,
-    pub(super) by_digest: HashMap<[u8; 32], u64>,
-    deadlines: VecDeque<(u64, u64)>,
-    expiries: VecDeque<(u64, u64)>,
-    /// When each board entry is forgotten (FIFO, like the others).
-    shown: VecDeque<(u64, u64)>,
-    token_ttl_ms: u64,
-    pub board: Arc<Board>,
-    pub stats: Arc<InteractionStats>,
-    /// The deliverer to HTTP interactions endpoints (`endpoint.rs`).
-    pub deliver: Option<super::endpoint::Deliveries>,
-    /// The shared state (`store.rs`).
-    pub store: super::store::Store,
-}
+pub use super::table::{InteractionStats, Interactions};
 
 impl Interactions {
     pub fn new(token_ttl_ms: u64, board: Arc<Board>, stats: Arc<InteractionStats>) -> Interactions {

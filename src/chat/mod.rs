@@ -26,6 +26,7 @@ mod adopt;
 pub mod board;
 pub mod endpoint;
 mod fairq;
+mod forward;
 pub mod history;
 pub mod interactions;
 mod messages;
@@ -34,8 +35,9 @@ mod open;
 mod reactions;
 pub mod sink;
 pub mod store;
+mod table;
 mod tap;
-pub use tap::Forward;
+pub use forward::Forward;
 pub mod upstream;
 mod webhooks;
 
@@ -109,7 +111,7 @@ pub struct Chat {
     /// The bot whose request is being handled.
     actor: u64,
     /// Open interactions (`interactions.rs`); a worker's stays empty.
-    ix: interactions::Interactions,
+    ix: table::Interactions,
     /// The next commit is for the bots in its mentions only.
     addressed: bool,
     /// This turn's answers: (worker, connection, status, body), sent once
@@ -125,13 +127,13 @@ pub struct Chat {
     event: Vec<u8>,
     /// The chat thread's, with per-worker chat services: where what it
     /// learns goes (`tap.rs`).
-    forward: Option<tap::Forward>,
+    forward: Option<Forward>,
 }
 
 impl Chat {
     fn new(
         sink: Sink,
-        ix: interactions::Interactions,
+        ix: table::Interactions,
         stats: Arc<ChatStats>,
         id: u16,
         max_bytes: usize,
@@ -163,7 +165,7 @@ impl Chat {
     /// snowflake generator (`ids.rs`).
     pub fn for_worker(
         pipeline: crate::ingest::pipeline::Pipeline,
-        ix: interactions::Interactions,
+        ix: table::Interactions,
         stats: Arc<ChatStats>,
         (me, workers): (usize, usize),
         generator: u16,
@@ -270,7 +272,7 @@ pub fn start(
     mut tap: Receiver<Arc<Batch>>,
     workers: Arc<[WorkerHandle]>,
     stats: Arc<ChatStats>,
-    ix: interactions::Interactions,
+    ix: table::Interactions,
     forward: Option<Forward>,
     generator: u16,
     stop: Arc<AtomicBool>,

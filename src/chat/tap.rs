@@ -151,16 +151,3 @@ impl Chat {
         }
     }
 }
-
-/// Where the chat thread hands what it learnt (per-worker chat services on).
-pub struct Forward {
-    pub workers: Arc<[WorkerHandle]>,
-    pending: Vec<Vec<Learnt>>,
-}
-
-impl Forward {
-    pub fn new(workers: Arc<[WorkerHandle]>) -> Forward {
-        let pending = (0..workers.len()).map(|_| Vec::new()).collect();
-        Forward { workers, pending }
-    }
-}

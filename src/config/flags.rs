@@ -13,7 +13,8 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use super::{Config, PortalArgs};
+use super::model::Config;
+use super::portal::PortalArgs;
 
 /// Flags of `gatewayd run`; each overrides the config file.
 #[derive(clap::Args, Debug, Default, Clone)]
@@ -276,7 +277,28 @@ pub struct RunArgs {
     #[arg(long, value_delimiter = ',')]
     pub egress_allow_private_cidrs: Option<Vec<String>>,
     #[command(flatten)]
-    pub secrets: super::SecretArgs,
+    pub secrets: SecretArgs,
+}
+
+/// The `*_file` flags of `gatewayd run`.
+#[derive(clap::Args, Debug, Default, Clone)]
+pub struct SecretArgs {
+    /// Read the admin token from this file; a relative path from $CREDENTIALS_DIRECTORY when set
+    /// (not with --admin-token) [config: admin_token_file]
+    #[arg(long, value_name = "FILE")]
+    pub admin_token_file: Option<PathBuf>,
+    /// Read the registry URL (with its password) from this file (not with --registry-url)
+    /// [config: registry_url_file]
+    #[arg(long, value_name = "FILE")]
+    pub registry_url_file: Option<PathBuf>,
+    /// Read the REST limits' Redis URL from this file (not with --rest-redis-url)
+    /// [config: rest.redis_url_file]
+    #[arg(long, value_name = "FILE")]
+    pub rest_redis_url_file: Option<PathBuf>,
+    /// Read crash recovery's Redis URL from this file; turns recovery on (not with
+    /// --recovery-redis-url) [config: recovery.redis_url_file]
+    #[arg(long, value_name = "FILE")]
+    pub recovery_redis_url_file: Option<PathBuf>,
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]

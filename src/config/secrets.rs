@@ -29,26 +29,8 @@
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-/// The `*_file` flags of `gatewayd run`.
-#[derive(clap::Args, Debug, Default, Clone)]
-pub struct SecretArgs {
-    /// Read the admin token from this file; a relative path from $CREDENTIALS_DIRECTORY when set
-    /// (not with --admin-token) [config: admin_token_file]
-    #[arg(long, value_name = "FILE")]
-    pub admin_token_file: Option<PathBuf>,
-    /// Read the registry URL (with its password) from this file (not with --registry-url)
-    /// [config: registry_url_file]
-    #[arg(long, value_name = "FILE")]
-    pub registry_url_file: Option<PathBuf>,
-    /// Read the REST limits' Redis URL from this file (not with --rest-redis-url)
-    /// [config: rest.redis_url_file]
-    #[arg(long, value_name = "FILE")]
-    pub rest_redis_url_file: Option<PathBuf>,
-    /// Read crash recovery's Redis URL from this file; turns recovery on (not with
-    /// --recovery-redis-url) [config: recovery.redis_url_file]
-    #[arg(long, value_name = "FILE")]
-    pub recovery_redis_url_file: Option<PathBuf>,
-}
+use super::flags::RunArgs;
+use super::model::Config;
 
 /// One secret setting: its name, the value flag (if given), the file flag
 /// (if given), the config's file key, and the value to fill.
@@ -133,7 +115,7 @@ pub fn read(name: &str, path: &Path) -> Result<String, String> {
 }
 
 /// Every secret named by a `*_file` flag or key, read (config/secrets.rs).
-pub(super) fn from_files(cfg: &mut super::Config, args: &super::RunArgs) -> Result<(), String> {
+pub(super) fn from_files(cfg: &mut Config, args: &RunArgs) -> Result<(), String> {
     let f = &args.secrets;
     Secret {
         name: "admin_token",

@@ -11,9 +11,10 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-mod handoff;
-
-pub use handoff::Rebuilding;
+/// Sessions leaving and arriving (hand-offs), and rebuilt together (crash
+/// recovery, `handoff::Rebuilding`, named by its path: `handoff` uses this
+/// file's `FanOut`, so a re-export here would be an import circle).
+pub mod handoff;
 
 use ringbuf::{Arena, ArenaConfig, Entry, PushError, RecordRef, RingConfig, RingSlab, SessionRing};
 use shards::SessionId;

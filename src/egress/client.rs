@@ -22,9 +22,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 
+use super::reason::Reason;
 use super::sign;
 use super::wire::{self, Answer, Request};
-use super::Reason;
 
 /// Calls one client may have waiting at once; more are `busy` at once.
 pub const MAX_PENDING: usize = 4096;

@@ -11,7 +11,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::guard::{self, Policy};
-use super::Reason;
+use super::reason::Reason;
 
 /// Largest answer head (status line and headers).
 const MAX_HEAD: usize = 16 << 10;

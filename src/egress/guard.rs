@@ -14,7 +14,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Instant;
 
-use super::Reason;
+use super::reason::Reason;
 
 /// Longest URL accepted.
 pub const MAX_URL: usize = 2048;

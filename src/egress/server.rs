@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use super::client::Addr;
 use super::fetch::{self, Bounds};
 use super::guard::Policy;
+use super::reason::Reason;
 use super::wire::{self, Answer, Http, Refusal, Request};
-use super::Reason;
 
 /// Connections served at once (the node keeps one; the CLI one).
 const MAX_CONNECTIONS: usize = 64;

@@ -3,7 +3,7 @@
 //! without what only a programmer reads (reason codes, OS error numbers).
 
 use super::client::EgressError;
-use super::Reason;
+use super::reason::Reason;
 
 impl EgressError {
     /// What happened, in words for a bot's author (the portal, `registry

@@ -6,7 +6,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::{open_registry, Stats};
+use super::parts::{interaction_node, open_registry, Stats};
 use crate::config::Config;
 use crate::worker::local_chat::LocalChat;
 use crate::worker::mail::*;
@@ -316,7 +316,7 @@ pub(super) fn start_chat_thread(
     );
     ix.store = crate::chat::store::Store::new(
         open_registry(cfg)?,
-        super::interaction_node(cfg),
+        interaction_node(cfg),
         stats.interactions.store_failures.clone(),
     );
     ix.deliver = Some(crate::chat::endpoint::start(

@@ -20,15 +20,14 @@
 //! the portal's four handlers). It is named on the page as not answering
 //! meanwhile, never left out.
 
-use std::collections::HashMap;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use super::ctx::{lock, now_ms, Ctx};
 use super::figures::NodeFigures;
-use super::{lock, Ctx};
 use crate::link::cluster::figures;
 
 /// How long a node has to answer (connect, request, answer).
@@ -51,44 +50,8 @@ const PEERS_FRESH: Duration = Duration::from_secs(1);
 const GONE_SHOWN: Duration = Duration::from_secs(60);
 const GONE_WHY: &str = "no longer in the cluster (its registry claim lapsed, or it stopped)";
 
-/// Another node, and what it said.
-#[derive(Clone, Debug)]
-pub struct Peer {
-    pub node: u16,
-    /// Its figures, or why there are none.
-    pub answer: Result<NodeFigures, &'static str>,
-    pub took_ms: u64,
-}
-
-/// The other nodes' answers for one application.
-#[derive(Debug)]
-pub struct Remote {
-    pub at: Instant,
-    /// None: the registry did not list the live nodes (its error).
-    pub registry_error: Option<String>,
-    pub peers: Vec<Peer>,
-}
-
-struct Entry {
-    view: Arc<Remote>,
-    /// A refresh is under way (others use this view meanwhile).
-    fetching: bool,
-    /// When a page of the application last asked.
-    polled: Instant,
-}
-
-/// (node, link address) of the live nodes, and when read.
-type Listed = (Vec<(u16, String)>, Option<Instant>);
-
-#[derive(Default)]
-pub struct State {
-    nodes: Mutex<Listed>,
-    /// Nodes listed before and not any more: (node, link, when noticed).
-    gone: Mutex<Vec<(u16, String, Instant)>>,
-    /// Nodes that did not answer: when, and why (at most `MAX_PEERS`).
-    silent: Mutex<Vec<(u16, Instant, &'static str)>>,
-    cache: Mutex<HashMap<u64, Entry>>,
-}
+use super::cluster_state::Entry;
+pub use super::cluster_state::{Peer, Remote};
 
 /// The live nodes (at most once a second from the registry); Err: the
 /// registry's error (the last list is not reused: it may name dead nodes).
@@ -99,7 +62,7 @@ fn live_nodes(ctx: &Ctx) -> Result<Vec<(u16, String)>, String> {
     }
     let list = ctx
         .registry()
-        .live_nodes(super::now_ms())
+        .live_nodes(now_ms())
         .map_err(|e| e.to_string())?;
     let mut gone = lock(&ctx.cluster.gone);
     gone.retain(|(g, _, at)| at.elapsed() < GONE_SHOWN && !list.iter().any(|(n, _)| n == g));

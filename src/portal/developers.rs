@@ -14,10 +14,10 @@ use std::fmt::Write;
 
 use serde_json::json;
 
+use super::ctx::{lock, Ctx};
 use super::html::esc;
 use super::http::{Request, Response};
 use super::sessions::Session;
-use super::{lock, Ctx};
 
 /// Longest name and password read from the form (the registry's own
 /// limits are tighter; these only bound what is passed to it).

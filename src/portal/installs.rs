@@ -4,16 +4,15 @@
 //! `delivery::entitlement::guild_access`). At most `MAX_SERVERS` servers
 //! are shown (the total is told).
 
+use proto::permissions::{ADMINISTRATOR, VIEW_CHANNEL};
 use registry::Application;
 
-use super::Ctx;
+use super::ctx::Ctx;
 use crate::delivery::entitlement::guild_access;
 
 pub const MAX_SERVERS: usize = 100;
 /// Channels shown per server.
 pub const MAX_CHANNELS: usize = 50;
-const VIEW_CHANNEL: u64 = 1 << 10;
-const ADMINISTRATOR: u64 = 1 << 3;
 
 pub struct Install {
     pub server_id: u64,

@@ -16,11 +16,11 @@ use std::fmt::Write;
 
 use serde_json::json;
 
+use super::ctx::Ctx;
 use super::html::esc;
 use super::http::{Request, Response};
 use super::names::PRIVILEGED_INTENTS;
 use super::sessions::{self, Session};
-use super::Ctx;
 
 /// The names of the privileged intents in `bits` ("none" if none).
 pub fn names(bits: u64) -> String {

@@ -30,9 +30,12 @@
 
 mod assets;
 mod cluster;
+mod cluster_state;
+mod ctx;
 mod developers;
 pub mod figures;
 mod health;
+mod history;
 mod html;
 pub mod http;
 mod installs;
@@ -45,8 +48,8 @@ pub mod sessions;
 mod tools;
 
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use registry::Registry;
@@ -54,6 +57,8 @@ use serde_json::json;
 
 use crate::config::Portal as PortalConfig;
 use crate::worker::shared::Shared;
+use ctx::{ip_key, lock, now_ms, Ctx};
+pub use ctx::{PortalStats, Views};
 use http::{Request, Response};
 use sessions::{Sessions, COOKIE};
 
@@ -62,61 +67,6 @@ const HANDLERS: usize = 4;
 const QUEUE: usize = 64;
 /// The pre-sign-in cookie (CSRF of the sign-in form).
 const PRE_COOKIE: &str = "gw_pre";
-
-/// What the portal reads and uses.
-pub struct Views {
-    pub shared: Arc<Shared>,
-    pub board: Arc<crate::chat::board::Board>,
-    pub egress: Arc<crate::egress::EgressClient>,
-    /// The ingest listener (test events go in as a producer's would).
-    pub ingest_addr: SocketAddr,
-    pub stats: Arc<PortalStats>,
-    /// The cluster link's TLS (other nodes' figures are asked over it).
-    pub link_tls: crate::link::cluster::tls::Tls,
-}
-
-/// The portal's counters (`gatewayd_portal_*` on the admin port).
-#[derive(Default)]
-pub struct PortalStats {
-    pub requests: AtomicU64,
-    pub signins: AtomicU64,
-    pub signins_failed: AtomicU64,
-    /// Sign-ins refused unlooked-at: the address or everyone over the limit.
-    pub signins_refused: AtomicU64,
-    pub csrf_refused: AtomicU64,
-    /// Requests with a session cookie that is unknown, forged or expired.
-    pub bad_sessions: AtomicU64,
-    /// Connections answered 503 because every handler was busy.
-    pub busy: AtomicU64,
-    pub sessions: AtomicU64,
-    /// Other nodes asked for an application's figures (link calls made).
-    pub cluster_asks: AtomicU64,
-    /// Of them, the nodes that gave no figures in time (named on the page).
-    pub cluster_silent: AtomicU64,
-    /// Health polls served the other nodes' figures from the cache.
-    pub cluster_cached: AtomicU64,
-}
-
-pub(crate) struct Ctx {
-    pub v: Views,
-    pub cfg: PortalConfig,
-    pub secure: bool,
-    pub registry: Mutex<Box<dyn Registry>>,
-    pub sessions: Mutex<Sessions>,
-    pub guard: Mutex<limit::SigninGuard>,
-    pub history: Mutex<health::History>,
-    pub cluster: cluster::State,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
-impl Ctx {
-    pub(crate) fn registry(&self) -> MutexGuard<'_, Box<dyn Registry>> {
-        lock(&self.registry)
-    }
-}
 
 pub struct Portal {
     pub addr: SocketAddr,
@@ -163,8 +113,8 @@ pub fn start(
             cfg.signin_failures_per_address,
             cfg.signin_failures_global,
         )),
-        history: Mutex::new(health::History::default()),
-        cluster: cluster::State::default(),
+        history: Mutex::new(history::History::default()),
+        cluster: cluster_state::State::default(),
         cfg,
         secure,
         v,
@@ -212,18 +162,6 @@ fn serve(ctx: &Ctx, s: &mut TcpStream, ip: IpAddr) {
         Err(status) => Response::new(status, "text/plain", "bad request\n"),
     };
     let _ = resp.write(s);
-}
-
-/// The key of an address in the REST edge's per-address table.
-pub(crate) fn ip_key(ip: IpAddr) -> u128 {
-    match ip {
-        IpAddr::V4(v4) => u128::from(v4.to_ipv6_mapped()),
-        IpAddr::V6(v6) => u128::from(v6),
-    }
-}
-
-pub(crate) fn now_ms() -> u64 {
-    registry::snowflake::unix_ms_now()
 }
 
 fn route(ctx: &Ctx, req: &Request, ip: IpAddr) -> Response {

@@ -6,9 +6,10 @@
 
 use std::fmt::Write;
 
+use super::ctx::Ctx;
 use super::html::esc;
 use super::sessions::Session;
-use super::{assets, installs, names, Ctx};
+use super::{assets, installs, names};
 
 fn shell(title: &str, csrf: Option<&str>, body: &str) -> String {
     let meta = csrf.map_or(String::new(), |c| {

@@ -16,8 +16,9 @@
 use serde_json::{json, Value};
 use shards::session_id::SessionId;
 
+use super::cluster;
+use super::ctx::{now_ms, Ctx};
 use super::http::{Request, Response};
-use super::{cluster, now_ms, Ctx};
 use crate::worker::session_board::Row;
 use crate::worker::timeline::{self, Event};
 

@@ -16,9 +16,10 @@ use std::time::Duration;
 use registry::Application;
 use serde_json::{json, Value};
 
+use super::ctx::{lock, now_ms, Ctx};
 use super::http::{Request, Response};
+use super::installs;
 use super::sessions::Session;
-use super::{installs, lock, now_ms, Ctx};
 
 const INGEST_DEADLINE: Duration = Duration::from_secs(2);
 /// Each of the two endpoint checks has this long to answer.

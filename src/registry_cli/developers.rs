@@ -58,10 +58,10 @@ pub(super) struct PasswordSource {
     /// Read the password from this file (one trailing newline is dropped).
     /// At least 12 characters, at most 1024 bytes.
     #[arg(long, value_name = "PATH")]
-    password_file: Option<PathBuf>,
+    pub(super) password_file: Option<PathBuf>,
     /// Read the password from standard input (one trailing newline is dropped).
     #[arg(long)]
-    password_stdin: bool,
+    pub(super) password_stdin: bool,
 }
 
 #[derive(Subcommand)]
@@ -266,54 +266,7 @@ pub(super) fn run_intents(reg: &dyn Registry, cmd: IntentsCmd) -> Result<(), Str
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
-
-    use super::super::{RegistryArgs, RegistryCmd};
     use super::*;
-
-    #[derive(Parser)]
-    struct Cli {
-        #[command(flatten)]
-        args: RegistryArgs,
-    }
-
-    fn parse(line: &str) -> Result<RegistryCmd, clap::Error> {
-        Cli::try_parse_from(line.split_whitespace()).map(|c| c.args.cmd)
-    }
-
-    #[test]
-    fn a_password_comes_from_a_file_or_stdin_never_a_flag() {
-        match parse("x developer add alice --password-file /tmp/pw") {
-            Ok(RegistryCmd::Developer {
-                cmd: DeveloperCmd::Add { name, password },
-            }) => {
-                assert_eq!(name, "alice");
-                assert_eq!(password.password_file, Some(PathBuf::from("/tmp/pw")));
-                assert!(!password.password_stdin);
-            }
-            _ => panic!("not parsed as developer add"),
-        }
-        assert!(matches!(
-            parse("x developer passwd alice --password-stdin"),
-            Ok(RegistryCmd::Developer {
-                cmd: DeveloperCmd::Passwd { .. }
-            })
-        ));
-        for bad in [
-            "x developer add alice",
-            "x developer add alice --password-file /p --password-stdin",
-            "x developer add alice --password hunter2hunter2",
-            "x developer own alice notanumber",
-        ] {
-            assert!(parse(bad).is_err(), "{bad}");
-        }
-        assert!(matches!(
-            parse("x intents approve 42"),
-            Ok(RegistryCmd::Intents {
-                cmd: IntentsCmd::Approve { app_id: 42 }
-            })
-        ));
-    }
 
     #[test]
     fn intents_in_words() {

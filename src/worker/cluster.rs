@@ -13,13 +13,13 @@
 //! (other streams, another order, too far apart) is op 9, never a silent
 //! gap or duplicate.
 
-mod cut;
+pub(super) mod cut;
 mod recover;
 
 use super::*;
 use crate::delivery::moved::{self, Moved, Take};
 use crate::worker::timeline::Kind;
-pub(super) use cut::{Change, ClusterState};
+pub(super) use cut::Change;
 use cut::{Cut, Pending, Reach, MAX_PENDING};
 
 /// The records of our log (their index) a session placed at a cut gets.

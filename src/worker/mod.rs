@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod accept;
+mod api_state;
 pub mod app_stats;
 mod close;
 mod cluster;
@@ -162,9 +163,9 @@ pub struct Worker {
     unix_ms: u64,
     next_lease_renewal: u64,
     lease_pairs: Vec<(AppId, ServerId)>,
-    api: rest_edge::ApiState,
+    api: api_state::ApiState,
     /// Sessions arriving from other nodes, and the recent stream they line up on.
-    clu: cluster::ClusterState,
+    clu: cluster::cut::ClusterState,
 }
 
 impl Worker {
@@ -177,7 +178,7 @@ impl Worker {
     ) -> Worker {
         let send_slots = shared.cfg.events.send_slots;
         let cfg = &shared.cfg;
-        let api = rest_edge::ApiState::new(&shared, id);
+        let api = api_state::ApiState::new(&shared, id);
         let limits = Limits {
             heartbeat_interval_ms: cfg.limits.heartbeat_interval_ms,
             commands_per_window: cfg.limits.commands_per_window,
@@ -238,7 +239,7 @@ impl Worker {
             next_lease_renewal: 0,
             lease_pairs: Vec::new(),
             api,
-            clu: cluster::ClusterState::new(clustered),
+            clu: cluster::cut::ClusterState::new(clustered),
         }
     }
 

@@ -14,10 +14,10 @@ use super::*;
 use crate::api::action::{self, Next};
 use crate::api::body::{self, codes, ApiError};
 use crate::api::headers::HeaderList;
-use crate::api::limit::{self, Decision, Limiter};
+use crate::api::limit::{self, Decision};
 use crate::api::permit;
 use crate::api::route::{self as api_route, ApiRoute, RouteError};
-use crate::api::view::{Lookup, Views};
+use crate::api::view::Lookup;
 use crate::api::Pending as Parked;
 
 /// An answer without rate-limit headers.
@@ -25,32 +25,6 @@ const NO_HEADERS: HeaderList = HeaderList::new();
 
 /// A keep-alive REST connection may sit idle this long between requests.
 pub(super) const REST_IDLE_MS: u64 = 60_000;
-
-/// The REST edge's state on one worker.
-pub(super) struct ApiState {
-    pub(super) views: Views,
-    pub(super) limiter: Limiter,
-}
-
-impl ApiState {
-    /// With `shared.counters` (Redis configured), the limiter's windows are
-    /// shared with the other nodes (`api::shared`).
-    pub(super) fn new(shared: &Shared, worker: usize) -> ApiState {
-        let rest = &shared.cfg.rest;
-        let link = shared
-            .counters
-            .clone()
-            .map(|outbox| crate::api::shared::Link {
-                outbox,
-                worker: worker as u16,
-                sharing: Default::default(),
-            });
-        ApiState {
-            views: Views::with_refresh(rest.view_refresh_ms),
-            limiter: Limiter::new(rest.into()).with_link(link),
-        }
-    }
-}
 
 pub(super) use super::conn::ApiRequest;
 

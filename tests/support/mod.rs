@@ -9,6 +9,8 @@
 //! - `raw`: a raw WebSocket client on `net::ws` framing, for hostile input;
 //! - `interact`: a person clicking (`gatewayd interact`);
 //! - `registry`: the registry CLI, and databases on the test PostgreSQL server;
+//! - `cluster`: two nodes on one registry, Identify on a shard, Resume on another node;
+//! - `recovery`: what a bot sees across a crash recovery (dispatches, op 9, the end);
 //! - `rest`: a node with its bot connected, acting through the REST edge;
 //! - `events`: the chat service's events and the ingest producer;
 //! - `fields`: the field lists of docs/rest.md, as checks over JSON;
@@ -27,6 +29,7 @@
 
 pub mod bot;
 pub mod cli;
+pub mod cluster;
 pub mod events;
 pub mod fields;
 pub mod http;
@@ -40,6 +43,7 @@ pub mod placement;
 pub mod portal;
 pub mod python;
 pub mod raw;
+pub mod recovery;
 pub mod registry;
 pub mod rest;
 pub mod services;

@@ -9,7 +9,8 @@ use std::time::Duration;
 pub const SESSIONS_PER_SOURCE: usize = 25_000;
 
 /// GUILDS | GUILD_MESSAGES | MESSAGE_CONTENT.
-pub const DEFAULT_INTENTS: u64 = 1 | (1 << 9) | (1 << 15);
+pub const DEFAULT_INTENTS: u64 =
+    proto::intents::GUILDS | proto::intents::GUILD_MESSAGES | proto::intents::MESSAGE_CONTENT;
 
 /// How the sessions of `idle` and `fanout` are opened.
 #[derive(Clone, Debug)]

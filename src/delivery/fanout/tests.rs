@@ -1,6 +1,7 @@
 //! Fan-out tests: ring storage under pressure, and crash recovery's group
 //! replay against live delivery.
 
+use super::handoff::Rebuilding;
 use super::*;
 use crate::protocol::intents;
 use crate::protocol::session::GuildAccess;

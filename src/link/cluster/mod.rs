@@ -16,7 +16,7 @@
 //! deadline, never a worker anything.
 
 use std::net::{SocketAddr, TcpListener};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -28,42 +28,14 @@ use crate::worker::mail::{TakeJob, WorkerHandle};
 
 pub mod figures;
 mod serve;
+mod stats;
 mod take;
 pub mod tls;
 
+pub use stats::ClusterStats;
+
 /// Hand-off threads of this node, at most.
 const MAX_TAKE_THREADS: usize = 256;
-
-/// Counters of the link (read by the admin port).
-#[derive(Default)]
-pub struct ClusterStats {
-    /// This node's number (0: not in a cluster).
-    pub node: AtomicU64,
-    /// Hand-off requests served, by outcome.
-    pub served: AtomicU64,
-    pub served_refused_busy: AtomicU64,
-    pub served_bad_request: AtomicU64,
-    /// Requests that reached us after the asker's deadline (dropped, the session kept).
-    pub served_late: AtomicU64,
-    /// Our requests that failed on the link (no answer in time, no such node).
-    pub take_unreachable: AtomicU64,
-    /// Heartbeats that found our claim taken by another node.
-    pub claim_lost: AtomicU64,
-    pub heartbeat_failures: AtomicU64,
-    /// Figures requests (another node's portal) answered, and not (late,
-    /// malformed, too long).
-    pub figures_served: AtomicU64,
-    pub figures_refused: AtomicU64,
-    /// Registry reads of the hand-off threads (node addresses, live nodes).
-    pub registry_reads: AtomicU64,
-    /// Link connections refused at the TLS handshake, by
-    /// `tls::Refusal::index`.
-    pub link_refused: [AtomicU64; 5],
-    /// Reloads of the link's certificates, and those that failed (the old
-    /// ones kept).
-    pub tls_reloads: AtomicU64,
-    pub tls_reload_failures: AtomicU64,
-}
 
 /// A node that has joined: its number and what to start once workers exist.
 pub struct Joined {

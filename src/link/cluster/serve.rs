@@ -14,8 +14,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::figures;
+use super::stats::ClusterStats;
 use super::tls;
-use super::{figures, ClusterStats};
 use crate::delivery::moved::{self, Take, DEADLINE_MARGIN_MS, TAKE_LEN};
 use crate::delivery::resume::ResumeRefusal;
 use crate::worker::mail::{ToWorker, WorkerHandle};

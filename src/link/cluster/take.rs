@@ -16,8 +16,8 @@ use std::time::{Duration, Instant};
 
 use registry::Registry;
 
+use super::stats::ClusterStats;
 use super::tls::{self, Link};
-use super::ClusterStats;
 use crate::delivery::moved::{self, MAX_FRAME};
 use crate::delivery::resume::ResumeRefusal;
 use crate::worker::mail::{Moved, TakeJob, ToWorker, WorkerHandle};

@@ -323,7 +323,7 @@ pub(super) fn reloader(
     tls: &LinkTls,
     hup: &std::sync::atomic::AtomicBool,
     every: std::time::Duration,
-    stats: &super::ClusterStats,
+    stats: &super::stats::ClusterStats,
     stop: &std::sync::atomic::AtomicBool,
 ) {
     use std::sync::atomic::Ordering::Relaxed;

@@ -19,26 +19,24 @@
 //! deadline per second. Nothing here ever holds up delivery beyond that.
 
 mod rebuild;
+mod store;
 
-use std::io;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::resp::{command, Conn, Reply, Target};
+use super::resp::command;
 use crate::config::Recovery as RecoveryConfig;
 use crate::delivery::recovery::JournalStore;
 use crate::worker::mail::{RecoverJob, RecoveryWrite, WorkerHandle};
 use crate::worker::shared::RecoveryStats;
 
 pub use crate::delivery::recovery::TopicReader;
+use store::Store;
+pub use store::{checkpoint_key, journal_key, owner_key, summary_key};
 
-/// After a failed round, the store is not tried again for this long.
-const BACKOFF: Duration = Duration::from_secs(1);
 /// Writes the writer thread sends in one round.
 const ROUND: usize = 256;
-/// Largest blob read back (a checkpoint of 100,000 sessions is 2.8 MB).
-const MAX_BLOB: usize = 32 << 20;
 /// Survivor threads (each one Redis round trip at a time: the summary,
 /// then the owner claim, per session).
 const REBUILD_THREADS: usize = 4;
@@ -55,70 +53,6 @@ pub fn job_queue(max_sessions_per_worker: u32, workers: usize) -> usize {
 const MAX_JOB_QUEUE: usize = 131_072;
 /// The writer's queue (checkpoints and summaries).
 pub const WRITE_QUEUE: usize = 16_384;
-
-pub fn journal_key(instance: &str) -> String {
-    format!("gwr:j:{instance}")
-}
-pub fn checkpoint_key(instance: &str, worker: usize, slot: u8) -> String {
-    format!("gwr:c:{instance}:{worker}:{slot}")
-}
-pub fn summary_key(sid: &shards::SessionId) -> String {
-    format!("gwr:s:{}", sid.as_str())
-}
-pub fn owner_key(sid: &shards::SessionId, dead: &str) -> String {
-    format!("gwr:o:{}:{dead}", sid.as_str())
-}
-
-/// One Redis connection with a deadline per round and a back-off.
-pub(crate) struct Store {
-    target: Target,
-    conn: Option<Conn>,
-    timeout: Duration,
-    down_until: Option<Instant>,
-}
-
-impl Store {
-    pub(crate) fn new(url: &str, timeout_ms: u64) -> Result<Store, String> {
-        Ok(Store {
-            target: Target::parse(url)?,
-            conn: None,
-            timeout: Duration::from_millis(timeout_ms.max(1)),
-            down_until: None,
-        })
-    }
-
-    /// Send `n` encoded commands, read their replies, by the deadline. A
-    /// Redis error reply is an error here too.
-    pub(crate) fn round(&mut self, cmds: &[u8], n: usize) -> io::Result<Vec<Reply>> {
-        if self.down_until.is_some_and(|t| Instant::now() < t) {
-            return Err(io::Error::other("redis: backing off after a failure"));
-        }
-        let deadline = Instant::now() + self.timeout;
-        let r = (|| {
-            if self.conn.is_none() {
-                let mut c = Conn::connect(&self.target, deadline)?;
-                c.allow_large(MAX_BLOB);
-                self.conn = Some(c);
-            }
-            let replies = self
-                .conn
-                .as_mut()
-                .expect("connected above")
-                .pipeline(cmds, n, deadline)?;
-            if let Some(Reply::Error(e)) = replies.iter().find(|r| matches!(r, Reply::Error(_))) {
-                return Err(io::Error::other(format!("redis: {e}")));
-            }
-            Ok(replies)
-        })();
-        if r.is_err() {
-            self.conn = None;
-            self.down_until = Some(Instant::now() + BACKOFF);
-        } else {
-            self.down_until = None;
-        }
-        r
-    }
-}
 
 /// The journal of one node in Redis (used by the ingest pipelines).
 pub struct RedisJournal {

@@ -31,7 +31,7 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use super::{checkpoint_key, journal_key, owner_key, summary_key, Store};
+use super::store::{checkpoint_key, journal_key, owner_key, summary_key, Store};
 use crate::config::Recovery as RecoveryConfig;
 use crate::delivery::batch::{Batch, StreamPos};
 use crate::delivery::recovery::{

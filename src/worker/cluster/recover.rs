@@ -11,7 +11,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use super::*;
-use crate::delivery::fanout::Rebuilding;
+use crate::delivery::fanout::handoff::Rebuilding;
 use crate::delivery::recovery::{CheckpointWriter, Recovering, Replay, Summary, TAINTED};
 use crate::worker::mail::RecoveryWrite;
 

@@ -19,7 +19,7 @@ use crate::rules::{
     session_start_limit as limit_of,
 };
 use crate::validate::{check_concurrency, check_intents};
-use crate::{snowflake, token, RegistryError, Result, Revocation};
+use crate::{error::RegistryError, error::Result, revocation::Revocation, snowflake, token};
 
 /// An application with its token's salt and hash, as stored.
 pub(crate) type WithToken = (Application, Vec<u8>, Vec<u8>);

@@ -8,13 +8,13 @@
 use crate::apps::AppStore;
 use crate::commands::CommandStore;
 use crate::developers::DeveloperStore;
+use crate::error::Result;
 use crate::interactions::InteractionStore;
 use crate::members::MemberStore;
 use crate::nodes::NodeStore;
 use crate::ops::{InstallStore, ServerStore};
 use crate::outbox::OutboxStore;
 use crate::signing::SigningStore;
-use crate::Result;
 
 /// How an operation runs. PostgreSQL pays a round trip per BEGIN and
 /// COMMIT, so what needs no common snapshot runs without them.

@@ -26,7 +26,7 @@
 use crate::apps::{require_application, AppStore};
 use crate::model::*;
 use crate::ops::{require_server, ServerStore};
-use crate::{snowflake, RegistryError, Result};
+use crate::{error::RegistryError, error::Result, snowflake};
 
 /// Largest stored options JSON (bytes); the REST edge's body limit is lower.
 pub const MAX_OPTIONS_JSON: usize = 64 * 1024;

@@ -18,7 +18,7 @@ use argon2::Argon2;
 use crate::apps::{require_application, AppStore};
 use crate::model::*;
 use crate::validate::{check_developer_name, check_intents_of, check_password, MAX_PASSWORD_BYTES};
-use crate::{snowflake, token, RegistryError, Result};
+use crate::{error::RegistryError, error::Result, snowflake, token};
 
 /// The statements behind the developer operations.
 pub(crate) trait DeveloperStore: AppStore {

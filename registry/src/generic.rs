@@ -16,8 +16,11 @@ use crate::model::*;
 use crate::nodes::{self, NodeStore};
 use crate::ops::{self, InstallStore, ServerStore};
 use crate::outbox::OutboxStore;
+use crate::{
+    api::Registry, error::Result, interactions::CLAIM_KEEP_MS, revocation::RevocationRecord,
+    revocation::StateChange,
+};
 use crate::{seed, signing, token};
-use crate::{Registry, Result, RevocationRecord, StateChange, CLAIM_KEEP_MS};
 
 /// A server with a chosen id (the backends' `create_server_with_id`).
 pub(crate) fn create_server_with_id<B: Backend>(

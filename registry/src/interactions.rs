@@ -4,8 +4,13 @@
 //! global lock). A backend implements [`InteractionStore`]; the pruning
 //! cadence is here.
 
+use crate::error::Result;
 use crate::model::PendingInteraction;
-use crate::{Result, CLAIM_PRUNE_EVERY};
+
+/// How long an interaction claim is kept (longer than any token lives).
+pub const CLAIM_KEEP_MS: u64 = 60 * 60 * 1000;
+/// One claim in this many also prunes the expired ones.
+pub const CLAIM_PRUNE_EVERY: u64 = 256;
 
 /// The claim and interaction-state statements.
 pub(crate) trait InteractionStore {

@@ -14,7 +14,7 @@
 use crate::model::*;
 use crate::ops::{require_server, ServerStore};
 use crate::validate::validate_name;
-use crate::{snowflake, RegistryError, Result};
+use crate::{error::RegistryError, error::Result, snowflake};
 
 /// The statements behind the member operations.
 pub(crate) trait MemberStore: ServerStore {

@@ -10,7 +10,7 @@
 //! harmless by design: the id is a routing hint, the token is checked by
 //! whoever holds the session.
 
-use crate::{RegistryError, Result};
+use crate::{error::RegistryError, error::Result};
 
 /// Node numbers a cluster may use (0 means "no cluster" in a session id).
 pub const MAX_NODE: u16 = u16::MAX;

@@ -14,7 +14,9 @@ use crate::developers::DeveloperStore;
 use crate::model::*;
 use crate::outbox::{emit, OutboxStore};
 use crate::validate::{check_shard, validate_name};
-use crate::{snowflake, RegistryError, Result, Revocation, StateChange};
+use crate::{
+    error::RegistryError, error::Result, revocation::Revocation, revocation::StateChange, snowflake,
+};
 
 /// Servers, roles, channels and overwrites.
 pub(crate) trait ServerStore {

@@ -5,7 +5,7 @@
 //! the changes are (`crate::apps`, `crate::ops`), each in the change's own
 //! transaction, after the change.
 
-use crate::{snowflake, Result, Revocation, RevocationRecord};
+use crate::{error::Result, revocation::Revocation, revocation::RevocationRecord, snowflake};
 
 /// The outbox and revision statements.
 pub(crate) trait OutboxStore {

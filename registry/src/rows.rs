@@ -7,7 +7,7 @@
 //! the plain values to the functions here.
 
 use crate::model::*;
-use crate::{Revocation, RevocationRecord};
+use crate::{revocation::Revocation, revocation::RevocationRecord};
 
 pub(crate) fn to_i(v: u64) -> i64 {
     v as i64

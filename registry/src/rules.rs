@@ -7,7 +7,7 @@ use crate::model::{
 };
 use crate::rows::to_i;
 use crate::validate::{check_concurrency, check_intents, validate_name};
-use crate::{snowflake, token, Result};
+use crate::{error::Result, snowflake, token};
 
 /// New salt + hash for a fresh token of `app_id`; returns the token.
 pub(crate) fn new_credentials(

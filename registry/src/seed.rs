@@ -6,6 +6,7 @@
 //! operations it uses (`crate::ops`, `crate::members`) know nothing of it.
 
 use crate::apps::create_application;
+use crate::error::Result;
 use crate::members::{add_member, create_user, set_member_roles, MemberStore};
 use crate::model::*;
 use crate::ops::{create_channel, create_role, create_server, install, InstallStore};
@@ -14,7 +15,6 @@ use crate::rules::{
     DEMO_APP, DEMO_CATEGORY, DEMO_CHANNEL, DEMO_GRANT, DEMO_MEMBER_ROLE, DEMO_MODERATOR_ROLE,
     DEMO_SERVER,
 };
-use crate::Result;
 
 /// The demo application and its server, by the names [`seed_demo`] gives
 /// them; nothing is written.

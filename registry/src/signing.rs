@@ -4,7 +4,7 @@
 //! node signs and verifies endpoints (`src/egress/sign.rs`).
 
 use crate::apps::{require_application, AppStore};
-use crate::{token, RegistryError, Result};
+use crate::{error::RegistryError, error::Result, token};
 
 /// Longest endpoint URL stored.
 pub const MAX_ENDPOINT_URL: usize = 2048;

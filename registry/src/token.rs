@@ -6,7 +6,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use sha2::{Digest, Sha256};
 
-use crate::RegistryError;
+use crate::error::RegistryError;
 
 pub const SALT_LEN: usize = 16;
 pub const HASH_LEN: usize = 32;

@@ -2,7 +2,7 @@
 //! message, whichever database is behind the registry.
 
 use crate::model::intents;
-use crate::{RegistryError, Result};
+use crate::{error::RegistryError, error::Result};
 
 pub(crate) fn validate_name(what: &str, name: &str) -> Result<()> {
     let n = name.chars().count();

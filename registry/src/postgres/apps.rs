@@ -7,7 +7,7 @@ use super::conn::{col, col_u32, Tx};
 use crate::apps::{AppStore, IdentifyWindow, WithToken};
 use crate::model::*;
 use crate::rows::{self, to_i, APP_COLS as COLS};
-use crate::{RegistryError, Result};
+use crate::{error::RegistryError, error::Result};
 
 pub(super) fn row(r: &Row) -> Result<Application> {
     Ok(rows::application((

@@ -5,9 +5,9 @@ use tokio_postgres::Row;
 
 use super::conn::{col, Tx};
 use crate::commands::CommandStore;
+use crate::error::Result;
 use crate::model::Command;
 use crate::rows::{self, to_i, COMMAND_COLS};
-use crate::Result;
 
 fn command_row(r: &Row) -> Result<Command> {
     Ok(rows::command((

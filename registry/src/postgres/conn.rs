@@ -17,7 +17,7 @@ use super::driver::{connect_by, drive, PgConnection, Stop};
 use super::fault::{deadline_passed, describe, fault_of, Fault};
 use super::tls::TlsSettings;
 use crate::backend::Kind;
-use crate::{RegistryError, Result};
+use crate::{error::RegistryError, error::Result};
 
 /// Advisory lock key (per database) serialising registry writers.
 pub const WRITE_LOCK: i64 = 0x6761_7465_7761_7901;

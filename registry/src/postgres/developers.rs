@@ -7,9 +7,9 @@ use tokio_postgres::Row;
 use super::apps;
 use super::conn::{col, Tx};
 use crate::developers::DeveloperStore;
+use crate::error::Result;
 use crate::model::*;
 use crate::rows::{self, to_i, APP_COLS, DEVELOPER_COLS};
-use crate::Result;
 
 fn developer_row(r: &Row) -> Result<Developer> {
     Ok(rows::developer((col(r, 0)?, col(r, 1)?, col(r, 2)?)))

@@ -13,7 +13,7 @@ use tokio_postgres::{Client, Config, Connection, Socket};
 
 use super::fault::deadline_passed;
 use super::tls::{self, MakeRustls, RustlsStream, TlsSettings};
-use crate::{RegistryError, Result};
+use crate::{error::RegistryError, error::Result};
 
 /// The tokio-postgres connection half: the socket, polled while a statement
 /// waits. Dropping it closes the socket.

@@ -3,7 +3,7 @@
 //! deadline passed, anything else), and the sort decides which
 //! `RegistryError` it becomes (`Unavailable` for every transient one).
 
-use crate::RegistryError;
+use crate::error::RegistryError;
 
 /// What a failed statement says about the connection and the transaction.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

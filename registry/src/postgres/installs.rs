@@ -6,10 +6,10 @@ use std::collections::HashMap;
 use tokio_postgres::types::Type;
 
 use super::conn::{col, Tx};
+use crate::error::Result;
 use crate::model::*;
 use crate::ops::InstallStore;
 use crate::rows::{self, to_i, to_u};
-use crate::Result;
 
 /// Installation rows plus their roles, two statements for any number of
 /// installations. `filter` is `application_id` or `server_id`.

@@ -6,10 +6,10 @@
 use tokio_postgres::Row;
 
 use super::conn::{col, Tx};
+use crate::error::Result;
 use crate::interactions::InteractionStore;
 use crate::model::{interaction_state::WAITING, PendingInteraction};
 use crate::rows::{followups_text, pending_interaction, to_i, INTERACTION_COLS};
-use crate::Result;
 
 fn row(r: &Row) -> Result<PendingInteraction> {
     Ok(pending_interaction((

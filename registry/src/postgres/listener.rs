@@ -11,7 +11,7 @@ use tokio_postgres::{AsyncMessage, Client, Config};
 use super::driver::{connect_by, drive, runtime, PgConnection, Stop};
 use super::fault::deadline_passed;
 use super::tls::TlsSettings;
-use crate::{RegistryError, Result};
+use crate::{error::RegistryError, error::Result};
 
 /// The LISTEN/NOTIFY channel; the payload is the outbox id in decimal.
 pub const REVOCATION_CHANNEL: &str = "gatewayd_revocations";
@@ -20,9 +20,9 @@ pub const REVOCATION_CHANNEL: &str = "gatewayd_revocations";
 ///
 /// Pushes are a latency optimisation, not the record: the outbox is. A node
 /// starts with `LISTEN` (open the listener), then reads
-/// [`Registry::last_revocation_id`](crate::Registry::last_revocation_id)
+/// [`Registry::last_revocation_id`](crate::api::Registry::last_revocation_id)
 /// or catches up with
-/// [`Registry::revocations_since`](crate::Registry::revocations_since),
+/// [`Registry::revocations_since`](crate::api::Registry::revocations_since),
 /// then applies each pushed id by reading the outbox from its last applied
 /// id. Pushes sent while the listener is disconnected are lost: after
 /// [`wait`](Self::wait) returns an error, the next `wait` reconnects (and

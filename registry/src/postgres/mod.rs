@@ -11,7 +11,7 @@
 //! so a database restart costs no error.
 //!
 //! Deadline (what makes
-//! [`RegistryError::Unavailable`](crate::RegistryError::Unavailable) arrive
+//! [`RegistryError::Unavailable`](crate::error::RegistryError::Unavailable) arrive
 //! in time rather than a hang): every call, from its first statement (or
 //! the connection attempt it needs) to its COMMIT, has `timeout` (given to
 //! [`PostgresRegistry::connect`]; the node passes `registry.timeout_ms`). A

@@ -1,9 +1,9 @@
 //! The cluster membership statements (PostgreSQL); the rules are `crate::nodes`'.
 
 use super::conn::{col, Tx};
+use crate::error::Result;
 use crate::nodes::NodeStore;
 use crate::rows::to_i;
-use crate::Result;
 
 impl NodeStore for Tx<'_> {
     fn live_nodes(&mut self, now_ms: u64) -> Result<Vec<u16>> {

@@ -8,7 +8,7 @@
 use super::conn::{col, Tx};
 use crate::outbox::OutboxStore;
 use crate::rows::{self, to_i, to_u};
-use crate::{Result, Revocation, RevocationRecord};
+use crate::{error::Result, revocation::Revocation, revocation::RevocationRecord};
 
 impl OutboxStore for Tx<'_> {
     fn insert_revocation(&mut self, r: Revocation, at_ms: u64) -> Result<()> {

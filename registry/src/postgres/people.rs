@@ -4,10 +4,10 @@
 use tokio_postgres::Row;
 
 use super::conn::{col, Tx};
+use crate::error::Result;
 use crate::members::MemberStore;
 use crate::model::*;
 use crate::rows::{to_i, to_u};
-use crate::Result;
 
 fn user_row(r: &Row, at: usize) -> Result<User> {
     Ok(User {

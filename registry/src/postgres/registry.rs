@@ -18,7 +18,7 @@ use super::schema;
 use super::tls::{self, SslMode, TlsSettings};
 use crate::backend::{Backend, Kind, Statements};
 use crate::model::Server;
-use crate::{generic, RegistryError, Result};
+use crate::{error::RegistryError, error::Result, generic};
 
 /// A bound for connection attempts where the caller has none of its own
 /// (e.g. [`PostgresRegistry::listen_revocations`]).
@@ -171,7 +171,7 @@ impl PostgresRegistry {
 
     /// A server with a chosen id (tests, load generators that need known
     /// shard placement). Like
-    /// [`Registry::create_server`](crate::Registry::create_server)
+    /// [`Registry::create_server`](crate::api::Registry::create_server)
     /// otherwise.
     pub fn create_server_with_id(&self, id: u64, name: &str, owner_id: u64) -> Result<Server> {
         generic::create_server_with_id(self, id, name, owner_id)

@@ -8,7 +8,7 @@ use tokio::runtime::Runtime;
 use super::conn::{col, Conn, WriteKind};
 use crate::schema::POSTGRES;
 pub(super) use crate::schema::SCHEMA_VERSION;
-use crate::{RegistryError, Result};
+use crate::{error::RegistryError, error::Result};
 
 /// Advisory lock key (per database) serialising schema migrations.
 const MIGRATE_LOCK: i64 = 0x6761_7465_7761_7902;

@@ -4,10 +4,10 @@
 use tokio_postgres::Row;
 
 use super::conn::{col, Tx};
+use crate::error::Result;
 use crate::model::*;
 use crate::ops::ServerStore;
 use crate::rows::{self, to_i, to_u, CHANNEL_COLS, ROLE_COLS, SERVER_COLS};
-use crate::Result;
 
 fn server_row(r: &Row) -> Result<Server> {
     Ok(rows::server((

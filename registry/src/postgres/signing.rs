@@ -1,9 +1,9 @@
 //! The signing statements (PostgreSQL); the rules are `crate::signing`'s.
 
 use super::conn::{col, Tx};
+use crate::error::Result;
 use crate::rows::to_i;
 use crate::signing::SigningStore;
-use crate::Result;
 
 impl SigningStore for Tx<'_> {
     fn signing_row(&mut self, app_id: u64) -> Result<Option<(Vec<u8>, Option<String>)>> {

@@ -35,7 +35,7 @@ use tokio_postgres::config::SslMode as PgSslMode;
 use tokio_postgres::tls::{ChannelBinding, MakeTlsConnect, TlsConnect, TlsStream};
 use tokio_postgres::Socket;
 
-use crate::{RegistryError, Result};
+use crate::{error::RegistryError, error::Result};
 
 /// libpq's `sslmode`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -5,9 +5,9 @@ use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::cached::Cached;
 use crate::apps::{AppStore, IdentifyWindow, WithToken};
+use crate::error::Result;
 use crate::model::*;
 use crate::rows::{self, to_i, APP_COLS as COLS};
-use crate::Result;
 
 pub(super) fn row(r: &Row<'_>) -> rusqlite::Result<Application> {
     rows::AppRow::try_from(r).map(rows::application)

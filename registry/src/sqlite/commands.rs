@@ -5,9 +5,9 @@ use rusqlite::{params, Connection, OptionalExtension};
 
 use super::cached::Cached;
 use crate::commands::CommandStore;
+use crate::error::Result;
 use crate::model::Command;
 use crate::rows::{self, to_i, COMMAND_COLS};
-use crate::Result;
 
 fn command_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Command> {
     Ok(rows::command((

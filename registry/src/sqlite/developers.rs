@@ -7,9 +7,9 @@ use rusqlite::{params, Connection, OptionalExtension};
 use super::apps;
 use super::cached::Cached;
 use crate::developers::DeveloperStore;
+use crate::error::Result;
 use crate::model::*;
 use crate::rows::{self, to_i, APP_COLS, DEVELOPER_COLS};
-use crate::Result;
 
 fn developer_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Developer> {
     Ok(rows::developer((r.get(0)?, r.get(1)?, r.get(2)?)))

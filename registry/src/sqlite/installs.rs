@@ -4,10 +4,10 @@
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::cached::Cached;
+use crate::error::Result;
 use crate::model::*;
 use crate::ops::InstallStore;
 use crate::rows::{self, to_i, to_u};
-use crate::Result;
 
 fn role_ids(c: &Connection, app_id: u64, server_id: u64) -> Result<Vec<u64>> {
     let mut st = c.prepare_cached(

@@ -5,10 +5,10 @@
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::cached::Cached;
+use crate::error::Result;
 use crate::interactions::InteractionStore;
 use crate::model::{interaction_state::WAITING, PendingInteraction};
 use crate::rows::{followups_text, pending_interaction, to_i, InteractionRow, INTERACTION_COLS};
-use crate::Result;
 
 fn row(r: &rusqlite::Row<'_>) -> rusqlite::Result<InteractionRow> {
     Ok((

@@ -29,10 +29,10 @@ use rusqlite::{Connection, TransactionBehavior};
 use self::cached::Cached;
 use crate::backend::{Backend, Kind, Statements};
 use crate::model::Server;
-use crate::{generic, Result};
+use crate::{error::Result, generic};
 
 /// How long a write waits for another process's write before reporting
-/// [`crate::RegistryError::Unavailable`].
+/// [`crate::error::RegistryError::Unavailable`].
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub struct SqliteRegistry {
@@ -81,7 +81,7 @@ impl SqliteRegistry {
     }
 
     /// How long an operation waits on another process's write lock before
-    /// failing with [`crate::RegistryError::Unavailable`] (default
+    /// failing with [`crate::error::RegistryError::Unavailable`] (default
     /// [`BUSY_TIMEOUT`]). The node may want it short to bound identify latency.
     pub fn set_busy_timeout(&self, timeout: Duration) -> Result<()> {
         Ok(self.lock().busy_timeout(timeout)?)
@@ -98,7 +98,7 @@ impl SqliteRegistry {
 
     /// A server with a chosen id (tests, load generators that need known
     /// shard placement). Like
-    /// [`Registry::create_server`](crate::Registry::create_server)
+    /// [`Registry::create_server`](crate::api::Registry::create_server)
     /// otherwise.
     pub fn create_server_with_id(&self, id: u64, name: &str, owner_id: u64) -> Result<Server> {
         generic::create_server_with_id(self, id, name, owner_id)

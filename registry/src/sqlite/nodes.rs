@@ -3,9 +3,9 @@
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::cached::Cached;
+use crate::error::Result;
 use crate::nodes::NodeStore;
 use crate::rows::to_i;
-use crate::Result;
 
 impl NodeStore for &Connection {
     fn live_nodes(&mut self, now_ms: u64) -> Result<Vec<u16>> {

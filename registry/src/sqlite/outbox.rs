@@ -7,7 +7,7 @@ use rusqlite::{params, Connection};
 use super::cached::Cached;
 use crate::outbox::OutboxStore;
 use crate::rows::{self, to_i, to_u};
-use crate::{Result, Revocation, RevocationRecord};
+use crate::{error::Result, revocation::Revocation, revocation::RevocationRecord};
 
 impl OutboxStore for &Connection {
     fn insert_revocation(&mut self, r: Revocation, at_ms: u64) -> Result<()> {

@@ -4,10 +4,10 @@
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::cached::Cached;
+use crate::error::Result;
 use crate::members::MemberStore;
 use crate::model::*;
 use crate::rows::{to_i, to_u};
-use crate::Result;
 
 fn user_row(r: &rusqlite::Row<'_>, at: usize) -> rusqlite::Result<User> {
     Ok(User {

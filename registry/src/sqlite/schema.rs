@@ -3,7 +3,7 @@
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior};
 
 use crate::schema::{SCHEMA_VERSION, SQLITE};
-use crate::{RegistryError, Result};
+use crate::{error::RegistryError, error::Result};
 
 /// Brings the database to [`SCHEMA_VERSION`]. Safe against a concurrent
 /// opener: the version is re-read inside a write transaction.

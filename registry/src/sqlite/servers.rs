@@ -4,10 +4,10 @@
 use rusqlite::{params, Connection, OptionalExtension, Row};
 
 use super::cached::Cached;
+use crate::error::Result;
 use crate::model::*;
 use crate::ops::ServerStore;
 use crate::rows::{self, to_i, to_u, CHANNEL_COLS, ROLE_COLS, SERVER_COLS};
-use crate::Result;
 
 fn server_row(r: &Row<'_>) -> rusqlite::Result<Server> {
     rows::ServerRow::try_from(r).map(rows::server)

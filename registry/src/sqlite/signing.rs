@@ -3,9 +3,9 @@
 use rusqlite::{params, Connection, OptionalExtension};
 
 use super::cached::Cached;
+use crate::error::Result;
 use crate::rows::to_i;
 use crate::signing::SigningStore;
-use crate::Result;
 
 impl SigningStore for &Connection {
     fn signing_row(&mut self, app_id: u64) -> Result<Option<(Vec<u8>, Option<String>)>> {

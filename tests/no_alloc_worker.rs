@@ -151,51 +151,26 @@ fn start_node_with(
     setup: &Setup,
     adjust: impl FnOnce(&mut gatewayd::config::Config),
 ) -> (SocketAddr, SocketAddr, SocketAddr) {
-    let mut cfg = gatewayd::config::Config {
-        data_dir: dir.to_path_buf(),
-        gateway_addr: "127.0.0.1:0".parse().unwrap(),
-        admin_addr: "127.0.0.1:0".parse().unwrap(),
-        registry_url: setup.registry_url().unwrap_or_default().to_string(),
-        ..Default::default()
-    };
-    if let Setup::Recovering {
-        brokers,
-        topic,
-        redis_url,
-        ..
-    } = setup
-    {
-        cfg.events.kafka_brokers = brokers.clone();
-        cfg.events.kafka_topic = topic.clone();
-        cfg.events.kafka_group = support::kafka::unique("no-alloc");
-        cfg.events.kafka_session_timeout_ms = 6000;
-        cfg.recovery.enabled = true;
-        cfg.recovery.redis_url = redis_url.clone();
-        // Checkpoints several times over the counted 2,000 events.
-        cfg.recovery.checkpoint_ms = 100;
-    }
-    cfg.events.ingest_addr = "127.0.0.1:0".parse().unwrap();
-    cfg.portal.addr = "127.0.0.1:0".parse().unwrap();
-    cfg.demo.enabled = false;
-    // The node runs inside this test binary: its egress child is gatewayd.
-    cfg.egress.program = env!("CARGO_BIN_EXE_gatewayd").into();
-    cfg.registry.identify_limits = false;
-    cfg.registry.admission_per_second = 0;
-    cfg.workers = 2;
-    // Small sizes: this test holds a few sessions, not 25,000 per worker.
-    cfg.limits.max_sessions_per_worker = 256;
-    cfg.events.arena_bytes = 8 << 20;
-    adjust(&mut cfg);
-    // The node runs until the test process ends.
-    std::thread::Builder::new()
-        .name("node".into())
-        .spawn(move || {
-            if let Err(e) = gatewayd::node::run(cfg) {
-                panic!("gatewayd: {e}");
-            }
-        })
-        .unwrap();
-    support::node::wait_for_addrs(dir, || {})
+    support::node::in_process(dir, |cfg| {
+        cfg.registry_url = setup.registry_url().unwrap_or_default().to_string();
+        if let Setup::Recovering {
+            brokers,
+            topic,
+            redis_url,
+            ..
+        } = setup
+        {
+            cfg.events.kafka_brokers = brokers.clone();
+            cfg.events.kafka_topic = topic.clone();
+            cfg.events.kafka_group = support::kafka::unique("no-alloc");
+            cfg.events.kafka_session_timeout_ms = 6000;
+            cfg.recovery.enabled = true;
+            cfg.recovery.redis_url = redis_url.clone();
+            // Checkpoints several times over the counted 2,000 events.
+            cfg.recovery.checkpoint_ms = 100;
+        }
+        adjust(cfg);
+    })
 }
 
 /// Where the counted events come from.

@@ -111,30 +111,9 @@ fn an_idle_session_holds_at_most_its_budget_of_heap() {
     const WARM: usize = 64;
     const STEP: usize = 512;
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = gatewayd::config::Config {
-        data_dir: dir.path().to_path_buf(),
-        gateway_addr: "127.0.0.1:0".parse().unwrap(),
-        admin_addr: "127.0.0.1:0".parse().unwrap(),
-        ..Default::default()
-    };
-    cfg.events.ingest_addr = "127.0.0.1:0".parse().unwrap();
-    cfg.portal.addr = "127.0.0.1:0".parse().unwrap();
-    cfg.demo.enabled = false;
-    cfg.egress.program = env!("CARGO_BIN_EXE_gatewayd").into();
-    cfg.registry.identify_limits = false;
-    cfg.registry.admission_per_second = 0;
-    cfg.workers = 2;
-    cfg.limits.max_sessions_per_worker = 1024;
-    cfg.events.arena_bytes = 8 << 20;
-    std::thread::Builder::new()
-        .name("node".into())
-        .spawn(move || {
-            if let Err(e) = gatewayd::node::run(cfg) {
-                panic!("gatewayd: {e}");
-            }
-        })
-        .unwrap();
-    let (gateway, _admin, _ingest) = support::node::wait_for_addrs(dir.path(), || {});
+    let (gateway, _admin, _ingest) = support::node::in_process(dir.path(), |cfg| {
+        cfg.limits.max_sessions_per_worker = 1024;
+    });
     let reg = Registry::new(dir.path());
     let (server, _channel) = reg.add_server("Idle Server");
     let apps: Vec<_> = (0..APPS)

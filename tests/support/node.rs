@@ -201,6 +201,43 @@ fn log_file(log: &Path) -> Stdio {
 /// port 0 writes once its listeners are up, and returns its (gateway, admin,
 /// ingest) addresses. `check` runs between polls (it may panic if the node
 /// is gone).
+/// Starts a node inside this test process (for tests that count its heap
+/// with their own global allocator): every listener on port 0, no demo, no
+/// identify limits, 2 workers, 256 sessions a worker and an 8 MiB arena
+/// (small: such a test holds few sessions), then `adjust`. The node runs
+/// until the test process ends; its egress child is this build's gatewayd.
+/// Returns (gateway, admin, ingest).
+pub fn in_process(
+    dir: &Path,
+    adjust: impl FnOnce(&mut gatewayd::config::Config),
+) -> (SocketAddr, SocketAddr, SocketAddr) {
+    let mut cfg = gatewayd::config::Config {
+        data_dir: dir.to_path_buf(),
+        gateway_addr: "127.0.0.1:0".parse().unwrap(),
+        admin_addr: "127.0.0.1:0".parse().unwrap(),
+        ..Default::default()
+    };
+    cfg.events.ingest_addr = "127.0.0.1:0".parse().unwrap();
+    cfg.portal.addr = "127.0.0.1:0".parse().unwrap();
+    cfg.demo.enabled = false;
+    cfg.egress.program = env!("CARGO_BIN_EXE_gatewayd").into();
+    cfg.registry.identify_limits = false;
+    cfg.registry.admission_per_second = 0;
+    cfg.workers = 2;
+    cfg.limits.max_sessions_per_worker = 256;
+    cfg.events.arena_bytes = 8 << 20;
+    adjust(&mut cfg);
+    std::thread::Builder::new()
+        .name("node".into())
+        .spawn(move || {
+            if let Err(e) = gatewayd::node::run(cfg) {
+                panic!("gatewayd: {e}");
+            }
+        })
+        .unwrap();
+    wait_for_addrs(dir, || {})
+}
+
 pub fn wait_for_addrs(dir: &Path, mut check: impl FnMut()) -> (SocketAddr, SocketAddr, SocketAddr) {
     let path = dir.join("gatewayd.addrs");
     let deadline = Instant::now() + START_TIMEOUT;

@@ -257,7 +257,11 @@ fn an_action_reaches_the_upstream_as_the_envelope_and_its_answer_is_relayed() {
         f.session.ready["d"]["application"]["id"]
     );
     let perms: u64 = e["permissions"].as_str().unwrap().parse().unwrap();
-    assert_ne!(perms & (1 << 11), 0, "SEND_MESSAGES, as permitted: {e}");
+    assert_ne!(
+        perms & proto::permissions::SEND_MESSAGES,
+        0,
+        "SEND_MESSAGES, as permitted: {e}"
+    );
     assert_eq!(
         e["body"],
         json!({"content": "hello upstream", "nonce": "n-7", "flags": 0}),

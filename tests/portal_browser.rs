@@ -123,7 +123,8 @@ fn the_portal_in_a_browser() {
         .text("#commands-hint")
         .contains(&format!("/api/v10/applications/{app}/commands")));
     // The install link: the default three permissions, then ADD_REACTIONS (bit 6).
-    let want = 1024 + 2048 + 65536;
+    use proto::permissions::{ADD_REACTIONS, READ_MESSAGE_HISTORY, SEND_MESSAGES, VIEW_CHANNEL};
+    let want = VIEW_CHANNEL | SEND_MESSAGES | READ_MESSAGE_HISTORY;
     assert!(b
         .text("#install-link")
         .ends_with(&format!("permissions={want}")));
@@ -133,7 +134,7 @@ fn the_portal_in_a_browser() {
         link,
         format!(
             "/oauth2/authorize?client_id={app}&scope=bot%20applications.commands&permissions={}",
-            want + 64
+            want | ADD_REACTIONS
         )
     );
     assert!(b

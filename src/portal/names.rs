@@ -177,7 +177,9 @@ mod tests {
     #[test]
     fn bits_are_spelled_out() {
         assert_eq!(
-            permissions((1 << 10) | (1 << 11) | (1 << 50)),
+            permissions(
+                proto::permissions::VIEW_CHANNEL | proto::permissions::SEND_MESSAGES | (1 << 50)
+            ),
             ["VIEW_CHANNEL", "SEND_MESSAGES", "bit 50"]
         );
         assert!(close_code(4014).1.contains("privileged"));

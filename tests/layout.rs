@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 const FLOORS: &[&[&str]] = &[
     // The binary and the test hooks may reach anything.
     &["main", "fuzzing", "no_alloc"],
-    &["node", "demo", "registry_cli", "interact_cli", "cert_cli"],
+    &["node", "registry_cli", "interact_cli", "cert_cli"],
     &["ops"],
     &["portal"],
     &["chat"],

@@ -386,9 +386,7 @@ impl AsyncWrite for RustlsStream {
 
 #[cfg(test)]
 mod tests {
-    // This file's items by their path: `super::` would read as an arrow
-    // to postgres/mod.rs.
-    use crate::postgres::tls::*;
+    use super::*;
 
     #[test]
     fn ssl_parameters_are_taken_out_of_the_url() {

@@ -44,9 +44,7 @@ pub fn migrate(conn: &mut Connection) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
-    // This file's items by their path: `super::` would read as an arrow
-    // to sqlite/mod.rs.
-    use crate::sqlite::schema::*;
+    use super::*;
 
     /// A database an older build left at schema 10 (before developer
     /// accounts) gains them, and `requested_intents` (0) on its

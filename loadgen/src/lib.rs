@@ -10,7 +10,8 @@
 //! - `measure`: idle, fanout and hold-sessions against a node loadgen did
 //!   not provision (the side-by-side benchmark, the 40,000-session test);
 //! - `servers`: the many-servers workload of `measure fanout --servers`;
-//! - `coordinator`: the fleet coordinator (JSON Lines over TCP, see README).
+//! - `coordinator`: the fleet coordinator (JSON Lines over TCP, see README);
+//! - `uring_ud`: the io_uring user data and socket address both drivers use.
 
 pub mod clock;
 pub mod coordinator;
@@ -26,6 +27,7 @@ pub mod scenario;
 pub mod servers;
 pub mod services;
 pub mod session;
+pub mod uring_ud;
 pub mod world;
 
 pub use coordinator::{serve, Config};

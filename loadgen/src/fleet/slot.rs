@@ -3,8 +3,6 @@
 //! buffer, which the kernel reads in place), and the io_uring user data
 //! that names an operation: kind, slot generation, slot index.
 
-use std::net::SocketAddrV4;
-
 use crate::session::Session;
 
 pub(super) const K_SOCKET: u64 = 1;
@@ -18,16 +16,7 @@ pub(super) const K_CLOSE: u64 = 8;
 pub(super) const K_TICK: u64 = 9;
 pub(super) const K_SOCKOPT: u64 = 10;
 
-pub(super) fn ud(kind: u64, gen: u32, idx: usize) -> u64 {
-    kind << 56 | ((gen as u64) & 0xff_ffff) << 32 | idx as u64
-}
-pub(super) fn ud_parts(u: u64) -> (u64, u32, usize) {
-    (
-        u >> 56,
-        ((u >> 32) & 0xff_ffff) as u32,
-        (u & 0xffff_ffff) as usize,
-    )
-}
+pub(super) use crate::uring_ud::{sockaddr, ud, ud_parts};
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub(super) enum Sock {
@@ -55,15 +44,4 @@ pub(super) struct Slot {
     pub(super) phase_since: u64,
     /// SO_RCVBUF set before connect (the kernel reads it from here).
     pub(super) rcvbuf: Option<i32>,
-}
-
-pub(super) fn sockaddr(a: SocketAddrV4) -> libc::sockaddr_in {
-    libc::sockaddr_in {
-        sin_family: libc::AF_INET as u16,
-        sin_port: a.port().to_be(),
-        sin_addr: libc::in_addr {
-            s_addr: u32::from(*a.ip()).to_be(),
-        },
-        sin_zero: [0; 8],
-    }
 }

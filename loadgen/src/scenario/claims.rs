@@ -1,6 +1,7 @@
 //! Figures and claims every scenario reports the same way: the fleet's
 //! counters, the node's own counters, the stream-integrity claims
-//! (entitlement, contiguity) and the delivery-latency claims.
+//! (entitlement, contiguity), the delivery-latency claims and the
+//! time-back figures of the scenarios that end a node.
 
 use super::opts::Common;
 use crate::nodes::Metrics;
@@ -84,6 +85,23 @@ pub(super) fn node_figures(rep: &mut Report, group: &str, m: &Metrics) {
 
 pub(super) fn ms(us: u64) -> f64 {
     us as f64 / 1000.0
+}
+
+/// "`name` p50", "`name` p99" and "`name` max" of a histogram of µs, in
+/// seconds (how long sessions took to come back after their node ended).
+pub(super) fn time_back_figures(
+    rep: &mut Report,
+    group: &str,
+    name: &str,
+    back: &hdrhistogram::Histogram<u64>,
+) {
+    for (q, v) in [
+        ("p50", back.value_at_quantile(0.5)),
+        ("p99", back.value_at_quantile(0.99)),
+        ("max", back.max()),
+    ] {
+        rep.figure(group, &format!("{name} {q}"), ms(v) / 1000.0, "s");
+    }
 }
 
 pub(super) fn latency_claims(rep: &mut Report, c: &Common, lat: &hdrhistogram::Histogram<u64>) {

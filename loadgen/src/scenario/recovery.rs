@@ -16,7 +16,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use super::claims::{counter_figures, integrity_claims, ms};
+use super::claims::{counter_figures, integrity_claims, ms, time_back_figures};
 use super::opts::{Common, RecoveryOpts, StormOpts};
 use super::sampler::{connect_all, Sampler};
 use super::setup::{
@@ -370,19 +370,7 @@ pub(super) fn storm_recovery(
         "s",
     );
     rep.figure(group, "time back min", ms(back.min()) / 1000.0, "s");
-    rep.figure(
-        group,
-        "time back p50",
-        ms(back.value_at_quantile(0.5)) / 1000.0,
-        "s",
-    );
-    rep.figure(
-        group,
-        "time back p99",
-        ms(back.value_at_quantile(0.99)) / 1000.0,
-        "s",
-    );
-    rep.figure(group, "time back max", ms(back.max()) / 1000.0, "s");
+    time_back_figures(rep, group, "time back", &back);
     rep.figure(
         group,
         "records produced to the topic",

@@ -15,7 +15,7 @@ use std::net::{Ipv4Addr, SocketAddrV4};
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use super::claims::{counter_figures, integrity_claims, ms};
+use super::claims::{counter_figures, integrity_claims, ms, time_back_figures};
 use super::opts::{Common, RollingOpts};
 use super::sampler::{connect_all, Sampler};
 use super::setup::{
@@ -328,24 +328,7 @@ pub(super) fn rolling_release(c: &Common, o: &RollingOpts, rep: &mut Report) -> 
             all_back.unwrap_or(f64::NAN),
             "s",
         );
-        rep.figure(
-            &group,
-            "time back per session p50",
-            ms(back.value_at_quantile(0.5)) / 1000.0,
-            "s",
-        );
-        rep.figure(
-            &group,
-            "time back per session p99",
-            ms(back.value_at_quantile(0.99)) / 1000.0,
-            "s",
-        );
-        rep.figure(
-            &group,
-            "time back per session max",
-            ms(back.max()) / 1000.0,
-            "s",
-        );
+        time_back_figures(rep, &group, "time back per session", &back);
         rep.figure(
             &group,
             "drained node exited after",

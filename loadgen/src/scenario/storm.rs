@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::claims::{counter_figures, ms};
+use super::claims::{counter_figures, ms, time_back_figures};
 use super::opts::{Common, StormOpts};
 use super::recovery::storm_recovery;
 use super::sampler::{connect_all, Sampler};
@@ -169,19 +169,7 @@ pub(super) fn storm_once(
     }
     rep.add_histogram(&format!("{group}: time back per session"), &recovery);
     rep.figure(group, "sessions back", recovery.len() as f64, "");
-    rep.figure(
-        group,
-        "time back p50",
-        ms(recovery.value_at_quantile(0.5)) / 1000.0,
-        "s",
-    );
-    rep.figure(
-        group,
-        "time back p99",
-        ms(recovery.value_at_quantile(0.99)) / 1000.0,
-        "s",
-    );
-    rep.figure(group, "time back max", ms(recovery.max()) / 1000.0, "s");
+    time_back_figures(rep, group, "time back", &recovery);
     rep.figure(
         group,
         "time until all back",

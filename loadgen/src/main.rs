@@ -1,3 +1,11 @@
+//! The `loadgen` command: `scenario` (steady, storm, slow-consumer,
+//! revocation, rolling-release: a node loadgen starts and provisions, with
+//! claims and a report; scenario_cli.rs), `measure` and `hold-sessions`
+//! (against a node it did not provision, for scripts/side-by-side.sh;
+//! measure_cli.rs), `coordinator` (the fleet's shared identify and REST
+//! limits, for load from several hosts) and `proxy` (the fault-injecting TCP
+//! proxy). The work itself is in the library.
+
 mod measure_cli;
 mod scenario_cli;
 

@@ -1,3 +1,6 @@
+//! The command routes' unit tests: validation of command bodies, and their
+//! routes and buckets.
+
 use super::*;
 use crate::api::limit::Bucket;
 use crate::api::route::{route, ApiRoute, RouteError, ROUTE_NAMES};

@@ -1,3 +1,6 @@
+//! The SSRF guard's unit tests: which addresses it refuses (every listed
+//! range edge to edge, embedded IPv4, the allow list) and how URLs parse.
+
 use std::time::Duration;
 
 use super::*;

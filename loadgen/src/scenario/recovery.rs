@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use super::claims::{counter_figures, integrity_claims, ms, time_back_figures};
 use super::opts::{Common, RecoveryOpts, StormOpts};
-use super::sampler::{connect_all, Sampler};
+use super::sampler::{connect_all, wait_until_all_back, Sampler};
 use super::setup::{
     all_ready, make_world, open_registry, owned, producer_config, progress, sources, start_node,
     NO_THROTTLE,
@@ -249,28 +249,7 @@ pub(super) fn storm_recovery(
     let t_kill = Instant::now();
     nodes[0].kill9();
     let limit = Duration::from_secs_f64((o.max_back_secs * 3.0).max(60.0)).min(c.timeout);
-    let mut all_back: Option<f64> = None;
-    let mut dipped = false;
-    let mut last_sample = Instant::now();
-    loop {
-        std::thread::sleep(Duration::from_millis(100));
-        let s = fleet.streaming();
-        if s < ready {
-            dipped = true;
-        }
-        if dipped && s >= ready {
-            all_back = Some(t_kill.elapsed().as_secs_f64());
-            break;
-        }
-        if t_kill.elapsed() > limit {
-            break;
-        }
-        if last_sample.elapsed() >= Duration::from_secs(1) {
-            last_sample = Instant::now();
-            let refs: Vec<&NodeProc> = nodes.iter().collect();
-            sampler.sample(&fleet, &refs, group);
-        }
-    }
+    let all_back = wait_until_all_back(&fleet, &nodes, &mut sampler, ready, t_kill, limit, group);
     std::thread::sleep(Duration::from_millis(500));
     let (_, back) = fleet.take_histograms();
     let c1 = fleet.counters();

@@ -1,7 +1,9 @@
 //! [`Sampler`]: once a second while a phase runs, the sessions streaming,
 //! each node's RSS and the deliveries per second, printed as a progress
-//! line and kept as report series; and [`connect_all`], the wait (bounded
-//! by `connect_timeout`) for every session to stream.
+//! line and kept as report series; [`connect_all`], the wait (bounded
+//! by `connect_timeout`) for every session to stream; and
+//! [`wait_until_all_back`], the wait (bounded by `limit`) after a node is
+//! killed for every session to stream again.
 
 use std::time::{Duration, Instant};
 
@@ -114,6 +116,40 @@ pub(super) fn connect_all(
         let (s, _) = sampler.sample(fleet, nodes, label);
         if s >= n || Instant::now() >= deadline {
             return (s, t.elapsed().as_secs_f64());
+        }
+    }
+}
+
+/// After node A was killed at `t_kill`: waits until the sessions streaming
+/// have dipped below `ready` and come back to it, sampling once a second,
+/// and returns the seconds that took, or None if `limit` passed first.
+pub(super) fn wait_until_all_back(
+    fleet: &Fleet,
+    nodes: &[NodeProc],
+    sampler: &mut Sampler,
+    ready: u64,
+    t_kill: Instant,
+    limit: Duration,
+    label: &str,
+) -> Option<f64> {
+    let mut dipped = false;
+    let mut last_sample = Instant::now();
+    loop {
+        std::thread::sleep(Duration::from_millis(100));
+        let s = fleet.streaming();
+        if s < ready {
+            dipped = true;
+        }
+        if dipped && s >= ready {
+            return Some(t_kill.elapsed().as_secs_f64());
+        }
+        if t_kill.elapsed() > limit {
+            return None;
+        }
+        if last_sample.elapsed() >= Duration::from_secs(1) {
+            last_sample = Instant::now();
+            let refs: Vec<&NodeProc> = nodes.iter().collect();
+            sampler.sample(fleet, &refs, label);
         }
     }
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use super::claims::{counter_figures, ms, time_back_figures};
 use super::opts::{Common, StormOpts};
 use super::recovery::storm_recovery;
-use super::sampler::{connect_all, Sampler};
+use super::sampler::{connect_all, wait_until_all_back, Sampler};
 use super::setup::{
     all_ready, make_world, open_registry, owned, producer_config, progress, start_fleet,
     start_node, NO_THROTTLE,
@@ -128,28 +128,15 @@ pub(super) fn storm_once(
     let t_kill = Instant::now();
     nodes[0].kill9();
     let limit = Duration::from_secs_f64(o.max_back_secs);
-    let mut all_back: Option<f64> = None;
-    let mut last_sample = Instant::now();
-    let mut dipped = false;
-    loop {
-        std::thread::sleep(Duration::from_millis(100));
-        let s = fleet.streaming();
-        if s < ready {
-            dipped = true;
-        }
-        if dipped && s >= ready {
-            all_back = Some(t_kill.elapsed().as_secs_f64());
-            break;
-        }
-        if t_kill.elapsed() > limit || t_kill.elapsed() > c.timeout {
-            break;
-        }
-        if last_sample.elapsed() >= Duration::from_secs(1) {
-            last_sample = Instant::now();
-            let refs: Vec<&NodeProc> = nodes.iter().collect();
-            sampler.sample(&fleet, &refs, &format!("storm {group}"));
-        }
-    }
+    let all_back = wait_until_all_back(
+        &fleet,
+        &nodes,
+        &mut sampler,
+        ready,
+        t_kill,
+        limit.min(c.timeout),
+        &format!("storm {group}"),
+    );
     // Time for stragglers' counters, then measure.
     std::thread::sleep(Duration::from_millis(500));
     let (_, recovery) = fleet.take_histograms();

@@ -21,7 +21,7 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
         &'static str,
         fn(&WorkerMetrics) -> &AtomicU64,
     );
-    let per_worker: [Family; 38] = [
+    let per_worker: [Family; 39] = [
         ("gatewayd_connections", "gauge", "Open TCP connections (HTTP, WebSocket, closing).", |m| &m.connections_open),
         ("gatewayd_connections_accepted_total", "counter", "TCP connections accepted.", |m| &m.connections_accepted),
         ("gatewayd_accept_errors_total", "counter", "Accepts that failed (e.g. fixed file table full).", |m| &m.accept_errors),
@@ -46,6 +46,7 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
         ("gatewayd_slow_consumer_closes_total", "counter", "Sessions closed (4000, resumable) because their send queue reached its bound.", |m| &m.slow_consumer_closes),
         ("gatewayd_rejected_full_total", "counter", "Connections answered 503 because the ring's fixed file table was full.", |m| &m.rejected_full),
         ("gatewayd_handover_fallbacks_total", "counter", "Handovers refused by a full worker; the connection was served where it was.", |m| &m.handover_fallbacks),
+        ("gatewayd_slot_waits_total", "counter", "Sockets the kernel placed in a fixed-table slot before the close or handover of its old connection had completed here; each waited for that completion (a completion-order race, harmless).", |m| &m.slot_waits),
         ("gatewayd_ring_exhausted_total", "counter", "Identifies refused (op 9) because the worker's ring storage (events.ring_chunks) was used up.", |m| &m.ring_exhausted),
         ("gatewayd_history_reclaims_total", "counter", "Times ring storage ran out and every session's sent (resume) history was halved to make room.", |m| &m.history_reclaims),
         ("gatewayd_reconnects_sent_total", "counter", "Op 7 Reconnect sent (drain).", |m| &m.reconnects_sent),

@@ -83,6 +83,19 @@ impl Worker {
         }
         self.admission(r);
         let slot = c.result as u32;
+        if self.rings[r].conns[slot as usize].is_some() {
+            // The kernel freed this slot (a close or a handover of ours) and
+            // gave it to this socket before that completion reached us: the
+            // old connection is still in our table. Wait for it to leave.
+            WorkerMetrics::inc(&self.metrics().slot_waits);
+            self.rings[r].accepts_waiting.push(slot);
+            return;
+        }
+        self.install_accepted(r, slot);
+    }
+
+    /// A socket accepted into `slot` (free in our table) becomes a connection.
+    pub(super) fn install_accepted(&mut self, r: usize, slot: u32) {
         let now = self.now_ms();
         let tls = match &self.shared.tls {
             Some(cfg) => match TlsSession::new(cfg.clone()) {
@@ -100,9 +113,9 @@ impl Worker {
         let rs = &mut self.rings[r];
         let gen = rs.gens[slot as usize].wrapping_add(1);
         rs.gens[slot as usize] = gen;
-        debug_assert!(
+        assert!(
             rs.conns[slot as usize].is_none(),
-            "kernel gave a slot we still hold"
+            "an accepted socket is installed only in a slot our table has freed"
         );
         rs.conns[slot as usize] = Some(Box::new(Conn::new(
             gen,

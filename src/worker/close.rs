@@ -181,6 +181,11 @@ impl Worker {
         if conn.life.closed() {
             return;
         }
+        if conn.handover.as_ref().is_some_and(|h| h.passed) {
+            // The socket went to another worker with its slot: a close here
+            // would hit whatever the kernel puts in the slot next.
+            return;
+        }
         conn.life = Lifecycle::Closed;
         let state = std::mem::replace(&mut conn.state, ConnState::Closing);
         if let ConnState::WebSocket(w, sid) = state {

@@ -93,7 +93,7 @@ impl Worker {
         let Some(mut conn) = rs.conns[key.slot as usize].take_if(|c| c.gen == key.gen) else {
             return;
         };
-        self.retry_adoption_into(r, key.slot);
+        self.slot_freed(r, key.slot);
         self.open -= 1;
         WorkerMetrics::dec(&self.metrics().connections_open);
         let Some(mut h) = conn.handover.take() else {
@@ -172,7 +172,8 @@ impl Worker {
             // The kernel freed this slot (a close, ours) and gave it to the
             // passed socket before that close's completion reached us: the
             // old connection is still in our table. Wait for it
-            // (`retry_adoption_into`, called where a slot is freed).
+            // (`slot_freed`, called where a slot is freed).
+            WorkerMetrics::inc(&self.metrics().slot_waits);
             self.adopting.insert(token, a);
             return;
         }
@@ -204,9 +205,16 @@ impl Worker {
         self.process_input(key);
     }
 
-    /// Our slot `slot` of ring `r` was just freed: an adoption the kernel
-    /// placed there while the old connection was still ours goes in now.
-    pub(super) fn retry_adoption_into(&mut self, r: usize, slot: u32) {
+    /// Our slot `slot` of ring `r` was just freed: a socket the kernel
+    /// placed there while the old connection was still ours (accepted or
+    /// adopted) goes in now.
+    pub(super) fn slot_freed(&mut self, r: usize, slot: u32) {
+        let waiting = &mut self.rings[r].accepts_waiting;
+        if let Some(i) = waiting.iter().position(|&s| s == slot) {
+            waiting.swap_remove(i);
+            self.install_accepted(r, slot);
+            return;
+        }
         if self.adopting.is_empty() {
             return;
         }

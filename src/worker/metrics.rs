@@ -90,6 +90,9 @@ pub struct WorkerMetrics {
     pub ring_exhausted: AtomicU64,
     pub history_reclaims: AtomicU64,
     pub handover_fallbacks: AtomicU64,
+    /// Sockets (accepted or adopted) the kernel placed in a slot whose old
+    /// connection had not left our table yet; they waited for it.
+    pub slot_waits: AtomicU64,
     pub sessions_degraded: AtomicU64,
     pub arena_records: AtomicU64,
     pub arena_wraps: AtomicU64,

@@ -117,6 +117,11 @@ struct RingState {
     /// Per slot, where the kernel writes a REST connection's peer address
     /// (`rest_edge::lookup_peer`): allocated with the table, never moved.
     peer_bufs: Box<[[u8; 28]]>,
+    /// Accepted sockets the kernel placed in a slot whose old connection
+    /// has not left our table yet (its close or handover completion is
+    /// still to come): installed when it leaves (`Worker::slot_freed`).
+    /// At most one per slot, so bounded by the table; nearly always empty.
+    accepts_waiting: Vec<u32>,
 }
 
 pub struct Worker {
@@ -201,6 +206,7 @@ impl Worker {
                     used: 0,
                     admit_limit: admit_limit(n as u32),
                     peer_bufs: vec![[0u8; 28]; n].into_boxed_slice(),
+                    accepts_waiting: Vec::new(),
                 }
             })
             .collect();
@@ -428,7 +434,7 @@ impl Worker {
                             .insert(ud(Op::Send, r as u8, key.gen, key.slot), (conn.wire, slot));
                     }
                 }
-                self.retry_adoption_into(r, key.slot);
+                self.slot_freed(r, key.slot);
             }
             Some(Op::Reject) => {
                 if c.result >= 0 {

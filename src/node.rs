@@ -228,6 +228,7 @@ pub fn run(mut cfg: Config) -> Result<notify::Stopped, String> {
     let (ingest_addr, ingest_thread) = crate::ingest::listener::start(
         cfg.events.ingest_addr,
         cfg.events.ingest_max_connections,
+        std::time::Duration::from_micros(cfg.events.ingest_gather_us),
         handles.clone(),
         shared.sidecar.clone(),
         stats.ingest.clone(),

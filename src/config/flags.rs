@@ -100,6 +100,11 @@ pub struct RunArgs {
     /// [config: events.ingest_addr]
     #[arg(long)]
     pub ingest_addr: Option<SocketAddr>,
+    /// While a producer's stream is busy, a batch of its records waits up to this many µs for
+    /// more before it goes to the workers (fewer wake-ups per event; 0: off; default 1000)
+    /// [config: events.ingest_gather_us]
+    #[arg(long)]
+    pub ingest_gather_us: Option<u64>,
     /// Kafka-protocol bootstrap servers to consume events from, e.g. 127.0.0.1:9092 (default: none)
     /// [config: events.kafka_brokers]
     #[arg(long)]
@@ -336,6 +341,7 @@ impl RunArgs {
         set!(args.max_compressed_sessions => cfg.limits.max_compressed_sessions);
         set!(args.demo_interval_ms => cfg.demo.interval_ms);
         set!(args.ingest_addr => cfg.events.ingest_addr);
+        set!(args.ingest_gather_us => cfg.events.ingest_gather_us);
         set!(args.kafka_brokers => cfg.events.kafka_brokers);
         set!(args.kafka_topic => cfg.events.kafka_topic);
         set!(args.kafka_group => cfg.events.kafka_group);

@@ -111,6 +111,11 @@ pub struct Events {
     pub ingest_addr: SocketAddr,
     /// Producer connections served at once; more are refused.
     pub ingest_max_connections: usize,
+    /// While a producer's stream is busy (a batch went out less than this
+    /// long ago), a new batch waits up to this long for more records before
+    /// it goes to the workers: fewer worker wake-ups per event, at most this
+    /// much added latency. An event after a quiet spell goes at once. 0: off.
+    pub ingest_gather_us: u64,
     /// Per-worker event arena (allocated at start). Resume can replay only
     /// what is still in it; size it for 120 s of the worker's traffic.
     pub arena_bytes: u64,
@@ -159,6 +164,7 @@ impl Default for Events {
         Events {
             ingest_addr: "127.0.0.1:8081".parse().unwrap(),
             ingest_max_connections: 64,
+            ingest_gather_us: 1000,
             arena_bytes: 64 << 20,
             ring_chunks: 0,
             max_unsent: 5000,

@@ -3,15 +3,20 @@
 //! format) to it. One thread per producer connection validates each record
 //! once and forwards batches, in stream order, to every worker; a worker
 //! reads the same bytes without validating again.
+//!
+//! A read's records go to the workers at once, unless the stream is busy:
+//! then they wait a bounded moment for more (`gather`, src/ingest/gather.rs).
 
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ingest::FrameReader;
 
+use crate::ingest::gather::{Gather, Next};
 use crate::ingest::pipeline::{state_change, IngestStats, Pipeline};
 use crate::worker::mail::{SidecarRequest, WorkerHandle};
 
@@ -19,6 +24,7 @@ use crate::worker::mail::{SidecarRequest, WorkerHandle};
 pub fn start(
     addr: SocketAddr,
     max_connections: usize,
+    gather: Duration,
     workers: Arc<[WorkerHandle]>,
     sidecar: crossbeam_channel::Sender<SidecarRequest>,
     stats: Arc<IngestStats>,
@@ -43,7 +49,7 @@ pub fn start(
                     let (workers, conn_stats, stop, sidecar, tap, journal) = (workers.clone(), stats.clone(), stop.clone(), sidecar.clone(), tap.clone(), journal.clone());
                     let spawned = std::thread::Builder::new().name("ingest-conn".into()).spawn(move || {
                         let pipeline = Pipeline::new(workers, sidecar, conn_stats.clone(), tap).with_journal(journal);
-                        if let Err(e) = serve(stream, pipeline, &stop) {
+                        if let Err(e) = serve(stream, pipeline, gather, &stop) {
                             tracing::debug!(%peer, error = %e, "ingest connection ended");
                         }
                         conn_stats.connections.fetch_sub(1, Relaxed);
@@ -63,13 +69,27 @@ pub fn start(
     Ok((bound, handle?))
 }
 
-fn serve(mut stream: TcpStream, mut p: Pipeline, stop: &AtomicBool) -> std::io::Result<()> {
+fn serve(
+    mut stream: TcpStream,
+    mut p: Pipeline,
+    window: Duration,
+    stop: &AtomicBool,
+) -> std::io::Result<()> {
     stream.set_nonblocking(false)?;
     stream.set_read_timeout(Some(Duration::from_millis(200)))?;
     let _ = stream.set_nodelay(true);
     let mut reader = FrameReader::new();
     let mut buf = vec![0u8; 256 * 1024];
+    let mut gather = Gather::new(window);
     while !stop.load(Relaxed) {
+        if let Some(until) = gather.deadline() {
+            let left = until.saturating_duration_since(Instant::now());
+            if left.is_zero() || !readable_within(&stream, left) {
+                p.flush();
+                gather.sent(Instant::now());
+                continue;
+            }
+        }
         let n = match stream.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => n,
@@ -99,6 +119,7 @@ fn serve(mut stream: TcpStream, mut p: Pipeline, stop: &AtomicBool) -> std::io::
                     p.push(reader.last_body());
                     if p.is_full() {
                         p.flush();
+                        gather.sent(Instant::now());
                     }
                 }
                 Some(Err(e)) => {
@@ -114,8 +135,13 @@ fn serve(mut stream: TcpStream, mut p: Pipeline, stop: &AtomicBool) -> std::io::
                 }
             }
         }
-        p.flush();
+        let now = Instant::now();
+        if gather.after_read(now, !p.is_empty(), p.is_full()) == Next::Send {
+            p.flush();
+            gather.sent(now);
+        }
     }
+    p.flush();
     if reader.buffered() > 0 {
         tracing::debug!(
             bytes = reader.buffered(),
@@ -123,4 +149,22 @@ fn serve(mut stream: TcpStream, mut p: Pipeline, stop: &AtomicBool) -> std::io::
         );
     }
     Ok(())
+}
+
+/// Whether `stream` has bytes to read (or an error or EOF to report) within
+/// `wait`: `ppoll`, for a wait finer than poll's milliseconds.
+fn readable_within(stream: &TcpStream, wait: Duration) -> bool {
+    let mut fd = libc::pollfd {
+        fd: stream.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    let ts = libc::timespec {
+        tv_sec: wait.as_secs() as libc::time_t,
+        tv_nsec: wait.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: one pollfd for a descriptor `stream` keeps open, a timespec on the stack.
+    let n = unsafe { libc::ppoll(&mut fd, 1, &ts, std::ptr::null()) };
+    // An interrupted wait ends the gathering early: the batch goes now.
+    n > 0
 }

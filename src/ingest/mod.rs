@@ -4,6 +4,7 @@
 
 pub mod brokers;
 pub mod demo;
+pub mod gather;
 pub mod kafka;
 pub mod listener;
 pub mod pipeline;

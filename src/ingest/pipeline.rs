@@ -46,6 +46,8 @@ const BATCHES_IN_FLIGHT: usize = 64;
 #[derive(Default)]
 pub struct IngestStats {
     pub records: AtomicU64,
+    /// Batches handed to the workers (every source).
+    pub batches: AtomicU64,
     pub bytes: AtomicU64,
     pub errors: [AtomicU64; DecodeError::COUNT],
     pub connections: AtomicUsize,
@@ -243,6 +245,7 @@ impl Pipeline {
             return false;
         }
         let mut full = self.batch.take().expect("batch");
+        self.stats.batches.fetch_add(1, Relaxed);
         // With a journal: number it, append its order, hand it to every
         // worker, note who missed it, all under the journal's lock.
         let mut journal = self.journal.as_ref().map(|j| j.lock());

@@ -248,6 +248,12 @@ fn render_ingest(st: &crate::ingest::pipeline::IngestStats, out: &mut String) {
         st.records.load(Relaxed),
     );
     one(
+        "gatewayd_ingest_batches_total",
+        "counter",
+        "Batches of event records handed to the workers (records per batch: records_total over this; each batch wakes the workers it concerns).",
+        st.batches.load(Relaxed),
+    );
+    one(
         "gatewayd_ingest_bytes_total",
         "counter",
         "Bytes read by the ingest listener.",

@@ -258,6 +258,18 @@ pub fn fanout(o: &FanoutOpts) -> Result<(), String> {
             frames / sends
         );
     }
+    // How many records each ingest batch (one wake-up of the workers it
+    // concerns) carried (gatewayd only).
+    let (batches, records) = (
+        delta("gatewayd_ingest_batches_total"),
+        delta("gatewayd_ingest_records_total"),
+    );
+    if batches > 0.0 {
+        println!(
+            "node_ingest_batches {batches:.0} records_per_batch {:.2}",
+            records / batches
+        );
+    }
     println!(
         "gaps {} reorders {}",
         s2.c.gaps - s0.c.gaps,

@@ -8,7 +8,7 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::time::Duration;
 
-use serde_json::json;
+use serde_json::{json, Value};
 use support::bot::{self, recv};
 use support::events::append_message;
 use support::metrics::metric;
@@ -191,5 +191,47 @@ fn a_direct_message_reaches_only_the_named_bot_with_its_content() {
     assert_eq!(
         v["d"]["content"], "for you",
         "DMs keep their content without MESSAGE_CONTENT"
+    );
+}
+
+/// A producer's records after a quiet spell leave at once; records that
+/// follow each other closely (a busy stream) are gathered into one batch,
+/// one wake-up of the workers, for at most `--ingest-gather-us` after the
+/// first of them (issue 30; the rule in src/ingest/gather.rs). The window
+/// is 5 s here so that the test holds on a slow machine: the records are
+/// 50 ms apart, far inside it, and the quiet record's bound is the window.
+#[test]
+fn a_busy_stream_is_gathered_and_a_record_after_a_quiet_spell_is_not_held() {
+    let node = Node::start(&["--no-demo-traffic", "--ingest-gather-us", "5000000"]);
+    let (mut ws, server, general) = identify(&node);
+    let mut producer = TcpStream::connect(node.ingest).unwrap();
+    let batches0 = metric(&node, "gatewayd_ingest_batches_total");
+    let send = |producer: &mut TcpStream, content: &str| {
+        let mut bytes = Vec::new();
+        message(server, general, content, &mut bytes);
+        producer.write_all(&bytes).unwrap();
+    };
+    let t0 = std::time::Instant::now();
+    send(&mut producer, "quiet");
+    assert_eq!(recv(&mut ws)["d"]["content"], "quiet");
+    assert!(
+        t0.elapsed() < Duration::from_secs(5),
+        "a record after a quiet spell is not held for the gathering window ({:?})",
+        t0.elapsed()
+    );
+    for content in ["busy 1", "busy 2", "busy 3"] {
+        send(&mut producer, content);
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let got: Vec<Value> = (0..3).map(|_| recv(&mut ws)).collect();
+    let contents: Vec<&str> = got
+        .iter()
+        .map(|e| e["d"]["content"].as_str().unwrap())
+        .collect();
+    assert_eq!(contents, ["busy 1", "busy 2", "busy 3"], "in stream order");
+    assert_eq!(
+        metric(&node, "gatewayd_ingest_batches_total") - batches0,
+        2.0,
+        "the quiet record alone, then the three busy ones in one batch"
     );
 }

@@ -209,6 +209,11 @@ impl Worker {
     /// placed there while the old connection was still ours (accepted or
     /// adopted) goes in now.
     pub(super) fn slot_freed(&mut self, r: usize, slot: u32) {
+        if self.rings[r].conns[slot as usize].is_some() {
+            // Another connection's completion (not this slot's occupant's):
+            // the slot is not free in our table yet.
+            return;
+        }
         let waiting = &mut self.rings[r].accepts_waiting;
         if let Some(i) = waiting.iter().position(|&s| s == slot) {
             waiting.swap_remove(i);

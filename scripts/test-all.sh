@@ -64,10 +64,12 @@ log() { printf '\n== [%4ds] %s\n' "$((SECONDS - T0))" "$*"; }
 
 # One build per clone: incremental caches are never reused by a fresh clone,
 # so CI does not write them (with them and full debug info for every
-# dependency, target/debug was 13 GiB; without, 4.8 GiB).
+# dependency, target/debug was 13 GiB; without, 4.8 GiB; with line tables
+# only and compressed debug sections, Cargo.toml and .cargo/config.toml,
+# 3.1 GiB).
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
-# Disk: the build (4.8 GiB), the fuzz build cache and the services' and
+# Disk: the build (3.1 GiB), the fuzz build cache and the services' and
 # tests' temp dirs need about MIN_FREE_GIB in the clone's filesystem. Below
 # that, say so first: the failure comes minutes later as "No space left on
 # device".

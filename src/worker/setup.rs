@@ -40,6 +40,7 @@ impl WorkerSetup {
                 fixed_files: slots_per_ring,
                 recv_buffers: shared_cfg.ring.recv_buffers,
                 recv_buffer_size: shared_cfg.ring.recv_buffer_size,
+                coop_taskrun: true,
             })?;
             ring.register_eventfd(wake_fd)?;
             let listener = net::uring::listen_reuseport(shared_cfg.gateway_addr, 4096)?;

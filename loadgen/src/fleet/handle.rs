@@ -95,6 +95,7 @@ impl Fleet {
                 fixed_files: (part.len() as u32 + 8).min(per_ring as u32 + 64),
                 recv_buffers: 4096,
                 recv_buffer_size: 4096,
+                coop_taskrun: true,
             })?;
             handles.push(
                 std::thread::Builder::new()

@@ -95,6 +95,7 @@ impl Lb {
                 fixed_files: table,
                 recv_buffers: 2048,
                 recv_buffer_size: 4096,
+                coop_taskrun: true,
             })?;
             let (sh, sources) = (sh.clone(), sources.clone());
             handles.push(

@@ -29,6 +29,15 @@ pub struct RingConfig {
     pub recv_buffers: u16,
     /// Bytes per provided receive buffer.
     pub recv_buffer_size: u32,
+    /// IORING_SETUP_COOP_TASKRUN: a completion that needs this thread's task
+    /// work (a multishot receive's data, an accept) does not interrupt the
+    /// thread with an inter-processor interrupt while it runs; the work runs
+    /// at its next system call (every turn submits), and a thread asleep (in
+    /// `io_uring_enter` or a blocking `read` of an eventfd) is still woken.
+    /// Without it the SENDER of the data pays that IPI: on loopback, the
+    /// peer's send wakes us in its own softirq (a VM exit on KVM). Only for a
+    /// ring used by one thread, which every ring here is.
+    pub coop_taskrun: bool,
 }
 
 impl Default for RingConfig {
@@ -39,6 +48,7 @@ impl Default for RingConfig {
             fixed_files: 16384,
             recv_buffers: 1024,
             recv_buffer_size: 4096,
+            coop_taskrun: true,
         }
     }
 }
@@ -187,10 +197,12 @@ pub struct Ring {
 
 impl Ring {
     pub fn new(cfg: &RingConfig) -> io::Result<Ring> {
-        let ring = IoUring::builder()
-            .setup_cqsize(cfg.cq_entries)
-            .setup_submit_all()
-            .build(cfg.sq_entries)?;
+        let mut builder = IoUring::builder();
+        builder.setup_cqsize(cfg.cq_entries).setup_submit_all();
+        if cfg.coop_taskrun {
+            builder.setup_coop_taskrun();
+        }
+        let ring = builder.build(cfg.sq_entries)?;
         ring.submitter()
             .register_files_sparse(cfg.fixed_files)
             .map_err(|e| {

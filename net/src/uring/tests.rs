@@ -15,6 +15,7 @@ fn accept_recv_send_close_on_direct_descriptors() {
         fixed_files: 8,
         recv_buffers: 8,
         recv_buffer_size: 64,
+        coop_taskrun: true,
     })
     .unwrap();
     use std::os::fd::AsRawFd;

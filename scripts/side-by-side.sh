@@ -67,6 +67,14 @@
 #   FLOOR_WORKLOAD    (floor) "sessions:rate[:payload]" ["1000:20:600"]
 #   FLOOR_ROUNDS      (floor) sendpath-bench rounds per run [200]; BIN_FROM must
 #                     then also hold sendpath-bench
+#   PIN=1      (floor, capacity) place the node as the floor places its
+#              sender: the node on CPU 0 (`taskset -c 0`; gatewayd with
+#              --workers 1, all its threads, ingest and chat included, on that
+#              CPU; the conventional gateway's tokio runtime then has one
+#              worker thread) and loadgen on CPU 1 (`taskset -c 1`), as
+#              sendpath-bench pins its sender to CPU 0 and its receiver to CPU 1.
+#              Without it the node's workers and loadgen's threads share both
+#              CPUs (the default). Needs 2 CPUs and taskset
 #   BURST      events per burst [1]: `loadgen measure fanout --burst K`, K events
 #              back to back to one server at one scheduled time, then the
 #              next (same average rate); a session then has K events queued
@@ -198,9 +206,19 @@ wait_port() { # host port
 }
 # --no-demo: no demo at all (the 16 bench apps and their server are this
 # script's own; nothing needs the demo bot).
+# GW_WRAP, CV_WRAP: a command each node runs under (taskset for PIN=1);
+# GW_EXTRA: more flags for gatewayd. LG_WRAP: the same for loadgen's fan-out
+# in the floor and capacity modes.
+GW_WRAP=() CV_WRAP=() GW_EXTRA=() LG_WRAP=()
+if [ "${PIN:-0}" = 1 ]; then
+  command -v taskset >/dev/null || { log "PIN=1 needs taskset (util-linux)"; exit 2; }
+  [ "$(nproc --all)" -ge 2 ] || { log "PIN=1 needs 2 CPUs"; exit 2; }
+  GW_WRAP=(taskset -c 0) CV_WRAP=(taskset -c 0) GW_EXTRA=(--workers 1) LG_WRAP=(taskset -c 1)
+  log "PIN=1: the node on CPU 0 (gatewayd with one worker), loadgen on CPU 1"
+fi
 start_gatewayd() {
-  "$GW" run --data-dir "$D" --gateway-addr 127.0.0.1:$GW_PORT --admin-addr 127.0.0.1:$GW_ADMIN \
-    --ingest-addr 127.0.0.1:$GW_INGEST --no-demo --identify-limits off --admission-per-second 0 \
+  "${GW_WRAP[@]}" "$GW" run --data-dir "$D" --gateway-addr 127.0.0.1:$GW_PORT --admin-addr 127.0.0.1:$GW_ADMIN \
+    --ingest-addr 127.0.0.1:$GW_INGEST --no-demo --identify-limits off --admission-per-second 0 "${GW_EXTRA[@]}" \
     > "$OUT/gatewayd.log" 2>&1 &
   NODE_PID=$!
   for _ in $(seq 1 300); do
@@ -210,7 +228,7 @@ start_gatewayd() {
   wait_port 127.0.0.1 $GW_PORT; sleep 1
 }
 start_conventional() {
-  "$CV" --gateway-addr 127.0.0.1:$CV_PORT --ingest-addr 127.0.0.1:$CV_INGEST \
+  "${CV_WRAP[@]}" "$CV" --gateway-addr 127.0.0.1:$CV_PORT --ingest-addr 127.0.0.1:$CV_INGEST \
     --admin-addr 127.0.0.1:$CV_ADMIN --tokens-file "$TOKENS" "${SERVERS_ARGS[@]}" > "$OUT/conventional.log" 2>&1 &
   NODE_PID=$!
   wait_port 127.0.0.1 $CV_PORT; sleep 1
@@ -550,7 +568,7 @@ capacity_probe() { # node n r probe
   local f=$OUT/cap-$node-$n-r$r-$k$SFX.txt
   if [ "$node" = gatewayd ]; then start_gatewayd; A=$GW_PORT I=$GW_INGEST AD=$GW_ADMIN
   else start_conventional; A=$CV_PORT I=$CV_INGEST AD=$CV_ADMIN; fi
-  "$LG" measure fanout --addr 127.0.0.1:$A --ingest 127.0.0.1:$I --tokens-file "$TOKENS" \
+  "${LG_WRAP[@]}" "$LG" measure fanout --addr 127.0.0.1:$A --ingest 127.0.0.1:$I --tokens-file "$TOKENS" \
     --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$PAYLOAD" "${SERVERS_ARGS[@]}" "${BURST_ARGS[@]}" \
     --node-pid "$NODE_PID" --admin 127.0.0.1:$AD > "$f" 2>&1 || log "loadgen measure failed, see $f"
   stop_node
@@ -634,7 +652,7 @@ floor() {
         local f=$OUT/floor-node-rep$rep.txt
         start_gatewayd
         log "floor: gatewayd $n x $r/s x ${SECS}s, $p B (load $(load1))"
-        "$LG" measure fanout --addr 127.0.0.1:$GW_PORT --ingest 127.0.0.1:$GW_INGEST --tokens-file "$TOKENS" \
+        "${LG_WRAP[@]}" "$LG" measure fanout --addr 127.0.0.1:$GW_PORT --ingest 127.0.0.1:$GW_INGEST --tokens-file "$TOKENS" \
           --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$p" "${SERVERS_ARGS[@]}" "${BURST_ARGS[@]}" \
           --node-pid "$NODE_PID" --admin 127.0.0.1:$GW_ADMIN > "$f" 2>&1 || log "loadgen measure failed, see $f"
         stop_node

@@ -67,6 +67,11 @@
 #   FLOOR_WORKLOAD    (floor) "sessions:rate[:payload]" ["1000:20:600"]
 #   FLOOR_ROUNDS      (floor) sendpath-bench rounds per run [200]; BIN_FROM must
 #                     then also hold sendpath-bench
+#   FLOOR_PACE=1      (floor) sendpath-bench's rounds at the workload's pace
+#                     (`--pace-ms 1000/rate`: 50 ms at 20/s, each socket sent to
+#                     once per 50 ms as the node does) instead of back to back
+#                     (every socket then hot in cache: the lowest the kernel
+#                     gets). The output says which
 #   PIN=1      (floor, capacity) place the node as the floor places its
 #              sender: the node on CPU 0 (`taskset -c 0`; gatewayd with
 #              --workers 1, all its threads, ingest and chat included, on that
@@ -663,8 +668,10 @@ floor() {
           printf "%s\tnode\t%s\t%s\t%s\t%s\t%s\t%.0f\t%s\t%s\t%s\t\t\t%s\n", rep, n, r, p, $7, $8, ($7 > 0 ? $8 * 1e9 / $7 : 0), $13, $4, fps, $19 }' >> "$tsv"
       else
         local f=$OUT/floor-sendpath-rep$rep.txt
-        log "floor: sendpath-bench --conns $n --sizes $p --frames 1 --rounds ${FLOOR_ROUNDS:-200} (load $(load1))"
-        "$SP" --conns "$n" --rounds "${FLOOR_ROUNDS:-200}" --sizes "$p" --frames 1 --only "sendmsg-batch k=1" > "$f" 2>&1 \
+        local pace=()
+        [ "${FLOOR_PACE:-0}" = 1 ] && pace=(--pace-ms $((1000 / r)))
+        log "floor: sendpath-bench --conns $n --sizes $p --frames 1 --rounds ${FLOOR_ROUNDS:-200} ${pace[*]} (load $(load1))"
+        "$SP" --conns "$n" --rounds "${FLOOR_ROUNDS:-200}" --sizes "$p" --frames 1 --only "sendmsg-batch k=1" "${pace[@]}" > "$f" 2>&1 \
           || log "sendpath-bench failed, see $f"
         awk -F'|' -v rep="$rep" -v n="$n" -v r="$r" -v p="$p" -v load="$(load1)" '
           $2 ~ /^ *sendmsg-batch *$/ && $3 ~ /^ *default *$/ && $4 ~ /^ *1 *$/ {

@@ -91,10 +91,11 @@ fn main() {
     let mut sent = vec![0u64; o.conns];
     let mut total = 0u64;
     println!(
-        "# sendpath-bench: N = {} connections, {} rounds per variant (+{} warm-up), interleaved; {} CPUs; load average at start: {}\n",
+        "# sendpath-bench: N = {} connections, {} rounds per variant (+{} warm-up), interleaved; {}; {} CPUs; load average at start: {}\n",
         o.conns,
         o.rounds,
         o.warmup,
+        if o.pace_ms > 0 { format!("a variant's round starts at most every {} ms", o.pace_ms) } else { "rounds back to back".to_string() },
         cpus,
         loadavg()
     );
@@ -115,11 +116,16 @@ fn main() {
             }
             for &vi in &order {
                 let soft0 = schedstat_ns(soft_sender);
+                let started = Instant::now();
                 let mut out = round(vs[vi], &mut f, &mut rings, &fds, &mut sent);
                 total += out.bytes;
                 wait_drained(&sh, total);
                 // Includes softirq work left over after the round's sends.
                 out.softirqd_ns = schedstat_ns(soft_sender) - soft0;
+                let pace = std::time::Duration::from_millis(o.pace_ms);
+                if let Some(rest) = pace.checked_sub(started.elapsed()) {
+                    std::thread::sleep(rest);
+                }
                 if r >= o.warmup {
                     rounds[vi].push(out);
                 } else if out.eagain + out.short > 0 {

@@ -15,13 +15,18 @@ pub struct Opts {
     /// always runs).
     pub only: Vec<String>,
     pub pin: bool,
+    /// A round starts at most every this many ms (sleeping after one that
+    /// finished early): the same sends at a workload's pace, e.g. 50 for
+    /// 20 events/s, instead of back to back with every socket hot in cache.
+    pub pace_ms: u64,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: sendpath-bench [--conns N (1000)] [--rounds R (200)] [--warmup W (10)]\n\
          \x20      [--sizes 600,4096,16384,65536] [--frames 1,4,16]\n\
-         \x20      [--max-send-bytes 262144] [--only LABEL,..] [--no-pin]"
+         \x20      [--max-send-bytes 262144] [--only LABEL,..] [--no-pin]\n\
+         \x20      [--pace-ms MS (0: rounds back to back)]"
     );
     std::process::exit(2)
 }
@@ -36,6 +41,7 @@ pub fn parse_opts() -> Opts {
         max_send_bytes: 256 * 1024,
         only: Vec::new(),
         pin: true,
+        pace_ms: 0,
     };
     let mut args = std::env::args().skip(1);
     let list = |s: Option<String>| -> Vec<usize> {
@@ -63,6 +69,7 @@ pub fn parse_opts() -> Opts {
                     .collect()
             }
             "--no-pin" => o.pin = false,
+            "--pace-ms" => o.pace_ms = num(args.next()) as u64,
             _ => usage(),
         }
     }

@@ -8,7 +8,10 @@
 //! a completion too. Between turns the worker blocks in `read(2)` on that
 //! eventfd (`park`): no timer is armed per park (glommio's park did, and
 //! reprogramming the timer is a VM exit here), and a signal can't be lost
-//! (a read returns at once while the count is above zero).
+//! (a read returns at once while the count is above zero). The rings are
+//! COOP_TASKRUN (`net::uring::RingConfig`): a socket's data arriving while
+//! we run does not interrupt us; its task work runs at the pass's submit, and
+//! a parked read is still woken by it.
 
 use std::collections::HashMap;
 use std::net::TcpListener;

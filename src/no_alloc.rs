@@ -104,6 +104,7 @@ mod tests {
             fixed_files: 16,
             recv_buffers: 8,
             recv_buffer_size: 64,
+            coop_taskrun: true,
         })
         .unwrap();
         let mut pool = SendPool::new(sessions as u16);

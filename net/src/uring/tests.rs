@@ -5,8 +5,11 @@
 use super::*;
 use std::io::{Read, Write};
 
-#[test]
-fn accept_recv_send_close_on_direct_descriptors() {
+/// A small ring with one loopback connection accepted into its fixed table
+/// by a multishot accept (user data 1): the ring, the listener, the client's
+/// end and the connection's slot.
+fn ring_with_one_accepted() -> (Ring, std::net::TcpListener, std::net::TcpStream, u32) {
+    use std::os::fd::AsRawFd;
     let listener = listen_reuseport("127.0.0.1:0".parse().unwrap(), 128).unwrap();
     let addr = listener.local_addr().unwrap();
     let mut ring = Ring::new(&RingConfig {
@@ -18,11 +21,9 @@ fn accept_recv_send_close_on_direct_descriptors() {
         coop_taskrun: true,
     })
     .unwrap();
-    use std::os::fd::AsRawFd;
     ring.accept_multi(listener.as_raw_fd(), 1);
     ring.submit().unwrap();
-
-    let mut client = std::net::TcpStream::connect(addr).unwrap();
+    let client = std::net::TcpStream::connect(addr).unwrap();
     let mut done = Vec::with_capacity(16);
     let slot = loop {
         ring.submit_and_wait(1).unwrap();
@@ -34,6 +35,13 @@ fn accept_recv_send_close_on_direct_descriptors() {
             break c.result as u32;
         }
     };
+    (ring, listener, client, slot)
+}
+
+#[test]
+fn accept_recv_send_close_on_direct_descriptors() {
+    let (mut ring, _listener, mut client, slot) = ring_with_one_accepted();
+    let mut done = Vec::with_capacity(16);
     // The socket is not in the process fd table: only the slot names it.
     assert!(slot < 8);
     ring.recv_multi(slot, 2);
@@ -96,33 +104,10 @@ fn table_is_capped_by_nofile() {
 /// block until the watchdog's write, and the test fails saying so.
 #[test]
 fn a_parked_reader_of_the_eventfd_is_woken_by_a_peers_data_with_coop_taskrun() {
-    use std::os::fd::AsRawFd;
     use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::Arc;
-    let listener = listen_reuseport("127.0.0.1:0".parse().unwrap(), 128).unwrap();
-    let addr = listener.local_addr().unwrap();
-    let mut ring = Ring::new(&RingConfig {
-        sq_entries: 64,
-        cq_entries: 256,
-        fixed_files: 8,
-        recv_buffers: 8,
-        recv_buffer_size: 64,
-        coop_taskrun: true,
-    })
-    .unwrap();
-    ring.accept_multi(listener.as_raw_fd(), 1);
-    ring.submit().unwrap();
-    let mut client = std::net::TcpStream::connect(addr).unwrap();
+    let (mut ring, _listener, mut client, slot) = ring_with_one_accepted();
     let mut done = Vec::with_capacity(16);
-    let slot = loop {
-        ring.submit_and_wait(1).unwrap();
-        done.clear();
-        ring.drain(&mut done);
-        if let Some(c) = done.iter().find(|c| c.user_data == 1) {
-            assert!(c.result >= 0, "accept failed: {:?}", c.error());
-            break c.result as u32;
-        }
-    };
     ring.recv_multi(slot, 2);
     ring.submit().unwrap();
     // SAFETY: a fresh blocking eventfd, as the worker's; closed at the end.

@@ -4,6 +4,7 @@
 pub mod check;
 mod demo;
 pub mod notify;
+mod panic;
 mod parts;
 mod recovery;
 mod services;
@@ -195,6 +196,15 @@ pub fn run(mut cfg: Config) -> Result<notify::Stopped, String> {
                 .transpose(),
         })
         .collect::<Result<_, String>>()?;
+    // SIGTERM and SIGINT are ours from before the workers start: a worker
+    // that panics sends SIGTERM (panic.rs) and must meet the drain, not
+    // the default action.
+    let mut signals = signal_hook::iterator::Signals::new([
+        signal_hook::consts::SIGTERM,
+        signal_hook::consts::SIGINT,
+    ])
+    .map_err(|e| e.to_string())?;
+    panic::install();
     let worker_threads = services::start_workers(&shared, setups, inboxes, chats)?;
 
     let link_addr = joined.as_ref().map(|j| j.link_addr);
@@ -294,11 +304,6 @@ pub fn run(mut cfg: Config) -> Result<notify::Stopped, String> {
     }
 
     // Block until SIGTERM or SIGINT, then drain.
-    let mut signals = signal_hook::iterator::Signals::new([
-        signal_hook::consts::SIGTERM,
-        signal_hook::consts::SIGINT,
-    ])
-    .map_err(|e| e.to_string())?;
     let sig = signals.forever().next();
     // SIGTERM (an orchestrator, or POST /drain) spreads the reconnects; SIGINT (a person) does not wait.
     let spread_ms = if sig == Some(signal_hook::consts::SIGINT) {
@@ -306,11 +311,7 @@ pub fn run(mut cfg: Config) -> Result<notify::Stopped, String> {
     } else {
         cfg.limits.drain_spread_ms
     };
-    let stopped = if crate::ops::admin::DRAIN_REQUESTED.load(Ordering::SeqCst) {
-        notify::Stopped::DrainRequested
-    } else {
-        notify::Stopped::Signal
-    };
+    let stopped = stopped_by();
     tracing::info!(?sig, ?stopped, spread_ms, "draining: op 7 to every session");
     notify::notify(&notifier, "STOPPING=1");
     shared.shutting_down.store(true, Ordering::SeqCst);
@@ -327,8 +328,22 @@ pub fn run(mut cfg: Config) -> Result<notify::Stopped, String> {
     drop(admin);
     drop(egress);
     drop(egress_child);
+    // A worker that panicked during the drain fails the node too.
+    let stopped = stopped_by();
     tracing::info!(?stopped, exit = stopped.code(), "stopped");
     Ok(stopped)
+}
+
+/// Why the node is stopping: a worker's panic over a drain request over a
+/// signal.
+fn stopped_by() -> notify::Stopped {
+    if let Some(worker) = panic::panicked_worker() {
+        notify::Stopped::WorkerPanicked { worker }
+    } else if crate::ops::admin::DRAIN_REQUESTED.load(Ordering::SeqCst) {
+        notify::Stopped::DrainRequested
+    } else {
+        notify::Stopped::Signal
+    }
 }
 
 /// Say where the node listens: on stdout for a person, and in

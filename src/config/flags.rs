@@ -41,7 +41,7 @@ pub struct RunArgs {
     /// free port) [config: admin_addr]
     #[arg(long)]
     pub admin_addr: Option<SocketAddr>,
-    /// Bearer token for POST /drain and /fault/registry, 16+ characters, required when the admin
+    /// Bearer token for POST /drain and /fault/*, 16+ characters, required when the admin
     /// address is not loopback; prefer the environment variable (a flag is visible in the process
     /// list) [config: admin_token]
     #[arg(long, env = "GATEWAYD_ADMIN_TOKEN", hide_env_values = true)]
@@ -167,7 +167,7 @@ pub struct RunArgs {
     /// [config: registry.timeout_ms]
     #[arg(long)]
     pub registry_timeout_ms: Option<u64>,
-    /// Allow POST /fault/registry on the admin port (drills and tests)
+    /// Allow POST /fault/registry and /fault/worker-panic on the admin port (drills and tests)
     /// [config: registry.fault_injection = true]
     #[arg(long)]
     pub fault_injection: bool,

@@ -20,7 +20,7 @@
 //! | status | meaning | systemd unit |
 //! |---|---|---|
 //! | 0 | drained on a signal (SIGTERM, SIGINT): someone asked it to stop | stays stopped |
-//! | 1 | failed: a service could not start, or stopped the node | `Restart=on-failure` restarts it |
+//! | 1 | failed: a service could not start, or stopped the node, or a worker panicked (src/node/panic.rs: the others drained first) | `Restart=on-failure` restarts it |
 //! | 2 | the command line is wrong (clap) | - |
 //! | 75 | drained on request (`POST /drain`): restart me (a release, a rebalance) | `RestartForceExitStatus=75`, `SuccessExitStatus=75` |
 //! | 78 | the configuration is invalid (also `run --check` finding a bad config) | `RestartPreventExitStatus=78` |
@@ -48,6 +48,8 @@ pub enum Stopped {
     Signal,
     /// `POST /drain` on the admin port.
     DrainRequested,
+    /// A worker panicked (src/node/panic.rs): the others drained.
+    WorkerPanicked { worker: usize },
 }
 
 impl Stopped {
@@ -55,6 +57,7 @@ impl Stopped {
         match self {
             Stopped::Signal => EXIT_STOPPED,
             Stopped::DrainRequested => EXIT_DRAINED_ON_REQUEST,
+            Stopped::WorkerPanicked { .. } => EXIT_FAILED,
         }
     }
 }

@@ -187,6 +187,7 @@ pub(super) fn start_workers(
             .name(&format!("worker-{w}"));
         let handle = builder
             .spawn(move || async move {
+                super::panic::mark_worker(w);
                 if let Some(core) = core {
                     if !shards::pin_current_thread(core) {
                         tracing::warn!(worker = w, core, "could not pin worker to its core");

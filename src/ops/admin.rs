@@ -115,7 +115,7 @@ fn serve(mut s: TcpStream, views: &Views) -> std::io::Result<()> {
     let cfg = &shared.cfg;
     let allowed = authorized(&cfg.admin_token, authorization.as_deref());
     let protected = match path.as_str() {
-        "/drain" | "/fault/registry" => method == "POST",
+        "/drain" | "/fault/registry" | "/fault/worker-panic" => method == "POST",
         "/metrics" => cfg.admin_metrics_auth,
         p => p.starts_with("/interactions/") || p.starts_with("/applications/"),
     };
@@ -200,6 +200,28 @@ fn serve(mut s: TcpStream, views: &Views) -> std::io::Result<()> {
                 "text/plain",
                 format!("registry fault injection: down={down}\n"),
             )
+        }
+        "/fault/worker-panic" if method == "POST" && shared.cfg.registry.fault_injection => {
+            // A drill: worker N (?worker=N, default 0) panics as a bug would
+            // make it; the node drains the others and exits 1 (node/panic.rs).
+            let n = query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("worker="))
+                .map_or(Some(0), |v| v.parse::<usize>().ok());
+            match n.and_then(|w| shared.workers.get(w).map(|h| (w, h))) {
+                Some((w, h)) => {
+                    h.send(crate::worker::mail::ToWorker::PanicDrill);
+                    (202, "text/plain", format!("worker {w}: panic drill sent\n"))
+                }
+                None => (
+                    400,
+                    "text/plain",
+                    format!(
+                        "no such worker: ?worker= takes 0 to {}\n",
+                        shared.workers.len() - 1
+                    ),
+                ),
+            }
         }
         "/drain" if method == "POST" => {
             // The same path as SIGTERM: op 7 spread over the drain window,

@@ -69,6 +69,10 @@ impl Worker {
             }
             ToWorker::RestCounters(answer) => self.api.limiter.apply(&answer),
             ToWorker::Shutdown { spread_ms } => self.drain(spread_ms),
+            ToWorker::PanicDrill => panic!(
+                "worker {}: fault injection drill (POST /fault/worker-panic)",
+                self.id
+            ),
             ToWorker::HandOut { take, reply } => self.hand_out(&take, &reply),
             ToWorker::HandedIn { conn, result } => self.handed_in(conn, result),
             ToWorker::Recovered { replay, sessions } => self.recovered(&replay, sessions),

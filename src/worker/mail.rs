@@ -197,6 +197,10 @@ pub enum ToWorker {
     /// A round of the counters thread (Redis): the node's sharing mode
     /// and the other nodes' counts of this worker's windows.
     RestCounters(Box<crate::api::shared::Answer>),
+    /// A drill (`POST /fault/worker-panic` with `--fault-injection`): the
+    /// worker panics as a bug would make it, to prove the node stops
+    /// (src/node/panic.rs) instead of going on a worker short.
+    PanicDrill,
     /// Drain: op 7 to every session, spread over `spread_ms`, then close.
     Shutdown {
         spread_ms: u64,

@@ -196,9 +196,9 @@ pub fn run(mut cfg: Config) -> Result<notify::Stopped, String> {
                 .transpose(),
         })
         .collect::<Result<_, String>>()?;
-    // SIGTERM and SIGINT are ours from before the workers start: a worker
-    // that panics sends SIGTERM (panic.rs) and must meet the drain, not
-    // the default action.
+    // SIGTERM and SIGINT are ours from before the workers start: an
+    // essential thread that panics sends SIGTERM (panic.rs) and must meet
+    // the drain, not the default action.
     let mut signals = signal_hook::iterator::Signals::new([
         signal_hook::consts::SIGTERM,
         signal_hook::consts::SIGINT,
@@ -328,17 +328,17 @@ pub fn run(mut cfg: Config) -> Result<notify::Stopped, String> {
     drop(admin);
     drop(egress);
     drop(egress_child);
-    // A worker that panicked during the drain fails the node too.
+    // An essential thread that panicked during the drain fails the node too.
     let stopped = stopped_by();
     tracing::info!(?stopped, exit = stopped.code(), "stopped");
     Ok(stopped)
 }
 
-/// Why the node is stopping: a worker's panic over a drain request over a
-/// signal.
+/// Why the node is stopping: an essential thread's panic over a drain
+/// request over a signal.
 fn stopped_by() -> notify::Stopped {
-    if let Some(worker) = panic::panicked_worker() {
-        notify::Stopped::WorkerPanicked { worker }
+    if let Some(thread) = panic::panicked() {
+        notify::Stopped::Panicked(thread)
     } else if crate::ops::admin::DRAIN_REQUESTED.load(Ordering::SeqCst) {
         notify::Stopped::DrainRequested
     } else {

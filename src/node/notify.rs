@@ -20,7 +20,7 @@
 //! | status | meaning | systemd unit |
 //! |---|---|---|
 //! | 0 | drained on a signal (SIGTERM, SIGINT): someone asked it to stop | stays stopped |
-//! | 1 | failed: a service could not start, or stopped the node, or a worker panicked (src/node/panic.rs: the others drained first) | `Restart=on-failure` restarts it |
+//! | 1 | failed: a service could not start, or stopped the node, or a thread it cannot run without panicked (src/node/panic.rs: it drained first) | `Restart=on-failure` restarts it |
 //! | 2 | the command line is wrong (clap) | - |
 //! | 75 | drained on request (`POST /drain`): restart me (a release, a rebalance) | `RestartForceExitStatus=75`, `SuccessExitStatus=75` |
 //! | 78 | the configuration is invalid (also `run --check` finding a bad config) | `RestartPreventExitStatus=78` |
@@ -48,8 +48,9 @@ pub enum Stopped {
     Signal,
     /// `POST /drain` on the admin port.
     DrainRequested,
-    /// A worker panicked (src/node/panic.rs): the others drained.
-    WorkerPanicked { worker: usize },
+    /// A worker or an essential service thread panicked
+    /// (src/node/panic.rs): the node drained.
+    Panicked(super::panic::Panicked),
 }
 
 impl Stopped {
@@ -57,7 +58,7 @@ impl Stopped {
         match self {
             Stopped::Signal => EXIT_STOPPED,
             Stopped::DrainRequested => EXIT_DRAINED_ON_REQUEST,
-            Stopped::WorkerPanicked { .. } => EXIT_FAILED,
+            Stopped::Panicked(_) => EXIT_FAILED,
         }
     }
 }

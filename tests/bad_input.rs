@@ -141,6 +141,51 @@ fn sc_binary_garbage(c: &Ctx) {
     assert_close(&mut ws, &[4002], "binary garbage frame");
 }
 
+/// JSON in binary frames, as hikari sends every payload (Discord takes
+/// them): Identify, a heartbeat and READY's dispatches work as over text,
+/// and the answers are text frames, as Discord's are without compression.
+fn sc_binary_json_frames(c: &Ctx) {
+    let mut ws = c.hello();
+    let identify = support::bot::identify_payload(&c.token, BOT_INTENTS, None);
+    ws.send(OpCode::Binary, true, identify.to_string().as_bytes())
+        .unwrap();
+    let ready = ws.read_until(0, Some("READY"), T);
+    assert_eq!(ready["s"], 1, "{ready}");
+    ws.send(OpCode::Binary, true, br#"{"op":1,"d":1}"#).unwrap();
+    // Text frames back (read_until parses text only and fails on binary).
+    let ack = ws.read_until(11, None, T);
+    assert_eq!(ack["op"], 11);
+    // A fragmented binary message: the same as a text one.
+    ws.send(OpCode::Binary, false, br#"{"op":1,"#).unwrap();
+    ws.send(OpCode::Continuation, true, br#""d":1}"#).unwrap();
+    assert_eq!(ws.read_until(11, None, T)["op"], 11);
+}
+
+/// A binary frame must hold UTF-8 JSON like a text one: else 4002.
+fn sc_binary_not_utf8(c: &Ctx) {
+    let mut ws = c.hello();
+    ws.send(OpCode::Binary, true, b"{\"op\":1,\"d\":\"\xff\xfe\"}")
+        .unwrap();
+    assert_close(&mut ws, &[4002], "binary frame with invalid UTF-8");
+}
+
+/// The 4096-byte limit holds for binary frames too.
+fn sc_binary_oversized(c: &Ctx) {
+    let mut ws = c.ready();
+    ws.send(OpCode::Binary, true, padded_heartbeat(4097).as_bytes())
+        .unwrap();
+    assert_close(&mut ws, &[4002], "4097-byte binary payload");
+}
+
+/// Intents must be an integer, as Discord requires: a string is 4013.
+fn sc_intents_as_a_string(c: &Ctx) {
+    let mut ws = c.hello();
+    ws.send_json(&json!({"op": 2, "d": {"token": c.token, "intents": "513",
+        "properties": {"os": "linux", "browser": "t", "device": "t"}}}))
+        .unwrap();
+    assert_close(&mut ws, &[4013], "intents as a string");
+}
+
 /// A heartbeat padded with JSON whitespace to exactly `len` bytes.
 fn padded_heartbeat(len: usize) -> String {
     let base = "{\"op\":1,\"d\":null";
@@ -386,6 +431,20 @@ fn sc_encoding_etf(c: &Ctx) {
     assert!(
         reason.to_ascii_lowercase().contains("etf"),
         "close {code} reason must mention etf: {reason:?}"
+    );
+    assert!(
+        reason.contains("encoding=json"),
+        "close {code} reason must name what is served: {reason:?}"
+    );
+}
+
+/// Any other encoding: refused naming what is served, not etf.
+fn sc_encoding_unknown(c: &Ctx) {
+    let mut ws = Ws::connect(c.gateway, "/?v=10&encoding=msgpack");
+    let (code, reason) = assert_close(&mut ws, &[4002], "encoding=msgpack");
+    assert!(
+        reason.contains("encoding=json") && !reason.contains("etf"),
+        "close {code} reason must name what is served: {reason:?}"
     );
 }
 
@@ -775,6 +834,10 @@ cases! {
     non_json_text_before_identify_closes_4002: sc_non_json_before_identify;
     non_json_text_after_ready_closes_4002: sc_non_json_after_ready;
     binary_garbage_closes_4002: sc_binary_garbage;
+    json_in_binary_frames_is_accepted: sc_binary_json_frames;
+    binary_frame_not_utf8_closes_4002: sc_binary_not_utf8;
+    binary_payload_of_4097_bytes_closes_4002: sc_binary_oversized;
+    intents_as_a_string_closes_4013: sc_intents_as_a_string;
     payload_of_exactly_4096_bytes_is_accepted: sc_exactly_4096_is_accepted;
     payload_of_4097_bytes_closes_4002: sc_oversized_payload;
     payload_of_100k_closes_4002: sc_oversized_large_frame;
@@ -807,6 +870,7 @@ cases! {
     oversized_ping_is_a_protocol_error: sc_oversized_ping;
     continuation_without_start_is_a_protocol_error: sc_continuation_without_start;
     encoding_etf_is_refused_with_a_reason: sc_encoding_etf;
+    unknown_encoding_is_refused_naming_json: sc_encoding_unknown;
     version_8_closes_4012: sc_version_8;
     silent_tcp_client_is_dropped_after_handshake_timeout:
         |c: &Ctx| sc_silent_tcp(c, 500), on HANDSHAKE_500;

@@ -113,9 +113,11 @@ fn identify(d: &Value) -> Result<Identify, Close> {
                 "invalid intents: intents are required in v10",
             ))
         }
-        Some(i) => as_u64(i).ok_or(Close::new(
+        // An integer, as Discord requires (4013 for `"513"`); only
+        // snowflakes and seqs are tolerated as decimal strings.
+        Some(i) => i.as_u64().ok_or(Close::new(
             CloseCode::InvalidIntents,
-            "invalid intents: not an unsigned integer",
+            "invalid intents: intents must be an integer bitfield",
         ))?,
     };
     if intents & !intents::KNOWN != 0 {
@@ -279,10 +281,16 @@ mod tests {
     }
 
     #[test]
-    fn shard_and_numbers_as_strings() {
-        match p(r#"{"op":2,"d":{"token":"t","intents":"512","shard":[1,"3"]}}"#).unwrap() {
+    fn shard_numbers_as_strings_but_intents_an_integer() {
+        match p(r#"{"op":2,"d":{"token":"t","intents":512,"shard":[1,"3"]}}"#).unwrap() {
             ClientPayload::Identify(i) => assert_eq!((i.intents, i.shard), (512, (1, 3))),
             other => panic!("{other:?}"),
+        }
+        // Intents as a string, a float or negative: 4013, as Discord.
+        for bad in [r#""512""#, "512.0", "-1", "null", "[512]"] {
+            let text = format!(r#"{{"op":2,"d":{{"token":"t","intents":{bad}}}}}"#);
+            let close = p(&text).unwrap_err();
+            assert_eq!(close.code, 4013, "{text}");
         }
     }
 

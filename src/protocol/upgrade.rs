@@ -17,10 +17,15 @@ pub fn upgrade_refusal(query: &str) -> Option<Close> {
             CloseCode::InvalidApiVersion,
             "invalid API version: use v=10 (v=9 is accepted)",
         ))
+    } else if encoding == Some("etf") {
+        Some(Close::new(
+            CloseCode::DecodeError,
+            "encoding not supported: etf is not served; this node serves encoding=json only",
+        ))
     } else if matches!(encoding, Some(e) if e != "json") {
         Some(Close::new(
             CloseCode::DecodeError,
-            "encoding not supported: encoding=etf is refused, use encoding=json",
+            "encoding not supported: this node serves encoding=json only",
         ))
     } else {
         None
@@ -39,5 +44,44 @@ pub fn ws_error_close(e: ws::WsError) -> Close {
             "decode error: text is not valid UTF-8",
         ),
         ws::WsError::Protocol(_) => Close::websocket(1002, "websocket protocol error"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_encoding_refusal_names_what_is_served() {
+        for q in [
+            "v=10&encoding=etf",
+            "v=10&encoding=msgpack",
+            "encoding=",
+            "encoding=JSON",
+        ] {
+            let close = upgrade_refusal(q).unwrap_or_else(|| panic!("{q} accepted"));
+            assert_eq!(close.code, 4002, "{q}");
+            assert!(
+                close.reason.contains("encoding=json"),
+                "{q}: {}",
+                close.reason
+            );
+        }
+        assert!(upgrade_refusal("v=10&encoding=etf")
+            .unwrap()
+            .reason
+            .contains("etf"));
+        assert!(!upgrade_refusal("encoding=msgpack")
+            .unwrap()
+            .reason
+            .contains("etf"));
+        for q in [
+            "",
+            "v=10",
+            "v=10&encoding=json",
+            "v=9&encoding=json&compress=zlib-stream",
+        ] {
+            assert!(upgrade_refusal(q).is_none(), "{q}");
+        }
     }
 }

@@ -202,26 +202,17 @@ impl Worker {
                             Err(e) => Step::Close(ws_error_close(e), 0),
                             Ok(Some((n, None))) => Step::Consumed(n),
                             Ok(Some((n, Some(msg)))) => match msg {
-                                Message::Text(t) => match identify::parse(t.as_bytes(), &mut self.scratch) {
-                                    Err(close) => match StartRefusal::of_parse_close(close.code) {
-                                        Some(why) => Step::Refused(
-                                            close,
-                                            n,
-                                            identify::token_of(t.as_bytes(), &mut self.scratch),
-                                            why,
-                                        ),
-                                        None => Step::Close(close, n),
-                                    },
-                                    Ok(p) => match session.on_payload(p, now, &mut conn.out) {
-                                        Ok(Action::None) => Step::Consumed(n),
-                                        Ok(a) => Step::Act(a, n),
-                                        Err(close) => Step::Close(close, n),
-                                    },
+                                // A JSON payload may come in a text or a binary frame
+                                // (hikari sends every payload binary; Discord takes
+                                // both): the same checks, limits and close codes.
+                                Message::Text(t) => Self::client_payload(session, t.as_bytes(), n, now, &mut conn.out, &mut self.scratch),
+                                Message::Binary(b) => match std::str::from_utf8(b) {
+                                    Ok(t) => Self::client_payload(session, t.as_bytes(), n, now, &mut conn.out, &mut self.scratch),
+                                    Err(_) => Step::Close(
+                                        Close::new(CloseCode::DecodeError, "decode error: a binary payload must be UTF-8 JSON (encoding=json)"),
+                                        n,
+                                    ),
                                 },
-                                Message::Binary(_) => Step::Close(
-                                    Close::new(CloseCode::DecodeError, "decode error: binary payloads are not supported (encoding=json)"),
-                                    n,
-                                ),
                                 Message::Ping(p) => {
                                     ws::encode_frame(OpCode::Pong, p, &mut conn.out);
                                     Step::Consumed(n)
@@ -264,6 +255,29 @@ impl Worker {
                     }
                 }
             }
+        }
+    }
+
+    /// One client payload (JSON, from a text or a binary frame of `n`
+    /// bytes on the wire) through the session state machine.
+    fn client_payload(
+        session: &mut Session,
+        text: &[u8],
+        n: usize,
+        now: u64,
+        out: &mut Vec<u8>,
+        scratch: &mut Vec<u8>,
+    ) -> Step {
+        match identify::parse(text, scratch) {
+            Err(close) => match StartRefusal::of_parse_close(close.code) {
+                Some(why) => Step::Refused(close, n, identify::token_of(text, scratch), why),
+                None => Step::Close(close, n),
+            },
+            Ok(p) => match session.on_payload(p, now, out) {
+                Ok(Action::None) => Step::Consumed(n),
+                Ok(a) => Step::Act(a, n),
+                Err(close) => Step::Close(close, n),
+            },
         }
     }
 

@@ -85,7 +85,19 @@ fn a_bots_message_posted_after_the_demo_pings_has_its_author() {
     assert_eq!(r.status, 200, "{}", r.body);
     let m = r.json();
     assert_eq!(m["author"]["id"], me["id"], "the answer's author: {m}");
-    assert_eq!(m["author"], me, "the author is READY's user: {m}");
+    // READY's user is the bot's own, whole; its messages' author is the
+    // partial user: the same without the private fields (issue 40: it
+    // carried `email`, `verified`, `mfa_enabled`).
+    let problems = fields::ready(&s.ready["d"], "READY");
+    assert!(problems.is_empty(), "{problems:?}\n{}", s.ready);
+    let mut public = me.clone();
+    for k in fields::PRIVATE_USER {
+        public.as_object_mut().unwrap().remove(*k);
+    }
+    assert_eq!(
+        m["author"], public,
+        "the author is READY's user, partial: {m}"
+    );
     let problems = fields::message(&m, "answer", false);
     assert!(problems.is_empty(), "{problems:?}\n{m}");
     // Its MESSAGE_CREATE, among the demo's.
@@ -101,7 +113,7 @@ fn a_bots_message_posted_after_the_demo_pings_has_its_author() {
             break v["d"].clone();
         }
     };
-    assert_eq!(ev["author"], me, "the event's author: {ev}");
+    assert_eq!(ev["author"], public, "the event's author: {ev}");
     let problems = fields::message(&ev, "MESSAGE_CREATE", true);
     assert!(problems.is_empty(), "{problems:?}\n{ev}");
 
@@ -505,7 +517,7 @@ fn act(node: &Node, f: &Findings, b: &Bot, until: Instant) {
         // The bot itself.
         let r = call(node, f, b, "GET", "/users/@me", None);
         if expect(f, "users/@me", &r, 200) {
-            f.report("users/@me", fields::user(&r.json(), "user"), &r.body);
+            f.report("users/@me", fields::own_user(&r.json(), "user"), &r.body);
             if id_of(&r.json()["id"]) != b.user_id {
                 f.report("users/@me", vec!["another user".into()], &r.body);
             }
@@ -538,6 +550,12 @@ fn act(node: &Node, f: &Findings, b: &Bot, until: Instant) {
 /// interactions answered (a message with `?with_response=true`, or a
 /// deferral, a follow-up and an edit of the original, in turn).
 fn listen(node: &Node, f: &Findings, b: &Bot, mut s: Session, stop: &AtomicBool) {
+    // Its member objects (op 8): GUILD_MEMBERS_CHUNK, checked below.
+    let servers: Vec<String> = b.places.iter().map(|(g, _)| g.to_string()).collect();
+    bot::send_json(
+        &mut s.ws,
+        &json!({"op": 8, "d": {"guild_id": servers, "query": "", "limit": 0, "nonce": "fields"}}),
+    );
     let mut beat = Instant::now();
     let mut answered = 0u64;
     while !stop.load(Relaxed) {
@@ -737,6 +755,18 @@ fn every_event_and_answer_holds_its_field_list_past_every_timer() {
 
     let node = Arc::new(node);
     let f = Arc::new(Findings::default());
+    // What each bot got at connect: READY (its own whole user) and its
+    // GUILD_CREATEs (its member's user partial).
+    for (b, s) in &bots {
+        let d = &s.ready["d"];
+        f.report(&format!("{} READY", b.name), fields::ready(d, "READY"), d);
+        for d in &s.guild_creates {
+            let p = fields::guild_create(d, "GUILD_CREATE");
+            f.report(&format!("{} GUILD_CREATE", b.name), p, d);
+        }
+        f.checked_events
+            .fetch_add(1 + s.guild_creates.len() as u64, Relaxed);
+    }
     let stop = Arc::new(AtomicBool::new(false));
     let started = Instant::now();
     let until = started + Duration::from_secs(secs);

@@ -551,7 +551,7 @@ impl Chat {
             let m = objects::message(&objects::NewMessage {
                 id: mid,
                 channel: t.channel.0,
-                author: bot.json(),
+                author: bot.public_json(),
                 draft: &draft,
                 now_ms: now,
                 mentions: &[],

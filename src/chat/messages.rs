@@ -36,7 +36,7 @@ impl Chat {
                 &objects::NewMessage {
                     id,
                     channel,
-                    author: author.json(),
+                    author: author.public_json(),
                     draft: &draft,
                     now_ms: a.now,
                     mentions: &mentions,
@@ -236,7 +236,7 @@ impl Chat {
 
     /// `POST /channels/{id}/typing`: TYPING_START, nothing kept.
     pub(super) fn typing(&mut self, a: &Act) -> Answer {
-        let d = objects::typing_event(a.me, a.acting()?.value(), a.channel, a.server, a.now);
+        let d = objects::typing_event(a.me, a.acting()?.public_value(), a.channel, a.server, a.now);
         self.commit(
             "TYPING_START",
             a.t,

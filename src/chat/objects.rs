@@ -15,7 +15,7 @@ pub const MESSAGE_CHAT_INPUT_COMMAND: u8 = 20;
 /// A user known only by id (a mention, a reactor that is not the caller).
 pub fn user_stub(id: u64) -> Value {
     json!({"id": id.to_string(), "username": format!("user-{id}"), "discriminator": "0",
-           "global_name": null, "avatar": null, "public_flags": 0, "flags": 0})
+           "global_name": null, "avatar": null, "public_flags": 0})
 }
 
 /// The member object of a bot acting in a server, without `user` (as in

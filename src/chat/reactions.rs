@@ -72,7 +72,7 @@ impl Chat {
         let add = added_to.is_some();
         let d = objects::reaction_event(
             a.me,
-            a.acting()?.value(),
+            a.acting()?.public_value(),
             a.channel,
             mid,
             a.server,
@@ -123,7 +123,7 @@ impl Chat {
             .into_iter()
             .take(limit)
             .map(|u| match &a.bot {
-                Some(b) if u == a.me => b.value().clone(),
+                Some(b) if u == a.me => b.public_value().clone(),
                 _ => objects::user_stub(u),
             })
             .collect();

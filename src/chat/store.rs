@@ -182,7 +182,7 @@ pub(in crate::chat) fn state(c: u8) -> State {
 fn detail(o: &Open) -> Value {
     json!({
         "bot": o.bot.id().to_string(),
-        "bot_json": o.bot.json(),
+        "bot_json": o.bot.own_json(),
         "server": o.target.server.0.to_string(),
         "channel": o.target.channel.0.to_string(),
         "perms": o.target.perms.to_string(),

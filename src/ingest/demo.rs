@@ -70,7 +70,7 @@ pub fn start(
 /// One framed ingest record holding a MESSAGE_CREATE.
 pub fn encode_message_create(target: &DemoTarget, id: u64, n: u64, out: &mut Vec<u8>) {
     let now = registry::snowflake::unix_ms_now();
-    let author = target.person.clone().unwrap_or_else(|| json!({"id": AUTHOR_ID.to_string(), "username": "demo-user", "discriminator": "0", "global_name": "Demo User", "avatar": null, "public_flags": 0, "flags": 0}));
+    let author = target.person.clone().unwrap_or_else(|| json!({"id": AUTHOR_ID.to_string(), "username": "demo-user", "discriminator": "0", "global_name": "Demo User", "avatar": null, "public_flags": 0}));
     let d = json!({
         "id": id.to_string(),
         "type": 0,

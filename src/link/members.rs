@@ -22,7 +22,7 @@ use super::*;
 use crate::api::body::{codes, ApiError};
 use crate::api::route::ApiRoute;
 use crate::delivery::entitlement::{bot_standing, outranks, top_position};
-use crate::protocol::guild::{member, member_object, person};
+use crate::protocol::guild::{bot_user_public, member, member_object, person};
 use proto::permissions as perm;
 use proto::ChannelId;
 use registry::model::{Member, ServerSnapshot};
@@ -310,7 +310,12 @@ impl Sidecar {
         user: u64,
     ) -> Result<Option<serde_json::Value>, ApiError> {
         Ok(self.bot_installation(server, user)?.map(|(app, inst)| {
-            member_object(bot_user(&app), None, &inst.role_ids, inst.installed_at_ms)
+            member_object(
+                bot_user_public(&app),
+                None,
+                &inst.role_ids,
+                inst.installed_at_ms,
+            )
         }))
     }
 

@@ -9,7 +9,7 @@ use crate::api::permit::Target;
 use crate::api::route::ApiRoute;
 use crate::api::view::AppView;
 use crate::protocol::bot_user::BotUser;
-use crate::protocol::guild::{channel, guild_rest, role};
+use crate::protocol::guild::{bot_user_public, channel, guild_rest, role};
 use crate::protocol::rest::GuildsPage;
 
 /// An application's view holds at most this many servers (the rest are
@@ -93,14 +93,14 @@ impl Sidecar {
                     "icon": null,
                     "bot_public": false,
                     "bot_require_code_grant": false,
-                    "owner": {"id": "0", "username": "gatewayd", "discriminator": "0", "global_name": null, "avatar": null, "flags": 0, "public_flags": 0},
+                    "owner": {"id": "0", "username": "gatewayd", "discriminator": "0", "global_name": null, "avatar": null, "public_flags": 0},
                     "verify_key": verify_key,
                     "flags": app.flags,
                     "team": null,
                     "summary": "",
                     "rpc_origins": [],
                     "tags": [],
-                    "bot": bot_user(&app),
+                    "bot": bot_user_public(&app),
                 })
             }
         };

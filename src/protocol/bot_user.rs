@@ -1,6 +1,8 @@
 //! The acting bot's user object: the author of every message a bot posts,
-//! the reactor of its reactions, the typer of its TYPING_START, READY's
-//! `user`, `GET /users/@me`.
+//! the reactor of its reactions, the typer of its TYPING_START (all three
+//! the partial user, `public_*`: what others see of it, with no private
+//! field), `GET /users/@me` (the whole object, `own_json`: what the bot
+//! sees of itself, as READY's `user`).
 //!
 //! It has ONE source: the registry's record of the application's bot user
 //! (`BotUser::of`). A request never carries its own copy to be trusted, and
@@ -51,8 +53,11 @@ pub struct BotUser(Arc<Inner>);
 #[derive(Debug)]
 struct Inner {
     id: u64,
-    value: Value,
-    json: Box<str>,
+    /// The whole object, private fields included.
+    own_json: Box<str>,
+    /// The partial user (`guild::public_user`).
+    public: Value,
+    public_json: Box<str>,
 }
 
 impl BotUser {
@@ -75,22 +80,36 @@ impl BotUser {
 
     fn checked(value: Value) -> Result<BotUser, Invalid> {
         let id = check_user(&value)?;
-        let json = value.to_string().into_boxed_str();
-        Ok(BotUser(Arc::new(Inner { id, value, json })))
+        let own_json = value.to_string().into_boxed_str();
+        let public = crate::protocol::guild::public_user(&value);
+        let public_json = public.to_string().into_boxed_str();
+        Ok(BotUser(Arc::new(Inner {
+            id,
+            own_json,
+            public,
+            public_json,
+        })))
     }
 
     pub fn id(&self) -> u64 {
         self.0.id
     }
 
-    /// The user object.
-    pub fn value(&self) -> &Value {
-        &self.0.value
+    /// The partial user: what others see of the bot (an `author`, a
+    /// `member.user`, a reactor).
+    pub fn public_value(&self) -> &Value {
+        &self.0.public
     }
 
-    /// The user object as JSON text.
-    pub fn json(&self) -> &str {
-        &self.0.json
+    /// The partial user as JSON text.
+    pub fn public_json(&self) -> &str {
+        &self.0.public_json
+    }
+
+    /// The whole object, private fields included: only for the bot itself
+    /// (`GET /users/@me`), and the copy the node keeps to read back.
+    pub fn own_json(&self) -> &str {
+        &self.0.own_json
     }
 }
 
@@ -135,11 +154,35 @@ mod tests {
         let b = BotUser::of(&app());
         assert_eq!(b.id(), 1_180_000_000_000_000_101);
         for k in REQUIRED {
-            assert!(b.value().get(k).is_some(), "{k}");
+            assert!(b.public_value().get(k).is_some(), "{k}");
         }
-        assert_eq!(b.value()["bot"], true);
-        let again = BotUser::parse(b.json()).unwrap();
-        assert_eq!(again.value(), b.value());
+        assert_eq!(b.public_value()["bot"], true);
+        let again = BotUser::parse(b.own_json()).unwrap();
+        assert_eq!(again.own_json(), b.own_json());
+        assert_eq!(again.public_value(), b.public_value());
+    }
+
+    #[test]
+    fn others_see_the_partial_user_the_bot_sees_itself_whole() {
+        let b = BotUser::of(&app());
+        let own: Value = serde_json::from_str(b.own_json()).unwrap();
+        for k in crate::protocol::guild::PRIVATE_USER_FIELDS {
+            assert!(b.public_value().get(k).is_none(), "{k} in a partial user");
+            let text: Value = serde_json::from_str(b.public_json()).unwrap();
+            assert!(text.get(k).is_none(), "{k} in a partial user's text");
+        }
+        // READY's user (PROTOCOL.md) keeps the private ones.
+        for k in [
+            "id",
+            "username",
+            "discriminator",
+            "avatar",
+            "bot",
+            "mfa_enabled",
+            "flags",
+        ] {
+            assert!(own.get(k).is_some(), "{k} missing from the bot's own user");
+        }
     }
 
     #[test]

@@ -7,9 +7,40 @@ use serde_json::{json, Value};
 
 use crate::protocol::payload::iso8601;
 
-/// The bot's user object (READY's `user`, `GET /users/@me`).
+/// The bot's own user object, private fields included (READY's `user`,
+/// `GET /users/@me`: what a bot sees of itself).
 pub fn bot_user(app: &Application) -> Value {
     bot_user_object(app.bot_user_id, &app.bot_username)
+}
+
+/// The fields of a user object only its owner sees (Discord sends them in
+/// READY's `user` and `GET /users/@me`, never in a partial user: an
+/// `author`, a `member.user`, `mentions[]`, a reactor, `application.bot`).
+pub const PRIVATE_USER_FIELDS: [&str; 6] = [
+    "email",
+    "verified",
+    "mfa_enabled",
+    "locale",
+    "premium_type",
+    "flags",
+];
+
+/// The partial (public) user of a user object: the same without
+/// `PRIVATE_USER_FIELDS`.
+pub fn public_user(user: &Value) -> Value {
+    let mut v = user.clone();
+    if let Some(o) = v.as_object_mut() {
+        for k in PRIVATE_USER_FIELDS {
+            o.remove(k);
+        }
+    }
+    v
+}
+
+/// The bot's user as others see it (its messages' `author`, its
+/// `member.user`).
+pub fn bot_user_public(app: &Application) -> Value {
+    public_user(&bot_user(app))
 }
 
 /// A bot user object of the registry's shape (`bot_user::BotUser` holds
@@ -84,7 +115,7 @@ pub fn guild_create(
         "roles": roles,
         "channels": channels,
         "threads": [],
-        "members": [member_object(bot_user(app), None, &inst.role_ids, inst.installed_at_ms)],
+        "members": [member_object(bot_user_public(app), None, &inst.role_ids, inst.installed_at_ms)],
         "member_count": 2,
         "presences": [],
         "voice_states": [],
@@ -108,7 +139,6 @@ pub fn person(u: &registry::model::User) -> Value {
         "global_name": u.global_name,
         "avatar": null,
         "bot": false,
-        "flags": 0,
         "public_flags": 0,
     })
 }

@@ -127,11 +127,13 @@ pub fn ready_d(r: &Ready<'_>, guilds: impl Iterator<Item = proto::ServerId>) -> 
 }
 
 /// GUILD_MEMBERS_CHUNK's `d` for a Request Guild Members (op 8): the one
-/// member a bot can see of a server here, itself.
+/// member a bot can see of a server here, itself (`user_json` is its own
+/// whole user object; a member's `user` is the partial one).
 pub fn members_chunk_d(guild_id: proto::ServerId, user_json: &str, nonce: Option<&str>) -> Vec<u8> {
+    let own = serde_json::from_str::<serde_json::Value>(user_json).unwrap_or_default();
     let d = serde_json::json!({
         "guild_id": guild_id.to_string(),
-        "members": [{"user": serde_json::from_str::<serde_json::Value>(user_json).unwrap_or_default(),
+        "members": [{"user": crate::protocol::guild::public_user(&own),
                      "roles": [], "joined_at": iso8601(0), "deaf": false, "mute": false, "flags": 0, "pending": false}],
         "chunk_index": 0,
         "chunk_count": 1,

@@ -379,7 +379,7 @@ impl Worker {
         let action = match next {
             Next::Chat(a) => a,
             // The bot's own user object: the view holds it (`BotUser`).
-            Next::Me => return self.rest_answer(key, 200, bot.json().as_bytes(), &hv),
+            Next::Me => return self.rest_answer(key, 200, bot.own_json().as_bytes(), &hv),
             Next::Connect(route) => {
                 let req = SidecarRequest::Rest {
                     worker: self.id,

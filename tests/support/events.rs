@@ -89,7 +89,7 @@ pub fn message_d(id: u64, server: u64, channel: u64, content: &str, mentions: &[
         "channel_id": channel.to_string(),
         "guild_id": server.to_string(),
         "author": {"id": AUTHOR_ID.to_string(), "username": "test-user", "discriminator": "0",
-                   "global_name": "Test User", "avatar": null, "public_flags": 0, "flags": 0},
+                   "global_name": "Test User", "avatar": null, "public_flags": 0},
         "member": {"roles": [], "joined_at": ts, "deaf": false, "mute": false, "flags": 0,
                    "pending": false, "premium_since": null, "nick": null, "avatar": null,
                    "communication_disabled_until": null},
@@ -100,7 +100,7 @@ pub fn message_d(id: u64, server: u64, channel: u64, content: &str, mentions: &[
         "mention_everyone": false,
         "mentions": mentions.iter().map(|m| json!({
             "id": m.to_string(), "username": format!("bot-{m}"), "discriminator": "0",
-            "global_name": null, "avatar": null, "bot": true, "public_flags": 0, "flags": 0
+            "global_name": null, "avatar": null, "bot": true, "public_flags": 0
         })).collect::<Vec<_>>(),
         "mention_roles": [],
         "attachments": [{"id": (id + 1).to_string(), "filename": "notes.txt", "size": 12,

@@ -15,6 +15,39 @@ use serde_json::Value;
 /// A user object: REST.md's four, and `global_name` (serenity and
 /// discord.js read it; null is fine).
 pub const USER: &[&str] = &["id", "username", "discriminator", "global_name", "avatar"];
+/// What only a user's owner sees of it: in READY's `user` and
+/// `GET /users/@me`, never in a partial user (an `author`, `mentions[]`, a
+/// `member.user`, a reactor, `application.bot`), as on Discord.
+pub const PRIVATE_USER: &[&str] = &[
+    "email",
+    "verified",
+    "mfa_enabled",
+    "locale",
+    "premium_type",
+    "flags",
+];
+/// READY's `user`, the bot's own (PROTOCOL.md "READY"), and `/users/@me`.
+pub const OWN_USER: &[&str] = &[
+    "id",
+    "username",
+    "discriminator",
+    "avatar",
+    "bot",
+    "mfa_enabled",
+    "flags",
+];
+/// READY's `d` (PROTOCOL.md).
+pub const READY: &[&str] = &[
+    "v",
+    "user",
+    "guilds",
+    "session_id",
+    "resume_gateway_url",
+    "shard",
+    "application",
+];
+/// GUILD_CREATE's `d`: what twilight-model and discord.py need of a server.
+pub const GUILD_CREATE: &[&str] = &["id", "name", "channels", "roles", "members"];
 /// A message object, as REST answers it.
 pub const MESSAGE: &[&str] = &[
     "id",
@@ -139,13 +172,62 @@ pub fn snowflake(v: &Value, at: &str) -> Vec<String> {
     }
 }
 
+/// A partial user: `USER`, and none of `PRIVATE_USER`.
 pub fn user(v: &Value, at: &str) -> Vec<String> {
-    let mut e = lacks(v, at, USER);
+    let mut e = user_fields(v, at, USER);
+    if let Some(o) = v.as_object() {
+        e.extend(
+            PRIVATE_USER
+                .iter()
+                .filter(|f| o.contains_key(**f))
+                .map(|f| format!("{at}.{f} is private: a partial user never carries it")),
+        );
+    }
+    e
+}
+
+/// The bot's own user (READY's, `/users/@me`): `USER` and `OWN_USER`.
+pub fn own_user(v: &Value, at: &str) -> Vec<String> {
+    let mut e = user_fields(v, at, USER);
+    e.extend(lacks(v, at, OWN_USER));
+    e
+}
+
+fn user_fields(v: &Value, at: &str, fields: &[&str]) -> Vec<String> {
+    let mut e = lacks(v, at, fields);
     if e.is_empty() {
         e.extend(snowflake(&v["id"], &format!("{at}.id")));
         if v["username"].as_str().is_none_or(str::is_empty) {
             e.push(format!("{at}.username empty: {v}"));
         }
+    }
+    e
+}
+
+/// READY's `d`: PROTOCOL.md's fields, the bot's own whole user, every
+/// server `{id, unavailable: true}`.
+pub fn ready(d: &Value, at: &str) -> Vec<String> {
+    let mut e = lacks(d, at, READY);
+    e.extend(own_user(&d["user"], &format!("{at}.user")));
+    e.extend(lacks(
+        &d["application"],
+        &format!("{at}.application"),
+        &["id", "flags"],
+    ));
+    for (i, g) in d["guilds"].as_array().into_iter().flatten().enumerate() {
+        if g["unavailable"] != true {
+            e.push(format!("{at}.guilds[{i}] is not unavailable: {g}"));
+        }
+        e.extend(snowflake(&g["id"], &format!("{at}.guilds[{i}].id")));
+    }
+    e
+}
+
+/// GUILD_CREATE's `d`: its fields, and each member's `user` a partial one.
+pub fn guild_create(d: &Value, at: &str) -> Vec<String> {
+    let mut e = lacks(d, at, GUILD_CREATE);
+    for (i, m) in d["members"].as_array().into_iter().flatten().enumerate() {
+        e.extend(user(&m["user"], &format!("{at}.members[{i}].user")));
     }
     e
 }
@@ -194,11 +276,24 @@ pub fn interaction(v: &Value, at: &str) -> Vec<String> {
 }
 
 /// Any dispatch `d` of type `t` the node sends a bot; `None` for types
-/// without a list here (READY, GUILD_CREATE: tests/twilight.rs and
-/// tests/discord_py.rs check those with the libraries themselves).
+/// without a list here (tests/twilight.rs and tests/discord_py.rs check
+/// the rest with the libraries themselves).
 pub fn dispatch(t: &str, d: &Value) -> Option<Vec<String>> {
     let at = t;
     Some(match t {
+        "READY" => ready(d, at),
+        "GUILD_CREATE" => guild_create(d, at),
+        "GUILD_MEMBERS_CHUNK" => {
+            let mut e = lacks(
+                d,
+                at,
+                &["guild_id", "members", "chunk_index", "chunk_count"],
+            );
+            for (i, m) in d["members"].as_array().into_iter().flatten().enumerate() {
+                e.extend(member(m, &format!("{at}.members[{i}]")));
+            }
+            e
+        }
         "MESSAGE_CREATE" | "MESSAGE_UPDATE" => message(d, at, true),
         "MESSAGE_DELETE" => lacks(d, at, MESSAGE_DELETE),
         "MESSAGE_DELETE_BULK" => lacks(d, at, MESSAGE_DELETE_BULK),

@@ -429,7 +429,7 @@ pub fn envelope(req: &ChatRequest) -> Value {
     e.insert("bot_user_id".into(), bot_id.to_string().into());
     e.insert(
         "bot_user".into(),
-        bot.map_or(Value::Null, |b| b.value().clone()),
+        bot.map_or(Value::Null, |b| b.public_value().clone()),
     );
     e.insert("guild_id".into(), req.target.server.0.to_string().into());
     e.insert("channel_id".into(), channel.to_string().into());
@@ -518,7 +518,7 @@ mod tests {
             e,
             json!({"version": 1, "route": "POST /channels/{id}/messages", "method": "POST",
                    "application_id": "11", "bot_user_id": "22",
-                   "bot_user": BotUser::new(22, "b").value(),
+                   "bot_user": BotUser::new(22, "b").public_value(),
                    "guild_id": "33", "channel_id": "44", "permissions": "3072",
                    "body": {"content": "hi", "nonce": "n", "flags": 0,
                             "message_reference": {"message_id": "55", "fail_if_not_exists": true}}})

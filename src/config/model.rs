@@ -217,8 +217,9 @@ pub struct Limits {
     /// Connections (node-wide) that may use transport compression
     /// (`compress=zlib-stream` / `zstd-stream`) at once; each holds its own
     /// compression stream (about 150 KiB zlib, 80 KiB zstd: see
-    /// docs/measurements.md). Beyond the cap a connection is served
-    /// uncompressed text frames. 0: none.
+    /// docs/measurements.md). Beyond the cap an upgrade that asks for
+    /// compression is refused with 503 (Retry-After: 5); the libraries
+    /// retry with their backoff. 0: every such upgrade is refused.
     pub max_compressed_sessions: usize,
 }
 

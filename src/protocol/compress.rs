@@ -12,8 +12,9 @@
 //! Memory is bounded twice: each stream is configured small (see `ZLIB_*`
 //! and `ZSTD_*`; docs/measurements.md has the bytes per session), and a
 //! node-wide `Budget` (`limits.max_compressed_sessions`) caps how many
-//! connections compress at once. Beyond it a connection is served plain text
-//! frames, which every client library accepts.
+//! connections compress at once. Beyond it the upgrade is refused with 503
+//! (`worker/upgrade.rs`): never plain text where a stream was asked for,
+//! which hikari and Eris cannot read.
 //!
 //! All state is allocated when the connection upgrades (`Compressor::new`
 //! allocates the zlib window; the first message, Hello, sizes zstd's

@@ -116,7 +116,7 @@ pub struct WorkerMetrics {
     pub ticks: AtomicU64,
     /// Connections of this worker served with transport compression (set each tick).
     pub compressed_sessions: AtomicU64,
-    /// Connections that asked for compression but were served plain text
+    /// Upgrades that asked for compression and were refused with 503
     /// because limits.max_compressed_sessions was reached.
     pub compression_refused: AtomicU64,
     /// Message bytes given to compression streams, and what came out.

@@ -1,6 +1,7 @@
 //! An HTTP request on a fresh connection that is not REST (REST requests,
 //! `/api/...`, go to `rest_edge.rs`): the WebSocket upgrade (query checks,
-//! compression, Hello), or a 426/400.
+//! compression, Hello), or a 426/400, or 503 when compression was asked
+//! for and the node's cap on compressed sessions is reached.
 
 use super::*;
 
@@ -30,24 +31,40 @@ impl Worker {
             self.close_after_flush(key);
             return;
         }
-        // Transport compression, if asked for and the node-wide cap allows;
-        // beyond it the connection gets plain text frames.
+        // Transport compression, if asked for: served, or (at the node-wide
+        // cap) the upgrade refused with 503 before any WebSocket exists.
+        // Never plain text instead: hikari fails on a text frame where it
+        // asked for zlib-stream, and Eris hangs (issue 40). Every library
+        // checked retries a refused upgrade with its reconnect backoff
+        // (docs/libraries.md, "Compression at the cap").
         let compressor = match compress::Kind::from_query(http::query_param(
             &head.query,
             "compress",
         )) {
             None => None,
-            Some(kind) => match self.shared.compress_budget.try_take() {
-                Some(permit) => match Compressor::new(kind, Some(permit)) {
-                    Ok(c) => Some(Box::new(c)),
-                    Err(e) => {
-                        tracing::warn!(error = %e, "compression stream not created: serving plain text");
-                        None
+            Some(kind) => match self
+                .shared
+                .compress_budget
+                .try_take()
+                .map(|permit| Compressor::new(kind, Some(permit)))
+            {
+                Some(Ok(c)) => Some(Box::new(c)),
+                refused => {
+                    if let Some(Err(e)) = refused {
+                        tracing::warn!(error = %e, "compression stream not created: upgrade refused");
                     }
-                },
-                None => {
                     WorkerMetrics::inc(&self.shared.metrics[worker].compression_refused);
-                    None
+                    let conn = self.conn(key).expect("live");
+                    http::write_response(
+                        503,
+                        rest::JSON,
+                        rest::COMPRESSION_CAP,
+                        false,
+                        &[("Retry-After", rest::COMPRESSION_RETRY_AFTER_S)],
+                        &mut conn.out,
+                    );
+                    self.close_after_flush(key);
+                    return;
                 }
             },
         };

@@ -25,16 +25,19 @@ use serde_json::{json, Value};
 
 #[derive(Args)]
 pub struct InteractArgs {
-    /// The node's ingest listener (`events.ingest_addr`).
-    #[arg(long, default_value = "127.0.0.1:8081")]
-    ingest: SocketAddr,
-    /// The node's admin address (`admin_addr`).
-    #[arg(long, default_value = "127.0.0.1:9090")]
-    admin: SocketAddr,
+    /// The node's ingest listener (`events.ingest_addr`); default: the
+    /// `ingest=` line of `<data-dir>/gatewayd.addrs`, else 127.0.0.1:8081.
+    #[arg(long)]
+    ingest: Option<SocketAddr>,
+    /// The node's admin address (`admin_addr`); default: the `admin=` line
+    /// of `<data-dir>/gatewayd.addrs`, else 127.0.0.1:9090.
+    #[arg(long)]
+    admin: Option<SocketAddr>,
     /// The admin token, if the node has one.
     #[arg(long, env = "GATEWAYD_ADMIN_TOKEN")]
     admin_token: Option<String>,
-    /// Data directory of the node's registry (to find a person to act as).
+    /// Data directory of the node: its registry (to find a person to act
+    /// as) and the addresses it wrote (`gatewayd.addrs`).
     #[arg(long, default_value = "./gatewayd-data")]
     data_dir: PathBuf,
     /// The application (its bot) the interaction is for.
@@ -72,7 +75,42 @@ pub struct InteractArgs {
     wait_ms: u64,
 }
 
+/// Where the node listens: what was given, else what the node wrote to
+/// `<data_dir>/gatewayd.addrs`, else the defaults.
+struct Node {
+    ingest: SocketAddr,
+    admin: SocketAddr,
+}
+
+impl Node {
+    fn of(a: &InteractArgs) -> Result<Node, String> {
+        let path = a.data_dir.join("gatewayd.addrs");
+        let written = std::fs::read_to_string(&path).unwrap_or_default();
+        let pick =
+            |given: Option<SocketAddr>, name: &str, default: &str| -> Result<SocketAddr, String> {
+                if let Some(g) = given {
+                    return Ok(g);
+                }
+                match written
+                    .lines()
+                    .find_map(|l| l.strip_prefix(name)?.strip_prefix('='))
+                {
+                    Some(v) => v
+                        .trim()
+                        .parse()
+                        .map_err(|e| format!("{}: {name}={v}: {e}", path.display())),
+                    None => Ok(default.parse().expect("a default address")),
+                }
+            };
+        Ok(Node {
+            ingest: pick(a.ingest, "ingest", "127.0.0.1:8081")?,
+            admin: pick(a.admin, "admin", "127.0.0.1:9090")?,
+        })
+    }
+}
+
 pub fn run(a: InteractArgs) -> Result<i32, String> {
+    let node = Node::of(&a)?;
     let user = match a.user {
         Some(u) => {
             json!({"id": u.to_string(), "username": "person", "discriminator": "0", "avatar": null, "global_name": null})
@@ -139,14 +177,14 @@ pub fn run(a: InteractArgs) -> Result<i32, String> {
         &d,
         &mut frame,
     );
-    let mut s = TcpStream::connect_timeout(&a.ingest, Duration::from_secs(2))
-        .map_err(|e| format!("ingest listener {}: {e}", a.ingest))?;
+    let mut s = TcpStream::connect_timeout(&node.ingest, Duration::from_secs(2))
+        .map_err(|e| format!("ingest listener {}: {e}", node.ingest))?;
     s.write_all(&frame).map_err(|e| format!("ingest: {e}"))?;
     drop(s);
     println!("interaction_id={id}");
     let until = Instant::now() + Duration::from_millis(a.wait_ms);
     loop {
-        let seen = poll(&a, id)?;
+        let seen = poll(&a, node.admin, id)?;
         let state = seen["state"].as_str().unwrap_or("unknown").to_owned();
         let done = matches!(state.as_str(), "answered" | "failed")
             || (state == "deferred" && seen.get("followups").is_some());
@@ -184,9 +222,9 @@ fn print_seen(seen: &Value) {
     println!("seen={seen}");
 }
 
-fn poll(a: &InteractArgs, id: u64) -> Result<Value, String> {
-    let mut s = TcpStream::connect_timeout(&a.admin, Duration::from_secs(2))
-        .map_err(|e| format!("admin {}: {e}", a.admin))?;
+fn poll(a: &InteractArgs, admin: SocketAddr, id: u64) -> Result<Value, String> {
+    let mut s = TcpStream::connect_timeout(&admin, Duration::from_secs(2))
+        .map_err(|e| format!("admin {admin}: {e}"))?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok();
     let auth = a
         .admin_token

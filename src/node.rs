@@ -296,7 +296,13 @@ pub fn run(mut cfg: Config) -> Result<notify::Stopped, String> {
         }
         std::thread::sleep(Duration::from_millis(5));
     }
-    announce(&cfg, admin.addr, ingest_addr, link_addr, portal.as_ref())?;
+    let listening = Listening {
+        admin: admin.addr,
+        ingest: ingest_addr,
+        link: link_addr,
+        egress: egress.addr(),
+    };
+    announce(&cfg, &listening, portal.as_ref())?;
     // Every listener bound, every worker listening, the registry answered.
     notify::notify(&notifier, "READY=1");
     if let Some(t) = notify::start_watchdog(&notifier, shared.clone(), stop.clone())? {
@@ -346,15 +352,28 @@ fn stopped_by() -> notify::Stopped {
     }
 }
 
+/// The addresses the node's listeners are bound to (the ports the kernel
+/// chose where the config said 0), and its egress's.
+struct Listening<'a> {
+    admin: std::net::SocketAddr,
+    ingest: std::net::SocketAddr,
+    link: Option<std::net::SocketAddr>,
+    egress: &'a crate::egress::client::Addr,
+}
+
 /// Say where the node listens: on stdout for a person, and in
 /// `gatewayd.addrs` (and `gatewayd.portal-addr`) for tests and scripts.
 fn announce(
     cfg: &Config,
-    admin: std::net::SocketAddr,
-    ingest: std::net::SocketAddr,
-    link: Option<std::net::SocketAddr>,
+    at: &Listening,
     portal: Option<&crate::portal::Portal>,
 ) -> Result<(), String> {
+    let Listening {
+        admin,
+        ingest,
+        link,
+        egress,
+    } = at;
     let scheme = if cfg.tls_enabled() { "https" } else { "http" };
     println!("gatewayd is up");
     println!("  gateway:  {}", cfg.gateway_url());
@@ -363,15 +382,17 @@ fn announce(
     println!("  admin:    http://{admin}/metrics");
     if let Some(p) = portal {
         println!("  portal:   http://{}/ (developer portal)", p.addr);
-        // Its own file: gatewayd.addrs keeps its three lines (tests and
-        // scripts read exactly those).
+        // Its own file (written before the portal existed; kept for the
+        // scripts that read it).
         std::fs::write(
             cfg.data_path("gatewayd.portal-addr"),
             format!("{}\n", p.addr),
         )
         .map_err(|e| format!("writing gatewayd.portal-addr: {e}"))?;
     }
-    // The addresses actually bound (ports chosen by the kernel when the config said 0).
+    // The addresses actually bound (ports chosen by the kernel when the
+    // config said 0), one `name=address` line each: readers look lines up
+    // by name.
     let mut addrs = format!(
         "gateway={}\nadmin={admin}\ningest={ingest}\n",
         cfg.gateway_addr
@@ -379,6 +400,7 @@ fn announce(
     if let Some(a) = link {
         addrs.push_str(&format!("link={a}\n"));
     }
+    addrs.push_str(&format!("egress={egress}\n"));
     // Written whole, then renamed: a reader never sees half of it.
     let tmp = cfg.data_path("gatewayd.addrs.tmp");
     std::fs::write(&tmp, addrs)

@@ -511,3 +511,51 @@ fn the_node_starts_its_egress_and_shows_the_verify_key() {
     let (_, text) = support::http::http_get(node.admin, "/metrics").unwrap();
     assert!(text.contains("gatewayd_egress_requests_total{outcome=\"timeout\"} 0"));
 }
+
+/// `--egress-addr 127.0.0.1:0` (every listener of a node under test on
+/// port 0): the node learns the port its egress child chose, talks to it
+/// there and writes it to gatewayd.addrs (the node used to poll port 0 and
+/// exit after 10 s, issue 40). The same for a bare `gatewayd egress`.
+#[test]
+fn an_egress_on_tcp_port_0_is_found_where_it_listens() {
+    let node = support::node::Node::start(&["--egress-addr", "127.0.0.1:0"]);
+    let addrs = std::fs::read_to_string(node.dir.path().join("gatewayd.addrs")).unwrap();
+    let egress: SocketAddr = addrs
+        .lines()
+        .find_map(|l| l.strip_prefix("egress="))
+        .unwrap_or_else(|| panic!("no egress= line in gatewayd.addrs:\n{addrs}"))
+        .parse()
+        .unwrap();
+    assert!(egress.ip().is_loopback() && egress.port() != 0, "{egress}");
+    // The egress answers there: a call refused by its guard is an answer
+    // from it, not a connection failure.
+    let client = EgressClient::new(Addr::Tcp(egress.to_string()), Defaults::default());
+    let (reason, why) = refused(client.request("GET", "http://10.0.0.1/", &[], b"", soon()));
+    assert_eq!(reason, Reason::RefusedAddress, "{why}");
+    // The node is whole: its REST edge answers as ever.
+    let r = support::http::json_request(
+        node.gateway,
+        "GET",
+        "/api/v10/applications/@me",
+        Some(&format!("Bot {}", node.token)),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+
+    // A child of the tests' own on TCP port 0.
+    let child = EgressChild::spawn(
+        &PathBuf::from(env!("CARGO_BIN_EXE_gatewayd")),
+        &Addr::Tcp("127.0.0.1:0".into()),
+        &[],
+        64,
+    )
+    .unwrap();
+    let Addr::Tcp(bound) = &child.addr else {
+        panic!("a TCP egress listens on TCP: {:?}", child.addr)
+    };
+    let bound: SocketAddr = bound.parse().unwrap();
+    assert_ne!(bound.port(), 0);
+    let client = EgressClient::new(child.addr.clone(), Defaults::default());
+    let (reason, _) = refused(client.request("GET", "http://10.0.0.1/", &[], b"", soon()));
+    assert_eq!(reason, Reason::RefusedAddress);
+}

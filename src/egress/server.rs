@@ -84,6 +84,7 @@ pub fn run(args: EgressArgs) -> Result<(), String> {
             let l = UnixListener::bind(path)
                 .map_err(|e| format!("egress: listening on {}: {e}", path.display()))?;
             tracing::info!(addr = %path.display(), "egress listening");
+            announce(&path.display().to_string());
             for s in l.incoming().flatten() {
                 let _ = s.set_write_timeout(Some(WRITE_TIMEOUT));
                 let Ok(r) = s.try_clone() else { continue };
@@ -92,7 +93,9 @@ pub fn run(args: EgressArgs) -> Result<(), String> {
         }
         Addr::Tcp(a) => {
             let l = TcpListener::bind(a).map_err(|e| format!("egress: listening on {a}: {e}"))?;
-            tracing::info!(addr = %l.local_addr().map_err(|e| e.to_string())?, "egress listening");
+            let bound = l.local_addr().map_err(|e| e.to_string())?;
+            tracing::info!(addr = %bound, "egress listening");
+            announce(&bound.to_string());
             for s in l.incoming().flatten() {
                 let _ = s.set_nodelay(true);
                 let _ = s.set_write_timeout(Some(WRITE_TIMEOUT));
@@ -102,6 +105,14 @@ pub fn run(args: EgressArgs) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// Its one stdout line (`wire::LISTENING`): the address it listens on.
+fn announce(addr: &str) {
+    use std::io::Write as _;
+    let mut out = std::io::stdout().lock();
+    // A closed stdout (nobody reads it) is not the egress's failure.
+    let _ = writeln!(out, "{}{addr}", super::wire::LISTENING).and_then(|_| out.flush());
 }
 
 /// Starts the reader thread of one connection (or refuses it when full).

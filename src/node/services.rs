@@ -420,6 +420,8 @@ pub(super) fn start_egress(
         std::path::PathBuf::from(&e.program)
     };
     let child = EgressChild::spawn(&exe, &addr, &e.allow_private_cidrs, e.max_in_flight)?;
+    // Where it really listens (`host:0` resolved).
+    let addr = child.addr.clone();
     tracing::info!(%addr, pid = child.id(), "egress started");
     Ok((
         Arc::new(crate::egress::EgressClient::new(addr, defaults)),

@@ -26,15 +26,16 @@ impl Click {
     }
 }
 
-/// `gatewayd interact --app .. --server .. --channel .. WHAT` against `node`
-/// (the person: the server's first member in the registry).
+/// `gatewayd interact --data-dir .. --app .. --server .. --channel .. WHAT`
+/// against `node` (the person: the server's first member in the registry).
+/// No `--ingest` or `--admin`: the CLI reads the node's addresses from the
+/// data directory's `gatewayd.addrs`, as a user's would (every listener of
+/// a node under test is on port 0).
 pub fn click(node: &Node, at: Place, what: &[&str]) -> Click {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_gatewayd"));
     cmd.arg("interact")
         .arg("--data-dir")
         .arg(node.dir.path())
-        .args(["--ingest", &node.ingest.to_string()])
-        .args(["--admin", &node.admin.to_string()])
         .args(["--app", &at.app.to_string()])
         .args(["--server", &at.server.to_string()])
         .args(["--channel", &at.channel.to_string()])

@@ -410,6 +410,65 @@ fn bad_input_gets_the_documented_error() {
         50035,
         "11 embeds",
     );
+    // Each embed part's own limit (Discord's), by its path; and at each
+    // limit the message is taken.
+    let x = |n: usize| "x".repeat(n);
+    let field = |n: usize, v: usize| json!({"name": x(n), "value": x(v)});
+    for (embed, path, what) in [
+        (
+            json!({"title": x(257)}),
+            vec!["title"],
+            "a 257-character title",
+        ),
+        (
+            json!({"description": x(4097)}),
+            vec!["description"],
+            "a 4,097-character description",
+        ),
+        (
+            json!({"fields": vec![field(1, 1); 26]}),
+            vec!["fields"],
+            "26 fields",
+        ),
+        (
+            json!({"fields": [field(257, 1)]}),
+            vec!["fields", "0", "name"],
+            "a 257-character field name",
+        ),
+        (
+            json!({"fields": [field(1, 1025)]}),
+            vec!["fields", "0", "value"],
+            "a 1,025-character field value",
+        ),
+        (
+            json!({"footer": {"text": x(2049)}}),
+            vec!["footer", "text"],
+            "a 2,049-character footer",
+        ),
+        (
+            json!({"author": {"name": x(257)}}),
+            vec!["author", "name"],
+            "a 257-character author name",
+        ),
+    ] {
+        let r = f.call("POST", &msgs, Some(json!({"embeds": [embed]})));
+        assert_error(&r, 400, 50035, what);
+        let mut at = &r.json()["errors"]["embeds"]["0"];
+        for p in &path {
+            at = &at[*p];
+        }
+        assert_eq!(
+            at["_errors"][0]["code"],
+            "BASE_TYPE_MAX_LENGTH",
+            "{what}: the error names embeds.0.{}: {}",
+            path.join("."),
+            r.body
+        );
+    }
+    let whole = json!({"title": x(256), "description": x(1000), "fields": vec![field(10, 10); 25],
+                       "footer": {"text": x(1000)}, "author": {"name": x(256)}});
+    let r = f.call("POST", &msgs, Some(json!({"embeds": [whole]})));
+    assert_eq!(r.status, 200, "an embed at its limits is taken: {}", r.body);
     let bad_json = post_raw("application/json", b"{nope");
     assert_error(&bad_json, 400, 50035, "malformed JSON");
     let text = post_raw("text/plain", b"hi");

@@ -253,7 +253,13 @@ pub fn message(m: &Map<String, Value>, create: bool) -> Result<MessageDraft, Api
                     "Only dictionaries may be used in a ModelType",
                 ));
             };
-            total += embed_chars(o);
+            total += super::embed::check(o).map_err(|e| {
+                ApiError::form(
+                    &format!("embeds.{i}.{}", e.path),
+                    "BASE_TYPE_MAX_LENGTH",
+                    &format!("Must be {} or fewer in length.", e.max),
+                )
+            })?;
         }
         if total > MAX_EMBED_CHARS {
             return Err(ApiError::form(
@@ -374,20 +380,6 @@ pub fn message(m: &Map<String, Value>, create: bool) -> Result<MessageDraft, Api
     Ok(d)
 }
 
-/// Characters an embed counts toward the 6,000 limit.
-fn embed_chars(o: &Map<String, Value>) -> usize {
-    let s = |v: Option<&Value>| v.and_then(Value::as_str).map_or(0, |s| s.chars().count());
-    let mut n = s(o.get("title")) + s(o.get("description"));
-    n += s(o.get("footer").and_then(|f| f.get("text")));
-    n += s(o.get("author").and_then(|a| a.get("name")));
-    if let Some(Value::Array(fields)) = o.get("fields") {
-        for f in fields {
-            n += s(f.get("name")) + s(f.get("value"));
-        }
-    }
-    n
-}
-
 /// A snowflake as JSON: a decimal string (or a number, which some clients send).
 pub fn snowflake(v: &Value) -> Option<u64> {
     match v {
@@ -502,7 +494,9 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.body["errors"]["embeds"].is_object());
-        let big = json!({"description": "d".repeat(4000), "fields": [{"name": "n", "value": "v".repeat(2000)}]});
+        // Each part within its own limit, 6,144 characters in all.
+        let field = json!({"name": "n", "value": "v".repeat(1024)});
+        let big = json!({"description": "d".repeat(4096), "fields": [field, field]});
         let e = message(&obj(json!({"embeds": [big]})), true).unwrap_err();
         assert_eq!(
             e.body["errors"]["embeds"]["_errors"][0]["code"],

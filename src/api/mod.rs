@@ -10,6 +10,7 @@
 //!   permit.rs  where it is PERMITTED: entitlement::channel_allows, the event filter's check
 //!   shared.rs  the windows' counts shared between nodes (Redis: link::counters)
 //!   body.rs    JSON / multipart bodies, validated; error bodies (50035 trees)
+//!   embed.rs   one embed's limits (each part's, and its share of the 6,000)
 //!   action.rs  route + query + body -> what the request asks (ChatAction, Next)
 //!   ids.rs     which snowflake generator each chat service commits with
 //!   commands.rs application command bodies (validated, normalised) and answers
@@ -24,6 +25,7 @@ pub mod addr;
 pub mod body;
 pub mod buckets;
 pub mod commands;
+pub mod embed;
 pub mod headers;
 pub mod ids;
 pub mod limit;

@@ -1269,3 +1269,34 @@ fn parse_refusals_and_refused_resumes_are_attributed_to_their_application() {
         0.0
     );
 }
+
+/// The endpoint check never says what a name resolved to: "localhost"
+/// (and any name an egress's resolver knows) is refused as a private
+/// address without its address, so the portal is no oracle for the names
+/// of the egress's network (issue 41: it answered "localhost is
+/// 127.0.0.1").
+#[test]
+fn the_endpoint_check_refuses_a_private_name_without_its_address() {
+    let node = Node::start(&["--no-demo-traffic"]);
+    let addr = portal::addr(&node);
+    let app = Registry::new(node.dir.path()).add_app("names-bot", 0);
+    let me = sign_in(addr, &app.token).unwrap();
+    for url in [
+        "http://localhost:9/interactions",
+        "http://vm/interactions",
+        "http://10.1.2.3/interactions",
+    ] {
+        for path in ["/api/verify-endpoint", "/api/endpoint"] {
+            let v = me.post(path, &format!("url={}", enc(url))).json();
+            assert_eq!(v["ok"], false, "{url} {path}: {v}");
+            let why = v["result"].as_str().unwrap();
+            assert!(
+                why.contains("refused: private address"),
+                "{url} {path}: {v}"
+            );
+            for leak in ["127.0.0.1", "10.1.2.3 is", "(in ", "/8"] {
+                assert!(!why.contains(leak), "{url} {path}: {leak:?} in {v}");
+            }
+        }
+    }
+}

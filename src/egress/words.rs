@@ -1,6 +1,10 @@
 //! An egress failure in words for a bot's author (the portal's endpoint
 //! check, `gatewayd registry set-endpoint`): which failure, and its detail
-//! without what only a programmer reads (reason codes, OS error numbers).
+//! without what only a programmer reads (reason codes, OS error numbers)
+//! and without any address a name resolved to: the egress's resolver is
+//! not an oracle for strangers ("localhost is 127.0.0.1" told a developer
+//! what any host name resolves to from inside, issue 41). The operator
+//! still reads the whole detail in the egress's log.
 
 use super::client::EgressError;
 use super::reason::Reason;
@@ -11,8 +15,10 @@ impl EgressError {
     pub fn in_words(&self) -> String {
         let what = match self.reason {
             Reason::BadUrl => "the URL is not one the platform calls",
+            // No detail at all: it names the address the host resolved to.
             Reason::RefusedAddress => {
-                "its address is private, loopback or reserved: the platform calls only public addresses"
+                return "refused: private address (the platform calls only public addresses)"
+                    .to_string()
             }
             Reason::DnsFailed => "its host name did not resolve",
             Reason::Timeout => "no answer in time",
@@ -34,6 +40,10 @@ impl EgressError {
 /// number, the words of EAGAIN (a socket timeout), empty details.
 fn plain_detail(detail: &str) -> Option<String> {
     let mut d = detail.trim();
+    // "connect to 203.0.113.9:443: ...": the address is the resolver's.
+    if let Some(rest) = d.strip_prefix("connect to ") {
+        d = rest.split_once(": ").map_or("", |(_, why)| why);
+    }
     if let Some(i) = d.find(" (os error") {
         d = d[..i].trim_end();
     }
@@ -68,7 +78,28 @@ mod tests {
             "no answer in time (timed out)"
         );
         assert_eq!(e(Reason::Timeout, "os error 11"), "no answer in time");
-        assert!(e(Reason::RefusedAddress, "").starts_with("its address is private"));
+        // Never the address a name resolved to.
+        assert_eq!(
+            e(
+                Reason::RefusedAddress,
+                "localhost is 127.0.0.1 (in 127.0.0.0/8, refused)"
+            ),
+            "refused: private address (the platform calls only public addresses)"
+        );
+        assert_eq!(
+            e(
+                Reason::ConnectFailed,
+                "connect to 203.0.113.9:443: Connection refused (os error 111)"
+            ),
+            "the connection could not be made (refused)"
+        );
+        assert_eq!(
+            e(
+                Reason::Timeout,
+                "connect to [2001:db8::1]:443: deadline passed"
+            ),
+            "no answer in time (deadline passed)"
+        );
         for r in Reason::ALL {
             let w = e(r, "x (os error 1)");
             assert!(!w.contains("os error") && !w.contains(r.as_str()), "{w}");

@@ -3,9 +3,11 @@
 //! GUILD_CREATE, dispatches from the ingest stream, heartbeat ACKs, RESUMED)
 //! as one binary frame per message on one stream per connection, decoded
 //! here by independent decoders (flate2's miniz_oxide, zstd's streaming
-//! decoder); and beyond `limits.max_compressed_sessions` an upgrade that
-//! asks for compression is refused with 503 (never served plain text where
-//! it asked for a stream: hikari and Eris fail on that, issue 40).
+//! decoder); and beyond `limits.max_compressed_sessions` a connection is
+//! served the stream it asked for with nothing compressed (stored blocks),
+//! read by the same decoders: never plain text frames where it asked for a
+//! stream (hikari and Eris fail on that), never a refusal (discord.py and
+//! discord.js fail at their first connect), issue 40.
 
 mod support;
 
@@ -48,20 +50,13 @@ fn query(compress: Option<&str>) -> String {
 
 impl Client {
     fn connect(node: &Node, compress: Option<&str>) -> Client {
-        Client::try_connect(node, compress).unwrap_or_else(|e| panic!("upgrade: {e}"))
-    }
-
-    fn try_connect(node: &Node, compress: Option<&str>) -> Result<Client, Box<tungstenite::Error>> {
         let stream = TcpStream::connect(node.gateway).unwrap();
         stream
             .set_read_timeout(Some(Duration::from_secs(10)))
             .unwrap();
         let url = format!("ws://{}/{}", node.gateway, query(compress));
-        let (ws, _) = tungstenite::client(url, stream).map_err(|e| match e {
-            tungstenite::HandshakeError::Failure(e) => Box::new(e),
-            tungstenite::HandshakeError::Interrupted(_) => panic!("blocking handshake interrupted"),
-        })?;
-        Ok(Client::over(ws, compress))
+        let (ws, _) = tungstenite::client(url, stream).unwrap();
+        Client::over(ws, compress)
     }
 }
 
@@ -329,86 +324,71 @@ fn zlib_and_zstd_streams_carry_every_message_and_resume() {
 }
 
 #[test]
-fn beyond_the_cap_an_upgrade_asking_for_compression_is_refused_with_503() {
+fn beyond_the_cap_sessions_get_their_stream_with_nothing_compressed() {
     let node = Node::start(&["--no-demo-traffic", "--max-compressed-sessions", "1"]);
     let mut first = Client::connect(&node, Some("zlib-stream"));
     let (_, server, general, seq) = first.identify(&node.token);
     assert_eq!((first.binary, first.text), (3, 0));
+    assert!(
+        first.wire_bytes < first.json_bytes,
+        "the first is compressed: {} wire bytes for {} of JSON",
+        first.wire_bytes,
+        first.json_bytes
+    );
 
-    // The cap is reached: asking for either stream is refused before any
-    // WebSocket exists (a 503 with Retry-After and a JSON reason), never
-    // served plain text frames instead.
-    for kind in ["zstd-stream", "zlib-stream"] {
-        match Client::try_connect(&node, Some(kind)).map_err(|e| *e) {
-            Err(tungstenite::Error::Http(resp)) => {
-                assert_eq!(resp.status(), 503, "{kind}");
-                assert_eq!(
-                    resp.headers()
-                        .get("Retry-After")
-                        .and_then(|v| v.to_str().ok()),
-                    Some("5"),
-                    "{kind}"
-                );
-                assert_eq!(
-                    resp.headers()
-                        .get("Content-Type")
-                        .and_then(|v| v.to_str().ok()),
-                    Some("application/json")
-                );
-                let body: Value =
-                    serde_json::from_slice(resp.body().as_deref().unwrap_or(b"")).unwrap();
-                assert!(
-                    body["message"]
-                        .as_str()
-                        .unwrap()
-                        .contains("max_compressed_sessions"),
-                    "{body}"
-                );
-            }
-            Err(e) => panic!("{kind}: expected a 503, got {e}"),
-            Ok(_) => panic!("{kind}: upgraded past the cap"),
-        }
-    }
-    // A connection that asks for none is served as ever, beside the cap.
-    let mut plain = Client::connect(&node, None);
-    let (_, _, _, plain_seq) = plain.identify(&node.token);
-    assert_eq!((plain.binary, plain.text), (0, 3));
+    // The cap is reached: each kind asked for is still served as that
+    // stream (binary frames the same decoders read), its blocks stored.
+    let mut stored: Vec<Client> = ["zstd-stream", "zlib-stream"]
+        .into_iter()
+        .map(|kind| {
+            let mut c = Client::connect(&node, Some(kind));
+            c.identify(&node.token);
+            assert_eq!((c.binary, c.text), (3, 0), "{kind}: its stream, never text");
+            assert!(
+                c.wire_bytes > c.json_bytes,
+                "{kind} past the cap: nothing compressed ({} wire bytes for {} of JSON)",
+                c.wire_bytes,
+                c.json_bytes
+            );
+            c
+        })
+        .collect();
     let mut producer = Producer::connect(node.ingest);
     let d = push_message(
         &mut producer,
         1_300_000_000_000_002_000,
         server,
         general,
-        "to both",
+        "to all three",
     );
-    let (a, b) = (first.recv(), plain.recv());
-    assert_eq!((&a["d"], &b["d"]), (&d, &d));
-    assert_eq!(
-        (a["s"].as_u64(), b["s"].as_u64()),
-        (Some(seq + 1), Some(plain_seq + 1))
-    );
-    assert_eq!((first.binary, plain.text), (4, 4));
+    let a = first.recv();
+    assert_eq!((&a["d"], a["s"].as_u64()), (&d, Some(seq + 1)));
+    for c in &mut stored {
+        let b = c.recv();
+        assert_eq!(b["d"], d);
+        assert_eq!((c.binary, c.text), (4, 0));
+    }
 
     assert_eq!(
         wait_for_metric(&node, "gatewayd_compressed_sessions", 1.0),
-        1.0
+        1.0,
+        "only the compressing one is counted as compressed"
     );
     let samples = metrics(node.admin);
     assert_eq!(
-        metric_sum(&samples, "gatewayd_compression_refused_total", &[]),
+        metric_sum(&samples, "gatewayd_compression_stored_total", &[]),
         2.0
     );
 
-    // The place is freed when the first connection ends; the next asking
-    // is served compressed.
+    // The place is freed when the first connection ends; the next one
+    // that asks is compressed again.
     first.ws.close(None).unwrap();
     while first.ws.read().is_ok() {}
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        if let Ok(mut third) = Client::try_connect(&node, Some("zlib-stream")) {
-            let hello = third.recv();
-            assert_eq!(hello["op"], 10);
-            assert_eq!((third.binary, third.text), (1, 0), "served compressed");
+        let mut next = Client::connect(&node, Some("zlib-stream"));
+        next.identify(&node.token);
+        if next.wire_bytes < next.json_bytes {
             break;
         }
         assert!(

@@ -92,9 +92,9 @@ pub struct RunArgs {
     /// drains at once (default 30000) [config: limits.drain_spread_ms]
     #[arg(long)]
     pub drain_spread_ms: Option<u64>,
-    /// Connections served compressed (zlib-stream / zstd-stream) at once, node-wide (~150 KiB
-    /// each); beyond it an upgrade asking for compression gets 503 and retries (default 4096;
-    /// 0: every such upgrade refused) [config: limits.max_compressed_sessions]
+    /// Connections compressed (zlib-stream / zstd-stream) at once, node-wide (~150 KiB each);
+    /// beyond it they get the stream's framing with nothing compressed (default 4096; 0: none
+    /// compressed) [config: limits.max_compressed_sessions]
     #[arg(long)]
     pub max_compressed_sessions: Option<usize>,
     /// Listener of the length-prefixed event records producers send (default 127.0.0.1:8081)

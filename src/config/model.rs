@@ -217,9 +217,9 @@ pub struct Limits {
     /// Connections (node-wide) that may use transport compression
     /// (`compress=zlib-stream` / `zstd-stream`) at once; each holds its own
     /// compression stream (about 150 KiB zlib, 80 KiB zstd: see
-    /// docs/measurements.md). Beyond the cap an upgrade that asks for
-    /// compression is refused with 503 (Retry-After: 5); the libraries
-    /// retry with their backoff. 0: every such upgrade is refused.
+    /// docs/measurements.md). Beyond the cap a connection that asks for
+    /// compression is served the stream's framing with nothing compressed
+    /// (stored blocks: no state). 0: none compressed.
     pub max_compressed_sessions: usize,
 }
 

@@ -57,8 +57,8 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
         ("gatewayd_arena_wraps_total", "counter", "Times the worker's event arena wrapped around.", |m| &m.arena_wraps),
         ("gatewayd_arena_lost_reads_total", "counter", "Reads of records the arena had already overwritten (events lost to a slow session or resume).", |m| &m.arena_lost_reads),
         ("gatewayd_ring_chunks_free", "gauge", "Free chunks in the worker's session ring slab.", |m| &m.ring_chunks_free),
-        ("gatewayd_compressed_sessions", "gauge", "Connections served with transport compression (zlib-stream or zstd-stream).", |m| &m.compressed_sessions),
-        ("gatewayd_compression_refused_total", "counter", "WebSocket upgrades that asked for compression and were refused with 503 (limits.max_compressed_sessions reached).", |m| &m.compression_refused),
+        ("gatewayd_compressed_sessions", "gauge", "Connections served with a compressing zlib-stream or zstd-stream (not those served stored blocks past the cap).", |m| &m.compressed_sessions),
+        ("gatewayd_compression_stored_total", "counter", "Connections that asked for compression past limits.max_compressed_sessions and were served the stream's framing with nothing compressed (stored blocks).", |m| &m.compression_stored),
         ("gatewayd_compression_in_bytes_total", "counter", "Message bytes given to transport compression.", |m| &m.compress_bytes_in),
         ("gatewayd_compression_out_bytes_total", "counter", "Compressed bytes transport compression produced (before WebSocket framing).", |m| &m.compress_bytes_out),
     ];

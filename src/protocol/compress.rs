@@ -12,9 +12,12 @@
 //! Memory is bounded twice: each stream is configured small (see `ZLIB_*`
 //! and `ZSTD_*`; docs/measurements.md has the bytes per session), and a
 //! node-wide `Budget` (`limits.max_compressed_sessions`) caps how many
-//! connections compress at once. Beyond it the upgrade is refused with 503
-//! (`worker/upgrade.rs`): never plain text where a stream was asked for,
-//! which hikari and Eris cannot read.
+//! connections compress at once. Beyond it a connection is served the
+//! stream it asked for with nothing compressed (`Compressor::stored`,
+//! `stored.rs`: stored deflate blocks, raw zstd blocks; no state): never
+//! plain text frames, which hikari and Eris cannot read where they asked
+//! for a stream, and never a refusal, which discord.py and discord.js do
+//! not survive at their first connect.
 //!
 //! All state is allocated when the connection upgrades (`Compressor::new`
 //! allocates the zlib window; the first message, Hello, sizes zstd's
@@ -25,6 +28,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use net::ws::{self, OpCode};
+
+use super::stored::{Framing, Stored};
 use zstd::zstd_safe::{self, CCtx, CParameter, InBuffer, OutBuffer};
 
 /// zlib: a 4 KiB window (window_bits 12) and mem_level 3. Clients inflate
@@ -119,6 +124,8 @@ impl std::fmt::Display for CompressError {
 enum Engine {
     Zlib(Box<zlib_rs::Deflate>),
     Zstd(CCtx<'static>),
+    /// The stream's framing, nothing compressed (past the cap).
+    Stored(Stored),
 }
 
 /// One connection's compression stream.
@@ -188,8 +195,29 @@ impl Compressor {
         })
     }
 
+    /// The stream `kind` with nothing compressed: its framing around
+    /// stored (zlib) or raw (zstd) blocks. No state and no place under the
+    /// budget: what a connection past the cap is served.
+    pub fn stored(kind: Kind) -> Compressor {
+        let framing = match kind {
+            Kind::Zlib => Framing::Zlib,
+            Kind::Zstd => Framing::Zstd,
+        };
+        Compressor {
+            engine: Engine::Stored(Stored::new(framing)),
+            kind,
+            window_log: 0,
+            _permit: None,
+        }
+    }
+
     pub fn kind(&self) -> Kind {
         self.kind
+    }
+
+    /// Whether it really compresses (false: `stored`).
+    pub fn compresses(&self) -> bool {
+        !matches!(self.engine, Engine::Stored(_))
     }
 
     /// Compress one message (the concatenation of `parts`) and append it to
@@ -217,6 +245,10 @@ impl Compressor {
 
     fn compress(&mut self, parts: &[&[u8]], out: &mut Vec<u8>) -> Result<(), CompressError> {
         match &mut self.engine {
+            Engine::Stored(s) => {
+                s.message(parts, out);
+                Ok(())
+            }
             Engine::Zlib(d) => {
                 use zlib_rs::DeflateFlush;
                 for part in parts {
@@ -284,6 +316,7 @@ impl Compressor {
     /// computed as zlib-rs lays it out).
     pub fn state_bytes(&self) -> usize {
         match &self.engine {
+            Engine::Stored(_) => std::mem::size_of::<Stored>(),
             Engine::Zstd(c) => c.sizeof(),
             Engine::Zlib(_) => {
                 let w = 1usize << self.window_log;
@@ -400,8 +433,11 @@ mod tests {
 
     #[test]
     fn each_message_decodes_on_its_own_stream() {
-        for kind in [Kind::Zlib, Kind::Zstd] {
-            let mut c = Compressor::new(kind, None).unwrap();
+        let each = [Kind::Zlib, Kind::Zstd]
+            .into_iter()
+            .flat_map(|k| [Compressor::new(k, None).unwrap(), Compressor::stored(k)]);
+        for mut c in each {
+            let kind = c.kind();
             let mut out = Vec::new();
             let want: Vec<String> = (0..50).map(message).collect();
             for (i, m) in want.iter().enumerate() {

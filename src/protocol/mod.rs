@@ -13,6 +13,7 @@ pub mod intents;
 pub mod payload;
 pub mod rest;
 pub mod session;
+pub mod stored;
 pub mod upgrade;
 
 pub use close::{Close, CloseCode};

@@ -67,13 +67,6 @@ pub fn gateway_body(url: &str) -> Vec<u8> {
 
 pub const NOT_FOUND: &[u8] = br#"{"message": "404: Not Found", "code": 0}"#;
 pub const METHOD_NOT_ALLOWED: &[u8] = br#"{"message": "405: Method Not Allowed", "code": 0}"#;
-/// The answer to an upgrade that asked for `compress=` past the node's cap
-/// (`limits.max_compressed_sessions`): a 503 the client retries, never a
-/// session served uncompressed.
-pub const COMPRESSION_CAP: &[u8] =
-    br#"{"message": "503: this node is serving as many compressed sessions as it may (limits.max_compressed_sessions): retry later, or connect without compress", "code": 0}"#;
-/// Its `Retry-After` (seconds).
-pub const COMPRESSION_RETRY_AFTER_S: &str = "5";
 pub const UPGRADE_REQUIRED: &[u8] =
     br#"{"message": "this is a WebSocket gateway: send an Upgrade request, or use /api/v10/... for REST", "code": 0}"#;
 

@@ -70,7 +70,7 @@ impl Worker {
                     }
                     ConnState::WebSocket(w, sid) => {
                         handshaking += sid.is_none() as u64;
-                        compressed += conn.compress.is_some() as u64;
+                        compressed += conn.compress.as_ref().is_some_and(|c| c.compresses()) as u64;
                         if conn.life.shutting() {
                             continue;
                         }
@@ -214,8 +214,7 @@ impl Worker {
                     Some(ConnState::WebSocket(w, _)) => w.session.last_heartbeat_ms() + to_unix,
                     _ => 0,
                 };
-                let compression =
-                    compression_byte(conn.and_then(|c| c.compress.as_ref()).map(|z| z.kind()));
+                let compression = compression_byte(conn.and_then(|c| c.compress.as_deref()));
                 let id = &s.identity;
                 push(Row {
                     app: id.application_id.0,

@@ -116,9 +116,9 @@ pub struct WorkerMetrics {
     pub ticks: AtomicU64,
     /// Connections of this worker served with transport compression (set each tick).
     pub compressed_sessions: AtomicU64,
-    /// Upgrades that asked for compression and were refused with 503
-    /// because limits.max_compressed_sessions was reached.
-    pub compression_refused: AtomicU64,
+    /// Connections that asked for compression past
+    /// limits.max_compressed_sessions: served stored blocks.
+    pub compression_stored: AtomicU64,
     /// Message bytes given to compression streams, and what came out.
     pub compress_bytes_in: AtomicU64,
     pub compress_bytes_out: AtomicU64,

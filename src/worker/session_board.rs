@@ -36,7 +36,8 @@ pub struct Row {
     pub resumes: u32,
     /// Its send queue (the session's ring) filled, in percent.
     pub queue_pct: u8,
-    /// 0 none, 1 zlib-stream, 2 zstd-stream.
+    /// 0 none, 1 zlib-stream, 2 zstd-stream; 3 and 4 the same streams
+    /// served stored (past the node's cap: nothing compressed).
     pub compression: u8,
     pub worker: u8,
 }
@@ -51,17 +52,20 @@ impl Row {
         match self.compression {
             1 => Z::Zlib.name(),
             2 => Z::Zstd.name(),
+            3 => "zlib-stream (stored: past the cap)",
+            4 => "zstd-stream (stored: past the cap)",
             _ => "none",
         }
     }
 }
 
 /// `Row::compression` of a connection's compressor.
-pub fn compression_byte(kind: Option<Z>) -> u8 {
-    match kind {
-        Some(Z::Zlib) => 1,
-        Some(Z::Zstd) => 2,
-        None => 0,
+pub fn compression_byte(c: Option<&crate::protocol::compress::Compressor>) -> u8 {
+    let Some(c) = c else { return 0 };
+    let stored = if c.compresses() { 0 } else { 2 };
+    match c.kind() {
+        Z::Zlib => 1 + stored,
+        Z::Zstd => 2 + stored,
     }
 }
 

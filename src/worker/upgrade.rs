@@ -1,7 +1,6 @@
 //! An HTTP request on a fresh connection that is not REST (REST requests,
 //! `/api/...`, go to `rest_edge.rs`): the WebSocket upgrade (query checks,
-//! compression, Hello), or a 426/400, or 503 when compression was asked
-//! for and the node's cap on compressed sessions is reached.
+//! compression, Hello), or a 426/400.
 
 use super::*;
 
@@ -31,43 +30,33 @@ impl Worker {
             self.close_after_flush(key);
             return;
         }
-        // Transport compression, if asked for: served, or (at the node-wide
-        // cap) the upgrade refused with 503 before any WebSocket exists.
-        // Never plain text instead: hikari fails on a text frame where it
-        // asked for zlib-stream, and Eris hangs (issue 40). Every library
-        // checked retries a refused upgrade with its reconnect backoff
-        // (docs/libraries.md, "Compression at the cap").
-        let compressor = match compress::Kind::from_query(http::query_param(
+        // Transport compression, if asked for: a compressing stream while
+        // the node-wide cap allows, else the same stream's framing with
+        // nothing compressed (`Compressor::stored`): never plain text where
+        // a stream was asked for (hikari and Eris fail on it), never a
+        // refusal (discord.py and discord.js fail at their first connect:
+        // docs/libraries.md, "Compression at the cap").
+        let compressor = compress::Kind::from_query(http::query_param(
             &head.query,
             "compress",
-        )) {
-            None => None,
-            Some(kind) => match self
+        ))
+        .map(|kind| {
+            let compressing = self
                 .shared
                 .compress_budget
                 .try_take()
-                .map(|permit| Compressor::new(kind, Some(permit)))
-            {
-                Some(Ok(c)) => Some(Box::new(c)),
+                .map(|permit| Compressor::new(kind, Some(permit)));
+            Box::new(match compressing {
+                Some(Ok(c)) => c,
                 refused => {
                     if let Some(Err(e)) = refused {
-                        tracing::warn!(error = %e, "compression stream not created: upgrade refused");
+                        tracing::warn!(error = %e, "compression stream not created: serving stored blocks");
                     }
-                    WorkerMetrics::inc(&self.shared.metrics[worker].compression_refused);
-                    let conn = self.conn(key).expect("live");
-                    http::write_response(
-                        503,
-                        rest::JSON,
-                        rest::COMPRESSION_CAP,
-                        false,
-                        &[("Retry-After", rest::COMPRESSION_RETRY_AFTER_S)],
-                        &mut conn.out,
-                    );
-                    self.close_after_flush(key);
-                    return;
+                    WorkerMetrics::inc(&self.shared.metrics[worker].compression_stored);
+                    Compressor::stored(kind)
                 }
-            },
-        };
+            })
+        });
         let conn = self.conn(key).expect("live");
         http::write_upgrade_response(
             head.websocket_key.as_deref().expect("checked"),

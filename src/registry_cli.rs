@@ -451,7 +451,8 @@ fn verify_endpoint(
     allow: &[String],
     each: std::time::Duration,
 ) -> Result<(), String> {
-    use crate::egress::client::{Addr, Defaults, EgressChild};
+    use crate::egress::child::EgressChild;
+    use crate::egress::client::{Addr, Defaults};
     let (addr, _child) = match egress {
         Some(a) => (Addr::parse(a)?, None),
         None => {

@@ -21,7 +21,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gatewayd::egress::client::{Addr, Defaults, EgressChild};
+use gatewayd::egress::child::EgressChild;
+use gatewayd::egress::client::{Addr, Defaults};
 use gatewayd::egress::{EgressClient, Reason};
 
 /// A `gatewayd egress` child on a Unix socket, and a client of it.

@@ -21,7 +21,8 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::Receiver;
 use gatewayd::chat::board::{Board, FAILURE_REASONS};
 use gatewayd::chat::endpoint::{self, Deliveries, EndpointStats, Job};
-use gatewayd::egress::client::{Addr, Defaults, EgressChild};
+use gatewayd::egress::child::EgressChild;
+use gatewayd::egress::client::{Addr, Defaults};
 use gatewayd::egress::EgressClient;
 use gatewayd::worker::mail::{ChatAction, ChatRequest};
 

@@ -9,10 +9,11 @@
 //! - `fetch`: one bounded HTTP/1.1 exchange to exactly a validated address;
 //! - `wire`: the frames between the node and the egress;
 //! - `server`: the `gatewayd egress` process;
-//! - `client`: the node's side ([`client::EgressClient`]), and the child
-//!   process the node starts by default;
+//! - `client`: the node's side ([`client::EgressClient`]);
+//! - `child`: the child process the node starts by default;
 //! - `sign`: Ed25519 interaction signing (ADR-12) and endpoint verification.
 
+pub mod child;
 pub mod client;
 pub mod fetch;
 pub mod guard;

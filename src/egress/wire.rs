@@ -22,7 +22,7 @@ pub const MAX_TOTAL_MS: u64 = 10_000;
 /// The one line `gatewayd egress` writes to its stdout once it listens,
 /// followed by the address (a TCP port 0 resolved to the one the kernel
 /// chose): how the node that started it learns where to connect
-/// (`client::EgressChild::spawn`). Nothing else is written to stdout.
+/// (`child::EgressChild::spawn`). Nothing else is written to stdout.
 pub const LISTENING: &str = "gatewayd egress listening on ";
 
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]

@@ -391,11 +391,12 @@ pub(super) fn start_egress(
 ) -> Result<
     (
         Arc<crate::egress::EgressClient>,
-        Option<crate::egress::client::EgressChild>,
+        Option<crate::egress::child::EgressChild>,
     ),
     String,
 > {
-    use crate::egress::client::{Addr, Defaults, EgressChild};
+    use crate::egress::child::EgressChild;
+    use crate::egress::client::{Addr, Defaults};
     let e = &cfg.egress;
     let defaults = Defaults {
         connect: Duration::from_millis(e.connect_timeout_ms),

@@ -55,7 +55,7 @@ struct Inner {
     id: u64,
     /// The whole object, private fields included.
     own_json: Box<str>,
-    /// The partial user (`guild::public_user`).
+    /// The partial user (`user::public_user`).
     public: Value,
     public_json: Box<str>,
 }
@@ -81,7 +81,7 @@ impl BotUser {
     fn checked(value: Value) -> Result<BotUser, Invalid> {
         let id = check_user(&value)?;
         let own_json = value.to_string().into_boxed_str();
-        let public = crate::protocol::guild::public_user(&value);
+        let public = crate::protocol::user::public_user(&value);
         let public_json = public.to_string().into_boxed_str();
         Ok(BotUser(Arc::new(Inner {
             id,
@@ -166,7 +166,7 @@ mod tests {
     fn others_see_the_partial_user_the_bot_sees_itself_whole() {
         let b = BotUser::of(&app());
         let own: Value = serde_json::from_str(b.own_json()).unwrap();
-        for k in crate::protocol::guild::PRIVATE_USER_FIELDS {
+        for k in crate::protocol::user::PRIVATE_USER_FIELDS {
             assert!(b.public_value().get(k).is_none(), "{k} in a partial user");
             let text: Value = serde_json::from_str(b.public_json()).unwrap();
             assert!(text.get(k).is_none(), "{k} in a partial user's text");

@@ -6,35 +6,12 @@ use registry::model::{Application, Installation, ServerSnapshot};
 use serde_json::{json, Value};
 
 use crate::protocol::payload::iso8601;
+use crate::protocol::user::public_user;
 
 /// The bot's own user object, private fields included (READY's `user`,
 /// `GET /users/@me`: what a bot sees of itself).
 pub fn bot_user(app: &Application) -> Value {
     bot_user_object(app.bot_user_id, &app.bot_username)
-}
-
-/// The fields of a user object only its owner sees (Discord sends them in
-/// READY's `user` and `GET /users/@me`, never in a partial user: an
-/// `author`, a `member.user`, `mentions[]`, a reactor, `application.bot`).
-pub const PRIVATE_USER_FIELDS: [&str; 6] = [
-    "email",
-    "verified",
-    "mfa_enabled",
-    "locale",
-    "premium_type",
-    "flags",
-];
-
-/// The partial (public) user of a user object: the same without
-/// `PRIVATE_USER_FIELDS`.
-pub fn public_user(user: &Value) -> Value {
-    let mut v = user.clone();
-    if let Some(o) = v.as_object_mut() {
-        for k in PRIVATE_USER_FIELDS {
-            o.remove(k);
-        }
-    }
-    v
 }
 
 /// The bot's user as others see it (its messages' `author`, its

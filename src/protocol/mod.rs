@@ -15,5 +15,6 @@ pub mod rest;
 pub mod session;
 pub mod stored;
 pub mod upgrade;
+pub mod user;
 
 pub use close::{Close, CloseCode};

@@ -133,7 +133,7 @@ pub fn members_chunk_d(guild_id: proto::ServerId, user_json: &str, nonce: Option
     let own = serde_json::from_str::<serde_json::Value>(user_json).unwrap_or_default();
     let d = serde_json::json!({
         "guild_id": guild_id.to_string(),
-        "members": [{"user": crate::protocol::guild::public_user(&own),
+        "members": [{"user": crate::protocol::user::public_user(&own),
                      "roles": [], "joined_at": iso8601(0), "deaf": false, "mute": false, "flags": 0, "pending": false}],
         "chunk_index": 0,
         "chunk_count": 1,

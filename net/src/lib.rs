@@ -1,5 +1,7 @@
 //! Networking that knows nothing of Discord: io_uring sockets, HTTP/1.1
-//! upgrade, WebSocket framing, TLS, PEM files.
+//! upgrade, WebSocket framing, TLS, PEM files, and the polled HTTP/1.1
+//! front of the small listeners (`front`).
+pub mod front;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod http;

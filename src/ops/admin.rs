@@ -1,11 +1,17 @@
 //! Admin endpoint: Prometheus metrics and health on their own port, served by
-//! a small blocking thread so it never competes with the workers' rings.
+//! one thread of its own (so it never competes with the workers' rings)
+//! through `net::front`: it polls every connection, so idle or trickling
+//! clients cost a descriptor each and never delay a health check (10 idle
+//! connections used to hold `/readyz` for 20 s, one 2-s read each, before
+//! any token was looked at: issue 41). Every answer is made on that thread
+//! at once: none waits for anything outside the process.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::atomic::Ordering;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+
+use net::front::{Front, FrontStats, Handled, Limits};
 
 use crate::ingest::pipeline::IngestStats;
 use crate::link::LinkStats;
@@ -38,15 +44,29 @@ pub struct Admin {
     _thread: std::thread::JoinHandle<()>,
 }
 
+/// The admin port's bounds: a request (a head; a body of at most 1 KiB is
+/// taken and ignored) sent whole within 2 s; 1,024 connections at once, the oldest still sending
+/// its request closed to make room for a new one.
+pub const LIMITS: Limits = Limits {
+    max_connections: 1024,
+    request_deadline: Duration::from_secs(2),
+    write_deadline: Duration::from_secs(5),
+    answer_deadline: Duration::from_secs(1),
+    max_head: 8 << 10,
+    max_body: 1 << 10,
+};
+
 pub fn start(addr: SocketAddr, views: Views) -> std::io::Result<Admin> {
     let listener = TcpListener::bind(addr)?;
     let addr = listener.local_addr()?;
+    let front = Front::new(&listener)?;
     let thread = std::thread::Builder::new()
         .name("admin".into())
         .spawn(move || {
-            for stream in listener.incoming().flatten() {
-                let _ = serve(stream, &views);
-            }
+            let (stats, stop) = (FrontStats::default(), AtomicBool::new(false));
+            front.run(listener, LIMITS, &stats, &stop, |req, _| {
+                Handled::Answer(answer(req.head(), &views))
+            });
         })?;
     Ok(Admin {
         addr,
@@ -54,15 +74,11 @@ pub fn start(addr: SocketAddr, views: Views) -> std::io::Result<Admin> {
     })
 }
 
-/// Time a client has to send its whole request head (one thread serves the
-/// port: a client that trickles bytes must not hold it for longer).
 /// Set by `POST /drain` before it signals the process: the drain that
 /// follows ends in the exit status that asks to be restarted
 /// (node/notify.rs, EXIT_DRAINED_ON_REQUEST).
 pub static DRAIN_REQUESTED: std::sync::atomic::AtomicBool =
     std::sync::atomic::AtomicBool::new(false);
-
-const REQUEST_DEADLINE: Duration = Duration::from_secs(2);
 
 /// Whether the request may use a protected endpoint: no token configured, or
 /// `Authorization: Bearer <token>` matching it (compared in constant time).
@@ -87,27 +103,10 @@ fn authorized(token: &str, authorization: Option<&str>) -> bool {
         == 0
 }
 
-fn serve(mut s: TcpStream, views: &Views) -> std::io::Result<()> {
+/// The whole answer to one request head.
+fn answer(head: &[u8], views: &Views) -> Vec<u8> {
     let shared = &*views.shared;
-    let deadline = std::time::Instant::now() + REQUEST_DEADLINE;
-    let mut buf = [0u8; 4096];
-    let mut n = 0;
-    loop {
-        let left = deadline.saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() {
-            return Err(std::io::ErrorKind::TimedOut.into());
-        }
-        s.set_read_timeout(Some(left))?;
-        let r = s.read(&mut buf[n..])?;
-        if r == 0 {
-            break;
-        }
-        n += r;
-        if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") || n == buf.len() {
-            break;
-        }
-    }
-    let (method, path, query, authorization) = match net::http::parse_head(&buf[..n]) {
+    let (method, path, query, authorization) = match net::http::parse_head(head) {
         Ok(Some((_, head))) => (head.method, head.path, head.query, head.authorization),
         _ => Default::default(),
     };
@@ -251,7 +250,7 @@ fn serve(mut s: TcpStream, views: &Views) -> std::io::Result<()> {
         &[]
     };
     net::http::write_response(status, ctype, body.as_bytes(), false, challenge, &mut out);
-    s.write_all(&out)
+    out
 }
 
 fn render_ingest(st: &crate::ingest::pipeline::IngestStats, out: &mut String) {

@@ -1,15 +1,30 @@
 //! One HTTP/1.1 exchange of the portal: a request read whole under a
-//! deadline (head at most `MAX_HEAD`, body at most `MAX_BODY`), an answer
-//! with the headers every page carries, then the connection closes.
+//! deadline (head at most `MAX_HEAD`, body at most `MAX_BODY`: `LIMITS`,
+//! which `net::front` holds it to), an answer with the headers every page
+//! carries, then the connection closes.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use net::front::Limits;
 
 pub const MAX_HEAD: usize = 8 << 10;
 pub const MAX_BODY: usize = 16 << 10;
 /// Time a client has to send its whole request.
 pub const DEADLINE: Duration = Duration::from_secs(3);
+
+/// The portal's front: 2,048 connections at once (the oldest still
+/// sending its request makes room for a new one), each request whole
+/// within `DEADLINE`, each answer made within 10 s (a sign-in runs argon2id;
+/// the registry and the egress have their own deadlines, below it) and
+/// taken by the client within `DEADLINE`.
+pub const LIMITS: Limits = Limits {
+    max_connections: 2048,
+    request_deadline: DEADLINE,
+    write_deadline: DEADLINE,
+    answer_deadline: Duration::from_secs(10),
+    max_head: MAX_HEAD,
+    max_body: MAX_BODY,
+};
 
 #[derive(Debug, Default)]
 pub struct Request {
@@ -41,24 +56,11 @@ impl Request {
     }
 }
 
-/// Reads one request. Err: the client is too slow, too big or not HTTP
-/// (the answer is the status to send, if any).
-pub fn read(s: &mut TcpStream) -> Result<Request, u16> {
-    let deadline = Instant::now() + DEADLINE;
-    let mut buf = vec![0u8; 4096];
-    let mut n = 0;
-    let head_end = loop {
-        if let Some(i) = buf[..n].windows(4).position(|w| w == b"\r\n\r\n") {
-            break i + 4;
-        }
-        if n >= MAX_HEAD {
-            return Err(431);
-        }
-        if n == buf.len() {
-            buf.resize((buf.len() * 2).min(MAX_HEAD + 4096), 0);
-        }
-        n += read_some(s, &mut buf[n..], deadline)?;
-    };
+/// Parses one whole request (`net::front` read it). Err: the status to
+/// answer (malformed, or a body that is not what its head says).
+pub fn parse(whole: &net::front::Request) -> Result<Request, u16> {
+    let buf = &whole.bytes;
+    let head_end = whole.head_len;
     let mut headers = [httparse::EMPTY_HEADER; 32];
     let mut req = httparse::Request::new(&mut headers);
     if !matches!(
@@ -98,27 +100,11 @@ pub fn read(s: &mut TcpStream) -> Result<Request, u16> {
     if length > MAX_BODY {
         return Err(413);
     }
-    let mut body = buf[head_end..n].to_vec();
-    while body.len() < length {
-        let mut chunk = [0u8; 4096];
-        let got = read_some(s, &mut chunk, deadline)?;
-        body.extend_from_slice(&chunk[..got]);
+    if whole.body().len() != length {
+        return Err(400);
     }
-    body.truncate(length);
-    out.body = body;
+    out.body = whole.body().to_vec();
     Ok(out)
-}
-
-fn read_some(s: &mut TcpStream, into: &mut [u8], deadline: Instant) -> Result<usize, u16> {
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(408);
-    }
-    s.set_read_timeout(Some(left)).map_err(|_| 408u16)?;
-    match s.read(into) {
-        Ok(0) | Err(_) => Err(408),
-        Ok(k) => Ok(k),
-    }
 }
 
 /// An answer. Every one refuses framing and sniffing and is uncacheable
@@ -161,7 +147,8 @@ impl Response {
         r
     }
 
-    pub fn write(&self, s: &mut TcpStream) -> std::io::Result<()> {
+    /// The whole answer on the wire: head and body.
+    pub fn to_bytes(&self) -> Vec<u8> {
         let mut head = format!(
             "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\
              Cache-Control: {}\r\nX-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\n\
@@ -191,9 +178,9 @@ impl Response {
             head.push_str("\r\n");
         }
         head.push_str("\r\n");
-        s.set_write_timeout(Some(DEADLINE))?;
-        s.write_all(head.as_bytes())?;
-        s.write_all(&self.body)
+        let mut out = head.into_bytes();
+        out.extend_from_slice(&self.body);
+        out
     }
 }
 

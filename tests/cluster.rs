@@ -720,6 +720,82 @@ fn link_refused(node: &Node, reason: &str) -> f64 {
     )
 }
 
+/// Strangers on A's TLS link while a bot's Resume on B moves its session
+/// from A (issue 41): 1,000 trickling a ClientHello a byte every 0.3 s and
+/// 500 connected and silent, from six other source addresses. The hand-off
+/// succeeds (a slot is taken only by a whole request, and one source holds
+/// at most its share of the places before that); every stranger is closed
+/// by the one handshake deadline (1 s), not per read; and each is counted
+/// under its reason: `handshake_timeout` for those let in, `crowded` for
+/// those beyond their source's share. Before: 70 tricklers held all 64
+/// slots past 60 s and a real Resume got op 9 `node_unreachable`.
+#[test]
+#[ignore = "needs PostgreSQL: run scripts/test-all.sh, or set GATEWAYD_TEST_DATABASE_URL"]
+fn strangers_trickling_and_silent_on_the_link_do_not_stop_a_hand_off() {
+    use support::flood::{stranger, Flood};
+    let certs = Certs::new();
+    let c = start_tls(&certs, &[]);
+    let (ws, sid, _server, _channel) = login(&c.a, &c.a.token);
+    let link = link_of(&c.a);
+    // A TLS record header announcing a 512-byte handshake record, then
+    // its bytes one at a time.
+    let hello = [0x16, 0x03, 0x01, 0x02, 0x00];
+    let every = Duration::from_millis(300);
+    let mut floods: Vec<Flood> = (0..4)
+        .map(|i| Flood::trickle(stranger(i), link, 250, &hello, &[0x01, 0x00], every))
+        .collect();
+    floods.extend((4..6).map(|i| Flood::silent(stranger(i), link, 250)));
+    let opened: usize = floods.iter().map(|f| f.opened).sum();
+    assert!(opened >= 1400, "only {opened} strangers connected");
+    // The bot's connection to A drops; it resumes on B at once.
+    drop(ws);
+    let t0 = Instant::now();
+    let mut on_b = resume(&c.b, &c.a.token, &sid, 2);
+    let seen = read(&mut on_b, Duration::from_secs(20), |s| {
+        s.invalid_session || s.dispatches.iter().any(|d| d.1 == "RESUMED")
+    });
+    let took = t0.elapsed();
+    assert!(
+        !seen.invalid_session && seen.dispatches.iter().any(|d| d.1 == "RESUMED"),
+        "the hand-off failed under the flood: {seen:?} (refusals on B: node_unreachable {})",
+        refusals(&c.b, "node_unreachable")
+    );
+    eprintln!("hand-off with {opened} strangers on the link: RESUMED after {took:?}");
+    // Every stranger closed within a few deadlines of 1 s.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let ended: usize = floods
+            .iter()
+            .map(|f| f.ended.load(Ordering::Relaxed) + f.silent_ended())
+            .sum();
+        if ended >= opened {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{ended} of {opened} strangers closed 10 s after the flood began"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Each stranger is one of two: let in (at most 32 at once from each
+    // source, serve.rs MAX_ARRIVING_PER_SOURCE) and closed at the deadline,
+    // or refused at once as crowded. (More than 6 x 32 may be let in in
+    // all: a place freed at a deadline takes the next stranger.)
+    let (timeouts, crowded) = (
+        link_refused(&c.a, "handshake_timeout"),
+        link_refused(&c.a, "crowded"),
+    );
+    assert_eq!(
+        timeouts + crowded,
+        opened as f64,
+        "every stranger counted once: {timeouts} timed out, {crowded} crowded"
+    );
+    assert!(timeouts >= (6 * 32 - 12) as f64, "{timeouts} let in");
+    assert!(crowded >= 1.0, "none refused as crowded");
+    assert_eq!(link_refused(&c.a, "other"), 0.0, "none counted as `other`");
+    assert!(metric_sum(&metrics(c.a.admin), "gatewayd_cluster_served_total", &[]) >= 1.0);
+}
+
 /// A third party on a TLS link: without a client certificate, with one of
 /// another CA, with an expired one, speaking plaintext (a figures request),
 /// saying nothing: each refused at the handshake, counted by reason, no

@@ -1,22 +1,36 @@
 //! The link listener: another node asks for one of our sessions. One
 //! request per connection: a fixed-size `Take`, answered with a
-//! length-prefixed answer. Reads, the worker's answer and the write are
-//! each bounded by the hand-off deadline; at most `max_connections` are
-//! served at once (the rest are closed at once: the asker sees op 9).
-//! A request of the same size with the figures magic is another node's
-//! portal asking for an application's figures (`figures`).
-//! With TLS on (`tls`), the handshake comes first, under the same deadline;
-//! a connection refused there is counted and closed, nothing read.
+//! length-prefixed answer. A request of the same size with the figures
+//! magic is another node's portal asking for an application's figures
+//! (`figures`).
+//!
+//! ```text
+//!   accept ─(admitted: < MAX_ARRIVING in all, < MAX_ARRIVING_PER_SOURCE
+//!   │        from its address; else closed, `crowded`)
+//!   ▼
+//!   arriving: TLS handshake + the request's bytes, by ONE deadline
+//!   │         (handoff_timeout_ms from the accept; `handshake_timeout`)
+//!   ▼
+//!   served: one of `max_connections` slots (else closed: the asker sees
+//!           op 9), the worker's answer and the write by the same deadline
+//! ```
+//!
+//! A slot is taken only by a whole request: connections that trickle or
+//! say nothing (a ClientHello a byte every 0.3 s held a slot past 60 s,
+//! and 70 of them locked every peer out, issue 41) wait among the
+//! arriving, each for one deadline at most, and one source address can
+//! hold only `MAX_ARRIVING_PER_SOURCE` of those places.
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::{IpAddr, TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use super::figures;
 use super::stats::ClusterStats;
-use super::tls;
+use super::tls::{self, Link};
 use crate::delivery::moved::{self, Take, DEADLINE_MARGIN_MS, TAKE_LEN};
 use crate::delivery::resume::ResumeRefusal;
 use crate::worker::mail::{ToWorker, WorkerHandle};
@@ -36,16 +50,70 @@ pub(super) struct Ctx {
     pub tls: tls::Tls,
 }
 
+/// Connections between accept and a whole request, at once: in all, and
+/// from one source address. Each holds a thread for at most one deadline.
+pub const MAX_ARRIVING: usize = 512;
+pub const MAX_ARRIVING_PER_SOURCE: usize = 32;
+
+/// Who is arriving, by source address (entries only while they arrive:
+/// at most `MAX_ARRIVING`).
+#[derive(Default)]
+struct Arriving {
+    by_source: Mutex<(usize, HashMap<IpAddr, usize>)>,
+}
+
+/// A place among the arriving, given back when dropped.
+struct Arrival {
+    gate: Arc<Arriving>,
+    ip: IpAddr,
+}
+
+impl Arriving {
+    fn admit(self: &Arc<Self>, ip: IpAddr) -> Option<Arrival> {
+        let mut g = self.by_source.lock().unwrap_or_else(|p| p.into_inner());
+        let (total, by) = &mut *g;
+        let here = by.get(&ip).copied().unwrap_or(0);
+        if *total >= MAX_ARRIVING || here >= MAX_ARRIVING_PER_SOURCE {
+            return None;
+        }
+        *total += 1;
+        by.insert(ip, here + 1);
+        Some(Arrival {
+            gate: self.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for Arrival {
+    fn drop(&mut self) {
+        let mut g = self
+            .gate
+            .by_source
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let (total, by) = &mut *g;
+        *total -= 1;
+        if let Some(n) = by.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                by.remove(&self.ip);
+            }
+        }
+    }
+}
+
 pub(super) fn run(listener: TcpListener, ctx: Ctx, stop: &AtomicBool) {
     let ctx = Arc::new(ctx);
     let busy = Arc::new(AtomicUsize::new(0));
+    let arriving = Arc::new(Arriving::default());
     if let Err(e) = listener.set_nonblocking(true) {
         tracing::error!(error = %e, "cluster link: cannot poll the listener");
         return;
     }
     while !stop.load(Relaxed) {
-        let stream = match listener.accept() {
-            Ok((s, _)) => s,
+        let (stream, peer) = match listener.accept() {
+            Ok(a) => a,
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 // Wait for the next connection (or 100 ms, to see `stop`).
                 // Sleeping a fixed step here instead cost every request up
@@ -60,16 +128,26 @@ pub(super) fn run(listener: TcpListener, ctx: Ctx, stop: &AtomicBool) {
                 continue;
             }
         };
-        if busy.fetch_add(1, Relaxed) >= ctx.max_connections {
-            busy.fetch_sub(1, Relaxed);
-            ctx.stats.served_refused_busy.fetch_add(1, Relaxed);
+        let deadline = Instant::now() + ctx.timeout;
+        let Some(arrival) = arriving.admit(peer.ip()) else {
+            ctx.stats.link_refused[tls::Refusal::Crowded.index()].fetch_add(1, Relaxed);
             continue; // dropped: closed
-        }
+        };
         let (ctx, busy) = (ctx.clone(), busy.clone());
         let spawned = std::thread::Builder::new()
             .name("cluster-serve".into())
             .spawn(move || {
-                serve(stream, &ctx);
+                let Some((stream, req)) = arrive(stream, &ctx, deadline) else {
+                    return;
+                };
+                drop(arrival);
+                // A slot only for a whole request.
+                if busy.fetch_add(1, Relaxed) >= ctx.max_connections {
+                    busy.fetch_sub(1, Relaxed);
+                    ctx.stats.served_refused_busy.fetch_add(1, Relaxed);
+                    return; // dropped: closed
+                }
+                serve(stream, &req, &ctx);
                 busy.fetch_sub(1, Relaxed);
             });
         if spawned.is_err() {
@@ -95,11 +173,11 @@ fn wait_readable(listener: &TcpListener, ms: i32) {
     }
 }
 
-fn serve(stream: TcpStream, ctx: &Ctx) {
-    let deadline = Instant::now() + ctx.timeout;
+/// A connection's handshake (with TLS on) and its request, by `deadline`;
+/// None: refused (counted) or not whole in time.
+fn arrive(stream: TcpStream, ctx: &Ctx, deadline: Instant) -> Option<(Link, [u8; TAKE_LEN])> {
     let _ = stream.set_nonblocking(false);
     let _ = stream.set_nodelay(true);
-    let _ = stream.set_write_timeout(Some(ctx.timeout));
     let peer = stream.peer_addr().ok();
     let mut stream = match tls::accept(ctx.tls.as_deref(), stream, deadline) {
         Ok(s) => s,
@@ -110,21 +188,30 @@ fn serve(stream: TcpStream, ctx: &Ctx) {
                 reason = why.as_str(),
                 "cluster link: connection refused"
             );
-            return;
+            return None;
         }
     };
-    // What is left of the deadline bounds each read and write.
-    let left = deadline
-        .saturating_duration_since(Instant::now())
-        .max(Duration::from_millis(1));
-    let _ = stream.tcp().set_read_timeout(Some(left));
-    let _ = stream.tcp().set_write_timeout(Some(left));
     let mut req = [0u8; TAKE_LEN];
-    if stream.read_exact(&mut req).is_err() {
-        return;
+    match stream.read_exact(&mut req) {
+        Ok(()) => Some((stream, req)),
+        Err(e) => {
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::TimedOut | std::io::ErrorKind::WouldBlock
+            ) {
+                ctx.stats.link_refused[tls::Refusal::HandshakeTimeout.index()]
+                    .fetch_add(1, Relaxed);
+            }
+            None
+        }
     }
+}
+
+/// A whole request: answered, by the stream's deadline.
+fn serve(mut stream: Link, req: &[u8; TAKE_LEN], ctx: &Ctx) {
+    let deadline = stream.deadline();
     if &req[..4] == figures::MAGIC {
-        let stat = if figures::serve(&mut stream, &req, &ctx.figures) {
+        let stat = if figures::serve(&mut stream, req, &ctx.figures) {
             &ctx.stats.figures_served
         } else {
             &ctx.stats.figures_refused
@@ -132,7 +219,7 @@ fn serve(stream: TcpStream, ctx: &Ctx) {
         stat.fetch_add(1, Relaxed);
         return;
     }
-    let Some(take) = Take::decode(&req) else {
+    let Some(take) = Take::decode(req) else {
         ctx.stats.served_bad_request.fetch_add(1, Relaxed);
         return;
     };

@@ -26,9 +26,9 @@ pub struct ClusterStats {
     pub figures_refused: AtomicU64,
     /// Registry reads of the hand-off threads (node addresses, live nodes).
     pub registry_reads: AtomicU64,
-    /// Link connections refused at the TLS handshake, by
-    /// `tls::Refusal::index`.
-    pub link_refused: [AtomicU64; 5],
+    /// Link connections refused before a whole request (at the TLS
+    /// handshake, or not let in), by `tls::Refusal::index`.
+    pub link_refused: [AtomicU64; 6],
     /// Reloads of the link's certificates, and those that failed (the old
     /// ones kept).
     pub tls_reloads: AtomicU64,

@@ -10,7 +10,12 @@
 //! timer): each new connection takes the current pair; connections open
 //! keep theirs. A reload that fails keeps the old pair.
 //!
-//! Each handshake is under the caller's deadline (the hand-off's).
+//! Each connection is under ONE deadline, its caller's (the hand-off's):
+//! every socket read and write under it, the handshake's included, waits
+//! at most what is left of it (`Timed`). Re-arming a per-read timeout was
+//! not enough: a ClientHello sent a byte every 0.3 s kept its connection
+//! past 60 s, since rustls reads until a handshake message is whole
+//! (issue 41).
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -40,15 +45,19 @@ pub enum Refusal {
     HandshakeTimeout,
     /// Anything else (closed mid-handshake, a protocol error).
     Other,
+    /// Not let in: as many connections as the link takes are between
+    /// accept and a whole request, in all or from its source address.
+    Crowded,
 }
 
 impl Refusal {
-    pub const ALL: [Refusal; 5] = [
+    pub const ALL: [Refusal; 6] = [
         Refusal::NoClientCert,
         Refusal::BadCert,
         Refusal::NotTls,
         Refusal::HandshakeTimeout,
         Refusal::Other,
+        Refusal::Crowded,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -58,6 +67,7 @@ impl Refusal {
             Refusal::NotTls => "not_tls",
             Refusal::HandshakeTimeout => "handshake_timeout",
             Refusal::Other => "other",
+            Refusal::Crowded => "crowded",
         }
     }
 
@@ -81,21 +91,76 @@ impl Refusal {
     }
 }
 
+/// A socket whose every read and write ends by one deadline: each waits
+/// at most what is left, and none starts once it has passed (TimedOut).
+pub struct Timed {
+    sock: TcpStream,
+    deadline: Instant,
+}
+
+impl Timed {
+    pub fn new(sock: TcpStream, deadline: Instant) -> Timed {
+        Timed { sock, deadline }
+    }
+
+    fn left(&self) -> io::Result<std::time::Duration> {
+        self.deadline
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+            .ok_or(io::Error::from(io::ErrorKind::TimedOut))
+    }
+}
+
+impl Read for Timed {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.sock.set_read_timeout(Some(self.left()?))?;
+        self.sock.read(buf)
+    }
+}
+
+impl Write for Timed {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.sock.set_write_timeout(Some(self.left()?))?;
+        self.sock.write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.sock.flush()
+    }
+}
+
 /// One link connection, plain or TLS, either side: the serving and dialing
-/// code reads and writes it the same way.
+/// code reads and writes it the same way, all of it by one deadline.
 pub enum Link {
-    Plain(TcpStream),
-    Server(Box<StreamOwned<ServerConnection, TcpStream>>),
-    Client(Box<StreamOwned<ClientConnection, TcpStream>>),
+    Plain(Timed),
+    Server(Box<StreamOwned<ServerConnection, Timed>>),
+    Client(Box<StreamOwned<ClientConnection, Timed>>),
 }
 
 impl Link {
-    /// The socket (for its timeouts).
-    pub fn tcp(&self) -> &TcpStream {
+    fn timed(&self) -> &Timed {
         match self {
             Link::Plain(s) => s,
             Link::Server(s) => s.get_ref(),
             Link::Client(s) => s.get_ref(),
+        }
+    }
+
+    /// The socket (for its timeouts).
+    pub fn tcp(&self) -> &TcpStream {
+        &self.timed().sock
+    }
+
+    /// The deadline every read and write ends by.
+    pub fn deadline(&self) -> Instant {
+        self.timed().deadline
+    }
+
+    /// Moves the deadline (earlier or later) for what follows.
+    pub fn set_deadline(&mut self, deadline: Instant) {
+        match self {
+            Link::Plain(s) => s.deadline = deadline,
+            Link::Server(s) => s.get_mut().deadline = deadline,
+            Link::Client(s) => s.get_mut().deadline = deadline,
         }
     }
 }
@@ -235,26 +300,13 @@ fn build(p: &Paths) -> Result<Configs, String> {
     })
 }
 
-/// Drive `conn`'s handshake on `sock`, every read and write before `deadline`.
-fn handshake<S: SideData>(
-    conn: &mut ConnectionCommon<S>,
-    sock: &mut TcpStream,
-    deadline: Instant,
-) -> io::Result<()> {
-    let left = || {
-        deadline
-            .checked_duration_since(Instant::now())
-            .filter(|d| !d.is_zero())
-            .ok_or(io::Error::from(io::ErrorKind::TimedOut))
-    };
+/// Drive `conn`'s handshake on `sock` to its end, by `sock`'s deadline
+/// (every read and write it makes is `Timed`).
+fn handshake<S: SideData>(conn: &mut ConnectionCommon<S>, sock: &mut Timed) -> io::Result<()> {
     while conn.is_handshaking() {
-        let d = left()?;
-        sock.set_read_timeout(Some(d))?;
-        sock.set_write_timeout(Some(d))?;
         conn.complete_io(sock)?;
     }
     while conn.wants_write() {
-        sock.set_write_timeout(Some(left()?))?;
         conn.write_tls(sock)?;
     }
     Ok(())
@@ -262,13 +314,9 @@ fn handshake<S: SideData>(
 
 /// A connection to our listener: with TLS on, its handshake (before
 /// `deadline`); anything refused is closed here, having touched nothing.
-pub fn accept(
-    tls: Option<&LinkTls>,
-    mut sock: TcpStream,
-    deadline: Instant,
-) -> Result<Link, Refusal> {
+pub fn accept(tls: Option<&LinkTls>, sock: TcpStream, deadline: Instant) -> Result<Link, Refusal> {
     let Some(tls) = tls else {
-        return Ok(Link::Plain(sock));
+        return Ok(Link::Plain(Timed::new(sock, deadline)));
     };
     let left = deadline
         .checked_duration_since(Instant::now())
@@ -287,7 +335,8 @@ pub fn accept(
         tracing::warn!(error = %e, "cluster link: TLS session");
         Refusal::Other
     })?;
-    handshake(&mut conn, &mut sock, deadline).map_err(|e| Refusal::of(&e))?;
+    let mut sock = Timed::new(sock, deadline);
+    handshake(&mut conn, &mut sock).map_err(|e| Refusal::of(&e))?;
     Ok(Link::Server(Box::new(StreamOwned::new(conn, sock))))
 }
 
@@ -299,15 +348,16 @@ pub fn dial(tls: Option<&LinkTls>, addr: SocketAddr, deadline: Instant) -> io::R
         .checked_duration_since(Instant::now())
         .filter(|d| !d.is_zero())
         .ok_or(io::Error::from(io::ErrorKind::TimedOut))?;
-    let mut sock = TcpStream::connect_timeout(&addr, left)?;
+    let sock = TcpStream::connect_timeout(&addr, left)?;
     let _ = sock.set_nodelay(true);
+    let mut sock = Timed::new(sock, deadline);
     let Some(tls) = tls else {
         return Ok(Link::Plain(sock));
     };
     let name = ServerName::IpAddress(addr.ip().into());
     let mut conn =
         ClientConnection::new(tls.current().client.clone(), name).map_err(io::Error::other)?;
-    handshake(&mut conn, &mut sock, deadline)?;
+    handshake(&mut conn, &mut sock)?;
     Ok(Link::Client(Box::new(StreamOwned::new(conn, sock))))
 }
 

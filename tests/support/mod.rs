@@ -14,10 +14,11 @@
 //! - `rest`: a node with its bot connected, acting through the REST edge;
 //! - `events`: the chat service's events and the ingest producer;
 //! - `fields`: the field lists of docs/rest.md, as checks over JSON;
+//! - `flood`: strangers holding a listener's connections, silent or trickling;
 //! - `kafka`: a Kafka-protocol topic and its producer;
 //! - `services`: PostgreSQL, Tansu and Redis servers a test owns (to freeze, kill);
 //! - `pki`: a throwaway CA and its certificates; `tls_front`: TLS before a plaintext server;
-//! - `python`: the discord.py interpreter;
+//! - `python`: the discord.py / hikari interpreter and the tests/py scripts;
 //! - `portal`: the developer portal over plain HTTP; `webdriver`: chromium driving it.
 //!
 //! Tests name items by their module (`support::node::Node`,
@@ -32,6 +33,7 @@ pub mod cli;
 pub mod cluster;
 pub mod events;
 pub mod fields;
+pub mod flood;
 pub mod http;
 pub mod interact;
 pub mod js;

@@ -412,7 +412,9 @@ fn act(node: &Node, f: &Findings, b: &Bot, until: Instant) {
                     "POST",
                     &msgs,
                     Some(
-                        json!({"content": "a reply", "message_reference": {"message_id": id.to_string()}}),
+                        json!({"content": "a reply", "message_reference": {"message_id": id.to_string()},
+                               "components": [{"type": 1, "components": [
+                                   {"type": 2, "style": 1, "label": "Press", "custom_id": "press"}]}]}),
                     ),
                 );
                 if expect(f, "reply", &r, 200) {
@@ -534,11 +536,10 @@ fn act(node: &Node, f: &Findings, b: &Bot, until: Instant) {
         }
         let r = call(node, f, b, "GET", "/oauth2/applications/@me", None);
         if expect(f, "applications/@me", &r, 200) {
-            f.report(
-                "applications/@me",
-                fields::user(&r.json()["bot"], "bot"),
-                &r.body,
-            );
+            let mut p = fields::lacks(&r.json(), "application", fields::APPLICATION);
+            p.extend(fields::user(&r.json()["bot"], "application.bot"));
+            p.extend(fields::user(&r.json()["owner"], "application.owner"));
+            f.report("applications/@me", p, &r.body);
         }
         let r = call(node, f, b, "GET", "/gateway/bot", None);
         expect(f, "gateway/bot", &r, 200);

@@ -357,7 +357,9 @@ pub fn message(m: &Map<String, Value>, create: bool) -> Result<MessageDraft, Api
                     ));
                 }
             }
-            d.components = Some(a.clone());
+            let mut rows = a.clone();
+            number_components(&mut rows);
+            d.components = Some(rows);
         }
         Some(_) => {
             return Err(ApiError::form(
@@ -378,6 +380,39 @@ pub fn message(m: &Map<String, Value>, create: bool) -> Result<MessageDraft, Api
         ));
     }
     Ok(d)
+}
+
+/// Every component's `id`, as Discord gives them: one given is kept, each
+/// other gets the next number from 1 not given elsewhere in the message,
+/// in order (a row, then its children). hikari reads `id` of every row and
+/// button (`KeyError: 'id'` without it, and the whole event dropped).
+fn number_components(rows: &mut [Value]) {
+    fn each(v: &mut [Value], f: &mut impl FnMut(&mut Map<String, Value>)) {
+        for c in v.iter_mut() {
+            if let Value::Object(o) = c {
+                f(o);
+                if let Some(Value::Array(kids)) = o.get_mut("components") {
+                    each(kids, f);
+                }
+            }
+        }
+    }
+    let mut given = std::collections::BTreeSet::new();
+    each(rows, &mut |o| {
+        if let Some(id) = o.get("id").and_then(Value::as_u64) {
+            given.insert(id);
+        }
+    });
+    let mut next = 0u64;
+    each(rows, &mut |o| {
+        if o.get("id").and_then(Value::as_u64).is_none() {
+            next += 1;
+            while given.contains(&next) {
+                next += 1;
+            }
+            o.insert("id".into(), next.into());
+        }
+    });
 }
 
 /// A snowflake as JSON: a decimal string (or a number, which some clients send).
@@ -476,6 +511,29 @@ mod tests {
 
     fn obj(v: Value) -> Map<String, Value> {
         v.as_object().unwrap().clone()
+    }
+
+    #[test]
+    fn components_are_numbered_as_discord_numbers_them() {
+        let button =
+            |label: &str| json!({"type": 2, "style": 1, "label": label, "custom_id": label});
+        let rows = json!([
+            {"type": 1, "components": [button("a"), button("b")]},
+            {"type": 1, "components": [{"id": 2, "type": 2, "style": 1, "label": "c", "custom_id": "c"}]},
+        ]);
+        let d = message(&obj(json!({"components": rows})), true).unwrap();
+        let c = d.components.unwrap();
+        let ids = |v: &Value| v["id"].as_u64().unwrap();
+        assert_eq!(ids(&c[0]), 1);
+        assert_eq!(
+            (ids(&c[0]["components"][0]), ids(&c[0]["components"][1])),
+            (3, 4)
+        );
+        assert_eq!(
+            (ids(&c[1]), ids(&c[1]["components"][0])),
+            (5, 2),
+            "a given id is kept"
+        );
     }
 
     #[test]

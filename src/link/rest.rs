@@ -86,6 +86,13 @@ impl Sidecar {
                     Ok(seed) => crate::egress::sign::public_key_hex(&seed),
                     Err(_) => return unavailable(),
                 };
+                // hikari's `fetch_application` reads both counts (a
+                // KeyError without them); every installation here is a
+                // server's.
+                let servers = match self.call(|r| r.installations_of_app(app.id)) {
+                    Ok(i) => i.len(),
+                    Err(_) => return unavailable(),
+                };
                 json!({
                     "id": app.id.to_string(),
                     "name": app.name,
@@ -93,13 +100,19 @@ impl Sidecar {
                     "icon": null,
                     "bot_public": false,
                     "bot_require_code_grant": false,
-                    "owner": {"id": "0", "username": "gatewayd", "discriminator": "0", "global_name": null, "avatar": null, "public_flags": 0},
+                    // A partial user with a real snowflake (an id of "0" breaks
+                    // the libraries that parse ids as snowflakes): the
+                    // application's own id, as a team-owned application's
+                    // owner is the team's.
+                    "owner": {"id": app.id.to_string(), "username": "gatewayd", "discriminator": "0", "global_name": null, "avatar": null, "public_flags": 0},
                     "verify_key": verify_key,
                     "flags": app.flags,
                     "team": null,
                     "summary": "",
                     "rpc_origins": [],
                     "tags": [],
+                    "approximate_guild_count": servers,
+                    "approximate_user_install_count": 0,
                     "bot": bot_user_public(&app),
                 })
             }

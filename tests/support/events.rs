@@ -107,7 +107,7 @@ pub fn message_d(id: u64, server: u64, channel: u64, content: &str, mentions: &[
                          "url": "https://cdn.example/notes.txt", "proxy_url": "https://media.example/notes.txt",
                          "content_type": "text/plain"}],
         "embeds": [{"type": "rich", "title": "embed title", "description": format!("embed of {content}")}],
-        "components": [{"type": 1, "components": [{"type": 2, "style": 1, "label": "Press", "custom_id": "press"}]}],
+        "components": [{"id": 1, "type": 1, "components": [{"id": 2, "type": 2, "style": 1, "label": "Press", "custom_id": "press"}]}],
         "poll": {"question": {"text": "which?"},
                  "answers": [{"answer_id": 1, "poll_media": {"text": "this"}},
                              {"answer_id": 2, "poll_media": {"text": "that"}}],

@@ -137,6 +137,21 @@ pub const CALLBACK_INTERACTION: &[&str] = &[
     "response_message_loading",
     "response_message_ephemeral",
 ];
+/// `GET /oauth2/applications/@me` (PROTOCOL.md's list, and the two counts
+/// hikari's `fetch_application` reads).
+pub const APPLICATION: &[&str] = &[
+    "id",
+    "name",
+    "description",
+    "icon",
+    "bot_public",
+    "bot_require_code_grant",
+    "owner",
+    "verify_key",
+    "flags",
+    "approximate_guild_count",
+    "approximate_user_install_count",
+];
 /// A partial guild of `GET /users/@me/guilds`.
 pub const PARTIAL_GUILD: &[&str] = &[
     "id",
@@ -240,6 +255,26 @@ pub fn message(v: &Value, at: &str, event: bool) -> Vec<String> {
     e.extend(user(&v["author"], &format!("{at}.author")));
     for (i, m) in v["mentions"].as_array().into_iter().flatten().enumerate() {
         e.extend(user(m, &format!("{at}.mentions[{i}]")));
+    }
+    // Every component has its `id` (hikari reads it of each row and button).
+    for (i, row) in v["components"].as_array().into_iter().flatten().enumerate() {
+        e.extend(lacks(
+            row,
+            &format!("{at}.components[{i}]"),
+            &["id", "type"],
+        ));
+        for (j, c) in row["components"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            e.extend(lacks(
+                c,
+                &format!("{at}.components[{i}].components[{j}]"),
+                &["id", "type"],
+            ));
+        }
     }
     if let Some(r) = v.get("referenced_message").filter(|r| !r.is_null()) {
         e.extend(message(r, &format!("{at}.referenced_message"), false));

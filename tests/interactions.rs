@@ -398,6 +398,8 @@ fn buttons_autocomplete_and_modals() {
     let click = w.click(&["--command", "menu"]);
     let i = w.next_interaction();
     let button = json!([{"type": 1, "components": [{"type": 2, "style": 1, "label": "Yes", "custom_id": "yes"}]}]);
+    // As Discord stores it: each component numbered (hikari reads the ids).
+    let numbered = json!([{"id": 1, "type": 1, "components": [{"id": 2, "type": 2, "style": 1, "label": "Yes", "custom_id": "yes"}]}]);
     // `with_response=1`, as discord.py asks (its InteractionCallbackResponse
     // fails on a 204).
     let r = w.callback(
@@ -407,7 +409,7 @@ fn buttons_autocomplete_and_modals() {
     );
     assert_eq!(r.status, 200, "{}", r.body);
     let msg = r.json()["resource"]["message"].clone();
-    assert_eq!(msg["components"], button);
+    assert_eq!(msg["components"], numbered);
     let mid = msg["id"].as_str().unwrap().to_string();
     assert_eq!(click.wait().1["content"], "Pick one");
 
@@ -419,7 +421,7 @@ fn buttons_autocomplete_and_modals() {
     // The whole message, as the platform sends it: twilight's model needs
     // every field, discord.py finds the View by it.
     assert_eq!(b["message"]["content"], "Pick one", "{b}");
-    assert_eq!(b["message"]["components"], button, "{b}");
+    assert_eq!(b["message"]["components"], numbered, "{b}");
     assert!(b["message"]["attachments"].is_array(), "{b}");
     assert!(b["message"]["author"]["id"].is_string(), "{b}");
     // A component interaction cannot get autocomplete choices.
@@ -557,6 +559,8 @@ fn a_button_on_a_message_sent_or_edited_through_rest_is_clicked_and_updated() {
     let mut w = world(&["--workers", "2"]);
     let auth = format!("Bot {}", w.app.token);
     let button = json!([{"type": 1, "components": [{"type": 2, "style": 1, "label": "Yes", "custom_id": "yes"}]}]);
+    // As Discord stores it: each component numbered (hikari reads the ids).
+    let numbered = json!([{"id": 1, "type": 1, "components": [{"id": 2, "type": 2, "style": 1, "label": "Yes", "custom_id": "yes"}]}]);
     let messages = format!("/api/v10/channels/{}/messages", w.general);
     let sent = json_request(
         w.node.gateway,
@@ -592,7 +596,7 @@ fn a_button_on_a_message_sent_or_edited_through_rest_is_clicked_and_updated() {
         let b = w.next_interaction();
         assert_eq!(b["message"]["id"], mid.as_str(), "{b}");
         assert_eq!(b["message"]["content"], content, "the whole message: {b}");
-        assert_eq!(b["message"]["components"], button, "{b}");
+        assert_eq!(b["message"]["components"], numbered, "{b}");
         let r = w.callback(
             &b,
             json!({"type": 7, "data": {"content": "You said yes", "components": []}}),

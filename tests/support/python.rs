@@ -1,5 +1,5 @@
-//! The discord.py 2.x interpreter for the library tests, and the scripts
-//! of tests/py run with it.
+//! The Python interpreter for the library tests (discord.py 2.x, hikari
+//! 2.x), and the scripts of tests/py run with it.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -13,19 +13,35 @@ use super::node::Node;
 /// `--include-ignored` (scripts/test-all.sh makes the venv) they fail here
 /// without one.
 pub fn discord_py_python() -> String {
+    python_with(
+        "discord.py 2.x",
+        "import discord, sys; sys.exit(0 if discord.version_info.major == 2 else 3)",
+    )
+}
+
+/// The Python interpreter with hikari 2.x (tests/hikari.rs), found as
+/// [`discord_py_python`] finds discord.py: the same venv holds both
+/// (tests/py/requirements.txt).
+pub fn hikari_python() -> String {
+    python_with(
+        "hikari 2.x",
+        "import hikari, sys; sys.exit(0 if hikari.__version__.split('.')[0] == '2' else 3)",
+    )
+}
+
+/// `GATEWAYD_PYTHON` (which must pass `check`), else `python3` if it
+/// passes; panics with how to make the venv otherwise.
+fn python_with(what: &str, check_code: &str) -> String {
     let check = |p: &str| -> Result<(), String> {
         let out = Command::new(p)
-            .args([
-                "-c",
-                "import discord, sys; sys.exit(0 if discord.version_info.major == 2 else 3)",
-            ])
+            .args(["-c", check_code])
             .output()
             .map_err(|e| format!("cannot run {p}: {e}"))?;
         if out.status.success() {
             Ok(())
         } else {
             Err(format!(
-                "{p} has no discord.py 2.x ({}): {}",
+                "{p} has no {what} ({}): {}",
                 out.status,
                 String::from_utf8_lossy(&out.stderr)
             ))
@@ -39,7 +55,7 @@ pub fn discord_py_python() -> String {
     match check("python3") {
         Ok(()) => "python3".into(),
         Err(e) => panic!(
-            "this test needs discord.py 2.x: {e}\n  scripts/test-all.sh makes a venv; by hand: \
+            "this test needs {what}: {e}\n  scripts/test-all.sh makes a venv; by hand: \
              python3 -m venv /tmp/venv && /tmp/venv/bin/pip install -r tests/py/requirements.txt \
              && export GATEWAYD_PYTHON=/tmp/venv/bin/python"
         ),
@@ -62,7 +78,7 @@ pub struct BotRun {
 impl BotRun {
     pub fn explain(&self) -> String {
         format!(
-            "{} exited {}\n--- summary ---\n{:#}\n--- stdout ---\n{}\n--- stderr (discord.py log) ---\n{}",
+            "{} exited {}\n--- summary ---\n{:#}\n--- stdout ---\n{}\n--- stderr (the library's log) ---\n{}",
             self.name, self.status, self.summary, self.stdout, self.stderr
         )
     }

@@ -9,9 +9,11 @@
 # time, and stops what it started, by PID. Exit status: non-zero if anything
 # failed (every step still runs and reports).
 #
-#   1. a Python venv with discord.py (tests/py/requirements.txt), OUTSIDE the
-#      clone under $CACHE/venv                            -> GATEWAYD_PYTHON
-#   1b. discord.js 14 and axe-core (tests/js/package-lock.json, npm ci) OUTSIDE the clone
+#   1. a Python venv with discord.py and hikari (tests/py/requirements.txt),
+#      OUTSIDE the clone under $CACHE/venv                -> GATEWAYD_PYTHON
+#   1b. discord.js 14, Eris 0.18 (with pako, its pure-JS inflater), discordeno 21
+#      (@discordeno/bot, with fzstd for zstd-stream) and axe-core
+#      (tests/js/package-lock.json, npm ci) OUTSIDE the clone
 #      under $CACHE/js                                     -> GATEWAYD_NODE_MODULES
 #   2. PostgreSQL (Debian's package, apt-get if missing; a throwaway cluster
 #      in a temp dir, loopback only)                      -> GATEWAYD_TEST_DATABASE_URL
@@ -98,7 +100,7 @@ fi
 want_hash="$(sha256sum "$REQUIREMENTS" | cut -d' ' -f1)"
 stamp="$VENV/.gatewayd-requirements.sha256"
 if [[ "$(cat "$stamp" 2>/dev/null || true)" != "$want_hash" ]] ||
-    ! "$VENV/bin/python" -c 'import discord, aiohttp, yarl' >/dev/null 2>&1; then
+    ! "$VENV/bin/python" -c 'import discord, hikari, aiohttp, yarl' >/dev/null 2>&1; then
     echo "installing $REQUIREMENTS"
     "$VENV/bin/python" -m pip install --quiet --disable-pip-version-check --no-input -r "$REQUIREMENTS"
     echo "$want_hash" >"$stamp"
@@ -113,17 +115,17 @@ export PYTHONDONTWRITEBYTECODE=1
 # the machine's Node.js (npm ci, no install scripts); again only when the
 # lock changed or the install no longer loads.
 JS_DIR="$CACHE/js"
-log "discord.js: $JS_DIR"
+log "discord.js + Eris + discordeno: $JS_DIR"
 mkdir -p "$JS_DIR"
 js_hash="$(cat "$ROOT/tests/js/package.json" "$ROOT/tests/js/package-lock.json" | sha256sum | cut -d' ' -f1)"
 js_stamp="$JS_DIR/.gatewayd-lock.sha256"
 if [[ "$(cat "$js_stamp" 2>/dev/null || true)" != "$js_hash" ]] ||
-    ! NODE_PATH="$JS_DIR/node_modules" node -e 'require("discord.js"); require.resolve("axe-core")' >/dev/null 2>&1; then
+    ! NODE_PATH="$JS_DIR/node_modules" node -e 'require("discord.js"); require("eris"); require("pako"); require("@discordeno/bot"); require.resolve("fzstd"); require.resolve("axe-core")' >/dev/null 2>&1; then
     cp "$ROOT/tests/js/package.json" "$ROOT/tests/js/package-lock.json" "$JS_DIR/"
     (cd "$JS_DIR" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
     echo "$js_hash" >"$js_stamp"
 else
-    echo "discord.js already installed"
+    echo "discord.js, Eris and discordeno already installed"
 fi
 export GATEWAYD_NODE_MODULES="$JS_DIR/node_modules"
 
@@ -132,8 +134,9 @@ log "tool versions"
 uname -srm
 rustc --version
 cargo --version
-"$GATEWAYD_PYTHON" -c 'import discord, aiohttp, sys; print("python", sys.version.split()[0], "/ discord.py", discord.__version__, "/ aiohttp", aiohttp.__version__)'
-echo "node $(node --version) / discord.js $(node -p 'JSON.parse(require("fs").readFileSync(process.argv[1])).version' "$GATEWAYD_NODE_MODULES/discord.js/package.json")"
+"$GATEWAYD_PYTHON" -c 'import discord, hikari, aiohttp, sys; print("python", sys.version.split()[0], "/ discord.py", discord.__version__, "/ hikari", hikari.__version__, "/ aiohttp", aiohttp.__version__)'
+js_version() { node -p 'JSON.parse(require("fs").readFileSync(process.argv[1])).version' "$GATEWAYD_NODE_MODULES/$1/package.json"; }
+echo "node $(node --version) / discord.js $(js_version discord.js) / eris $(js_version eris) / pako $(js_version pako) / @discordeno/bot $(js_version @discordeno/bot) / fzstd $(js_version fzstd)"
 if command -v cmake >/dev/null 2>&1; then
     echo "cmake: $(command -v cmake) (not needed by the build)"
 else

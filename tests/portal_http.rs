@@ -1210,16 +1210,6 @@ fn parse_refusals_and_refused_resumes_are_attributed_to_their_application() {
         code(send(json!({"op": 2, "d": {"intents": 1, "shard": [9, 1]}}))),
         4002
     );
-    // A Resume of a session that does not exist, with the application's token.
-    let resume = |token: &str| json!({"op": 6, "d": {"token": token, "session_id": "0000000000aaaaaaaaaaaaaaaaaaaaaa", "seq": 3}});
-    match send(resume(&token)) {
-        Next::Json(v) => assert_eq!(v["op"], 9, "{v}"),
-        other => panic!("no op 9: {other:?}"),
-    }
-    match send(resume(&format!("Bot {}", other.token))) {
-        Next::Json(v) => assert_eq!(v["op"], 9, "{v}"),
-        other => panic!("no op 9: {other:?}"),
-    }
     let counts = |s: &portal::Signed| -> Vec<(String, u64)> {
         let h = s.health();
         let mut v: Vec<(String, u64)> = h["start_refusals"]["counts"]
@@ -1236,6 +1226,23 @@ fn parse_refusals_and_refused_resumes_are_attributed_to_their_application() {
         v.sort();
         v
     };
+    // The Resumes come after those two are counted: the refusals are
+    // attributed on the worker each landed on, and two workers' records in
+    // the same millisecond have no order ("newest first" is by time).
+    let two = vec![("close_4010".to_string(), 1), ("close_4013".to_string(), 1)];
+    let seen = wait_until(Duration::from_secs(10), || counts(&me) == two);
+    assert!(seen.is_some(), "{:?}", counts(&me));
+    std::thread::sleep(Duration::from_millis(5));
+    // A Resume of a session that does not exist, with the application's token.
+    let resume = |token: &str| json!({"op": 6, "d": {"token": token, "session_id": "0000000000aaaaaaaaaaaaaaaaaaaaaa", "seq": 3}});
+    match send(resume(&token)) {
+        Next::Json(v) => assert_eq!(v["op"], 9, "{v}"),
+        other => panic!("no op 9: {other:?}"),
+    }
+    match send(resume(&format!("Bot {}", other.token))) {
+        Next::Json(v) => assert_eq!(v["op"], 9, "{v}"),
+        other => panic!("no op 9: {other:?}"),
+    }
     let want = vec![
         ("close_4010".to_string(), 1),
         ("close_4013".to_string(), 1),

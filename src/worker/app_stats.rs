@@ -483,33 +483,40 @@ impl AppTable {
             refused: std::array::from_fn(|k| s.refused[k].load(Relaxed)),
             ..Default::default()
         };
-        let mut recent: Vec<RecentRefusal> = s
+        // Newest first: by time, and within one millisecond by the order
+        // they were written (slot k was last written as number `w`).
+        let next = s.recent_next.load(Relaxed) as usize;
+        let written = |k: usize| next.wrapping_sub(1 + (next.wrapping_sub(1 + k) % RECENT));
+        let mut recent: Vec<(usize, RecentRefusal)> = s
             .recent
             .iter()
             .map(|r| r.load(Relaxed))
-            .filter_map(|v| {
+            .enumerate()
+            .filter_map(|(k, v)| {
                 let kind = (v & 0xff) as usize;
                 let byte = (v >> 8) & 0xff;
-                (kind > 0 && kind <= StartRefusal::COUNT).then(|| {
-                    let why = StartRefusal::ALL[kind - 1];
-                    let intents = why == StartRefusal::DisallowedIntents;
-                    RecentRefusal {
-                        at_ms: v >> 16,
-                        why,
-                        privileged: PRIVILEGED_BITS
-                            .iter()
-                            .enumerate()
-                            .filter(|(i, _)| intents && byte & (1 << i) != 0)
-                            .fold(0, |m, (_, b)| m | b),
-                        resume: (why == StartRefusal::Resume)
-                            .then(|| ResumeRefusal::from_index(byte as usize))
-                            .flatten(),
-                    }
-                })
+                (kind > 0 && kind <= StartRefusal::COUNT)
+                    .then(|| {
+                        let why = StartRefusal::ALL[kind - 1];
+                        let intents = why == StartRefusal::DisallowedIntents;
+                        RecentRefusal {
+                            at_ms: v >> 16,
+                            why,
+                            privileged: PRIVILEGED_BITS
+                                .iter()
+                                .enumerate()
+                                .filter(|(i, _)| intents && byte & (1 << i) != 0)
+                                .fold(0, |m, (_, b)| m | b),
+                            resume: (why == StartRefusal::Resume)
+                                .then(|| ResumeRefusal::from_index(byte as usize))
+                                .flatten(),
+                        }
+                    })
+                    .map(|r| (written(k), r))
             })
             .collect();
-        recent.sort_unstable_by_key(|r| std::cmp::Reverse(r.at_ms));
-        out.recent_refusals = recent;
+        recent.sort_unstable_by_key(|(w, r)| std::cmp::Reverse((r.at_ms, *w)));
+        out.recent_refusals = recent.into_iter().map(|(_, r)| r).collect();
         for w in 0..self.workers {
             let bank = self.published[w].load(Relaxed) as usize;
             let at = (bank * SLOTS + i) * self.workers + w;
@@ -637,6 +644,30 @@ mod tests {
         let later = t.snapshot(7, 1_000 + BUCKETS as u64 * BUCKET_MS).unwrap();
         assert_eq!(later.closes_hour[0], 0);
         assert_eq!(later.identifies, 1);
+    }
+
+    #[test]
+    fn refused_starts_are_newest_first_and_in_write_order_within_a_millisecond() {
+        let t = AppTable::new(1);
+        t.identified(7, &SessionId::new(0, 1), 1_000); // the slot
+                                                       // Six into a ring of four, the last three in one millisecond.
+        for (i, ms) in [100, 200, 300, 400, 400, 400].iter().enumerate() {
+            let why = if i % 2 == 0 {
+                StartRefusal::ALL[0]
+            } else {
+                StartRefusal::ALL[1]
+            };
+            t.start_refused(7, why, 0, *ms);
+        }
+        let got: Vec<(u64, StartRefusal)> = t
+            .snapshot(7, 500)
+            .unwrap()
+            .recent_refusals
+            .iter()
+            .map(|r| (r.at_ms, r.why))
+            .collect();
+        let (a, b) = (StartRefusal::ALL[0], StartRefusal::ALL[1]);
+        assert_eq!(got, [(400, b), (400, a), (400, b), (300, a)]);
     }
 
     #[test]

@@ -44,7 +44,8 @@ fn allocations() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::delivery::fanout::{EventIn, FanOut, FanOutConfig};
+    use crate::delivery::fanout::{EventIn, FanOut, FanOutConfig, Stamp};
+    use crate::delivery::latency::{self, DeliveryLatency};
     use crate::delivery::sendpath::{self, SendPool};
     use crate::protocol::intents::{self, perm};
     use crate::protocol::session::{GuildAccess, Identity};
@@ -127,6 +128,8 @@ mod tests {
             );
         }
         let mut queued: Vec<ConnKey> = Vec::with_capacity(sessions as usize);
+        // The delivery latency histograms, as a worker keeps them.
+        let timing = DeliveryLatency::default();
         let mut mentions: Vec<u64> = Vec::with_capacity(128);
         let mut completions = Vec::with_capacity(4096);
         // Every fourth session uses transport compression (alternating zlib
@@ -154,7 +157,12 @@ mod tests {
                     addressed: rec.is_addressed(),
                     mentions: &mentions,
                     d: rec.d(),
-                };
+                    stamp: Stamp {
+                        commit_ns: rec.commit_unix_ns(),
+                        take_ns: 0,
+                    },
+                }
+                .taken_at(latency::unix_ns());
                 queued.clear();
                 let out = fan.deliver(
                     &ev,
@@ -164,6 +172,7 @@ mod tests {
                     |_, _| panic!("no overflow expected"),
                 );
                 assert_eq!(out.recipients, sessions);
+                timing.fanned_out(ev.stamp, latency::unix_ns(), u64::from(out.recipients));
             }
             // One vectored send per recipient, submitted to a real ring.
             for (i, k) in queued.iter().enumerate() {
@@ -174,6 +183,17 @@ mod tests {
                     let done =
                         sendpath::build_compressed(c, &s.ring, &fan.slab, &fan.arena, out).unwrap();
                     assert!(done.entries > 0 && !done.lost);
+                    let now = latency::unix_ns();
+                    let e = done.entries as usize;
+                    let s = fan.get_mut(proto::SessionIdx(k.slot)).unwrap();
+                    let n = timing.frames_done(
+                        &done.stamps[..e],
+                        &done.seqs[..e],
+                        &mut s.timed_seq,
+                        now,
+                        now,
+                    );
+                    timing.sent(n, now, now);
                     // SAFETY: `out` lives in `compressed`, which outlives the submission and its completion; this test counts allocations, not the bytes that reach the socket.
                     unsafe { ring.send(0, out.as_ptr(), out.len() as u32, i as u64) };
                     fan.mark_sent(proto::SessionIdx(k.slot), done.entries);
@@ -186,8 +206,20 @@ mod tests {
                     sendpath::build(slot, &[], Some((&s.ring, &fan.slab)), &fan.arena, 0).unwrap();
                 assert!(n > 0);
                 let entries = slot.entries;
+                slot.submit_ns = latency::unix_ns();
                 // SAFETY: `slot.msg` and the buffers it points to live in the pool and the fan-out's arena, which outlive the submission and its completion (the slot may be rebuilt for the next recipient before the kernel reads it: this test counts allocations, not the bytes sent).
                 unsafe { ring.sendmsg_nowait(0, &slot.msg, i as u64) };
+                let e = entries as usize;
+                let now = latency::unix_ns();
+                let s = fan.get_mut(proto::SessionIdx(k.slot)).unwrap();
+                let n = timing.frames_done(
+                    &slot.stamps[..e],
+                    &slot.seqs[..e],
+                    &mut s.timed_seq,
+                    slot.submit_ns,
+                    now,
+                );
+                timing.sent(n, slot.submit_ns, now);
                 pool.put(id);
                 fan.mark_sent(proto::SessionIdx(k.slot), entries);
             }
@@ -222,5 +254,11 @@ mod tests {
             fan.arena.stats().wraps > 0,
             "the arena wrapped during the test"
         );
+        // Every delivery timed once, in every stage.
+        let deliveries = 140 * 20 * u64::from(sessions);
+        for s in &timing.stages {
+            assert_eq!(s.count(), deliveries);
+        }
+        assert_eq!(timing.end_to_end.count(), deliveries);
     }
 }

@@ -89,37 +89,41 @@ fn check_exposition(text: &str) -> Samples {
             }
         }
     }
-    // Histograms: cumulative buckets ending in +Inf = _count.
+    // Histograms: each series (its labels but `le`) has cumulative buckets
+    // ending in +Inf = its _count.
     for (family, kind) in &declared {
         if *kind != promtext::Kind::Histogram {
             continue;
         }
-        let mut buckets: Vec<(f64, f64)> = samples
+        let mut by_series: BTreeMap<BTreeMap<String, String>, Vec<(f64, f64)>> = BTreeMap::new();
+        for (_, l, v) in samples
             .iter()
             .filter(|(n, _, _)| *n == format!("{family}_bucket"))
-            .map(|(_, l, v)| {
-                let le = match l["le"].as_str() {
-                    "+Inf" => f64::INFINITY,
-                    s => s.parse().unwrap(),
-                };
-                (le, *v)
-            })
-            .collect();
-        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
-        assert!(
-            buckets.windows(2).all(|w| w[0].1 <= w[1].1),
-            "{family}: buckets not cumulative"
-        );
-        let last = buckets
-            .last()
-            .unwrap_or_else(|| panic!("{family}: no buckets"));
-        assert!(last.0.is_infinite(), "{family}: no +Inf bucket");
-        let count = samples
-            .iter()
-            .find(|(n, _, _)| *n == format!("{family}_count"))
-            .unwrap_or_else(|| panic!("{family}: no _count"))
-            .2;
-        assert_eq!(last.1, count, "{family}: +Inf bucket != _count");
+        {
+            let le = match l["le"].as_str() {
+                "+Inf" => f64::INFINITY,
+                s => s.parse().unwrap(),
+            };
+            let mut key = l.clone();
+            key.remove("le");
+            by_series.entry(key).or_default().push((le, *v));
+        }
+        assert!(!by_series.is_empty(), "{family}: no buckets");
+        for (labels, mut buckets) in by_series {
+            buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+            assert!(
+                buckets.windows(2).all(|w| w[0].1 <= w[1].1),
+                "{family}{labels:?}: buckets not cumulative"
+            );
+            let last = buckets.last().expect("one bucket at least");
+            assert!(last.0.is_infinite(), "{family}{labels:?}: no +Inf bucket");
+            let count = samples
+                .iter()
+                .find(|(n, l, _)| *n == format!("{family}_count") && *l == labels)
+                .unwrap_or_else(|| panic!("{family}{labels:?}: no _count"))
+                .2;
+            assert_eq!(last.1, count, "{family}{labels:?}: +Inf bucket != _count");
+        }
     }
     samples
 }

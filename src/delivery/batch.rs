@@ -11,6 +11,9 @@ pub struct Batch {
     /// Where each record is in its stream (Kafka: partition and offset);
     /// `StreamPos::NONE` for sources without positions (the listener).
     pos: Vec<StreamPos>,
+    /// When the ingest thread read each record (Unix ns: the end of
+    /// `commit_to_read`, delivery/latency.rs).
+    reads: Vec<u64>,
     /// Its number in the node's recovery journal (0: not journaled).
     pub number: u64,
     /// Which source filled it: `ORIGIN_OTHER`, or `origin_of_worker(w)`
@@ -62,6 +65,7 @@ impl Batch {
             buf: AlignedVec::with_capacity(bytes),
             spans: Vec::with_capacity(records),
             pos: Vec::with_capacity(records),
+            reads: Vec::with_capacity(records),
             number: 0,
             origin: ORIGIN_OTHER,
         }
@@ -74,6 +78,7 @@ impl Batch {
     /// A record with its place in the stream.
     pub fn push_at(&mut self, body: &[u8], at: StreamPos) {
         self.pos.push(at);
+        self.reads.push(crate::delivery::latency::unix_ns());
         let pad = self.buf.len().next_multiple_of(ingest::BODY_ALIGN) - self.buf.len();
         self.buf.extend_from_slice(&[0u8; 8][..pad]);
         let start = self.buf.len();
@@ -99,6 +104,7 @@ impl Batch {
         self.buf.clear();
         self.spans.clear();
         self.pos.clear();
+        self.reads.clear();
         self.number = 0;
     }
 
@@ -106,6 +112,11 @@ impl Batch {
         self.spans
             .iter()
             .map(|&(s, l)| &self.buf.as_slice()[s as usize..(s + l) as usize])
+    }
+
+    /// The bodies with the times they were read (Unix ns).
+    pub fn bodies_read(&self) -> impl Iterator<Item = (&[u8], u64)> {
+        self.bodies().zip(self.reads.iter().copied())
     }
 
     /// The bodies with their places in the stream.

@@ -21,6 +21,7 @@ use shards::SessionId;
 
 use crate::delivery::entitlement::{self, Requirement, Variant};
 use crate::delivery::interest::Interest;
+pub use crate::delivery::latency::Stamp;
 use crate::delivery::record;
 use crate::delivery::resume::ResumeRefusal;
 use crate::delivery::ConnKey;
@@ -47,6 +48,9 @@ pub struct SessionSlot {
     pub since_ms: u64,
     pub attached_ms: u64,
     pub resumes: u32,
+    /// The highest seq whose delivery was timed (delivery/latency.rs): a
+    /// frame sent again after a Resume is not timed twice.
+    pub timed_seq: u64,
 }
 
 /// An event as the fan-out sees it (borrowed from an ingest record).
@@ -61,6 +65,9 @@ pub struct EventIn<'a> {
     pub addressed: bool,
     pub mentions: &'a [u64],
     pub d: &'a [u8],
+    /// Its commit time, and when this worker took it from its inbox (0:
+    /// a replay, not timed; delivery/latency.rs).
+    pub stamp: Stamp,
 }
 
 impl<'a> EventIn<'a> {
@@ -83,7 +90,17 @@ impl<'a> EventIn<'a> {
             addressed: rec.is_addressed(),
             mentions,
             d: rec.d(),
+            stamp: Stamp {
+                commit_ns: rec.commit_unix_ns(),
+                take_ns: 0,
+            },
         }
+    }
+
+    /// The same event, taken from the inbox at `take_ns` (Unix ns): timed.
+    pub fn taken_at(mut self, take_ns: u64) -> Self {
+        self.stamp.take_ns = take_ns;
+        self
     }
 }
 
@@ -194,6 +211,7 @@ impl FanOut {
             since_ms: 0,
             attached_ms: 0,
             resumes: 0,
+            timed_seq: 0,
         })
     }
 
@@ -429,7 +447,7 @@ impl FanOut {
     }
 
     fn append(&mut self, t: &str, d: &[u8]) -> Result<RecordRef, ringbuf::ArenaError> {
-        record::append(&mut self.arena, t, d)
+        record::append(&mut self.arena, Stamp::NONE, t, d)
     }
 
     /// Fan one event out to this worker's entitled sessions. `queued` is
@@ -474,7 +492,7 @@ impl FanOut {
                     Variant::Full => match full {
                         Some(r) => r,
                         None => {
-                            match record::append(&mut self.arena, ev.t, ev.d) {
+                            match record::append(&mut self.arena, ev.stamp, ev.t, ev.d) {
                                 Ok(r) => {
                                     out.appended_records += 1;
                                     *full.insert(r)
@@ -491,7 +509,7 @@ impl FanOut {
                                 // Unparseable message: never leak content to a bot without the intent.
                                 continue;
                             }
-                            match record::append(&mut self.arena, ev.t, &self.redacted) {
+                            match record::append(&mut self.arena, ev.stamp, ev.t, &self.redacted) {
                                 Ok(r) => {
                                     out.appended_records += 1;
                                     *redacted.insert(r)
@@ -586,9 +604,22 @@ impl FanOut {
             .map_err(|_| ResumeRefusal::SeqNotHeld)
     }
 
+    /// How long a session has been away (ms, by the clock of `detach`): 0
+    /// while it is attached.
+    pub fn away_ms(&self, idx: SessionIdx, now_ms: u64) -> u64 {
+        match self.get(idx) {
+            Some(s) if s.conn.is_none() && s.expires_ms != u64::MAX => {
+                now_ms.saturating_sub(s.expires_ms.saturating_sub(self.cfg.resume_window_ms))
+            }
+            _ => 0,
+        }
+    }
+
     /// Periodic upkeep: forget sent history older than the window, end
-    /// detached sessions whose window passed. Returns (ended, degraded).
-    pub fn tick(&mut self, now_ms: u64) -> (usize, usize) {
+    /// detached sessions whose window passed (each given to `expired` with
+    /// its id's random bits and when it was detached). Returns (ended,
+    /// degraded).
+    pub fn tick(&mut self, now_ms: u64, mut expired: impl FnMut(u128, u64)) -> (usize, usize) {
         let window = self.cfg.resume_window_ms;
         let mut gone = 0;
         let mut degraded = 0;
@@ -601,6 +632,10 @@ impl FanOut {
                 degraded += 1;
             }
             if s.conn.is_none() && now_ms > s.expires_ms {
+                expired(
+                    s.identity.session_id.random_bits(),
+                    s.expires_ms.saturating_sub(window),
+                );
                 self.remove(SessionIdx(i as u32));
                 gone += 1;
             }

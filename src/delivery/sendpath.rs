@@ -9,6 +9,7 @@
 use net::ws::{self, OpCode};
 use ringbuf::{Arena, RingSlab, SessionRing};
 
+use crate::delivery::latency::Stamp;
 use crate::delivery::record;
 
 /// Ring entries per send.
@@ -29,6 +30,11 @@ pub struct SendSlot {
     /// Lowest arena position this send reads: if the arena passes it before
     /// the send completes, what went out may be torn.
     pub min_pos: u64,
+    /// Each entry's stamp and seq, and when the send was submitted (Unix
+    /// ns, set by the worker): what delivery/latency.rs times it by.
+    pub stamps: [Stamp; MAX_BATCH],
+    pub seqs: [u64; MAX_BATCH],
+    pub submit_ns: u64,
 }
 
 // SAFETY: the raw pointers in `iov`/`msg` point into buffers owned by the
@@ -56,6 +62,9 @@ impl SendPool {
                 entries: 0,
                 control: 0,
                 min_pos: u64::MAX,
+                stamps: [Stamp::NONE; MAX_BATCH],
+                seqs: [0; MAX_BATCH],
+                submit_ns: 0,
             })
             .collect();
         SendPool {
@@ -116,6 +125,8 @@ pub fn build(
             let h = dispatch_header(hdr, t, e.seq, d.len());
             let frame = h + d.len() + SUFFIX.len();
             slot.frame_len[i] = frame as u32;
+            slot.stamps[i] = record::stamp(record);
+            slot.seqs[i] = e.seq;
             slot.min_pos = slot.min_pos.min(e.record.pos);
             slot.entries += 1;
             // SAFETY: offsets stay inside `hdr`; the slot outlives the send.
@@ -195,7 +206,7 @@ pub fn finish_frame(
 }
 
 /// What `build_compressed` did.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug)]
 pub struct Compressed {
     /// Ring entries compressed (all of them count as sent).
     pub entries: u32,
@@ -204,6 +215,22 @@ pub struct Compressed {
     pub bytes_out: u64,
     /// The next unsent entry's record is gone from the arena (see `Lost`).
     pub lost: bool,
+    /// The compressed entries' stamps and seqs (the first `entries`).
+    pub stamps: [Stamp; MAX_BATCH],
+    pub seqs: [u64; MAX_BATCH],
+}
+
+impl Default for Compressed {
+    fn default() -> Self {
+        Compressed {
+            entries: 0,
+            bytes_in: 0,
+            bytes_out: 0,
+            lost: false,
+            stamps: [Stamp::NONE; MAX_BATCH],
+            seqs: [0; MAX_BATCH],
+        }
+    }
 }
 
 /// A compressed connection's send: up to MAX_BATCH unsent entries of
@@ -228,6 +255,8 @@ pub fn build_compressed(
         let (t, d) = record::parts(record);
         let h = dispatch_prefix(&mut hdr, t, e.seq);
         let n = c.frame(&[&hdr[..h], d, SUFFIX], out)?;
+        done.stamps[done.entries as usize] = record::stamp(record);
+        done.seqs[done.entries as usize] = e.seq;
         done.entries += 1;
         done.bytes_in += (h + d.len() + SUFFIX.len()) as u64;
         done.bytes_out += n as u64;
@@ -299,8 +328,8 @@ mod tests {
         let mut slab = RingSlab::new(8);
         let mut ring = SessionRing::new(&RingConfig::default(), 0);
         for (i, d) in events.iter().enumerate() {
-            let t = b"MESSAGE_CREATE";
-            let r = arena.append(&[&[t.len() as u8], t, d.as_bytes()]).unwrap();
+            let r =
+                record::append(&mut arena, Stamp::NONE, "MESSAGE_CREATE", d.as_bytes()).unwrap();
             ring.push(
                 &mut slab,
                 Entry {

@@ -128,6 +128,7 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
             w.busy_ns.load(Relaxed) as f64 / 1e9
         );
     }
+    render_delivery(workers, out);
     family(
         out,
         "gatewayd_uptime_seconds",
@@ -135,6 +136,115 @@ pub fn render(workers: &[WorkerMetrics], uptime_s: f64, out: &mut String) {
         "Seconds since the node started.",
     );
     let _ = writeln!(out, "gatewayd_uptime_seconds {uptime_s:.3}");
+}
+
+/// The delivery latency families (delivery/latency.rs), per worker.
+fn render_delivery(workers: &[WorkerMetrics], out: &mut String) {
+    use crate::delivery::latency::{render_series, Stage};
+    let _ = writeln!(
+        out,
+        "# HELP gatewayd_delivery_stage_seconds Where a delivery's time goes, per worker: \
+         commit_to_read (the record's commit time to the ingest read), read_to_inbox (to the \
+         worker taking its batch), inbox_to_submit (to the send carrying its frame submitted), \
+         submit_to_sent (to that send's completion). Each counts deliveries (an event to one \
+         session), each once.\n# TYPE gatewayd_delivery_stage_seconds histogram"
+    );
+    for (i, w) in workers.iter().enumerate() {
+        for s in Stage::ALL {
+            let (c, sum) = w.delivery.stages[s as usize].read();
+            let labels = format!("worker=\"{i}\",stage=\"{}\"", s.label());
+            render_series("gatewayd_delivery_stage_seconds", &labels, &c, sum, out);
+        }
+    }
+    let _ = writeln!(
+        out,
+        "# HELP gatewayd_delivery_seconds An event's commit time to its frame handed to the \
+         kernel (the send's completion; under TLS or compression its submission), per worker, \
+         one count per delivery.\n# TYPE gatewayd_delivery_seconds histogram"
+    );
+    for (i, w) in workers.iter().enumerate() {
+        let (c, sum) = w.delivery.end_to_end.read();
+        render_series(
+            "gatewayd_delivery_seconds",
+            &format!("worker=\"{i}\""),
+            &c,
+            sum,
+            out,
+        );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP gatewayd_delivery_resent_total Frames sent again after a Resume (not timed again).\n\
+         # TYPE gatewayd_delivery_resent_total counter"
+    );
+    for (i, w) in workers.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "gatewayd_delivery_resent_total{{worker=\"{i}\"}} {}",
+            w.delivery.resent.load(Relaxed)
+        );
+    }
+    render_reconnects(workers, out);
+}
+
+/// The reconnect-time families (delivery/reconnect.rs), summed over workers.
+fn render_reconnects(workers: &[WorkerMetrics], out: &mut String) {
+    use crate::delivery::reconnect::{GAP_BOUNDS_MS, WINDOWS_S};
+    let sum = |f: &dyn Fn(&WorkerMetrics) -> u64| -> u64 { workers.iter().map(f).sum() };
+    let _ = writeln!(
+        out,
+        "# HELP gatewayd_reconnect_seconds Time from the node seeing a session's connection go \
+         to its Resume (RESUMED here, or handed to another node), counted by the node that held \
+         it.\n# TYPE gatewayd_reconnect_seconds histogram"
+    );
+    let mut cum = 0;
+    for (i, b) in GAP_BOUNDS_MS.iter().enumerate() {
+        cum += sum(&|w| w.reconnect.gaps[i].load(Relaxed));
+        let _ = writeln!(
+            out,
+            "gatewayd_reconnect_seconds_bucket{{le=\"{}\"}} {cum}",
+            *b as f64 / 1000.0
+        );
+    }
+    cum += sum(&|w| w.reconnect.gaps[GAP_BOUNDS_MS.len()].load(Relaxed));
+    let _ = writeln!(
+        out,
+        "gatewayd_reconnect_seconds_bucket{{le=\"+Inf\"}} {cum}"
+    );
+    let _ = writeln!(
+        out,
+        "gatewayd_reconnect_seconds_sum {:.3}\ngatewayd_reconnect_seconds_count {cum}",
+        sum(&|w| w.reconnect.gap_sum_ms.load(Relaxed)) as f64 / 1000.0
+    );
+    let _ = writeln!(
+        out,
+        "# HELP gatewayd_resume_attempts_timed_total Resumes whose time away is known: resumed, \
+         handed off, or refused for a session whose window had passed (remembered 6 min).\n\
+         # TYPE gatewayd_resume_attempts_timed_total counter\n\
+         gatewayd_resume_attempts_timed_total {}",
+        sum(&|w| w.reconnect.attempts.load(Relaxed))
+    );
+    let _ = writeln!(
+        out,
+        "# HELP gatewayd_resume_expired_total Resumes refused because the session's window had \
+         passed (of sessions still remembered).\n\
+         # TYPE gatewayd_resume_expired_total counter\n\
+         gatewayd_resume_expired_total {}",
+        sum(&|w| w.reconnect.expired_refused.load(Relaxed))
+    );
+    let _ = writeln!(
+        out,
+        "# HELP gatewayd_resume_window_refusals_total Of the timed Resume attempts, those a resume \
+         window of this many seconds would have refused (away longer).\n\
+         # TYPE gatewayd_resume_window_refusals_total counter"
+    );
+    for (i, w) in WINDOWS_S.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "gatewayd_resume_window_refusals_total{{window=\"{w}\"}} {}",
+            sum(&|m| m.reconnect.beyond[i].load(Relaxed))
+        );
+    }
 }
 
 /// The build (`gatewayd_build_info`), whether the node takes traffic

@@ -34,6 +34,50 @@ pub fn sample(ctx: &Ctx) {
         }
     }
     h.scratch = apps;
+    h.record_delivery(minute, delivery_now(ctx));
+}
+
+/// The node's end-to-end delivery buckets, summed over workers.
+fn delivery_now(ctx: &Ctx) -> [u64; crate::delivery::latency::BUCKETS] {
+    let mut c = [0u64; crate::delivery::latency::BUCKETS];
+    for w in ctx.v.shared.metrics.iter() {
+        let (b, _) = w.delivery.end_to_end.read();
+        for (x, y) in c.iter_mut().zip(b) {
+            *x += y;
+        }
+    }
+    c
+}
+
+/// The node's reconnect-time distribution (delivery/reconnect.rs) as the
+/// page shows it: resumes by time away, and what each window would have
+/// refused.
+fn reconnects(ctx: &Ctx) -> Value {
+    use crate::delivery::reconnect::{GAP_BOUNDS_MS, WINDOWS_S};
+    use std::sync::atomic::Ordering::Relaxed;
+    let ms = &ctx.v.shared.metrics;
+    let gaps: Vec<Value> = (0..=GAP_BOUNDS_MS.len())
+        .map(|i| {
+            let n: u64 = ms.iter().map(|w| w.reconnect.gaps[i].load(Relaxed)).sum();
+            json!({"le_ms": GAP_BOUNDS_MS.get(i), "resumes": n})
+        })
+        .collect();
+    let windows: Vec<Value> = WINDOWS_S
+        .iter()
+        .enumerate()
+        .map(|(i, w)| {
+            let n: u64 = ms.iter().map(|m| m.reconnect.beyond[i].load(Relaxed)).sum();
+            json!({"window_s": w, "would_refuse": n})
+        })
+        .collect();
+    let attempts: u64 = ms.iter().map(|w| w.reconnect.attempts.load(Relaxed)).sum();
+    let expired: u64 = ms
+        .iter()
+        .map(|w| w.reconnect.expired_refused.load(Relaxed))
+        .sum();
+    json!({"by_gap": gaps, "windows": windows, "timed_attempts": attempts,
+           "refused_expired": expired,
+           "window_s": ctx.v.shared.cfg.limits.resume_window_ms / 1000})
 }
 
 fn interactions(a: &AppStats) -> Value {
@@ -105,6 +149,14 @@ pub fn json(ctx: &Ctx, app: u64) -> Value {
         .iter()
         .map(|(m, live)| json!({"minute": m, "live": live}))
         .collect();
+    let delivery: Vec<Value> = lock(&ctx.history)
+        .delivery_series(now_minute, &delivery_now(ctx))
+        .iter()
+        .map(|d| {
+            json!({"minute": d.minute, "deliveries": d.deliveries,
+                        "p50_ms": d.p50_ms, "p99_ms": d.p99_ms})
+        })
+        .collect();
     let here = super::figures::NodeFigures::of(ctx.v.shared.node(), now, &snap, &stats);
     let cluster = super::cluster::json(ctx, app, &here);
     let budget = match ctx.registry().session_start_remaining(app, now) {
@@ -134,6 +186,8 @@ pub fn json(ctx: &Ctx, app: u64) -> Value {
         "interactions": interactions(&stats),
         "ack_minutes": acks,
         "sessions_minutes": sessions,
+        "delivery_minutes": delivery,
+        "reconnects": reconnects(ctx),
         "cluster": cluster,
     })
 }

@@ -178,6 +178,18 @@ pub fn dashboard(ctx: &Ctx, s: &Session) -> String {
     );
     let _ = write!(
         b,
+        "<section aria-labelledby=\"h-delivery\"><h2 id=\"h-delivery\">Delivery on this node</h2>\
+         <p>Every bot's events, not only this application's: from the event's commit in the stream to its frame handed to the kernel.</p>\
+         <figure><svg id=\"chart-delivery\" role=\"img\" aria-label=\"Delivery latency p50 and p99 per minute, estimated within buckets, against the 800 millisecond line\" viewBox=\"0 0 600 160\"></svg>\
+         <figcaption>Delivery latency per minute (commit to socket; p50, p99, estimated within latency buckets) against the 800 ms line; x: minutes before now</figcaption></figure>\
+         <div class=\"stats\">{}{}</div>{}{}</section>",
+        stat("resume-attempts", "Resumes timed"),
+        stat("resume-expired", "Refused: window passed"),
+        table("reconnect-gaps", "Resumes by time away (disconnect to Resume)", &["Away up to", "Resumes"]),
+        table("reconnect-windows", "What a resume window would have refused", &["Window", "Refused", ""]),
+    );
+    let _ = write!(
+        b,
         "<section aria-labelledby=\"h-starts\"><h2 id=\"h-starts\">Sessions that did not start</h2>\
          <p>Identifies and Resumes refused before a session (re)started, since this node started \
          (a bad token, 4004, names no application and is not counted here). Detail: the \

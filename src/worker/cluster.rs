@@ -117,12 +117,23 @@ impl Worker {
         // Let go only once the link thread has the answer (it may have
         // given up waiting: then the session stays ours).
         let taken = reply.try_send(bytes).is_ok();
+        let now = self.now_ms();
         let (Some(idx), Ok(_), true) = (found, &answer, taken) else {
             if let Err(why) = answer {
                 tracing::debug!(worker = self.id, %why, "hand-off refused");
+                let expired = (found.is_none() && taken)
+                    .then(|| self.expired.take(take.session_id.random_bits(), now))
+                    .flatten();
+                if let Some(gap) = expired {
+                    self.shared.metrics[self.id].reconnect.refused_expired(gap);
+                }
             }
             return;
         };
+        // The session came back, on another node: its gap is counted here,
+        // where it was lost (delivery/reconnect.rs).
+        let away = self.fan.away_ms(idx, now);
+        self.shared.metrics[self.id].reconnect.resumed(away);
         let old = self.fan.get(idx).and_then(|s| s.conn);
         if let Some(old) = old {
             self.detach_conn(old);

@@ -158,6 +158,11 @@ pub struct Conn {
     /// Housekeeping ticks in a row that found the buffers empty and nothing
     /// in flight (see `release_idle_buffers`).
     pub(super) quiet_ticks: u8,
+    /// Timed frames in `wire` (TLS, compression) and when it was submitted
+    /// (Unix ns): their `submit_to_sent` is counted when all of it has gone
+    /// (delivery/latency.rs).
+    pub(super) wire_timed: u32,
+    pub(super) wire_submit_ns: u64,
 }
 
 /// A connection's REST state between its requests. Held in its own box so
@@ -304,6 +309,8 @@ impl Conn {
             compress: None,
             out_raw: 0,
             quiet_ticks: 0,
+            wire_timed: 0,
+            wire_submit_ns: 0,
         }
     }
 }

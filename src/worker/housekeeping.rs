@@ -117,7 +117,11 @@ impl Worker {
                 self.begin_close(key, close);
             }
         }
-        let (_, degraded) = self.fan.tick(now);
+        let expired = &mut self.expired;
+        expired.expire(now);
+        let (_, degraded) = self
+            .fan
+            .tick(now, |id, detached| expired.remember(id, detached));
         if self.shared.apps.tally_due(self.id, self.unix_ms) {
             let fan = &self.fan;
             self.shared.apps.tally(self.id, |f| fan.each_session(f));

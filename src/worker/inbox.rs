@@ -32,7 +32,8 @@ impl Worker {
                 if self.fenced() {
                     return; // our claim lapsed: a survivor may hold our sessions
                 }
-                self.deliver_batch(&batch);
+                let take_ns = crate::delivery::latency::unix_ns();
+                self.deliver_batch(&batch, take_ns);
                 self.retain_batch(&batch);
             }
             // Sessions and REST views take every change at the same moment.
@@ -88,7 +89,7 @@ impl Worker {
 
     /// Fan one event out (src/fanout.rs decides and appends; here the
     /// recipients' connections are scheduled for a send).
-    pub(super) fn deliver(&mut self, ev: &EventIn) {
+    pub(super) fn deliver(&mut self, ev: &EventIn) -> u32 {
         let now = self.now_ms();
         let unix = self.unix_ms;
         let Worker {
@@ -121,15 +122,23 @@ impl Worker {
         while let Some((sid, key)) = self.overflow.pop() {
             self.overflowed(sid, key);
         }
+        d.recipients
     }
 
-    /// A batch of ingest records, validated by the ingest thread.
-    pub(super) fn deliver_batch(&mut self, batch: &crate::delivery::batch::Batch) {
-        for body in batch.bodies() {
+    /// A batch of ingest records, validated by the ingest thread, taken
+    /// from the inbox at `take_ns` (Unix ns).
+    pub(super) fn deliver_batch(&mut self, batch: &crate::delivery::batch::Batch, take_ns: u64) {
+        for (body, read_ns) in batch.bodies_read() {
             // SAFETY: the ingest thread accepted exactly these bytes.
             let rec = unsafe { ingest::access_trusted(body) };
             let mut mentions = std::mem::take(&mut self.mentions);
-            self.deliver(&EventIn::of(rec, &mut mentions));
+            let ev = EventIn::of(rec, &mut mentions).taken_at(take_ns);
+            let recipients = self.deliver(&ev);
+            self.shared.metrics[self.id].delivery.fanned_out(
+                ev.stamp,
+                read_ns,
+                u64::from(recipients),
+            );
             self.mentions = mentions;
         }
     }

@@ -122,6 +122,10 @@ pub struct WorkerMetrics {
     /// Message bytes given to compression streams, and what came out.
     pub compress_bytes_in: AtomicU64,
     pub compress_bytes_out: AtomicU64,
+    /// Where deliveries' time goes, by stage (delivery/latency.rs).
+    pub delivery: crate::delivery::latency::DeliveryLatency,
+    /// How long sessions were away before they resumed (delivery/reconnect.rs).
+    pub reconnect: crate::delivery::reconnect::ReconnectStats,
 }
 
 impl WorkerMetrics {

@@ -157,6 +157,9 @@ pub struct Worker {
     /// Buffers (and send slots) of connections closed while their send was
     /// in flight, kept until the kernel is done with them.
     graveyard: HashMap<u64, (Vec<u8>, Option<u16>)>,
+    /// Sessions whose resume window passed, remembered for a while so a
+    /// late Resume's gap is counted (delivery/reconnect.rs).
+    expired: crate::delivery::reconnect::Expired,
     /// Wakeups owed to the workers this pass queued requests to.
     wakes: mail::Wakes,
     open: usize,
@@ -236,6 +239,7 @@ impl Worker {
             gather: Vec::with_capacity(64 * 1024),
             mentions: Vec::with_capacity(128),
             graveyard: HashMap::new(),
+            expired: crate::delivery::reconnect::Expired::new(),
             wakes: mail::Wakes::default(),
             open: 0,
             draining_until: None,

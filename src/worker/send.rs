@@ -3,6 +3,7 @@
 //! short writes, POLLOUT waits and the send completions.
 
 use super::*;
+use crate::delivery::latency;
 
 impl Worker {
     pub(super) fn on_send(&mut self, key: ConnKey, c: Completion) {
@@ -47,18 +48,37 @@ impl Worker {
         let mut unsent = u32::MAX;
         match slot_id {
             None => {
-                // TLS: ciphertext from `wire`.
+                // TLS or compression: wire-form bytes from `wire`.
                 conn.wire_off += sent;
                 short = conn.wire_off < conn.wire.len();
                 if !short {
                     conn.wire.clear();
                     conn.wire_off = 0;
+                    metrics.delivery.sent(
+                        u64::from(conn.wire_timed),
+                        conn.wire_submit_ns,
+                        latency::unix_ns(),
+                    );
+                    conn.wire_timed = 0;
                 }
             }
             Some(id) => {
                 let slot = self.pool.slot(id);
                 let (control, entries, partial) = sendpath::account(slot, sent, conn.partial);
                 WorkerMetrics::add(&metrics.sent_frames, entries as u64);
+                if let ConnState::WebSocket(_, Some(sid)) = &conn.state {
+                    if let Some(s) = self.fan.get_mut(*sid) {
+                        let (e, now) = (entries as usize, latency::unix_ns());
+                        let n = metrics.delivery.frames_done(
+                            &slot.stamps[..e],
+                            &slot.seqs[..e],
+                            &mut s.timed_seq,
+                            slot.submit_ns,
+                            now,
+                        );
+                        metrics.delivery.sent(n, slot.submit_ns, now);
+                    }
+                }
                 let torn = slot.entries > 0 && slot.min_pos < oldest;
                 let total_entries = slot.entries;
                 let wanted = slot.msg.msg_iovlen;
@@ -242,6 +262,17 @@ impl Worker {
                     self.gather.clear();
                     sendpath::gather(slot, &mut self.gather);
                     let (_, entries, _) = sendpath::account(slot, total, conn.partial);
+                    if let Some(s) = sid.and_then(|sid| self.fan.get_mut(sid)) {
+                        let (e, now) = (entries as usize, latency::unix_ns());
+                        conn.wire_timed += self.shared.metrics[self.id].delivery.frames_done(
+                            &slot.stamps[..e],
+                            &slot.seqs[..e],
+                            &mut s.timed_seq,
+                            now,
+                            now,
+                        ) as u32;
+                        conn.wire_submit_ns = now;
+                    }
                     self.pool.put(id);
                     conn.wire.clear();
                     conn.wire_off = 0;
@@ -272,6 +303,7 @@ impl Worker {
                         continue;
                     }
                     conn.send = SendState::InFlight(Some(id));
+                    slot.submit_ns = latency::unix_ns();
                     let msg = &slot.msg as *const libc::msghdr;
                     // SAFETY: the slot, `wire` and the arena bytes stay valid until the
                     // completion: the slot is held, `wire` is not touched while sending,
@@ -345,10 +377,24 @@ impl Worker {
         let m = &self.shared.metrics[self.id];
         WorkerMetrics::add(&m.compress_bytes_in, bytes_in + done.bytes_in);
         WorkerMetrics::add(&m.compress_bytes_out, bytes_out + done.bytes_out);
+        let mut timed = 0;
+        let now = latency::unix_ns();
         if let (Some(sid), true) = (sid, done.entries > 0) {
+            if let Some(s) = self.fan.get_mut(sid) {
+                let e = done.entries as usize;
+                timed = m.delivery.frames_done(
+                    &done.stamps[..e],
+                    &done.seqs[..e],
+                    &mut s.timed_seq,
+                    now,
+                    now,
+                );
+            }
             self.fan.mark_sent(sid, done.entries);
         }
         let conn = conn_in(&mut self.rings, key).expect("live");
+        conn.wire_timed += timed as u32;
+        conn.wire_submit_ns = now;
         if let Some(tls) = conn.tls.as_deref_mut() {
             if !self.gather.is_empty() && tls.write_plaintext(&[&self.gather]).is_err() {
                 self.begin_close(key, None);

@@ -34,7 +34,14 @@ impl Worker {
             }
         }
         let outcome: Result<SessionIdx, ResumeRefusal> = match idx {
-            None => Err(ResumeRefusal::UnknownSession),
+            None => {
+                // A session whose window passed is still counted: its gap
+                // says what a longer window would have kept.
+                if let Some(gap) = sid.and_then(|s| self.expired.take(s.random_bits(), now)) {
+                    self.shared.metrics[self.id].reconnect.refused_expired(gap);
+                }
+                Err(ResumeRefusal::UnknownSession)
+            }
             Some(idx) => {
                 let s = self.fan.get(idx).expect("indexed");
                 if s.identity.token_digest != identify::token_digest(&r.token) {
@@ -59,6 +66,8 @@ impl Worker {
         };
         match outcome {
             Ok(idx) => {
+                let away = self.fan.away_ms(idx, now);
+                self.shared.metrics[self.id].reconnect.resumed(away);
                 let attached = self.fan.get_mut(idx).map(|s| {
                     s.conn = Some(key);
                     s.expires_ms = u64::MAX;

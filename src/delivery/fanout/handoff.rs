@@ -9,7 +9,7 @@ use ringbuf::{Entry, SessionRing};
 
 use super::{unlist, FanOut, SessionSlot};
 use crate::delivery::entitlement::{self, Requirement, Variant};
-use crate::delivery::fanout::EventIn;
+use crate::delivery::fanout::{EventIn, Stamp};
 use crate::delivery::moved::{Moved, Take};
 use crate::delivery::record;
 use crate::delivery::resume::ResumeRefusal;
@@ -111,7 +111,7 @@ impl FanOut {
     ) -> Result<SessionIdx, ResumeRefusal> {
         let idx = self.import_at(&m.identity, m.seq, now_ms, window_ms)?;
         for (t, d) in &m.events {
-            let pushed = record::append(&mut self.arena, t, d)
+            let pushed = record::append(&mut self.arena, Stamp::NONE, t, d)
                 .map_err(|_| ResumeRefusal::NoRoom)
                 .and_then(|record| {
                     let s = self.sessions[idx.index()].as_mut().expect("just inserted");
@@ -163,6 +163,7 @@ impl FanOut {
             since_ms: 0,
             attached_ms: 0,
             resumes: 0,
+            timed_seq: 0,
         }))
     }
 
@@ -205,11 +206,11 @@ impl FanOut {
             return true;
         };
         let appended = match variant {
-            Variant::Full => record::append(&mut self.arena, ev.t, ev.d).ok(),
+            Variant::Full => record::append(&mut self.arena, ev.stamp, ev.t, ev.d).ok(),
             Variant::Redacted => {
                 self.redacted.clear();
                 match ingest::redact_message_content(ev.d, &mut self.redacted) {
-                    Ok(_) => record::append(&mut self.arena, ev.t, &self.redacted).ok(),
+                    Ok(_) => record::append(&mut self.arena, ev.stamp, ev.t, &self.redacted).ok(),
                     Err(_) => return true, // never leak content; nothing to keep
                 }
             }

@@ -56,6 +56,7 @@ fn resume_history_gives_way_when_ring_storage_runs_out() {
         addressed: false,
         mentions: &[],
         d: b"{}",
+        stamp: Stamp::NONE,
     };
     // Both sessions read everything; 500 events would need far more than
     // 8 chunks of history, so history is trimmed instead of anyone closing.
@@ -160,6 +161,7 @@ fn a_group_replay_gives_each_member_what_live_delivery_gave_it() {
             addressed: false,
             mentions: &mentions,
             d: d.as_bytes(),
+            stamp: Stamp::NONE,
         };
         live.deliver(&ev, 0, 0, |_| {}, |_, _| panic!("no ring fills up"));
         rebuilt.deliver_to_group(&group, &ev, 0, 0);

@@ -168,6 +168,18 @@
       { cls: "p50", label: "p50 (est.)", points: h.ack_minutes.filter((m) => m.p50_ms != null).map((m) => ({ x: m.minute, y: Math.min(m.p50_ms, 4000) })) },
       { cls: "p99", label: "p99 (est.)", points: h.ack_minutes.filter((m) => m.p99_ms != null).map((m) => ({ x: m.minute, y: Math.min(m.p99_ms, 4000) })) },
     ], { limit: 3000, limitLabel: "3 s: the person sees a failure", fmt: (v) => ms(Math.round(v)), unit: "ack latency" });
+    const dm = h.delivery_minutes || [];
+    chart("chart-delivery", [
+      { cls: "p50", label: "p50 (est.)", points: dm.filter((m) => m.p50_ms != null).map((m) => ({ x: m.minute, y: Math.min(m.p50_ms, 1200) })) },
+      { cls: "p99", label: "p99 (est.)", points: dm.filter((m) => m.p99_ms != null).map((m) => ({ x: m.minute, y: Math.min(m.p99_ms, 1200) })) },
+    ], { limit: 800, limitLabel: "800 ms: the node's promise", fmt: (v) => v < 10 ? v.toFixed(2) + " ms" : ms(Math.round(v)), unit: "delivery latency" });
+    const rc = h.reconnects || { by_gap: [], windows: [] };
+    set("resume-attempts", rc.timed_attempts);
+    set("resume-expired", rc.refused_expired);
+    rows("reconnect-gaps", rc.by_gap.filter((g) => g.resumes > 0),
+      (g) => [g.le_ms == null ? "longer" : ms(g.le_ms), g.resumes]);
+    rows("reconnect-windows", rc.windows, (w) => [w.window_s + " s", w.would_refuse,
+      w.window_s === rc.window_s ? "this node's window" : ""]);
     chart("chart-sessions", [
       { cls: "line", label: "live sessions (each minute's highest)", points: h.sessions_minutes.map((m) => ({ x: m.minute, y: m.live })) },
     ], { fmt: (v) => String(Math.round(v)), unit: "sessions" });

@@ -84,6 +84,12 @@
 #              back to back to one server at one scheduled time, then the
 #              next (same average rate); a session then has K events queued
 #              at once (how much they coalesce: frames_per_send in the outputs)
+#   SERIES=0   no time series: by default every `loadgen measure fanout` run
+#              writes DIR/series.tsv (per second: offered and read deliveries,
+#              missing, p50/p99/max, node CPU), DIR/sessions.tsv (each session's
+#              p99 and max) and DIR/report.html beside its output DIR.txt, and
+#              capacity names the seconds where the first failing rate's p99
+#              broke CAP_P99_MS (SERIES=0: for a loadgen from before the flag)
 #   AB_PERF=1  (ab) sample each node with `perf record -e cpu-clock` (a software
 #              clock: VMs often have no hardware counters) while it runs, and
 #              write $OUT/ab-perf.txt: per build, the share of node CPU samples
@@ -260,6 +266,15 @@ cpu_s() { awk -v hz="$(getconf CLK_TCK)" '{ sub(/.*\) /, ""); split($0, f, " ");
 rss_kb() { awk '/^VmRSS:/ { print $2 }' "/proc/$1/status"; }
 load1() { cut -d' ' -f1 /proc/loadavg; }
 
+# `--series-dir DIR` for a `loadgen measure fanout` whose output is DIR.txt
+# (series.tsv, sessions.tsv, report.html there), unless SERIES=0 (a loadgen
+# from before the flag).
+series_args() { # dir [p99 target ms]
+  [ "${SERIES:-1}" = 0 ] && return 0
+  printf -- '--series-dir %s' "$1"
+  [ -z "${2:-}" ] || printf -- ' --p99-target-ms %s' "$2"
+}
+
 # Picks figures out of a `loadgen measure fanout` output file: one tab-separated line.
 summarise_fanout() { # file
   awk '
@@ -301,6 +316,7 @@ side() {
         echo "+ loadgen measure fanout --addr 127.0.0.1:$A --ingest 127.0.0.1:$I --tokens-file $(basename "$TOKENS") --sessions $n --rate $r --seconds $SECS --payload $p --node-pid PID --admin 127.0.0.1:$AD${SERVERS_ARGS[*]:+ ${SERVERS_ARGS[*]}}${BURST_ARGS[*]:+ ${BURST_ARGS[*]}}" > "$f"
         "$LG" measure fanout --addr 127.0.0.1:$A --ingest 127.0.0.1:$I --tokens-file "$TOKENS" \
           --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$p" "${SERVERS_ARGS[@]}" "${BURST_ARGS[@]}" \
+          $(series_args "${f%.txt}") \
           --node-pid "$NODE_PID" --admin 127.0.0.1:$AD >> "$f" 2>&1 || log "loadgen measure failed, see $f"
         [ $node = conventional ] && curl -s "http://127.0.0.1:$CV_ADMIN/metrics" | grep -v '^#' >> "$f" || true
         stop_node
@@ -531,6 +547,7 @@ ab() {
         fi
         "$LG" measure fanout --addr 127.0.0.1:$GW_PORT --ingest 127.0.0.1:$GW_INGEST --tokens-file "$TOKENS" \
           --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$p" "${SERVERS_ARGS[@]}" "${BURST_ARGS[@]}" \
+          $(series_args "${f%.txt}") \
           --node-pid "$NODE_PID" --admin 127.0.0.1:$GW_ADMIN > "$f" 2>&1 || log "loadgen measure failed, see $f"
         if [ -n "$perf_pid" ]; then
           kill -INT $perf_pid 2>/dev/null || true
@@ -575,6 +592,7 @@ capacity_probe() { # node n r probe
   else start_conventional; A=$CV_PORT I=$CV_INGEST AD=$CV_ADMIN; fi
   "${LG_WRAP[@]}" "$LG" measure fanout --addr 127.0.0.1:$A --ingest 127.0.0.1:$I --tokens-file "$TOKENS" \
     --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$PAYLOAD" "${SERVERS_ARGS[@]}" "${BURST_ARGS[@]}" \
+    $(series_args "${f%.txt}" "$CAP_P99_MS") \
     --node-pid "$NODE_PID" --admin 127.0.0.1:$AD > "$f" 2>&1 || log "loadgen measure failed, see $f"
   stop_node
   local line verdict client
@@ -599,22 +617,29 @@ capacity() {
   local tsv=$OUT/capacity.tsv
   printf "node\tsessions\trate\toffered_per_s\tverdict\tclient_cpu_s\tready\texpected\treceived\tmissing\tgaps\tlost\tnode_deliveries\tnode_cpu_s\twindow_s\tdeliv_per_cpu_s\trecv_per_cpu_s\tp50_ms\tp99_ms\tp999_ms\tmax_ms\trss_start_kb\trss_ready_kb\trss_end_kb\tload1\tksoftirqd_s\trecv_per_cpu_s_with_ksoftirqd\n" > "$tsv"
   local best=$OUT/capacity-best.tsv
-  printf "sessions\tnode\tbest_rate\tbest_offered_per_s\tfirst_fail_rate\tprobes\n" > "$best"
+  printf "sessions\tnode\tbest_rate\tbest_offered_per_s\tfirst_fail_rate\tprobes\tfirst_fail_p99_seconds\n" > "$best"
   for n in $CAP_SESSIONS; do
     for node in ${CAP_NODES:-gatewayd conventional}; do
-      local lo=0 hi=0 r=$CAP_START_RATE k=0 v
+      local lo=0 hi=0 r=$CAP_START_RATE k=0 v hik=0
       while :; do
         k=$((k + 1)); v=$(capacity_probe "$node" "$n" "$r" "$k" | tail -n 1)
-        if [ "$v" = pass ]; then lo=$r; else hi=$r; break; fi
+        if [ "$v" = pass ]; then lo=$r; else hi=$r; hik=$k; break; fi
         [ "$r" -ge "$CAP_MAX_RATE" ] && break
         r=$(( r * 2 > CAP_MAX_RATE ? CAP_MAX_RATE : r * 2 ))
       done
       while [ "$hi" -gt 0 ] && [ $(( (hi - lo) * 100 )) -gt $(( CAP_STEP_PCT * (lo > 0 ? lo : 1) )) ] && [ $((hi - lo)) -gt 1 ]; do
         r=$(( (lo + hi) / 2 ))
         k=$((k + 1)); v=$(capacity_probe "$node" "$n" "$r" "$k" | tail -n 1)
-        if [ "$v" = pass ]; then lo=$r; else hi=$r; fi
+        if [ "$v" = pass ]; then lo=$r; else hi=$r; hik=$k; fi
       done
-      printf "%s\t%s\t%s\t%s\t%s\t%s\n" "$n" "$node" "$lo" "$((n * lo))" "${hi/#0/none}" "$k" >> "$best"
+      # The first failing rate: the seconds whose p99 broke the target
+      # (from its probe's series, `loadgen measure fanout --series-dir`).
+      local broke=""
+      if [ "$hik" -gt 0 ]; then
+        broke=$(awk '/^series_p99_over_target_secs/ { $1 = ""; sub(/^ /, ""); print }' \
+          "$OUT/cap-$node-$n-r$hi-$hik$SFX.txt" 2>/dev/null)
+      fi
+      printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\n" "$n" "$node" "$lo" "$((n * lo))" "${hi/#0/none}" "$k" "${broke:--}" >> "$best"
     done
   done
   echo
@@ -625,6 +650,8 @@ capacity() {
       for (i = 1; i <= n; i++) { s = order[i]; g = cap[s, "gatewayd"]; c = cap[s, "conventional"]
         printf "%-9s %18s %18s %7s\n", s, g, c, (c > 0 ? sprintf("%.2f", g / c) : "-") }
     }' "$best" | tee "$OUT/capacity.txt"
+  echo "== the first failing rate of each: the seconds whose p99 broke the target =="
+  awk -F'\t' 'NR > 1 { printf "%s %s sessions, %s/s: %s\n", $2, $1, $5, $7 }' "$best" | tee -a "$OUT/capacity.txt"
 }
 
 # ---------------------------------------------------------------- floor
@@ -659,6 +686,7 @@ floor() {
         log "floor: gatewayd $n x $r/s x ${SECS}s, $p B (load $(load1))"
         "${LG_WRAP[@]}" "$LG" measure fanout --addr 127.0.0.1:$GW_PORT --ingest 127.0.0.1:$GW_INGEST --tokens-file "$TOKENS" \
           --sessions "$n" --rate "$r" --seconds "$SECS" --payload "$p" "${SERVERS_ARGS[@]}" "${BURST_ARGS[@]}" \
+          $(series_args "${f%.txt}") \
           --node-pid "$NODE_PID" --admin 127.0.0.1:$GW_ADMIN > "$f" 2>&1 || log "loadgen measure failed, see $f"
         stop_node
         local line fps

@@ -24,6 +24,7 @@ pub mod producer;
 pub mod proxy;
 pub mod report;
 pub mod scenario;
+pub mod series;
 pub mod servers;
 pub mod services;
 pub mod session;

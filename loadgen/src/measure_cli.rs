@@ -126,6 +126,16 @@ pub struct FanoutArgs {
     /// gatewayd_sends_total). 1: evenly spaced.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=1000))]
     burst: u64,
+    /// Write the run's time series there: series.tsv (per second: offered
+    /// and received deliveries, missing, p50/p99/max of the events scheduled
+    /// in that second, node CPU), sessions.tsv (per session: deliveries,
+    /// p50, p99, max), report.json and report.html (SVG plots).
+    #[arg(long, value_name = "DIR")]
+    series_dir: Option<std::path::PathBuf>,
+    /// The p99 target (ms) the series judges each second by (the seconds
+    /// above it are named in the output and the report).
+    #[arg(long, default_value_t = 50.0)]
+    p99_target_ms: f64,
 }
 
 fn session_opts(c: &Common, tokens: Vec<String>) -> SessionOpts {
@@ -185,6 +195,8 @@ pub fn run(cmd: MeasureCmd) -> ExitCode {
                     target: a.server.zip(a.channel),
                     servers: a.servers as usize,
                     burst: a.burst,
+                    series_dir: a.series_dir,
+                    p99_target_ms: a.p99_target_ms,
                 })
             }),
         ),

@@ -63,6 +63,8 @@ impl Fleet {
             collect: AtomicU64::new(0),
             collected_n: AtomicU64::new(0),
             collected: Mutex::new((hist(), hist())),
+            series_start_ns: AtomicU64::new(0),
+            collected_series: Mutex::new((None, Vec::new())),
             watch: Mutex::new(None),
             watch_last_ns: AtomicU64::new(0),
             watch_count: AtomicU64::new(0),
@@ -127,6 +129,25 @@ impl Fleet {
 
     pub fn set_measuring(&self, on: bool) {
         self.shared.measuring.store(on, Relaxed);
+    }
+
+    /// Record latency by scheduled second and by session as well, from
+    /// now (series.rs); call before `set_measuring(true)`.
+    pub fn start_series(&self) -> u64 {
+        let t = crate::clock::now_ns();
+        self.shared.series_start_ns.store(t, Relaxed);
+        t
+    }
+
+    /// What `start_series` recorded, handed in by the last
+    /// `take_histograms`: by second (None: nothing), and by session.
+    pub fn take_series(
+        &self,
+    ) -> (
+        Option<crate::series::PerSecond>,
+        Vec<crate::series::SessionRow>,
+    ) {
+        std::mem::take(&mut *self.shared.collected_series.lock().unwrap())
     }
 
     /// Everything recorded since the last call: (latency, recovery), in us.

@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use hdrhistogram::Histogram;
 
+use crate::series::{PerSecond, SessionRow};
 use crate::servers::ServerSet;
 use crate::session::Counters;
 use crate::world::World;
@@ -28,6 +29,10 @@ pub struct Shared {
     pub(super) collect: AtomicU64,
     pub(super) collected_n: AtomicU64,
     pub(super) collected: Mutex<(Histogram<u64>, Histogram<u64>)>,
+    /// Non-zero: record latency by second and by session too, from this
+    /// start (clock::now_ns); handed in with the histograms.
+    pub(super) series_start_ns: AtomicU64,
+    pub(super) collected_series: Mutex<(Option<PerSecond>, Vec<SessionRow>)>,
     pub watch: Mutex<Option<(u32, u32)>>,
     pub watch_last_ns: AtomicU64,
     pub watch_count: AtomicU64,

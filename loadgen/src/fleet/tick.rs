@@ -16,6 +16,10 @@ impl Driver {
     pub(super) fn on_tick(&mut self) {
         let now = now_ns();
         self.rec.measuring = self.sh.measuring.load(Relaxed);
+        let series_start = self.sh.series_start_ns.load(Relaxed);
+        if series_start != 0 && self.rec.series.as_ref().map(|s| s.start_ns) != Some(series_start) {
+            self.rec.series = Some(crate::series::PerSecond::new(series_start));
+        }
         self.rec.latency_exclude_bot = *self.sh.latency_exclude_bot.lock().unwrap();
         self.rec.latency_only_bots = self.sh.latency_only_bots.lock().unwrap().clone();
         self.rec.want_guild = self.sh.guild.lock().unwrap().is_none();
@@ -125,6 +129,18 @@ impl Driver {
             drop(g);
             self.rec.latency.reset();
             self.rec.recovery.reset();
+            if let Some(mine) = self.rec.series.take() {
+                let mut g = self.sh.collected_series.lock().unwrap();
+                match &mut g.0 {
+                    Some(all) if all.start_ns == mine.start_ns => all.add(&mine),
+                    all => *all = Some(mine),
+                }
+                for slot in self.slots.iter_mut() {
+                    if let Some(l) = slot.s.lat.take() {
+                        g.1.push(crate::series::SessionRow::of(slot.s.bot, slot.s.shard, &l));
+                    }
+                }
+            }
             self.sh.collected_n.fetch_add(1, Relaxed);
         }
         if let Some(w) = watch {

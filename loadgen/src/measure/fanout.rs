@@ -14,6 +14,7 @@ use super::common::{
     close_codes, first_problem, fmt_list, kb, rss_kb, scrape, start_fleet, wait_ready,
 };
 use super::opts::{FanoutOpts, SessionOpts};
+use super::timeline;
 use crate::fleet::Fleet;
 use crate::nodes::{self, Metrics};
 use crate::producer::{Producer, ProducerConfig};
@@ -118,6 +119,9 @@ pub fn fanout(o: &FanoutOpts) -> Result<(), String> {
     };
     let nserv = o.servers.max(1);
     let s0 = Snap::take(&fleet, s);
+    if o.series_dir.is_some() {
+        fleet.start_series();
+    }
     fleet.set_measuring(true);
     // The fleet threads see the flag at their next tick (20 ms).
     std::thread::sleep(Duration::from_millis(50));
@@ -139,7 +143,34 @@ pub fn fanout(o: &FanoutOpts) -> Result<(), String> {
             ..ProducerConfig::default()
         },
     );
-    let produced = prod.wait_done(Duration::from_secs_f64(o.seconds * 2.0 + 30.0));
+    // Once a second while the producer runs and the fleet drains: what
+    // was handed over, read, and the node's CPU (timeline.rs).
+    let read_now = |fleet: &Fleet| {
+        let c = fleet.counters();
+        c.deliveries - c.paced_deliveries
+    };
+    let mut sampler =
+        timeline::Sampler::new(s0.t, prod.stats.events.load(Relaxed), s0.read(), s0.cpu);
+    let sample = |sampler: &mut timeline::Sampler| {
+        sampler.poll(|| {
+            (
+                prod.stats.events.load(Relaxed),
+                read_now(&fleet),
+                s.node_pid.and_then(nodes::cpu_seconds),
+            )
+        })
+    };
+    let produce_deadline = Instant::now() + Duration::from_secs_f64(o.seconds * 2.0 + 30.0);
+    let produced = loop {
+        if prod.stats.done.load(Relaxed) {
+            break true;
+        }
+        if Instant::now() >= produce_deadline {
+            break false;
+        }
+        sample(&mut sampler);
+        std::thread::sleep(Duration::from_millis(2));
+    };
     let s1 = Snap::take(&fleet, s);
     if !produced {
         eprintln!("loadgen measure: the producer did not hand over every event in time");
@@ -151,14 +182,14 @@ pub fn fanout(o: &FanoutOpts) -> Result<(), String> {
         sent * readers
     };
     let dl = Instant::now() + o.drain;
-    while fleet.counters().deliveries - fleet.counters().paced_deliveries < expected
-        && Instant::now() < dl
-    {
+    while read_now(&fleet) < expected && Instant::now() < dl {
+        sample(&mut sampler);
         std::thread::sleep(Duration::from_millis(10));
     }
     let drained_after = s1.t.elapsed().as_secs_f64();
     let s2 = Snap::take(&fleet, s);
     let (hist, _) = fleet.take_histograms();
+    let (per_second, mut per_session) = fleet.take_series();
     first_problem(&fleet);
     let io_errors = prod.errors.lock().unwrap().clone();
     let pst = prod.stop();
@@ -364,6 +395,25 @@ pub fn fanout(o: &FanoutOpts) -> Result<(), String> {
         );
     }
     println!("heartbeat_acks {}", s2.c.hb_acks);
+    if let Some(dir) = &o.series_dir {
+        let per_event = if sent > 0 {
+            expected as f64 / sent as f64
+        } else {
+            0.0
+        };
+        let rows = timeline::join(&sampler.rows, per_second.as_ref(), per_event);
+        let command: Vec<String> = std::env::args().collect();
+        if let Err(e) = timeline::write(
+            dir,
+            &command.join(" "),
+            &rows,
+            &mut per_session,
+            &hist,
+            o.p99_target_ms,
+        ) {
+            eprintln!("loadgen measure: writing {}: {e}", dir.display());
+        }
+    }
     println!("load_after {}", nodes::loadavg());
     Ok(())
 }

@@ -37,6 +37,7 @@ mod idle;
 mod opts;
 #[cfg(test)]
 mod tests;
+mod timeline;
 
 pub use common::read_tokens;
 pub use fanout::fanout;

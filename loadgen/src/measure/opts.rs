@@ -57,6 +57,10 @@ pub struct FanoutOpts {
     pub servers: usize,
     /// Events per burst (`ProducerConfig::burst`).
     pub burst: u64,
+    /// Where to write the time series and report (None: not recorded).
+    pub series_dir: Option<std::path::PathBuf>,
+    /// The p99 target each second is judged by (ms).
+    pub p99_target_ms: f64,
 }
 
 pub struct HoldOpts {

@@ -143,16 +143,19 @@ impl Session {
 
     /// Receive time - scheduled time, while measuring (paced and stalled
     /// readers left out: their delay is their own).
-    pub(super) fn record_latency(&self, sched: u64, rec: &mut Recorder) {
+    pub(super) fn record_latency(&mut self, sched: u64, rec: &mut Recorder) {
         if rec.measuring && rec.latency_exclude_bot != Some(self.bot) && self.read_rate.is_none() {
             let keep = match &rec.latency_only_bots {
                 Some(only) => only.get(self.bot as usize).copied().unwrap_or(false),
                 None => true,
             };
             if keep {
-                rec.latency.saturating_record(
-                    (crate::clock::now_ns().saturating_sub(sched) / 1000).max(1),
-                );
+                let us = (crate::clock::now_ns().saturating_sub(sched) / 1000).max(1);
+                rec.latency.saturating_record(us);
+                if let Some(series) = rec.series.as_mut() {
+                    series.record(sched, us);
+                    self.lat.get_or_insert_with(Box::default).record(us);
+                }
             }
         }
     }

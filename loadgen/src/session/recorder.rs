@@ -58,6 +58,8 @@ pub struct Recorder {
     /// Time from losing a connection to READY/RESUMED again, microseconds.
     pub recovery: hdrhistogram::Histogram<u64>,
     pub measuring: bool,
+    /// Latency by scheduled second (series.rs), while the fleet records one.
+    pub series: Option<crate::series::PerSecond>,
     /// Sessions (by fleet index) whose latency is left out (e.g. the slow bot).
     pub latency_exclude_bot: Option<u32>,
     /// Only these bots' latency is recorded, when set (neighbour studies).
@@ -87,6 +89,7 @@ impl Recorder {
             latency: hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap(),
             recovery: hdrhistogram::Histogram::new_with_bounds(1, 3_600_000_000, 3).unwrap(),
             measuring: false,
+            series: None,
             latency_exclude_bot: None,
             latency_only_bots: None,
             watch: None,

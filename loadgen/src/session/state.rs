@@ -80,6 +80,8 @@ pub struct Session {
     pub reconnect: bool,
     pub(super) rng: u64,
     pub(super) dec: Option<Decoder>,
+    /// This session's latency while the fleet records series (series.rs).
+    pub lat: Option<Box<crate::series::SessionLatency>>,
 }
 
 pub(super) const MAX_MESSAGE: usize = 16 << 20;
@@ -116,6 +118,7 @@ impl Session {
             reconnect: true,
             rng: seed | 1,
             dec: None,
+            lat: None,
         }
     }
 

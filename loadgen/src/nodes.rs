@@ -381,6 +381,30 @@ impl Metrics {
     pub fn buckets(&self, name: &str) -> Vec<(f64, f64)> {
         self.0.buckets(name)
     }
+
+    /// The same, summed over the series that have all of `labels` (e.g.
+    /// every worker's `stage="read_to_inbox"`).
+    pub fn buckets_with(&self, name: &str, labels: &[(&str, &str)]) -> Vec<(f64, f64)> {
+        let bucket = format!("{name}_bucket");
+        let mut out: Vec<(f64, f64)> = Vec::new();
+        for s in self.0.iter().filter(|s| s.matches(&bucket, labels)) {
+            let Some(le) = s.label("le").and_then(|v| {
+                if v == "+Inf" {
+                    Some(f64::INFINITY)
+                } else {
+                    v.parse().ok()
+                }
+            }) else {
+                continue;
+            };
+            match out.iter_mut().find(|x| x.0 == le) {
+                Some(x) => x.1 += s.value,
+                None => out.push((le, s.value)),
+            }
+        }
+        out.sort_by(|x, y| x.0.total_cmp(&y.0));
+        out
+    }
 }
 
 /// The `q` quantile (0..1) of the observations between two scrapes of a
@@ -423,5 +447,12 @@ mod tests {
         assert_eq!(quantile_between(&[], &b, 0.99).unwrap().0, f64::INFINITY);
         let before = vec![(0.001, 5.0), (0.05, 5.0), (f64::INFINITY, 5.0)];
         assert_eq!(quantile_between(&before, &b, 0.5), Some((0.05, 5)));
+        let m = Metrics::parse(
+            "h_bucket{worker=\"0\",stage=\"a\",le=\"0.001\"} 1\nh_bucket{worker=\"0\",stage=\"a\",le=\"+Inf\"} 2\nh_bucket{worker=\"1\",stage=\"a\",le=\"0.001\"} 3\nh_bucket{worker=\"1\",stage=\"a\",le=\"+Inf\"} 3\nh_bucket{worker=\"0\",stage=\"b\",le=\"+Inf\"} 9\n",
+        );
+        assert_eq!(
+            m.buckets_with("h", &[("stage", "a")]),
+            vec![(0.001, 4.0), (f64::INFINITY, 5.0)]
+        );
     }
 }

@@ -395,6 +395,44 @@ pub fn fanout(o: &FanoutOpts) -> Result<(), String> {
         );
     }
     println!("heartbeat_acks {}", s2.c.hb_acks);
+    // Where the node says the time went (gatewayd's stage histograms,
+    // src/delivery/latency.rs): bucket upper bounds, over the whole run.
+    let node_q = |name: &str, labels: &[(&str, &str)], q: f64| {
+        nodes::quantile_between(
+            &s0.m.buckets_with(name, labels),
+            &s2.m.buckets_with(name, labels),
+            q,
+        )
+        .map(|(b, _)| format!("{:.3}", b * 1e3))
+        .unwrap_or_else(|| "-".into())
+    };
+    if !s2
+        .m
+        .buckets_with("gatewayd_delivery_seconds", &[])
+        .is_empty()
+    {
+        println!(
+            "node_delivery_ms p50 {} p99 {} p99.9 {} (commit to socket, the node's histogram: bucket bounds)",
+            node_q("gatewayd_delivery_seconds", &[], 0.5),
+            node_q("gatewayd_delivery_seconds", &[], 0.99),
+            node_q("gatewayd_delivery_seconds", &[], 0.999)
+        );
+        let stages: Vec<String> = [
+            "commit_to_read",
+            "read_to_inbox",
+            "inbox_to_submit",
+            "submit_to_sent",
+        ]
+        .iter()
+        .map(|st| {
+            format!(
+                "{st} {}",
+                node_q("gatewayd_delivery_stage_seconds", &[("stage", st)], 0.99)
+            )
+        })
+        .collect();
+        println!("node_stage_p99_ms {}", stages.join(" "));
+    }
     if let Some(dir) = &o.series_dir {
         let per_event = if sent > 0 {
             expected as f64 / sent as f64

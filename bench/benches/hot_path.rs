@@ -262,6 +262,53 @@ fn ingest_decode(c: &mut Criterion) {
     g.finish();
 }
 
+/// (6) Delivery timing (src/delivery/latency.rs, issue 42): what a send's
+/// completion adds per frame (`frames_done` over a full batch of 32 stamped
+/// frames, then `sent`), and an event's first two stages at fan-out
+/// (`fanned_out`, once per event whatever its recipients). Compare with
+/// `sendpath_build/batch32` per element and the node's CPU per delivery.
+fn delivery_timing(c: &mut Criterion) {
+    use gatewayd::delivery::latency::{DeliveryLatency, Stamp};
+    let mut g = c.benchmark_group("delivery_timing");
+    let h = DeliveryLatency::default();
+    let base = 1_700_000_000_000_000_000u64;
+    let stamps: Vec<Stamp> = (0..32)
+        .map(|i| Stamp {
+            commit_ns: base + i * 1_000,
+            take_ns: base + 2_000_000 + i * 1_000,
+        })
+        .collect();
+    let mut next = 0u64;
+    let mut seqs = [0u64; 32];
+    g.throughput(Throughput::Elements(32));
+    g.bench_function("frames_done/batch32", |b| {
+        b.iter(|| {
+            let mut timed = next;
+            for (k, s) in seqs.iter_mut().enumerate() {
+                *s = next + 1 + k as u64;
+            }
+            next += 32;
+            let n = h.frames_done(
+                black_box(&stamps),
+                black_box(&seqs),
+                &mut timed,
+                base + 3_000_000,
+                base + 3_050_000,
+            );
+            h.sent(n, base + 3_000_000, base + 3_050_000);
+            black_box(n)
+        })
+    });
+    g.throughput(Throughput::Elements(1));
+    g.bench_function("fanned_out/event", |b| {
+        b.iter(|| h.fanned_out(black_box(stamps[0]), black_box(base + 1_000_000), 50))
+    });
+    g.bench_function("unix_ns/clock_read", |b| {
+        b.iter(|| black_box(gatewayd::delivery::latency::unix_ns()))
+    });
+    g.finish();
+}
+
 fn config() -> Criterion {
     Criterion::default()
         .warm_up_time(Duration::from_secs(1))
@@ -272,6 +319,6 @@ fn config() -> Criterion {
 criterion_group! {
     name = benches;
     config = config();
-    targets = frame_header, ws_decode, ring, entitlement, ingest_decode
+    targets = frame_header, ws_decode, ring, entitlement, ingest_decode, delivery_timing
 }
 criterion_main!(benches);

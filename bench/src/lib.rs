@@ -129,9 +129,14 @@ pub struct Loaded {
     pub ring: SessionRing,
 }
 
-/// One event record, as the node writes it (gatewayd::delivery::record).
+/// One event record, as the node writes it (gatewayd::delivery::record),
+/// stamped as a stream event is (commit and take times).
 pub fn append_event(arena: &mut Arena, d: &[u8]) -> ringbuf::RecordRef {
-    gatewayd::delivery::record::append(arena, EVENT_TYPE, d).expect("record fits the arena")
+    let stamp = gatewayd::delivery::latency::Stamp {
+        commit_ns: 1_700_000_000_000_000_000,
+        take_ns: 1_700_000_000_001_000_000,
+    };
+    gatewayd::delivery::record::append(arena, stamp, EVENT_TYPE, d).expect("record fits the arena")
 }
 
 /// An arena with `n` MESSAGE_CREATE records of `d_len` bytes, and a session

@@ -54,19 +54,21 @@ impl Worker {
                 if !short {
                     conn.wire.clear();
                     conn.wire_off = 0;
-                    metrics.delivery.sent(
-                        u64::from(conn.wire_timed),
-                        conn.wire_submit_ns,
-                        latency::unix_ns(),
-                    );
-                    conn.wire_timed = 0;
+                    if conn.wire_timed > 0 {
+                        metrics.delivery.sent(
+                            u64::from(conn.wire_timed),
+                            conn.wire_submit_ns,
+                            latency::unix_ns(),
+                        );
+                        conn.wire_timed = 0;
+                    }
                 }
             }
             Some(id) => {
                 let slot = self.pool.slot(id);
                 let (control, entries, partial) = sendpath::account(slot, sent, conn.partial);
                 WorkerMetrics::add(&metrics.sent_frames, entries as u64);
-                if let ConnState::WebSocket(_, Some(sid)) = &conn.state {
+                if let (ConnState::WebSocket(_, Some(sid)), true) = (&conn.state, entries > 0) {
                     if let Some(s) = self.fan.get_mut(*sid) {
                         let (e, now) = (entries as usize, latency::unix_ns());
                         let n = metrics.delivery.frames_done(
@@ -262,7 +264,10 @@ impl Worker {
                     self.gather.clear();
                     sendpath::gather(slot, &mut self.gather);
                     let (_, entries, _) = sendpath::account(slot, total, conn.partial);
-                    if let Some(s) = sid.and_then(|sid| self.fan.get_mut(sid)) {
+                    if let Some(s) = sid
+                        .and_then(|sid| self.fan.get_mut(sid))
+                        .filter(|_| entries > 0)
+                    {
                         let (e, now) = (entries as usize, latency::unix_ns());
                         conn.wire_timed += self.shared.metrics[self.id].delivery.frames_done(
                             &slot.stamps[..e],
@@ -303,7 +308,11 @@ impl Worker {
                         continue;
                     }
                     conn.send = SendState::InFlight(Some(id));
-                    slot.submit_ns = latency::unix_ns();
+                    // Only frames are timed: a REST answer or a control
+                    // frame alone costs no clock read.
+                    if slot.entries > 0 {
+                        slot.submit_ns = latency::unix_ns();
+                    }
                     let msg = &slot.msg as *const libc::msghdr;
                     // SAFETY: the slot, `wire` and the arena bytes stay valid until the
                     // completion: the slot is held, `wire` is not touched while sending,
@@ -378,7 +387,11 @@ impl Worker {
         WorkerMetrics::add(&m.compress_bytes_in, bytes_in + done.bytes_in);
         WorkerMetrics::add(&m.compress_bytes_out, bytes_out + done.bytes_out);
         let mut timed = 0;
-        let now = latency::unix_ns();
+        let now = if done.entries > 0 {
+            latency::unix_ns()
+        } else {
+            0
+        };
         if let (Some(sid), true) = (sid, done.entries > 0) {
             if let Some(s) = self.fan.get_mut(sid) {
                 let e = done.entries as usize;
@@ -393,8 +406,10 @@ impl Worker {
             self.fan.mark_sent(sid, done.entries);
         }
         let conn = conn_in(&mut self.rings, key).expect("live");
-        conn.wire_timed += timed as u32;
-        conn.wire_submit_ns = now;
+        if timed > 0 {
+            conn.wire_timed += timed as u32;
+            conn.wire_submit_ns = now;
+        }
         if let Some(tls) = conn.tls.as_deref_mut() {
             if !self.gather.is_empty() && tls.write_plaintext(&[&self.gather]).is_err() {
                 self.begin_close(key, None);

@@ -186,7 +186,7 @@ pub fn dashboard(ctx: &Ctx, s: &Session) -> String {
         stat("resume-attempts", "Resumes timed"),
         stat("resume-expired", "Refused: window passed"),
         table("reconnect-gaps", "Resumes by time away (disconnect to Resume)", &["Away up to", "Resumes"]),
-        table("reconnect-windows", "What a resume window would have refused", &["Window", "Refused", ""]),
+        table("reconnect-windows", "What a resume window would have refused", &["Window", "Refused", "Note"]),
     );
     let _ = write!(
         b,

@@ -652,12 +652,7 @@ mod tests {
         t.identified(7, &SessionId::new(0, 1), 1_000); // the slot
                                                        // Six into a ring of four, the last three in one millisecond.
         for (i, ms) in [100, 200, 300, 400, 400, 400].iter().enumerate() {
-            let why = if i % 2 == 0 {
-                StartRefusal::ALL[0]
-            } else {
-                StartRefusal::ALL[1]
-            };
-            t.start_refused(7, why, 0, *ms);
+            t.start_refused(7, StartRefusal::ALL[i % 2], 0, *ms);
         }
         let got: Vec<(u64, StartRefusal)> = t
             .snapshot(7, 500)

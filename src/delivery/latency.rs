@@ -154,9 +154,10 @@ impl Default for Hist {
     }
 }
 
-/// A single writer's add: no locked instruction.
+/// A single writer's add: no locked instruction (every counter of this
+/// module and of reconnect.rs has one writer, its worker).
 #[inline]
-fn bump(c: &AtomicU64, n: u64) {
+pub(crate) fn bump(c: &AtomicU64, n: u64) {
     c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
 }
 

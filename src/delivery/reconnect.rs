@@ -23,6 +23,8 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
+use crate::delivery::latency::bump;
+
 /// Gap bucket bounds (ms).
 #[rustfmt::skip]
 pub const GAP_BOUNDS_MS: [u64; 14] = [
@@ -47,10 +49,6 @@ pub struct ReconnectStats {
     pub beyond: [AtomicU64; WINDOWS_S.len()],
     /// Resumes refused because the window had passed (remembered sessions).
     pub expired_refused: AtomicU64,
-}
-
-fn bump(c: &AtomicU64, n: u64) {
-    c.store(c.load(Relaxed).wrapping_add(n), Relaxed);
 }
 
 impl ReconnectStats {

@@ -104,10 +104,12 @@ impl Expired {
         if self.order.len() == EXPIRED_CAP {
             self.forget_oldest();
         }
-        if self.by_id.insert(id, detached_ms).is_none() {
-            self.order.push_back((id, detached_ms));
-        }
-        debug_assert!(self.order.len() <= EXPIRED_CAP && self.by_id.len() <= EXPIRED_CAP);
+        // Every insert gets its place in `order` (a remembered id again
+        // too: its older place then forgets nothing), so every map entry
+        // is reached by the horizon and the cap: by_id <= order <= CAP.
+        self.by_id.insert(id, detached_ms);
+        self.order.push_back((id, detached_ms));
+        debug_assert!(self.by_id.len() <= self.order.len() && self.order.len() <= EXPIRED_CAP);
     }
 
     fn forget_oldest(&mut self) {
@@ -184,6 +186,16 @@ mod tests {
         assert_eq!(e.take(20, 5_000), Some(4_000));
         assert_eq!(e.take(20, 5_000), None, "counted once");
         e.expire(1_000 + HORIZON_MS + 1);
+        assert!(e.is_empty());
+        // The same id twice: the later time counts, and it still ages out.
+        e.remember(7, 10_000);
+        e.remember(7, 20_000);
+        assert_eq!(e.take(7, 25_000), Some(5_000));
+        e.remember(8, 10_000);
+        e.remember(8, 20_000);
+        e.expire(10_000 + HORIZON_MS + 1);
+        assert_eq!(e.len(), 1, "the older place forgets nothing");
+        e.expire(20_000 + HORIZON_MS + 1);
         assert!(e.is_empty());
     }
 }
